@@ -1,0 +1,411 @@
+"""How one (stage, unit) is run: inputs, cache key, cache lookup, execution, status.
+
+This module knows nothing of Prefect: ``flows/`` decides the order and the concurrency and wraps
+``execute`` in a Prefect task. Everything here is deterministic and restartable:
+
+- a unit's **cache key** is the hash of its stage's name and version, the config sections the
+  stage reads, the content fingerprints of the upstream outputs it reads, and the fingerprints of
+  the raw inputs outside the store that the stage declares (source files, review decisions, human
+  fix files);
+- a unit is **cached** when the store holds a complete output under that key (its manifest exists);
+- a unit that raises becomes a ``failed`` status row with a readable error; its traceback goes to
+  ``logs/<stage>/<unit>.log`` under the data root; nothing else stops.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+import traceback
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from vsi_wild import __version__, ids
+from vsi_wild.config import Config
+from vsi_wild.errors import Skip, UnitError
+from vsi_wild.store import Store, UnitRef, UnitWriter
+
+UnitKind = Literal["source", "video", "clip", "all"]
+_RANK = {"source": 0, "video": 1, "clip": 2}
+ALL = "all"
+
+
+@dataclass(frozen=True)
+class Stage:
+    """One step of the DAG, run per unit.
+
+    ``run`` does the I/O of one unit: it reads upstream outputs through the ``Job``, calls the pure
+    functions of ``stages/`` and writes its files with ``job.out``. ``units`` enumerates the units
+    of this stage when the default (derived from the upstream stages' units) does not fit.
+    ``raw_inputs`` returns fingerprints of inputs that live outside the store.
+    """
+
+    name: str
+    version: str
+    unit_kind: UnitKind
+    run: Callable[[Job], None]
+    needs: tuple[str, ...] = ()
+    sections: tuple[str, ...] = ()
+    gpu: bool = False
+    description: str = ""
+    units: Callable[[Plan, Stage], list[str]] | None = None
+    raw_inputs: Callable[[Config, Store, str], dict[str, str]] | None = None
+
+
+@dataclass
+class Outcome:
+    stage: str
+    unit: str
+    state: Literal["computed", "cached", "failed", "skipped"]
+    key: str | None = None
+    fingerprint: str | None = None
+    error: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return self.__dict__.copy()
+
+
+# ------------------------------------------------------------------------------------ events
+# Listeners receive ("start"|"end"|"progress", payload) from any thread of this process; the CLI
+# uses them for its progress bars. Remote workers (Dask) have none.
+_listeners: list[Callable[[str, dict[str, Any]], None]] = []
+_listeners_lock = threading.Lock()
+
+
+def add_listener(fn: Callable[[str, dict[str, Any]], None]) -> None:
+    with _listeners_lock:
+        _listeners.append(fn)
+
+
+def remove_listener(fn: Callable[[str, dict[str, Any]], None]) -> None:
+    with _listeners_lock:
+        if fn in _listeners:
+            _listeners.remove(fn)
+
+
+def emit(event: str, **payload: Any) -> None:
+    for fn in list(_listeners):
+        try:
+            fn(event, payload)
+        except Exception:  # a broken progress bar must never fail a unit
+            pass
+
+
+# ------------------------------------------------------------------------------------ units
+def unit_ancestor(unit: str, kind: UnitKind, target: UnitKind) -> str:
+    """The unit of kind ``target`` that contains ``unit`` (a clip's video, a video's source)."""
+    if target == kind:
+        return unit
+    if kind == "clip":
+        unit = ids.split_clip_id(unit)[0]
+        kind = "video"
+        if target == "video":
+            return unit
+    if kind == "video" and target == "source":
+        return ids.split_video_id(unit)[0]
+    raise ValueError(f"no {target} contains the {kind} unit {unit!r}")
+
+
+@dataclass
+class Selection:
+    """``--videos``: source ids and/or video ids; empty means everything."""
+
+    items: frozenset[str] = frozenset()
+
+    def admits(self, unit: str, kind: UnitKind) -> bool:
+        if not self.items or kind == "all":
+            return True
+        source = ids.unit_source(unit)
+        if source in self.items:
+            return True
+        if kind in ("video", "clip"):
+            return unit_ancestor(unit, kind, "video") in self.items
+        # a source is admitted when one of its videos is selected
+        return any(ids.unit_source(i) == source for i in self.items if "_" in i)
+
+
+@dataclass
+class Plan:
+    """The state of one run: which outputs are current for each stage, and what ran."""
+
+    config: Config
+    store: Store
+    stages: dict[str, Stage]
+    selection: Selection = field(default_factory=Selection)
+    force: frozenset[str] = frozenset()
+    current: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # stage -> unit -> (key, fp)
+    enumerated: dict[str, list[str]] = field(default_factory=dict)
+    outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+
+    @classmethod
+    def load(cls, config: Config, store: Store, stages: Iterable[Stage], **kw: Any) -> Plan:
+        plan = cls(config=config, store=store, stages={s.name: s for s in stages}, **kw)
+        status = store.status_table()
+        for row in status.filter(pc.equal(status["state"], "done")).to_pylist():
+            if row["stage"] in plan.stages:
+                plan.current.setdefault(row["stage"], {})[row["unit"]] = (row["key"], row["fingerprint"])
+        return plan
+
+    # -------------------------------------------------------------- enumeration
+    def units_of(self, stage: Stage) -> list[str]:
+        if stage.units is not None:
+            units = stage.units(self, stage)
+        else:
+            units = self._default_units(stage)
+        units = sorted(u for u in set(units) if self.selection.admits(u, stage.unit_kind))
+        self.enumerated[stage.name] = units
+        return units
+
+    def _default_units(self, stage: Stage) -> list[str]:
+        if stage.unit_kind == "all":
+            return [ALL]
+        if not stage.needs:
+            raise ValueError(f"stage {stage.name} has no upstream stage: it must enumerate its own units")
+        found: set[str] | None = None
+        for name in stage.needs:
+            up = self.stages[name]
+            if up.unit_kind == "all":
+                continue
+            have = set()
+            for u in self.current.get(name, {}):
+                if _RANK[up.unit_kind] <= _RANK[stage.unit_kind]:
+                    if up.unit_kind == "source" and stage.unit_kind == "video":
+                        have.update(ids.video_id(u, v) for v in self.view_names())
+                    elif up.unit_kind == stage.unit_kind:
+                        have.add(u)
+                    else:
+                        raise ValueError(f"stage {stage.name}: cannot derive {stage.unit_kind} units from {name}")
+                else:
+                    have.add(unit_ancestor(u, up.unit_kind, stage.unit_kind))
+            found = have if found is None else found & have
+        return sorted(found or ())
+
+    def view_names(self) -> list[str]:
+        project = getattr(self.config, "project", None)
+        return list(getattr(project, "views", None) or ids.VIEWS)
+
+    def sources(self) -> list[str]:
+        return self.store.registry()["source_id"].to_pylist()
+
+    # -------------------------------------------------------------- inputs and keys
+    def inputs_of(self, stage: Stage, unit: str) -> tuple[dict[str, dict[str, UnitRef]], str | None]:
+        """Upstream outputs of ``unit``; or a reason why they are not all there."""
+        refs: dict[str, dict[str, UnitRef]] = {}
+        for name in stage.needs:
+            up = self.stages[name]
+            cur = self.current.get(name, {})
+            if up.unit_kind == "all" or stage.unit_kind == "all":
+                wanted = sorted(cur) if stage.unit_kind == "all" else [ALL]
+                wanted = [u for u in wanted if up.unit_kind != "all" or u == ALL]
+                if stage.unit_kind == "all":
+                    wanted = [u for u in wanted if self._still_wanted(up, u)]
+            elif _RANK[up.unit_kind] <= _RANK[stage.unit_kind]:
+                wanted = [unit_ancestor(unit, stage.unit_kind, up.unit_kind)]
+            else:
+                children = [u for u in self.enumerated.get(name, cur) if unit_ancestor(u, up.unit_kind, stage.unit_kind) == unit]
+                wanted = children
+                if not children:
+                    return refs, f"no {name} output for {unit}"
+            missing = [u for u in wanted if u not in cur]
+            if missing:
+                why = self._why_missing(name, missing[0])
+                return refs, f"needs {name}:{missing[0]} ({why})"
+            refs[name] = {u: UnitRef(name, u, cur[u][0]) for u in wanted}
+        return refs, None
+
+    def _still_wanted(self, stage: Stage, unit: str) -> bool:
+        """Global stages read every current output of their upstream stages, except outputs of
+        sources that are no longer registered."""
+        if unit == ALL:
+            return True
+        return ids.unit_source(unit) in set(self.sources())
+
+    def _why_missing(self, stage: str, unit: str) -> str:
+        o = self.outcomes.get(stage, {}).get(unit)
+        if o is not None:
+            return o.error or o.state
+        row = self.store.read_status(stage, unit)
+        if row is not None:
+            return f"{row['state']}: {row['error']}" if row["error"] else row["state"]
+        return "not run yet"
+
+    def cache_key(self, stage: Stage, unit: str, inputs: dict[str, dict[str, UnitRef]]) -> str:
+        payload = {
+            "stage": stage.name,
+            "version": stage.version,
+            "sections": {s: self.config.section_json(s) for s in stage.sections},
+            "inputs": sorted(
+                [name, u, self.current[name][u][1]] for name, units in inputs.items() for u in units
+            ),
+            "raw": stage.raw_inputs(self.config, self.store, unit) if stage.raw_inputs else {},
+        }
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
+        return hashlib.sha256(blob).hexdigest()[:32]
+
+    def record(self, outcome: Outcome) -> None:
+        self.outcomes.setdefault(outcome.stage, {})[outcome.unit] = outcome
+        cur = self.current.setdefault(outcome.stage, {})
+        if outcome.state in ("computed", "cached"):
+            cur[outcome.unit] = (outcome.key, outcome.fingerprint)
+        else:
+            cur.pop(outcome.unit, None)
+
+
+@dataclass
+class Prepared:
+    """A unit ready to execute: everything a (possibly remote) worker needs."""
+
+    stage: str
+    unit: str
+    key: str
+    inputs: dict[str, dict[str, UnitRef]]
+
+
+def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
+    """Resolve inputs and the cache key; answer at once when the unit is cached or must be skipped."""
+    inputs, missing = plan.inputs_of(stage, unit)
+    store = plan.store
+    if missing is not None:
+        _write_status(store, stage.name, unit, "skipped", key="", error=missing, attempts=_attempts(store, stage.name, unit))
+        return Outcome(stage.name, unit, "skipped", error=missing)
+    try:
+        key = plan.cache_key(stage, unit, inputs)
+    except (UnitError, OSError) as e:
+        error = str(e)
+        _write_status(store, stage.name, unit, "failed", key="", error=error, attempts=_attempts(store, stage.name, unit) + 1)
+        return Outcome(stage.name, unit, "failed", error=error)
+    ref = UnitRef(stage.name, unit, key)
+    if stage.name not in plan.force and store.is_complete(ref):
+        fp = store.fingerprint(ref)
+        prev = store.read_status(stage.name, unit)
+        if prev is None or prev["state"] != "done" or prev["key"] != key:
+            _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=prev["attempts"] if prev else 0)
+        return Outcome(stage.name, unit, "cached", key=key, fingerprint=fp)
+    return Prepared(stage.name, unit, key, inputs)
+
+
+class Job:
+    """What a stage's ``run`` sees: its unit, its config, its inputs and its output writer."""
+
+    def __init__(self, stage: Stage, unit: str, key: str, config: Config, store: Store,
+                 inputs: dict[str, dict[str, UnitRef]], out: UnitWriter):
+        self.stage = stage
+        self.unit = unit
+        self.key = key
+        self.config = config
+        self.store = store
+        self.inputs = inputs
+        self.out = out
+        self._last_progress = 0.0
+
+    def ref(self, stage: str, unit: str | None = None) -> UnitRef:
+        """The output of upstream ``stage`` for ``unit`` (default: the single related unit)."""
+        refs = self.inputs.get(stage)
+        if not refs:
+            raise KeyError(f"stage {self.stage.name} does not read {stage}")
+        if unit is None:
+            if len(refs) != 1:
+                raise KeyError(f"{stage} has {len(refs)} units for {self.unit}: name one")
+            return next(iter(refs.values()))
+        return refs[unit]
+
+    def refs(self, stage: str) -> dict[str, UnitRef]:
+        return dict(self.inputs.get(stage, {}))
+
+    def read(self, stage: str, name: str, unit: str | None = None) -> pa.Table:
+        return self.store.read_table(self.ref(stage, unit), name)
+
+    def file(self, stage: str, name: str, unit: str | None = None) -> Path:
+        return self.store.local_file(self.ref(stage, unit), name)
+
+    def progress(self, done: int, total: int | None = None, what: str = "") -> None:
+        """Report progress of long work (rate-limited; cheap to call per frame)."""
+        now = time.monotonic()
+        if total is not None and done >= total or now - self._last_progress > 0.25:
+            self._last_progress = now
+            emit("progress", stage=self.stage.name, unit=self.unit, done=done, total=total, what=what)
+
+
+def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> Outcome:
+    """Run one unit and record its status; never raises for a failure of the unit itself."""
+    unit, key = prepared.unit, prepared.key
+    ref = UnitRef(stage.name, unit, key)
+    attempts = _attempts(store, stage.name, unit) + 1
+    started = _now()
+    _write_status(store, stage.name, unit, "running", key=key, attempts=attempts, started_at=started)
+    emit("start", stage=stage.name, unit=unit)
+    t0 = time.monotonic()
+    try:
+        with store.writer(ref) as w:
+            stage.run(Job(stage, unit, key, config, store, prepared.inputs, w))
+    except Skip as e:
+        outcome = Outcome(stage.name, unit, "skipped", key=key, error=str(e), seconds=time.monotonic() - t0)
+        _write_status(store, stage.name, unit, "skipped", key=key, error=str(e), attempts=attempts, started_at=started)
+    except Exception as e:  # noqa: BLE001 - one unit's failure must not stop the others
+        error = _describe(e)
+        _log_traceback(store, stage.name, unit, e)
+        outcome = Outcome(stage.name, unit, "failed", key=key, error=error, seconds=time.monotonic() - t0)
+        _write_status(store, stage.name, unit, "failed", key=key, error=error, attempts=attempts, started_at=started)
+    else:
+        fp = store.fingerprint(ref)
+        outcome = Outcome(stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0)
+        _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts, started_at=started)
+    emit("end", stage=stage.name, unit=unit, outcome=outcome)
+    return outcome
+
+
+def _describe(e: BaseException) -> str:
+    if isinstance(e, (UnitError, FileNotFoundError)):
+        return str(e)
+    tb = traceback.extract_tb(e.__traceback__)
+    where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
+    return f"{type(e).__name__}: {e}{where}"
+
+
+def _log_traceback(store: Store, stage: str, unit: str, e: BaseException) -> None:
+    text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    try:
+        store.write_bytes_atomic(store.path("logs", stage, f"{unit}.log"), text.encode())
+    except Exception:
+        pass
+
+
+def _attempts(store: Store, stage: str, unit: str) -> int:
+    prev = store.read_status(stage, unit)
+    return int(prev["attempts"]) if prev else 0
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _write_status(store: Store, stage: str, unit: str, state: str, *, key: str, attempts: int,
+                  fingerprint: str | None = None, error: str | None = None,
+                  started_at: datetime | None = None) -> None:
+    ended = _now() if state in ("done", "failed", "skipped") else None
+    store.write_status(
+        {
+            "stage": stage,
+            "unit": unit,
+            "state": state,
+            "key": key,
+            "fingerprint": fingerprint,
+            "error": error,
+            "attempts": attempts,
+            "started_at": started_at,
+            "ended_at": ended,
+            "duration_s": (ended - started_at).total_seconds() if ended and started_at else None,
+            "host": socket.gethostname(),
+            "pipeline_version": __version__,
+        }
+    )

@@ -1,0 +1,102 @@
+"""The pipeline's configuration: one YAML file, one pydantic model, one section per stage.
+
+Each stage reads its own section; a stage's cache key includes exactly the sections it reads
+(``Config.section_json``), so changing a section recomputes that stage and what depends on it,
+and nothing else. Unknown keys are errors that name the key (``extra="forbid"``): a typo in a
+config must never be silently ignored.
+
+Section models of the domain live beside their stage in ``stages/`` (they are plain data); this
+module only composes them and adds the orchestration sections.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from vsi_wild.stages.sample import SampleParams
+
+
+class Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunSection(Section):
+    """How a run is executed (not part of any cache key)."""
+
+    seed: int = Field(0, description="global seed; every random choice is derived from it")
+    workers: int = Field(2, ge=1, description="units run concurrently (thread pool)")
+    task_runner: Literal["thread", "dask"] = "thread"
+    dask_address: str | None = Field(None, description="tcp://host:port of a dask scheduler")
+    dask_cluster_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="LocalCluster / dask-jobqueue kwargs when no address"
+    )
+
+
+class SourcesSection(Section):
+    """Local files registered at the start of every run (besides `vsi-wild add`)."""
+
+    paths: list[str] = Field(default_factory=list, description="files or folders of 360° videos")
+    probe_timeout_s: float = 120.0
+    min_aspect: float = Field(1.98, description="equirectangular sources are 2:1 (w/h within these)")
+    max_aspect: float = 2.02
+
+
+class ReviewSection(Section):
+    """The human keep/reject gate between sourcing and projection."""
+
+    require_decision: bool = Field(
+        True, description="sources with no recorded decision wait (are skipped) until reviewed"
+    )
+    auto_keep_origins: list[str] = Field(
+        default_factory=lambda: ["sample"],
+        description="origins kept without a decision (generated samples need no review)",
+    )
+
+
+class Config(Section):
+    run: RunSection = RunSection()
+    sample: SampleParams | None = Field(None, description="generate the embedded sample when set")
+    sources: SourcesSection = SourcesSection()
+    review: ReviewSection = ReviewSection()
+
+    def section_json(self, name: str) -> str:
+        """Canonical JSON of one section: what a stage's cache key depends on."""
+        value = getattr(self, name)
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        return json.dumps(data, sort_keys=True, separators=(",", ":"))
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be read or does not validate; the message names file and key."""
+
+
+def load_config(path: str | os.PathLike[str] | None, overrides: dict[str, Any] | None = None) -> Config:
+    data: dict[str, Any] = {}
+    if path is not None:
+        p = Path(path)
+        if not p.is_file():
+            raise ConfigError(f"config file not found: {p}")
+        try:
+            data = yaml.safe_load(p.read_text()) or {}
+        except yaml.YAMLError as e:
+            raise ConfigError(f"{p}: not valid YAML: {e}") from e
+        if not isinstance(data, dict):
+            raise ConfigError(f"{p}: expected a mapping of sections at the top level")
+    for dotted, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = dotted.split(".")
+        for k in parents:
+            node = node.setdefault(k, {})
+        node[leaf] = value
+    try:
+        return Config.model_validate(data)
+    except ValidationError as e:
+        where = path or "<defaults>"
+        lines = [f"{where}: {'.'.join(str(x) for x in err['loc'])}: {err['msg']}" for err in e.errors()]
+        raise ConfigError("invalid config\n  " + "\n  ".join(lines)) from None

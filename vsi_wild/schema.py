@@ -1,0 +1,208 @@
+"""Every artifact's Arrow schema, in one place.
+
+Each artifact the pipeline writes is a parquet file with one of the schemas below (images and
+videos are files referenced from parquet by path). Conventions:
+- times are seconds (float64); every row that points into a video also carries the frame index
+  and that video's fps;
+- ids follow ``vsi_wild.ids``; boxes are ``x0, y0, x1, y1`` in pixels of the image they refer to
+  unless a column name says ``_norm`` (fractions of width/height);
+- world coordinates are metres, right-handed, z up; yaw in degrees, positive turns right
+  (clockwise seen from above), 0 = +y.
+
+Add a new artifact by adding its schema here and, if a stage writes it, listing it in
+``ARTIFACTS`` so that ``vsi-wild`` can describe it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import pyarrow as pa
+
+TIMESTAMP = pa.timestamp("us", tz="UTC")
+
+
+def _schema(doc: str, *fields: pa.Field) -> pa.Schema:
+    return pa.schema(list(fields), metadata={"doc": doc})
+
+
+def f(name: str, typ: pa.DataType, nullable: bool = False, doc: str | None = None) -> pa.Field:
+    return pa.field(name, typ, nullable=nullable, metadata={"doc": doc} if doc else None)
+
+
+# --------------------------------------------------------------------------------------------
+# Store bookkeeping
+# --------------------------------------------------------------------------------------------
+
+MANIFEST = _schema(
+    "The files of one completed (stage, unit) output; written last, so its presence means done.",
+    f("file", pa.string(), doc="path relative to the unit's output folder"),
+    f("bytes", pa.int64()),
+    f("sha256", pa.string()),
+)
+
+STATUS = _schema(
+    "One row per (stage, unit): the latest state of that unit.",
+    f("stage", pa.string()),
+    f("unit", pa.string()),
+    f("state", pa.string(), doc="running | done | failed | skipped"),
+    f("key", pa.string(), doc="cache key of the latest attempt"),
+    f("fingerprint", pa.string(), True, doc="content fingerprint of the output (done only)"),
+    f("error", pa.string(), True),
+    f("attempts", pa.int64(), doc="times this unit was computed (cache hits do not count)"),
+    f("started_at", TIMESTAMP, True),
+    f("ended_at", TIMESTAMP, True),
+    f("duration_s", pa.float64(), True),
+    f("host", pa.string(), True),
+    f("pipeline_version", pa.string()),
+)
+
+# --------------------------------------------------------------------------------------------
+# Sources: registered by crawl, `vsi-wild add` or the sample generator; completed by probe
+# --------------------------------------------------------------------------------------------
+
+SOURCE = _schema(
+    "One row per 360° source video: where it came from and what it is.",
+    f("source_id", pa.string()),
+    f("origin", pa.string(), doc="youtube | local | sample"),
+    f("path", pa.string(), True, doc="local file (absolute, or relative to the data root)"),
+    f("url", pa.string(), True),
+    f("title", pa.string(), True),
+    f("channel", pa.string(), True),
+    f("license", pa.string(), True),
+    f("upload_date", pa.string(), True, doc="YYYYMMDD as yt-dlp gives it"),
+    f("query", pa.string(), True),
+    f("category", pa.string(), True, doc="one of the 8 scene categories, when known"),
+    f("language", pa.string(), True),
+    f("crawl_time", TIMESTAMP, True),
+    f("ytdlp_version", pa.string(), True),
+    f("projection", pa.string(), True, doc="equirectangular | unknown | ..."),
+    f("duration_s", pa.float64(), True),
+    f("width", pa.int64(), True),
+    f("height", pa.int64(), True),
+    f("fps", pa.float64(), True, doc="average frame rate"),
+    f("n_frames", pa.int64(), True),
+    f("size_bytes", pa.int64(), True),
+    f("content_sha256", pa.string(), True),
+    f("codec", pa.string(), True),
+    f("provenance", pa.string(), True, doc="JSON: generator parameters, info-dict path, ..."),
+)
+
+# --------------------------------------------------------------------------------------------
+# Ground truth of a generated sample (stages/sample)
+# --------------------------------------------------------------------------------------------
+
+TRUTH_POSES = _schema(
+    "Camera pose per frame of a generated sample (world frame, metres, degrees).",
+    f("source_id", pa.string()),
+    f("frame", pa.int64()),
+    f("time", pa.float64()),
+    f("x", pa.float64()),
+    f("y", pa.float64()),
+    f("z", pa.float64()),
+    f("yaw_deg", pa.float64(), doc="heading of the panorama's centre column; + turns right"),
+    f("pitch_deg", pa.float64()),
+    f("roll_deg", pa.float64()),
+    f("place", pa.string(), doc="the place the camera is in"),
+)
+
+TRUTH_OBJECTS = _schema(
+    "Every object instance of a generated sample.",
+    f("source_id", pa.string()),
+    f("instance_id", pa.int64(), doc="unique within the sample"),
+    f("category", pa.string()),
+    f("shape", pa.string(), doc="box | cylinder | sphere | cone"),
+    f("x", pa.float64(), doc="centre"),
+    f("y", pa.float64()),
+    f("z", pa.float64()),
+    f("size_x", pa.float64()),
+    f("size_y", pa.float64()),
+    f("size_z", pa.float64()),
+    f("place", pa.string()),
+)
+
+TRUTH_VISIBILITY = _schema(
+    "Per 2 FPS timestamp and perspective view: the instances visible (in the frustum, not fully "
+    "occluded), with their image boxes and masks at the truth resolution.",
+    f("source_id", pa.string()),
+    f("view", pa.string()),
+    f("sample_index", pa.int64(), doc="k of t_k = k / 2 s"),
+    f("time", pa.float64()),
+    f("frame", pa.int64(), doc="source frame index nearest to time"),
+    f("fps", pa.float64()),
+    f("instance_id", pa.int64()),
+    f("category", pa.string()),
+    f("x0", pa.float64()),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("image_width", pa.int64()),
+    f("image_height", pa.int64()),
+    f("pixels", pa.int64(), doc="visible pixels of the instance"),
+    f("mask_rle", pa.string(), doc="COCO RLE counts (compressed string) of the visible mask"),
+)
+
+TRUTH_FACES = _schema(
+    "Per 2 FPS timestamp and perspective view: the face photographs visible, with image boxes.",
+    f("source_id", pa.string()),
+    f("view", pa.string()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("face_id", pa.int64()),
+    f("x0", pa.float64()),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("image_width", pa.int64()),
+    f("image_height", pa.int64()),
+    f("pixels", pa.int64()),
+)
+
+TRUTH_PLACES = _schema(
+    "The places of a generated sample (axis-aligned footprints).",
+    f("source_id", pa.string()),
+    f("place", pa.string()),
+    f("x_min", pa.float64()),
+    f("y_min", pa.float64()),
+    f("x_max", pa.float64()),
+    f("y_max", pa.float64()),
+)
+
+
+# --------------------------------------------------------------------------------------------
+# Helpers
+# --------------------------------------------------------------------------------------------
+
+
+def table(schema: pa.Schema, rows: Iterable[Mapping[str, Any]] | Mapping[str, Iterable[Any]]) -> pa.Table:
+    """Build a table of ``schema`` from row dicts or a column dict; a missing or extra field is an
+    error naming the field (never silently dropped)."""
+    if isinstance(rows, Mapping):
+        cols = dict(rows)
+    else:
+        rows = list(rows)
+        cols = {name: [r[name] if name in r else _missing(name, i) for i, r in enumerate(rows)] for name in schema.names}
+        extra = set().union(*(r.keys() for r in rows)) - set(schema.names) if rows else set()
+        if extra:
+            raise KeyError(f"fields not in schema {schema.metadata.get(b'doc', b'')[:40]!r}: {sorted(extra)}")
+    missing = [n for n in schema.names if n not in cols]
+    extra = [n for n in cols if n not in schema.names]
+    if missing or extra:
+        raise KeyError(f"columns missing {missing}, unexpected {extra}")
+    return pa.Table.from_arrays([pa.array(cols[n], type=schema.field(n).type) for n in schema.names], schema=schema)
+
+
+def _missing(name: str, i: int) -> Any:
+    raise KeyError(f"row {i}: missing field {name!r}")
+
+
+def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
+    """Check that ``t`` has exactly ``schema``'s columns (any order) and cast it to ``schema``."""
+    missing = [n for n in schema.names if n not in t.column_names]
+    extra = [n for n in t.column_names if n not in schema.names]
+    if missing or extra:
+        raise KeyError(f"columns missing {missing}, unexpected {extra}")
+    return t.select(schema.names).cast(schema)

@@ -1,0 +1,285 @@
+"""The artifact store: parquet tables and media files under one data root, written atomically.
+
+Layout under the data root (a local path or an fsspec URL such as ``s3://bucket/prefix``)::
+
+    artifacts/<stage>/<unit>/<key>/...        one completed output per cache key
+    artifacts/<stage>/<unit>/<key>/_manifest.parquet   written last: its presence means "complete"
+    status/<stage>/<unit>.parquet             the latest status row of (stage, unit)
+    registry/<source_id>.parquet              the source's registration row (schema.SOURCE)
+    review/<source_id>.parquet                the human review decision of a source
+    exports/                                  the published benchmark (see stages/export)
+    tmp/                                      scratch space of outputs being written
+
+A unit's output is built in a private scratch folder, then moved into place; the manifest (file
+names, sizes, sha256) is written after every file, by rename on a local disk and as one object
+PUT on an object store. A run killed at any moment leaves at most a scratch folder or a folder
+without a manifest, which no reader trusts and the next writer replaces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+import shutil
+import socket
+import tempfile
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pyarrow as pa
+import pyarrow.parquet as pq
+from fsspec.implementations.local import LocalFileSystem
+
+from vsi_wild import schema
+
+MANIFEST_NAME = "_manifest.parquet"
+_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        while chunk := fh.read(_CHUNK):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """Parquet bytes of a table, written the same way everywhere (deterministic for one pyarrow)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=True)
+    return buf.getvalue()
+
+
+def manifest_fingerprint(manifest: pa.Table) -> str:
+    h = hashlib.sha256()
+    for name, digest in sorted(zip(manifest["file"].to_pylist(), manifest["sha256"].to_pylist())):
+        h.update(f"{name}\0{digest}\n".encode())
+    return h.hexdigest()
+
+
+class StoreError(RuntimeError):
+    pass
+
+
+@dataclass(frozen=True)
+class UnitRef:
+    """Where one completed (stage, unit) output lives."""
+
+    stage: str
+    unit: str
+    key: str
+
+
+class Store:
+    def __init__(self, root: str | os.PathLike[str], local_cache: str | os.PathLike[str] | None = None):
+        root = os.fspath(root)
+        self.url = root
+        self.fs, path = fsspec.core.url_to_fs(root)
+        self.is_local = isinstance(self.fs, LocalFileSystem)
+        if self.is_local:
+            path = os.path.abspath(path)
+            os.makedirs(path, exist_ok=True)
+        self.root = path.rstrip("/")
+        # Remote files are read through a local copy (videos are decoded by ffmpeg from disk).
+        self._cache = Path(local_cache) if local_cache else Path(tempfile.gettempdir()) / "vsi-wild-cache"
+
+    # ---------------------------------------------------------------- paths
+    def path(self, *parts: str) -> str:
+        return "/".join([self.root, *parts])
+
+    def unit_dir(self, ref: UnitRef) -> str:
+        return self.path("artifacts", ref.stage, ref.unit, ref.key)
+
+    def local_root(self) -> Path:
+        if not self.is_local:
+            raise StoreError(f"data root {self.url} is not a local folder")
+        return Path(self.root)
+
+    # ---------------------------------------------------------------- small atomic files
+    def write_bytes_atomic(self, path: str, data: bytes) -> None:
+        if self.is_local:
+            os.makedirs(os.path.dirname(path), exist_ok=True)
+            tmp = f"{path}.tmp-{uuid.uuid4().hex}"
+            with open(tmp, "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.replace(tmp, path)
+        else:
+            # One object PUT is atomic on object stores: readers see the old or the new object.
+            with self.fs.open(path, "wb") as fh:
+                fh.write(data)
+
+    def write_table_atomic(self, path: str, table: pa.Table) -> None:
+        self.write_bytes_atomic(path, table_bytes(table))
+
+    def read_table_at(self, path: str) -> pa.Table:
+        with self.fs.open(path, "rb") as fh:
+            return pq.read_table(fh)
+
+    def exists(self, path: str) -> bool:
+        return self.fs.exists(path)
+
+    # ---------------------------------------------------------------- unit outputs
+    def is_complete(self, ref: UnitRef) -> bool:
+        return self.fs.exists(f"{self.unit_dir(ref)}/{MANIFEST_NAME}")
+
+    def manifest(self, ref: UnitRef) -> pa.Table:
+        return self.read_table_at(f"{self.unit_dir(ref)}/{MANIFEST_NAME}")
+
+    def fingerprint(self, ref: UnitRef) -> str:
+        return manifest_fingerprint(self.manifest(ref))
+
+    def files(self, ref: UnitRef) -> list[str]:
+        return self.manifest(ref)["file"].to_pylist()
+
+    def read_table(self, ref: UnitRef, name: str) -> pa.Table:
+        return self.read_table_at(f"{self.unit_dir(ref)}/{name}")
+
+    def has_file(self, ref: UnitRef, name: str) -> bool:
+        return name in self.files(ref)
+
+    def local_file(self, ref: UnitRef, name: str) -> Path:
+        """A local path to one file of a completed output (downloaded once if the root is remote)."""
+        remote = f"{self.unit_dir(ref)}/{name}"
+        if self.is_local:
+            return Path(remote)
+        local = self._cache / hashlib.sha256(self.url.encode()).hexdigest()[:12] / ref.stage / ref.unit / ref.key / name
+        if not local.exists():
+            local.parent.mkdir(parents=True, exist_ok=True)
+            tmp = local.with_name(local.name + f".tmp-{uuid.uuid4().hex}")
+            self.fs.get_file(remote, str(tmp))
+            os.replace(tmp, local)
+        return local
+
+    @contextmanager
+    def writer(self, ref: UnitRef) -> Iterator[UnitWriter]:
+        """Build an output in scratch space; commit it on success, discard it on error."""
+        scratch_parent = Path(self.root) / "tmp" if self.is_local else self._cache / "scratch"
+        scratch_parent.mkdir(parents=True, exist_ok=True)
+        scratch = Path(tempfile.mkdtemp(prefix=f"{socket.gethostname()}-{os.getpid()}-", dir=scratch_parent))
+        w = UnitWriter(self, ref, scratch)
+        try:
+            yield w
+            w._commit()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def remove_output(self, ref: UnitRef) -> None:
+        d = self.unit_dir(ref)
+        if self.fs.exists(d):
+            self.fs.rm(d, recursive=True)
+
+    def clean_scratch(self) -> int:
+        """Remove scratch folders left by processes of this host that no longer run."""
+        if not self.is_local:
+            return 0
+        removed = 0
+        host = socket.gethostname()
+        for d in (Path(self.root) / "tmp").glob(f"{host}-*-*"):
+            try:
+                pid = int(d.name[len(host) + 1 :].split("-", 1)[0])
+            except ValueError:
+                continue
+            if not _pid_alive(pid):
+                shutil.rmtree(d, ignore_errors=True)
+                removed += 1
+        return removed
+
+    # ---------------------------------------------------------------- status rows
+    def status_path(self, stage: str, unit: str) -> str:
+        return self.path("status", stage, f"{unit}.parquet")
+
+    def write_status(self, row: dict[str, Any]) -> None:
+        self.write_table_atomic(self.status_path(row["stage"], row["unit"]), schema.table(schema.STATUS, [row]))
+
+    def read_status(self, stage: str, unit: str) -> dict[str, Any] | None:
+        p = self.status_path(stage, unit)
+        if not self.fs.exists(p):
+            return None
+        return self.read_table_at(p).to_pylist()[0]
+
+    def status_table(self) -> pa.Table:
+        return self._concat_dir(self.path("status"), schema.STATUS, "*/*.parquet")
+
+    # ---------------------------------------------------------------- registry and review
+    def register_source(self, row: dict[str, Any]) -> None:
+        self.write_table_atomic(self.path("registry", f"{row['source_id']}.parquet"), schema.table(schema.SOURCE, [row]))
+
+    def unregister_source(self, source_id: str) -> bool:
+        p = self.path("registry", f"{source_id}.parquet")
+        if self.fs.exists(p):
+            self.fs.rm(p)
+            return True
+        return False
+
+    def registry(self) -> pa.Table:
+        return self._concat_dir(self.path("registry"), schema.SOURCE, "*.parquet").sort_by("source_id")
+
+    def _concat_dir(self, base: str, sch: pa.Schema, pattern: str) -> pa.Table:
+        paths = sorted(self.fs.glob(f"{base}/{pattern}")) if self.fs.exists(base) else []
+        tables = []
+        for p in paths:
+            try:
+                tables.append(schema.conform(self.read_table_at(p), sch))
+            except Exception as e:  # a damaged row file must not hide the others
+                raise StoreError(f"unreadable table {p}: {e}") from e
+        return pa.concat_tables(tables) if tables else sch.empty_table()
+
+
+class UnitWriter:
+    """Collects the files of one output in a local scratch folder (see ``Store.writer``)."""
+
+    def __init__(self, store: Store, ref: UnitRef, scratch: Path):
+        self.store = store
+        self.ref = ref
+        self.scratch = scratch
+
+    def path(self, name: str) -> Path:
+        """A local path to write the file ``name`` (may contain '/'); parents are created."""
+        if name.startswith("/") or ".." in Path(name).parts or name == MANIFEST_NAME:
+            raise StoreError(f"bad output file name {name!r}")
+        p = self.scratch / name
+        p.parent.mkdir(parents=True, exist_ok=True)
+        return p
+
+    def write_table(self, name: str, table: pa.Table) -> None:
+        self.path(name).write_bytes(table_bytes(table))
+
+    def _commit(self) -> None:
+        files = sorted(p for p in self.scratch.rglob("*") if p.is_file())
+        rows = [
+            {"file": p.relative_to(self.scratch).as_posix(), "bytes": p.stat().st_size, "sha256": sha256_file(p)}
+            for p in files
+        ]
+        manifest = schema.table(schema.MANIFEST, rows)
+        final = self.store.unit_dir(self.ref)
+        st = self.store
+        if st.is_local:
+            if os.path.exists(final):  # an earlier attempt died before its manifest: not trusted
+                shutil.rmtree(final)
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            os.rename(self.scratch, final)  # same file system (scratch lives under the root)
+        else:
+            if st.fs.exists(final):
+                st.fs.rm(final, recursive=True)
+            for p in files:
+                st.fs.put_file(str(p), f"{final}/{p.relative_to(self.scratch).as_posix()}")
+        st.write_table_atomic(f"{final}/{MANIFEST_NAME}", manifest)
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
