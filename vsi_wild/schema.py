@@ -173,6 +173,101 @@ TRUTH_PLACES = _schema(
 
 
 # --------------------------------------------------------------------------------------------
+# Projection (stages/project): four perspective views per source, faces blurred
+# --------------------------------------------------------------------------------------------
+
+VIEWS_TABLE = _schema(
+    "The perspective videos made from one source (one row per view).",
+    f("video_id", pa.string()),
+    f("source_id", pa.string()),
+    f("view", pa.string()),
+    f("yaw_deg", pa.float64()),
+    f("pitch_deg", pa.float64()),
+    f("hfov_deg", pa.float64()),
+    f("vfov_deg", pa.float64()),
+    f("width", pa.int64()),
+    f("height", pa.int64()),
+    f("fps", pa.float64(), doc="average frame rate (timestamps are kept as decoded)"),
+    f("n_frames", pa.int64()),
+    f("duration_s", pa.float64()),
+    f("path", pa.string(), doc="file name inside the unit's output folder"),
+    f("sha256", pa.string()),
+)
+
+FACES = _schema(
+    "Every face box blurred in a written view frame: the privacy audit trail.",
+    f("video_id", pa.string()),
+    f("frame", pa.int64()),
+    f("time", pa.float64()),
+    f("x0", pa.float64()),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("score", pa.float64()),
+    f("backend", pa.string()),
+    f("detected", pa.bool_(), doc="false when the box was carried from an earlier detection"),
+)
+
+# --------------------------------------------------------------------------------------------
+# Metadata (stages/candidates, detect, segment, pose, metadata): the contract between the
+# metadata stages and the QA stages. Angles: degrees, 0 = the view's heading, +90 = right.
+# --------------------------------------------------------------------------------------------
+
+POSES = _schema(
+    "Camera pose per 2 FPS timestamp of one video (world-to-camera, OpenCV camera axes).",
+    f("video_id", pa.string()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("extrinsics", pa.list_(pa.float64(), 12), doc="row-major 3x4 [R|t], world -> camera"),
+    f("intrinsics", pa.list_(pa.float64(), 9), doc="row-major 3x3 K in view pixels"),
+    f("x", pa.float64(), doc="camera centre in the world frame (scale as estimated)"),
+    f("y", pa.float64()),
+    f("z", pa.float64()),
+    f("valid", pa.bool_()),
+    f("backend", pa.string()),
+)
+
+INSTANCES = _schema(
+    "Derived object instances of one video (after reconciliation and human fixes).",
+    f("video_id", pa.string()),
+    f("concept", pa.string()),
+    f("instance_id", pa.int64(), doc="global within the video"),
+    f("first_time", pa.float64()),
+    f("last_time", pa.float64()),
+    f("first_frame", pa.int64()),
+    f("last_frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("n_observations", pa.int64(), doc="2 FPS timestamps at which it is visible"),
+    f("spans", pa.list_(pa.struct([("start", pa.float64()), ("end", pa.float64())])),
+      doc="visible intervals (seconds)"),
+    f("x", pa.float64(), True, doc="world position when known"),
+    f("y", pa.float64(), True),
+    f("z", pa.float64(), True),
+    f("origin", pa.string(), doc="auto | fix"),
+)
+
+MOTION = _schema(
+    "Derived camera motion of one video, one row per clip (VMR's metadata).",
+    f("video_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("clip_start", pa.float64()),
+    f("clip_end", pa.float64()),
+    f("state", pa.string(), doc="ok | none (no meaningful motion) | failed (a check failed)"),
+    f("pivot_time", pa.float64(), True),
+    f("pivot_frame", pa.int64(), True),
+    f("fps", pa.float64()),
+    f("angle_deg", pa.float64(), True, doc="motion direction relative to the view's heading, [-180, 180)"),
+    f("speed", pa.float64(), True, doc="units of the pose backend per second"),
+    f("stability", pa.float64(), True, doc="0..1, how steady the direction is around the pivot"),
+    f("views_consistent", pa.bool_(), True, doc="the four views' motions agree"),
+    f("reason", pa.string(), True),
+    f("origin", pa.string(), doc="auto | fix"),
+)
+
+
+# --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
 
