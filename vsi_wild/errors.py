@@ -3,7 +3,18 @@
 
 class UnitError(Exception):
     """An expected failure of one unit (bad input, unavailable video, missing weights): its message
-    is what the user reads in the status table, so it names the file, row or field at fault."""
+    is what the user reads in the status table, so it names the file, row or field at fault.
+
+    ``kind`` classifies it for reports (``bad_input``, ``unavailable``, ``private``, ``removed``,
+    ``gated``, ``geo_blocked``, ``rate_limited``, ``network``, ``missing_weights``, ...);
+    ``retryable=False`` means a re-run with the same inputs cannot succeed, so it is not retried
+    (``--force`` still retries it).
+    """
+
+    def __init__(self, message: str, kind: str = "bad_input", retryable: bool = True):
+        super().__init__(message)
+        self.kind = kind
+        self.retryable = retryable
 
 
 class Skip(Exception):
@@ -16,7 +27,8 @@ class MissingWeights(UnitError):
     def __init__(self, config_key: str, path: str, hint: str = ""):
         super().__init__(
             f"model weights not found: {path} (config key `{config_key}`). "
-            f"Put the file there or point `{config_key}` at it.{(' ' + hint) if hint else ''}"
+            f"Put the file there or point `{config_key}` at it.{(' ' + hint) if hint else ''}",
+            kind="missing_weights",
         )
         self.config_key = config_key
         self.path = path
@@ -27,5 +39,6 @@ class MissingDependency(UnitError):
 
     def __init__(self, package: str, backend: str):
         super().__init__(
-            f"backend {backend!r} needs the package {package!r}: pip install 'vsi-wild[models]'"
+            f"backend {backend!r} needs the package {package!r}: pip install 'vsi-wild[models]'",
+            kind="missing_dependency",
         )

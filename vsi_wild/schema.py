@@ -50,6 +50,8 @@ STATUS = _schema(
     f("key", pa.string(), doc="cache key of the latest attempt"),
     f("fingerprint", pa.string(), True, doc="content fingerprint of the output (done only)"),
     f("error", pa.string(), True),
+    f("error_class", pa.string(), True, doc="bad_input | unavailable | private | ... | internal"),
+    f("retryable", pa.bool_(), True, doc="false: a re-run does not retry it (unless --force)"),
     f("attempts", pa.int64(), doc="times this unit was computed (cache hits do not count)"),
     f("started_at", TIMESTAMP, True),
     f("ended_at", TIMESTAMP, True),
