@@ -109,8 +109,12 @@ def build_vsi_wild(
     force: bool = False,
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any] | Failed:
-    request = RunRequest(config=config, data_root=data_root, only=only, from_stage=from_stage, videos=videos,
-                         force=force, overrides=overrides or {})
+    return run_request(RunRequest(config=config, data_root=data_root, only=only, from_stage=from_stage,
+                                  videos=videos, force=force, overrides=overrides or {}))
+
+
+def run_request(request: RunRequest) -> dict[str, Any] | Failed:
+    """The body of every flow: run the request's stages on the configured task runner."""
     cfg = load_config(request.config, request.overrides)
     summary = _dag.with_options(task_runner=task_runner(cfg))(request.model_dump_json())
     _publish_summary(summary)
