@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 import json
-from collections import Counter
 from typing import Any
 
 from prefect import flow, get_run_logger, task
@@ -86,39 +85,18 @@ def execute_plan(request: RunRequest) -> dict[str, Any]:
     forced = frozenset(s.name for s in stages) if request.force else frozenset()
     plan = engine.Plan.load(config, store, registry.STAGES, selection=Selection(frozenset(request.videos or ())), force=forced)
     spec_json = WorkerSpec(config=config.model_dump(mode="json"), data_root=data_root).model_dump_json()
-    for stage in stages:
-        units = plan.units_of(stage)
-        engine.emit("stage", stage=stage.name, total=len(units))
-        futures = []
-        for unit in units:
-            prepared = engine.prepare(plan, stage, unit)
-            if isinstance(prepared, Outcome):
-                plan.record(prepared)
-                engine.emit("end", stage=stage.name, unit=unit, outcome=prepared)
-                continue
-            inputs = {n: {u: (r.stage, r.unit, r.key) for u, r in us.items()} for n, us in prepared.inputs.items()}
-            t = run_unit.with_options(tags=["gpu"] if stage.gpu else [])
-            futures.append((unit, prepared.key, t.submit(spec_json, stage.name, unit, prepared.key, inputs)))
-        for unit, key, fut in futures:
-            try:
-                plan.record(Outcome(**fut.result()))
-            except Exception as e:  # the task itself broke (worker lost, ...): a failed unit
-                plan.record(Outcome(stage.name, unit, "failed", key=key, error=f"task failed: {e}"))
-        counts = Counter(o.state for o in plan.outcomes.get(stage.name, {}).values())
-        logger.info("stage %s: %s", stage.name, dict(counts) or "no units")
-    return summarize(plan, data_root)
 
+    def submit(stage: engine.Stage, prepared: Prepared):
+        inputs = {n: {u: (r.stage, r.unit, r.key) for u, r in us.items()} for n, us in prepared.inputs.items()}
+        t = run_unit.with_options(tags=["gpu"] if stage.gpu else [])
+        future = t.submit(spec_json, stage.name, prepared.unit, prepared.key, inputs)
+        return lambda: Outcome(**future.result())
 
-def summarize(plan: engine.Plan, data_root: str) -> dict[str, Any]:
-    stages = []
-    failed = []
-    for name, outcomes in plan.outcomes.items():
-        c = Counter(o.state for o in outcomes.values())
-        stages.append({"stage": name, **{k: c.get(k, 0) for k in ("computed", "cached", "skipped", "failed")},
-                       "seconds": round(sum(o.seconds for o in outcomes.values()), 1)})
-        failed += [{"stage": name, "unit": o.unit, "error": o.error} for o in outcomes.values() if o.state == "failed"]
-    skipped = [{"stage": n, "unit": o.unit, "reason": o.error} for n, os_ in plan.outcomes.items() for o in os_.values() if o.state == "skipped"]
-    return {"data_root": data_root, "stages": stages, "failed": failed, "skipped": skipped}
+    engine.run_stages(plan, stages, submit)
+    summary = engine.summarize(plan, data_root)
+    for s in summary["stages"]:
+        logger.info("stage %(stage)s: %(computed)d computed, %(cached)d cached, %(skipped)d skipped, %(failed)d failed", s)
+    return summary
 
 
 @flow(name="build-vsi-wild", description="Build VSI-Super-Wild: the whole DAG (or the selected stages) on the configured sources.")
@@ -131,8 +109,12 @@ def build_vsi_wild(
     force: bool = False,
     overrides: dict[str, Any] | None = None,
 ) -> dict[str, Any] | Failed:
-    request = RunRequest(config=config, data_root=data_root, only=only, from_stage=from_stage, videos=videos,
-                         force=force, overrides=overrides or {})
+    return run_request(RunRequest(config=config, data_root=data_root, only=only, from_stage=from_stage,
+                                  videos=videos, force=force, overrides=overrides or {}))
+
+
+def run_request(request: RunRequest) -> dict[str, Any] | Failed:
+    """The body of every flow: run the request's stages on the configured task runner."""
     cfg = load_config(request.config, request.overrides)
     summary = _dag.with_options(task_runner=task_runner(cfg))(request.model_dump_json())
     _publish_summary(summary)

@@ -150,6 +150,7 @@ class Plan:
     current: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # stage -> unit -> (key, fp)
     enumerated: dict[str, list[str]] = field(default_factory=dict)
     outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+    _sources: list[str] | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, config: Config, store: Store, stages: Iterable[Stage], **kw: Any) -> Plan:
@@ -199,7 +200,10 @@ class Plan:
         return list(getattr(project, "views", None) or ids.VIEWS)
 
     def sources(self) -> list[str]:
-        return self.store.registry()["source_id"].to_pylist()
+        """Registered source ids (read once per plan: registration happens before a run)."""
+        if self._sources is None:
+            self._sources = self.store.registry()["source_id"].to_pylist()
+        return self._sources
 
     # -------------------------------------------------------------- inputs and keys
     def inputs_of(self, stage: Stage, unit: str) -> tuple[dict[str, dict[str, UnitRef]], str | None]:
@@ -232,7 +236,7 @@ class Plan:
         sources that are no longer registered."""
         if unit == ALL:
             return True
-        return ids.unit_source(unit) in set(self.sources())
+        return ids.unit_source(unit) in self.sources()
 
     def _why_missing(self, stage: str, unit: str) -> str:
         o = self.outcomes.get(stage, {}).get(unit)
@@ -309,6 +313,57 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
             and prev["retryable"] is False):
         return Outcome(stage.name, unit, "failed", key=key, error=f"not retried (use --force): {prev['error']}")
     return Prepared(stage.name, unit, key, inputs)
+
+
+Submit = Callable[[Stage, Prepared], Callable[[], Outcome]]
+
+
+def run_inline(plan: Plan) -> Submit:
+    """Execute units one after another in this thread (tests, debugging)."""
+
+    def submit(stage: Stage, prepared: Prepared) -> Callable[[], Outcome]:
+        outcome = execute(stage, prepared, plan.config, plan.store)
+        return lambda: outcome
+
+    return submit
+
+
+def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
+    """Run ``stages`` in order; within a stage, hand every unit that must be computed to ``submit``
+    (which may run it elsewhere and returns a way to wait for its outcome)."""
+    for stage in stages:
+        plan._sources = None  # an earlier stage may have registered sources (sample, download)
+        units = plan.units_of(stage)
+        emit("stage", stage=stage.name, total=len(units))
+        pending = []
+        for unit in units:
+            prepared = prepare(plan, stage, unit)
+            if isinstance(prepared, Outcome):
+                plan.record(prepared)
+                emit("end", stage=stage.name, unit=unit, outcome=prepared)
+                continue
+            pending.append((prepared, submit(stage, prepared)))
+        for prepared, wait in pending:
+            try:
+                outcome = wait()
+            except Exception as e:  # noqa: BLE001 - the runner lost the unit (worker died, ...)
+                outcome = Outcome(stage.name, prepared.unit, "failed", key=prepared.key, error=f"task failed: {e}")
+            plan.record(outcome)
+
+
+def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
+    """Counts per stage, the failures with their errors, and the skips with their reasons."""
+    stages, failed, skipped = [], [], []
+    for name, outcomes in plan.outcomes.items():
+        counts = {k: 0 for k in ("computed", "cached", "skipped", "failed")}
+        for o in outcomes.values():
+            counts[o.state] += 1
+            if o.state == "failed":
+                failed.append({"stage": name, "unit": o.unit, "error": o.error})
+            elif o.state == "skipped":
+                skipped.append({"stage": name, "unit": o.unit, "reason": o.error})
+        stages.append({"stage": name, **counts, "seconds": round(sum(o.seconds for o in outcomes.values()), 1)})
+    return {"data_root": data_root, "stages": stages, "failed": failed, "skipped": skipped}
 
 
 class Job:
