@@ -46,7 +46,9 @@ class Stage:
     ``run`` does the I/O of one unit: it reads upstream outputs through the ``Job``, calls the pure
     functions of ``stages/`` and writes its files with ``job.out``. ``units`` enumerates the units
     of this stage when the default (derived from the upstream stages' units) does not fit.
-    ``raw_inputs`` returns fingerprints of inputs that live outside the store.
+    ``raw_inputs`` returns fingerprints of inputs that live outside the store. ``publish`` is
+    called once a unit's output is complete (computed, or found cached) to make it known outside
+    the artifact tree, e.g. to register a downloaded source; it must be idempotent.
     """
 
     name: str
@@ -59,6 +61,7 @@ class Stage:
     description: str = ""
     units: Callable[[Plan, Stage], list[str]] | None = None
     raw_inputs: Callable[[Config, Store, str], dict[str, str]] | None = None
+    publish: Callable[[Config, Store, UnitRef], None] | None = None
 
 
 @dataclass
@@ -285,13 +288,36 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
         _write_status(store, stage.name, unit, "failed", key="", error=error, attempts=_attempts(store, stage.name, unit) + 1)
         return Outcome(stage.name, unit, "failed", error=error)
     ref = UnitRef(stage.name, unit, key)
-    if stage.name not in plan.force and store.is_complete(ref):
+    forced = stage.name in plan.force
+    prev = store.read_status(stage.name, unit)
+    if not forced and store.is_complete(ref):
         fp = store.fingerprint(ref)
-        prev = store.read_status(stage.name, unit)
+        failed = _publish(stage, plan.config, store, ref)
+        if failed is not None:
+            _write_status(store, stage.name, unit, "failed", key=key, error=failed[0], error_class=failed[1],
+                          retryable=True, attempts=prev["attempts"] if prev else 0)
+            return Outcome(stage.name, unit, "failed", key=key, error=failed[0])
         if prev is None or prev["state"] != "done" or prev["key"] != key:
             _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=prev["attempts"] if prev else 0)
         return Outcome(stage.name, unit, "cached", key=key, fingerprint=fp)
+    # A failure that cannot succeed again with the same inputs (a private or removed video) is not
+    # retried until its inputs change or the stage is forced.
+    if (not forced and prev is not None and prev["state"] == "failed" and prev["key"] == key
+            and prev.get("retryable") is False):
+        return Outcome(stage.name, unit, "failed", key=key, error=f"{prev['error']} (not retried: use --force)")
     return Prepared(stage.name, unit, key, inputs)
+
+
+def _publish(stage: Stage, config: Config, store: Store, ref: UnitRef) -> tuple[str, str] | None:
+    """Run the stage's publish hook; a failure is (message, class), never an exception."""
+    if stage.publish is None:
+        return None
+    try:
+        stage.publish(config, store, ref)
+    except Exception as e:  # noqa: BLE001 - recorded as this unit's failure; a re-run publishes again
+        _log_traceback(store, stage.name, ref.unit, e)
+        return f"publishing the output failed: {_describe(e)}", _error_class(e)
+    return None
 
 
 class Job:
@@ -355,13 +381,28 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> O
         error = _describe(e)
         _log_traceback(store, stage.name, unit, e)
         outcome = Outcome(stage.name, unit, "failed", key=key, error=error, seconds=time.monotonic() - t0)
-        _write_status(store, stage.name, unit, "failed", key=key, error=error, attempts=attempts, started_at=started)
+        _write_status(store, stage.name, unit, "failed", key=key, error=error, error_class=_error_class(e),
+                      retryable=getattr(e, "retryable", True), attempts=attempts, started_at=started)
     else:
         fp = store.fingerprint(ref)
-        outcome = Outcome(stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0)
-        _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts, started_at=started)
+        failed = _publish(stage, config, store, ref)
+        if failed is not None:
+            outcome = Outcome(stage.name, unit, "failed", key=key, error=failed[0], seconds=time.monotonic() - t0)
+            _write_status(store, stage.name, unit, "failed", key=key, error=failed[0], error_class=failed[1],
+                          retryable=True, attempts=attempts, started_at=started)
+        else:
+            outcome = Outcome(stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0)
+            _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts, started_at=started)
     emit("end", stage=stage.name, unit=unit, outcome=outcome)
     return outcome
+
+
+def _error_class(e: BaseException) -> str:
+    if isinstance(e, UnitError):
+        return e.kind
+    if isinstance(e, FileNotFoundError):
+        return "bad_input"
+    return "internal"
 
 
 def _describe(e: BaseException) -> str:
@@ -391,6 +432,7 @@ def _now() -> datetime:
 
 def _write_status(store: Store, stage: str, unit: str, state: str, *, key: str, attempts: int,
                   fingerprint: str | None = None, error: str | None = None,
+                  error_class: str | None = None, retryable: bool | None = None,
                   started_at: datetime | None = None) -> None:
     ended = _now() if state in ("done", "failed", "skipped") else None
     store.write_status(
@@ -401,6 +443,8 @@ def _write_status(store: Store, stage: str, unit: str, state: str, *, key: str, 
             "key": key,
             "fingerprint": fingerprint,
             "error": error,
+            "error_class": error_class,
+            "retryable": retryable,
             "attempts": attempts,
             "started_at": started_at,
             "ended_at": ended,
