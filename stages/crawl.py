@@ -406,11 +406,20 @@ def _chain(e: BaseException) -> Iterator[BaseException]:
                 todo.append(nxt)
 
 
+_COOKIE_HINT = re.compile(
+    r"Use --cookies-from-browser or --cookies for the authentication\..*?(?:exporting YouTube cookies|$)", re.S)
+
+
 def clean_message(msg: str) -> str:
-    """yt-dlp's message without the ``ERROR: `` prefix, ANSI colours, cookie FAQ links; curly
-    apostrophes made straight (YouTube writes "you’re")."""
+    """yt-dlp's message made readable in a status row: no ``ERROR: `` prefix or ANSI colours, one
+    line, curly apostrophes straight (YouTube writes "you’re"), yt-dlp's command-line cookie hint
+    replaced by this project's option."""
     msg = re.sub(r"\x1b\[[0-9;]*m", "", msg).replace("\u2019", "'").strip()
     msg = re.sub(r"^ERROR:\s*", "", msg)
+    lines = [x.strip() for x in msg.splitlines() if x.strip()]
+    msg = " ".join(x if x[-1] in ".!?:;," or i == len(lines) - 1 else x + "." for i, x in enumerate(lines))
+    msg = _COOKIE_HINT.sub("Pass cookies with crawl.net.cookies_file (`vsi-wild crawl --cookies FILE`).", msg)
+    msg = msg.replace("(with --proxy)", "(crawl.net.proxy)")
     return " ".join(msg.split())
 
 
@@ -781,7 +790,7 @@ class Ytdlp:
                 raise UnitError(f"{url}: yt-dlp returned no info", kind="ytdlp_error")
             return ydl.sanitize_info(info)
 
-        return self._call(url, run)
+        return self._call("", run)
 
     def download(self, url: str, out_dir: Path, params: DownloadParams, *, use_archive: bool = True) -> Downloaded:
         """Download ``url`` into ``out_dir`` as ``<id>.<ext>`` with ``<id>.info.json`` beside it."""
@@ -821,7 +830,7 @@ class Ytdlp:
             info_file = out_dir / f"{info['id']}.info.json"
             return Downloaded(info, files[0], info_file if info_file.is_file() else None)
 
-        return self._call(url, run, **extra)
+        return self._call("", run, **extra)
 
 
 def in_archive(archive: str | os.PathLike[str] | None, video_id: str, extractor_key: str = "youtube") -> bool:
