@@ -183,11 +183,12 @@ FAILURES = {  # id -> (expected class, retryable)
     "ratelimit01": ("rate_limited", True),
     "ratelimit02": ("rate_limited", True),
     "network0001": ("network", True),
+    "network0002": ("network", True),
     "netmedia001": ("network", True),
 }
 
 
-def failure_fixtures(env, server_429: str) -> None:
+def failure_fixtures(env, server_429: str, server_503: str) -> None:
     fx = env["fx"]
     # unavail0001: no fixture at all, as for an id YouTube does not know
     off.write_error(fx, "private0001", reason="Private video", subreason="Sign in if you've been granted access to this video")
@@ -203,17 +204,20 @@ def failure_fixtures(env, server_429: str) -> None:
     off.write_error(fx, "ratelimit01", reason="This content isn't available, try again later.")
     off.write_error(fx, "ratelimit02", fetch=server_429)
     off.write_error(fx, "network0001", fetch=off.closed_port_url())
+    off.write_error(fx, "network0002", fetch=server_503 + "network0002")
     media = off.fmt(env["work"] / "eq256.mp4", 256, 128, note="equirectangular")
     media["url"] = off.closed_port_url() + "video.mp4"  # the info is there; the media server is down
     off.write_info(fx, "netmedia001", [media])
 
 
 def test_each_failure_class_is_a_status_row_and_reruns_retry_only_what_can_succeed(env):
-    with off.http_status_server(429) as url:
-        failure_fixtures(env, url)
+    with off.http_status_server(429) as url, off.http_status_server(503) as down:
+        failure_fixtures(env, url, down)
         cfg = env["config"](**{"crawl.ids": sorted(FAILURES), "crawl.net.max_consecutive_rate_limits": 50})
         store = Store(env["root"])
         res = tc.run_crawl(cfg, store)
+        # a network error is retried within the run (crawl.net.unit_retries = 1); a rate limit is not
+        assert down.hits == ["/network0002", "/network0002"] and len(url.hits) == 1
         assert {o.unit: o.state for o in res.outcomes} == {u: "failed" for u in FAILURES}
         for u, (kind, retryable) in FAILURES.items():
             row = store.read_status("download", u)
@@ -340,3 +344,52 @@ def test_cli_crawl_dry_run_from_release_and_add(env, media):
     assert Store(root).registry().num_rows == 3
     r3 = runner.invoke(app, ["add", "-d", root, str(env["tmp"] / "nope.mp4")])
     assert r3.exit_code == 2 and "no such file" in r3.output
+
+
+def test_cookies_file_is_passed_to_ytdlp(env):
+    search_fixtures(env)
+    cookies = env["tmp"] / "cookies.txt"
+    cookies.write_text("# Netscape HTTP Cookie File\n"
+                       ".youtube.com\tTRUE\t/\tTRUE\t2147483647\tPREF\tf6=40000000\n")
+    store = Store(env["root"])
+    missing = env["config"](**{"crawl.ids": [A], "crawl.net.cookies_file": str(env["tmp"] / "nope.txt")})
+    tc.run_crawl(missing, store)
+    row = store.read_status("download", A)
+    assert (row["error_class"], row["retryable"]) == ("bad_input", False) and "cookies_file not found" in row["error"]
+    cfg = env["config"](**{"crawl.ids": [A], "crawl.net.cookies_file": str(cookies)})
+    client = tc.make_client(cfg, store)
+    with client.ydl() as ydl:  # yt-dlp loaded the jar from the file
+        assert any(c.name == "PREF" for c in ydl.cookiejar)
+    assert tc.run_crawl(cfg, store, force=True).outcomes[0].state == "computed"
+
+
+def test_politeness_spaces_operations_and_limits_bandwidth(env):
+    waits: list[float] = []
+    session = crawl.Session()
+    session.sleep = waits.append  # record the waits instead of sleeping
+    net = crawl.NetParams(min_interval_s=5.0)
+    with session.turn(net):
+        pass
+    with session.turn(net):
+        pass
+    assert len(waits) == 1 and 4.0 < waits[0] <= 5.0
+    cfg = env["config"](**{"crawl.net.rate_limit": "2M", "crawl.net.sleep_before_download_s": 0.1,
+                           "crawl.net.max_sleep_before_download_s": 0.2, "crawl.net.sleep_requests_s": 1.5})
+    client = tc.make_client(cfg, Store(env["root"]))
+    p = client.params()
+    assert p["sleep_interval_requests"] == 1.5
+    search_fixtures(env)
+    seen = {}
+
+    class Spy:
+        def __init__(self, real):
+            self.real = real
+
+        def __call__(self, what, fn, retries=None, **extra):
+            seen.update(extra)
+            return self.real(what, fn, retries, **extra)
+
+    client._call = Spy(client._call)
+    client.download(crawl.watch_url(A), env["tmp"], cfg.crawl.download)
+    assert seen["ratelimit"] == 2 * 1024 * 1024
+    assert (seen["sleep_interval"], seen["max_sleep_interval"]) == (0.1, 0.2)

@@ -234,12 +234,20 @@ def write_search(root: Path, table: dict[str, Any]) -> None:
     (root / "search.json").write_text(json.dumps(table))
 
 
+class StatusURL(str):
+    """The server's URL; ``hits`` counts the requests it answered."""
+
+    hits: list[str]
+
+
 @contextmanager
 def http_status_server(status: int):
     """A local HTTP server answering every GET with ``status`` (e.g. 429 Too Many Requests)."""
+    hits: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:  # noqa: N802
+            hits.append(self.path)
             self.send_response(status)
             self.send_header("Content-Length", "0")
             if status == 429:
@@ -252,8 +260,10 @@ def http_status_server(status: int):
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
     t = threading.Thread(target=srv.serve_forever, daemon=True)
     t.start()
+    url = StatusURL(f"http://127.0.0.1:{srv.server_address[1]}/")
+    url.hits = hits
     try:
-        yield f"http://127.0.0.1:{srv.server_address[1]}/"
+        yield url
     finally:
         srv.shutdown()
         srv.server_close()
