@@ -157,6 +157,13 @@ class NetParams(_Params):
         default_factory=dict, description="yt-dlp extractor_args, e.g. {youtube: {player_client: [web]}}"
     )
     enable_file_urls: bool = Field(False, description="allow file:// media URLs (tests, local mirrors)")
+    js_runtimes: dict[str, dict[str, str]] | None = Field(
+        None, description="yt-dlp JavaScript runtimes for YouTube's challenges, e.g. {deno: {path: /usr/bin/deno}}; "
+                          "none = yt-dlp's default (deno on the PATH)"
+    )
+    remote_components: list[str] = Field(
+        default_factory=list, description="components yt-dlp may fetch when missing, e.g. ['ejs:github']"
+    )
 
 
 class CrawlParams(_Params):
@@ -431,7 +438,7 @@ def classify_error(e: BaseException | str, what: str = "") -> UnitError:
     kind: str | None = None
     retryable = True
     if not isinstance(e, str):
-        from yt_dlp.networking.exceptions import HTTPError, TransportError
+        from yt_dlp.networking.exceptions import HTTPError
         from yt_dlp.utils import GeoRestrictedError
 
         for x in _chain(e):
@@ -729,6 +736,10 @@ class Ytdlp:
             p["proxy"] = net.proxy
         if net.enable_file_urls:
             p["enable_file_urls"] = True
+        if net.js_runtimes is not None:
+            p["js_runtimes"] = {k: dict(v) for k, v in net.js_runtimes.items()}
+        if net.remote_components:
+            p["remote_components"] = list(net.remote_components)
         p.update(extra)
         return p
 
