@@ -43,7 +43,8 @@ from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import crawl
 from vsi_wild.store import MANIFEST_NAME, Store, UnitRef, sha256_file
-from vsi_wild.tasks.engine import Job, Outcome, Plan, Prepared, Stage, execute, prepare
+from vsi_wild.tasks.engine import (Job, Outcome, Plan, Stage, add_listener, remove_listener, run_inline,
+                                   run_stages)
 
 # ----------------------------------------------------------------------------------- helpers
 
@@ -268,15 +269,11 @@ def run_download(job: Job) -> None:
     job.out.write_table("registration.parquet", schema.table(schema.SOURCE, [row]))
 
 
-def publish_download(config: Config, store: Store, ref: UnitRef) -> None:
+def publish_download(store: Store, config: Config, ref: UnitRef) -> None:
     """Register the downloaded source (idempotent: an unchanged row is not rewritten)."""
     row = store.read_table(ref, "registration.parquet").to_pylist()[0]
-    p = store.path("registry", f"{row['source_id']}.parquet")
-    if store.exists(p):
-        old = store.read_table_at(p).to_pylist()
-        if old and old[0] == row:
-            return
-    store.register_source(row)
+    if store.registry_row(row["source_id"]) != row:
+        store.register_source(row)
 
 
 DOWNLOAD = Stage(
@@ -349,16 +346,18 @@ def run_crawl(config: Config, store: Store, *, force: bool = False,
     crawl.SESSION.reset()
     forced = frozenset(s.name for s in STAGES) if force else frozenset()
     plan = Plan.load(config, store, STAGES, force=forced)
-    outcomes: list[Outcome] = []
-    for stage in STAGES:
-        for unit in plan.units_of(stage):
-            r = prepare(plan, stage, unit)
-            if isinstance(r, Prepared):
-                r = execute(stage, r, config, store)
-            plan.record(r)
-            outcomes.append(r)
-            if on_outcome is not None:
-                on_outcome(r)
+
+    def listen(event: str, payload: dict[str, Any]) -> None:
+        if event == "end" and on_outcome is not None:
+            on_outcome(payload["outcome"])
+
+    add_listener(listen)
+    try:
+        # Inline, one unit at a time: politeness forbids a pool here (crawl.net.max_concurrent).
+        run_stages(plan, STAGES, run_inline(plan))
+    finally:
+        remove_listener(listen)
+    outcomes = [o for s in STAGES for o in plan.outcomes.get(s.name, {}).values()]
     rows = crawl_report(store, plan.enumerated.get("download", []))
     report_path = None
     if rows:
@@ -378,48 +377,3 @@ __all__ = [
     "SEARCH", "DOWNLOAD", "STAGES", "run_crawl", "crawl_report", "report_csv", "CrawlSummary",
     "download_units", "search_units", "publish_download", "archive_path", "status_counts",
 ]
-
-
-# ----------------------------------------------------------------------------------- local files
-
-VIDEO_SUFFIXES = (".mp4", ".mkv", ".webm", ".mov", ".m4v", ".avi")
-
-
-def local_video_files(paths: list[str | os.PathLike[str]]) -> list[Path]:
-    """Files as given; folders searched recursively for video files. A missing path is an error."""
-    out: list[Path] = []
-    for raw in paths:
-        p = Path(raw).expanduser()
-        if p.is_dir():
-            out.extend(sorted(q for q in p.rglob("*") if q.is_file() and q.suffix.lower() in VIDEO_SUFFIXES))
-        elif p.is_file():
-            out.append(p)
-        else:
-            raise UnitError(f"{p}: no such file or folder", kind="bad_input", retryable=False)
-    return out
-
-
-def register_local_file(store: Store, path: str | os.PathLike[str], *, category: str | None = None,
-                        origin: str = "local") -> dict[str, Any]:
-    """Register a 360° video file as a source (id: ``local-<name>-<content hash>``, so adding the
-    same file twice gives the same id). The file stays where it is; its absolute path is recorded."""
-    p = Path(path).expanduser().resolve()
-    if category is not None and category not in crawl.SCENE_CATEGORIES:
-        raise UnitError(f"unknown category {category!r}; expected one of {list(crawl.SCENE_CATEGORIES)}",
-                        kind="bad_input", retryable=False)
-    probe = crawl.ffprobe_video(p)
-    digest = sha256_file(p)
-    sid = ids.local_source_id(p.stem, digest)
-    proj = crawl.detect_projection({}, probe.get("spherical"), probe.get("width"), probe.get("height"))
-    row = {
-        "source_id": sid, "origin": origin, "path": str(p), "url": None, "title": p.stem, "channel": None,
-        "license": None, "upload_date": None, "query": None, "category": category, "language": None,
-        "crawl_time": datetime.now(timezone.utc), "ytdlp_version": None, "projection": proj.kind,
-        "duration_s": probe.get("duration_s"), "width": probe.get("width"), "height": probe.get("height"),
-        "fps": probe.get("fps"), "n_frames": None, "size_bytes": p.stat().st_size, "content_sha256": digest,
-        "codec": probe.get("codec"),
-        "provenance": json.dumps({"added_from": str(p), "added_by": "vsi-wild add",
-                                  "projection_evidence": proj.evidence}, sort_keys=True),
-    }
-    store.register_source(row)
-    return row

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
-import tempfile
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,10 +25,11 @@ from typing import Any
 
 from vsi_wild import schema
 from vsi_wild.config import Config
-from vsi_wild.errors import Skip, UnitError
+from vsi_wild.errors import Skip
 from vsi_wild.stages import review as rv
 from vsi_wild.store import Store
 from vsi_wild.tasks.engine import Job, Stage
+from vsi_wild.tasks.probe import registry_row, source_file
 
 # ----------------------------------------------------------------------------------- records
 
@@ -43,29 +43,6 @@ def read_decision(store: Store, source_id: str) -> dict[str, Any] | None:
     if not store.exists(p):
         return None
     return schema.conform(store.read_table_at(p), schema.REVIEW_DECISION).to_pylist()[0]
-
-
-def registry_row(store: Store, source_id: str) -> dict[str, Any]:
-    p = store.path("registry", f"{source_id}.parquet")
-    if not store.exists(p):
-        raise UnitError(f"source {source_id} is not registered", kind="bad_input", retryable=False)
-    return schema.conform(store.read_table_at(p), schema.SOURCE).to_pylist()[0]
-
-
-def source_file(store: Store, row: dict[str, Any]) -> Path:
-    """A local path to a registered source's video (``path`` is absolute or under the data root)."""
-    p = row.get("path")
-    if not p:
-        raise UnitError(f"source {row['source_id']} has no file path", kind="bad_input", retryable=False)
-    if os.path.isabs(p):
-        return Path(p)
-    if store.is_local:
-        return store.local_root() / p
-    local = Path(tempfile.gettempdir()) / "vsi-wild-cache" / hashlib.sha256(store.url.encode()).hexdigest()[:12] / p
-    if not local.exists():
-        local.parent.mkdir(parents=True, exist_ok=True)
-        store.fs.get_file(store.path(p), str(local))
-    return local
 
 
 # ----------------------------------------------------------------------------------- stage

@@ -15,14 +15,13 @@ import typer
 from typer.testing import CliRunner
 
 import ytdlp_offline as off
-from vsi_wild import schema
 from vsi_wild.config import load_config
-from vsi_wild.stages import crawl
 from vsi_wild.stages import review as rv
 from vsi_wild.store import Store
 from vsi_wild.tasks import review as tr
-from vsi_wild.tasks.crawl import register_local_file
-from vsi_wild.tasks.engine import Plan, Prepared, Stage, execute, prepare
+from vsi_wild.tasks.engine import Plan, Stage, run_inline, run_stages
+from vsi_wild.tasks.probe import PROBE
+from vsi_wild.tasks.sources import register_local
 
 # ------------------------------------------------------------------------------------ decision files
 
@@ -119,44 +118,27 @@ def test_motion_heuristic_measures_a_known_pan(videos):
 # ------------------------------------------------------------------------------------ the round trip
 
 
-def _probe_run(job):
-    """Stands for the pipeline's probe stage (its own module is not part of this branch): reads the
-    registered file with ffprobe and writes the measured row."""
-    row = tr.registry_row(job.store, job.unit)
-    m = crawl.ffprobe_video(tr.source_file(job.store, row))
-    row.update(width=m["width"], height=m["height"], fps=m["fps"], duration_s=m["duration_s"])
-    job.out.write_table("source.parquet", schema.table(schema.SOURCE, [row]))
-
-
 def _project_run(job):
     """A downstream consumer of review (projection's place): records that it saw the source."""
     d = job.read("review", "review.parquet").to_pylist()[0]
     job.out.write_table("seen.parquet", pa.table({"source_id": [job.unit], "decision": [d["decision"]]}))
 
 
-PROBE = Stage(name="probe", version="t", unit_kind="source", run=_probe_run, units=lambda plan, st: plan.sources())
 PROJECT = Stage(name="project", version="t", unit_kind="source", run=_project_run, needs=("review",))
 
 
 def run_dag(config, store):
     plan = Plan.load(config, store, [PROBE, tr.REVIEW, PROJECT])
-    out = {}
-    for stage in (PROBE, tr.REVIEW, PROJECT):
-        for unit in plan.units_of(stage):
-            r = prepare(plan, stage, unit)
-            if isinstance(r, Prepared):
-                r = execute(stage, r, config, store)
-            plan.record(r)
-            out[(stage.name, unit)] = r
-    return out
+    run_stages(plan, [PROBE, tr.REVIEW, PROJECT], run_inline(plan))
+    return {(stage, unit): o for stage, units in plan.outcomes.items() for unit, o in units.items()}
 
 
 def _cli():
-    from vsi_wild.cli_sources import add, review_app
+    from vsi_wild.cli_sources import review_app
 
     app = typer.Typer()
-    app.command("add")(add)
     app.add_typer(review_app, name="review")
+    app.command("noop")(lambda: None)
     return app
 
 
@@ -165,13 +147,12 @@ def test_review_round_trip_only_kept_sources_reach_projection(tmp_path, videos):
     store = Store(root)
     cfg = load_config(None)
     runner, app = CliRunner(), _cli()
-    r = runner.invoke(app, ["add", "-d", root, str(videos["moving"]), str(videos["static"]), str(videos["pattern"])])
-    assert r.exit_code == 0, r.output
+    register_local(store, [str(videos["moving"]), str(videos["static"]), str(videos["pattern"])])
     ids = {Path(row["path"]).stem: row["source_id"] for row in store.registry().to_pylist()}
-    sample = register_local_file(store, videos["sample"], origin="sample")  # the embedded sample's way in
-    store.unregister_source(sample["source_id"])
-    sample.update(source_id="sample-walk")
-    store.register_source(sample)
+    [sid] = register_local(store, [str(videos["sample"])])  # the embedded sample comes in the same way
+    sample = store.registry_row(sid)
+    store.unregister_source(sid)
+    store.register_source({**sample, "source_id": "sample-walk", "origin": "sample"})
 
     first = run_dag(cfg, store)
     assert first[("review", "sample-walk")].state == "computed"  # samples need no review
@@ -242,7 +223,7 @@ def test_review_round_trip_only_kept_sources_reach_projection(tmp_path, videos):
 
 def test_require_decision_off_keeps_without_review(tmp_path, videos):
     store = Store(tmp_path / "root")
-    row = register_local_file(store, videos["pattern"])
+    [sid] = register_local(store, [str(videos["pattern"])])
     res = run_dag(load_config(None, {"review.require_decision": False}), store)
-    assert res[("review", row["source_id"])].state == "computed"
-    assert ("project", row["source_id"]) in res
+    assert res[("review", sid)].state == "computed"
+    assert ("project", sid) in res

@@ -1,16 +1,16 @@
-"""Sourcing commands: ``vsi-wild crawl``, ``vsi-wild add``, ``vsi-wild review export|apply``.
+"""Sourcing commands: ``vsi-wild crawl`` and ``vsi-wild review export|apply``.
 
 The main CLI mounts them::
 
     app.command("crawl")(crawl)
-    app.command("add")(add)
     app.add_typer(review_app, name="review")
+
+(``vsi-wild add`` is the main CLI's: it registers local files through ``tasks/sources.py``.)
 """
 
 from __future__ import annotations
 
 import logging
-import os
 from pathlib import Path
 from typing import Annotated, Any, Optional
 
@@ -20,8 +20,6 @@ from vsi_wild.config import Config, ConfigError, load_config
 from vsi_wild.errors import UnitError
 from vsi_wild.store import Store
 
-DEFAULT_DATA_ROOT = "data/out"
-
 ConfigOpt = Annotated[
     Optional[Path],
     typer.Option("--config", "-c", help="YAML config (e.g. configs/crawl-example.yaml); defaults apply without one.",
@@ -29,9 +27,9 @@ ConfigOpt = Annotated[
 ]
 DataRootOpt = Annotated[
     Optional[str],
-    typer.Option("--data-root", "-d", envvar="VSI_WILD_DATA_ROOT",
-                 help=f"where outputs, the registry and decisions live (local folder or s3://...); "
-                      f"default {DEFAULT_DATA_ROOT}"),
+    typer.Option("--data-root", "-d",
+                 help="where outputs, the registry and decisions live (a folder or s3://...); "
+                      "default: the config's run.data_root"),
 ]
 
 
@@ -45,7 +43,7 @@ def _open(config: Path | None, data_root: str | None, overrides: dict[str, Any] 
         cfg = load_config(config, overrides)
     except ConfigError as e:
         raise _fail(str(e)) from None
-    return cfg, Store(data_root or os.environ.get("VSI_WILD_DATA_ROOT") or DEFAULT_DATA_ROOT)
+    return cfg, Store(data_root or cfg.run.data_root)
 
 
 # =============================================================================================
@@ -169,52 +167,6 @@ def crawl(
     elif not summary.outcomes:
         typer.echo("nothing to do (no queries selected and no ids asked for)")
     if summary.failed:
-        raise typer.Exit(1)
-
-
-# =============================================================================================
-# add
-# =============================================================================================
-
-
-def add(
-    paths: Annotated[list[Path], typer.Argument(help="360° video files, or folders searched for them")],
-    data_root: DataRootOpt = None,
-    category: Annotated[Optional[str], typer.Option(
-        "--category", help="the scene category of these videos (one of the benchmark's 8)")] = None,
-) -> None:
-    """Register local 360° (equirectangular, 2:1) video files as sources.
-
-    The files stay where they are; each gets a stable id
-    'local-<name>-<hash of its content>', so adding a file twice changes
-    nothing. They then take the same path as crawled videos: probe, review
-    (they need a decision: `vsi-wild review export`), projection, ...
-
-    Example:
-
-      vsi-wild add ~/videos/walk-360.mp4 ~/360-videos/ --category "street view"
-    """
-    from vsi_wild.tasks import crawl as tc
-
-    store = Store(data_root or os.environ.get("VSI_WILD_DATA_ROOT") or DEFAULT_DATA_ROOT)
-    try:
-        files = tc.local_video_files(list(paths))
-    except UnitError as e:
-        raise _fail(str(e)) from None
-    if not files:
-        raise _fail("no video files found")
-    failed = 0
-    for f in files:
-        try:
-            row = tc.register_local_file(store, f, category=category)
-        except UnitError as e:
-            failed += 1
-            typer.secho(f"{f}: not added: {e}", err=True, fg=typer.colors.RED)
-            continue
-        note = "" if row["projection"] == "equirectangular" else f"  (warning: projection {row['projection']}, not 2:1)"
-        typer.echo(f"{row['source_id']}  {f}  {row['width']}x{row['height']}  {row['duration_s'] or 0:.1f} s{note}")
-    typer.echo(f"registered {len(files) - failed} of {len(files)} files in {store.url}")
-    if failed:
         raise typer.Exit(1)
 
 

@@ -1,0 +1,6 @@
+"""Model backends, one small interface per kind, chosen by name in the config.
+
+Kinds: text embedder, open-vocabulary detector, segmenter, pose estimator (face detectors live in
+``stages.faces``). Production backends wrap the real packages (open_clip, ultralytics YOLO-World,
+sam3, depth-anything-3); CPU backends serve the embedded sample and CI. See ``base.py``.
+"""
