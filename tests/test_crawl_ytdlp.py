@@ -321,7 +321,7 @@ def test_cli_crawl_dry_run_and_from_release(env):
     r = runner.invoke(app, ["crawl", "-c", str(cfgfile), "-d", root, "--dry-run"])
     assert r.exit_code == 0, r.output
     assert "2 queries" in r.output and "360° train station walk" in r.output
-    assert not (env["root"] / "status").exists()  # nothing ran
+    assert not env["root"].exists()  # nothing ran, nothing was created
 
     release = env["tmp"] / "release.jsonl"
     release.write_text(json.dumps({"video_name": f"{A}_front.mp4"}) + "\n"

@@ -38,11 +38,15 @@ def _fail(message: str, code: int = 2) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _open(config: Path | None, data_root: str | None, overrides: dict[str, Any] | None = None) -> tuple[Config, Store]:
+def _config(config: Path | None, overrides: dict[str, Any] | None = None) -> Config:
     try:
-        cfg = load_config(config, overrides)
+        return load_config(config, overrides)
     except ConfigError as e:
         raise _fail(str(e)) from None
+
+
+def _open(config: Path | None, data_root: str | None, overrides: dict[str, Any] | None = None) -> tuple[Config, Store]:
+    cfg = _config(config, overrides)
     return cfg, Store(data_root or cfg.run.data_root)
 
 
@@ -119,7 +123,7 @@ def crawl(
         overrides["crawl.search.languages"] = [x.strip() for x in languages.split(",") if x.strip()]
     if cookies is not None:
         overrides["crawl.net.cookies_file"] = str(cookies)
-    cfg, store = _open(config, data_root, overrides)
+    cfg = _config(config, overrides)
     if verbose:
         logging.basicConfig(level=logging.INFO, format="%(message)s")
 
@@ -140,6 +144,8 @@ def crawl(
             sc.queries_for(cfg.crawl.search)  # a bad query table fails here, before anything runs
     except UnitError as e:
         raise _fail(str(e)) from None
+
+    store = Store(data_root or cfg.run.data_root)  # only now: a dry run creates nothing
 
     def show(o: Any) -> None:
         mark = {"computed": "ok", "cached": "cached", "failed": "FAILED", "skipped": "skipped"}[o.state]
