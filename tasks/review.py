@@ -25,7 +25,7 @@ from typing import Any
 
 from vsi_wild import schema
 from vsi_wild.config import Config
-from vsi_wild.errors import Skip
+from vsi_wild.errors import Skip, UnitError
 from vsi_wild.stages import review as rv
 from vsi_wild.store import Store
 from vsi_wild.tasks.engine import Job, Stage
@@ -112,6 +112,9 @@ def export_review(config: Config, store: Store, out_dir: str | os.PathLike[str] 
                   include_decided: bool = False,
                   progress: Callable[[int, int, str], None] | None = None) -> ExportResult:
     params = config.review.export
+    if out_dir is None and not store.is_local:
+        raise UnitError(f"the data root {store.url} is not a local folder: give the export an --out folder",
+                        kind="bad_input", retryable=False)
     if out_dir is None:
         stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
         out = store.local_root() / "review" / f"export-{stamp}"

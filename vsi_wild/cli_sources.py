@@ -212,7 +212,10 @@ def review_export(
     from vsi_wild.tasks import review as tr
 
     cfg, store = _open(config, data_root)
-    res = tr.export_review(cfg, store, out, include_decided=all_)
+    try:
+        res = tr.export_review(cfg, store, out, include_decided=all_)
+    except UnitError as e:
+        raise _fail(str(e)) from None
     if not res.rows:
         typer.echo("no source waits for review")
     for r in res.rows:
