@@ -79,9 +79,9 @@ def _mask_rows(ids: np.ndarray) -> list[tuple[int, int, int, int, int, int, str]
     pycocotools' toBbox gives them."""
     from pycocotools import mask as mask_utils
 
-    labels = np.unique(ids)
+    labels = np.unique(ids[ids >= 0])  # object pixels are few: unique on them only
     rows = []
-    for lab in labels[labels >= 0]:
+    for lab in labels:
         m = ids == lab
         cols = np.flatnonzero(m.any(axis=0))
         rws = np.flatnonzero(m.any(axis=1))
@@ -97,6 +97,7 @@ def generate_sample(params: SampleParams, video_path: Path,
     return its ground truth. The same parameters give byte-identical video and tables (on the
     same machine and ffmpeg build)."""
     t_start = time.perf_counter()
+    cpu_start = time.process_time()
     video_path = Path(video_path)
     video_path.parent.mkdir(parents=True, exist_ok=True)
     set_threads(params.render_threads)
@@ -181,6 +182,7 @@ def generate_sample(params: SampleParams, video_path: Path,
                "x_max": p.x_max, "y_max": p.y_max} for p in world.places]
     total = time.perf_counter() - t_start
     stats = {"frames": float(nf), "world_s": t_world, "render_s": render_s, "truth_s": truth_s, "total_s": total,
+             "cpu_s": time.process_time() - cpu_start,  # this process (render + truth), not ffmpeg
              "frames_rendered_per_s": nf / render_s if render_s > 0 else float("nan"),
              "video_bytes": float(video_path.stat().st_size)}
     return SampleTruth(

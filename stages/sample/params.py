@@ -21,7 +21,7 @@ class SampleParams(BaseModel):
     route_offset_s: float = Field(0.0, ge=0, description="start this far into the route (tests cut a window)")
     n_per_category: int = Field(4, ge=1, le=10, description="instances per object category (6 categories)")
     faces: int = Field(1, ge=0, le=3, description="face photographs placed in the world (slot 0: the hall)")
-    crf: int = Field(18, ge=0, le=51, description="x264 quality of the rendered video")
+    crf: int = Field(23, ge=0, le=51, description="x264 quality (23: ~28 MB for the default 2 min)")
     x264_preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"] = "veryfast"
     gop_s: float = Field(2.0, gt=0, description="keyframe interval (seconds)")
     encoder_threads: int = Field(2, ge=1, le=16, description="fixed, so that the same parameters give the same bytes")

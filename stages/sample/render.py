@@ -356,10 +356,11 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
 
             # ---- colour ----
             if best_p == -1:
-                el = math.atan(T)
+                # sky rows run from the zenith (0) to the horizon (1) as 1 / (1 + tan(el)): cheaper
+                # than atan, and the sky is procedural anyway
                 fu = az / (2.0 * math.pi)
                 fu -= math.floor(fu)
-                fv = 1.0 - el / (0.5 * math.pi)
+                fv = 1.0 / (1.0 + T)
                 x = fu * sky_w - 0.5
                 y = min(max(fv * sky_h - 0.5, 0.0), sky_h - 1.0)
                 x0 = math.floor(x)

@@ -323,7 +323,8 @@ def tex_vending(rng, size=512):
 
 
 def tex_sky(rng, w=1024, h=256):
-    """Upper hemisphere, equirect rows from the zenith (row 0) to the horizon: gradient + clouds."""
+    """Upper hemisphere, rows from the zenith (row 0) to the horizon (the renderer indexes rows by
+    1 / (1 + tan(elevation))): gradient + clouds."""
     v = (np.arange(h)[:, None] + 0.5) / h
     top = np.array([70.0, 120.0, 200.0])
     hor = np.array([190.0, 210.0, 230.0])

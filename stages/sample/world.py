@@ -233,7 +233,7 @@ def loop_route() -> Route:
         _move(5.0, 0.0, 1.25),  # plaza, heading north: forward to (14, 8)
         _move(8.0 * d, -45.0, 1.4),  # forward-left to (6, 16)
         _move(7.5, 0.0, 1.25),  # forward into the street, (6, 23.5)
-        Pause(3.0),
+        Pause(3.5),
         Turn(2.0, 180.0),  # turn round in place (to the right): heading south
         _move(6.5, 180.0, 1.1),  # backward (north) to (6, 30)
         Turn(2.0, -90.0),  # turn left in place: heading east
@@ -242,9 +242,9 @@ def loop_route() -> Route:
         _move(7.5, -135.0, 1.2),  # backward-left (north) through the hall's door to (6, 43.5)
         Turn(1.5, -45.0),  # heading east
         _move(3.5 * d, -45.0, 1.1),  # forward-left (north-east) to (9.5, 47)
-        Turn(2.0, -90.0),  # face the north wall and its face photograph
-        _move(1.5, 0.0, 0.8),  # step towards it: (9.5, 48.5)
-        Pause(3.0),
+        Turn(1.8, -90.0),  # face the north wall and its face photograph
+        _move(1.5, 0.0, 1.0),  # step towards it: (9.5, 48.5)
+        Pause(3.5),
         _move(13.5, 90.0, 1.4),  # right (east) along the wall to (23, 48.5)
         _move(12.5, 180.0, 1.4),  # backward (south) into the corridor to (23, 36)
         Turn(2.0, 180.0),  # turn round in place: heading south
@@ -253,7 +253,7 @@ def loop_route() -> Route:
         _move(4.4, 0.0, 1.2),  # forward (south) to (23, 26)
         Arc(4.0, 1.0, -90.0),  # walk on turning left (radius 8/pi): heading east, at (23 + r, 26 - r)
         _move((23.0 + 8.0 / math.pi - 14.0) * d, 135.0, 1.4),  # backward-right (south-west) to x = 14
-        Turn(2.0, -90.0),  # heading north again
+        Turn(1.6, -90.0),  # heading north again
     ]
     # backward (south) to the start, timed so that the loop lasts exactly 120 s
     legs.append(Goto(120.0 - sum(leg.duration for leg in legs), (14.0, 3.0)))
@@ -267,7 +267,7 @@ def short_route() -> Route:
         _move(5.0, 0.0, 1.25),  # forward (north) to (14, 8)
         _move(8.0 * d, -45.0, 1.4),  # forward-left to (6, 16)
         _move(10.0, 0.0, 1.3),  # forward into the street to (6, 26)
-        Pause(3.0),
+        Pause(3.5),
         Turn(2.0, -90.0),  # heading west
         _move(9.0, -90.0, 1.3),  # left (south) to (6, 17)
         Goto(9.1, (14.0, 9.0)),  # backward-left (south-east)
