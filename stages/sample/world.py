@@ -73,7 +73,7 @@ CATEGORIES = (
     Category("trash can", CYL, (0.6, 0.6, 1.0), (20, 140, 150), "grain"),
     Category("fire hydrant", CYL, (0.36, 0.36, 0.8), (205, 30, 30), "grain"),
     Category("vending machine", BOX, (0.9, 0.8, 1.9), (40, 90, 210), "vending"),
-    Category("bench", BOX, (1.8, 0.55, 0.5), (150, 95, 45), "wood"),
+    Category("bench", BOX, (1.8, 0.55, 0.5), (70, 130, 40), "wood"),  # a green park bench
     Category("beach ball", SPHERE, (0.6, 0.6, 0.6), (240, 215, 30), "grain"),
 )
 
