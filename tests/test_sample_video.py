@@ -184,3 +184,29 @@ def test_face_found_by_centerface_where_truth_puts_it(tmp_path):
     assert tried >= 8, tried
     assert found >= 0.8 * tried, (found, tried)
     assert np.median(scores) >= 0.7
+
+
+@pytest.mark.slow
+def test_features_match_between_frames_half_a_second_apart(tmp_path):
+    """ORB finds and matches many features between views 0.5 s apart all along the route (what
+    the pose stage needs): geometric inliers of a RANSAC fundamental matrix, per view."""
+    import cv2
+
+    p = SampleParams(fps=2.0, truth_view_width=64, truth_view_height=36)  # default resolution and route
+    generate_sample(p, tmp_path / "m.mp4")
+    starts = [4, 20, 56, 70, 88, 100, 130, 150, 168, 180, 200, 216, 232]  # frames (0.5 s each), no pauses
+    frames = decode_frames(tmp_path / "m.mp4", set(starts) | {s + 1 for s in starts})
+    orb = cv2.ORB_create(2000)
+    matcher = cv2.BFMatcher(cv2.NORM_HAMMING)
+    counts = []
+    for s in starts:
+        for view in VIEWS:
+            a, b = (cv2.cvtColor(to_view(frames[f], view, 640, 360, 90.0), cv2.COLOR_RGB2GRAY) for f in (s, s + 1))
+            ka, da = orb.detectAndCompute(a, None)
+            kb, db = orb.detectAndCompute(b, None)
+            good = [m[0] for m in matcher.knnMatch(da, db, k=2) if len(m) == 2 and m[0].distance < 0.8 * m[1].distance]
+            pa = np.float32([ka[g.queryIdx].pt for g in good])
+            pb = np.float32([kb[g.trainIdx].pt for g in good])
+            _, inl = cv2.findFundamentalMat(pa, pb, cv2.FM_RANSAC, 1.0, 0.999)
+            counts.append(int(inl.sum()) if inl is not None else 0)
+    assert min(counts) >= 40 and np.median(counts) >= 150, counts
