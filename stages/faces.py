@@ -13,10 +13,12 @@ Blurring (``FaceBlurrer``), the rule (per view):
 
 1. Faces are detected on frames 0, N, 2N, ... (``detect_every`` = N) and on the last frame.
 2. Between two detected frames a < b: if their faces match one to one (greedily, by centre
-   distance <= 1.5 face sizes), every frame between gets the matched boxes linearly interpolated;
-   otherwise (a face appears, leaves, jumps, or was missed once) the middle frame is detected too
-   and both halves are treated the same way, down to adjacent frames. A steady scene costs one
-   detection per N frames; each change costs about log2(N) more.
+   distance <= 1.5 face sizes) and no matched box edge moved by more than ``margin`` of the face's
+   size, every frame between gets the matched boxes linearly interpolated (the margin then covers
+   any monotonic motion in between); otherwise (a face appears, leaves, moves fast, or was missed
+   once) the middle frame is detected too and both halves are treated the same way, down to
+   adjacent frames. A still scene costs one detection per N frames; each change or fast motion
+   costs up to log2(N) more per interval.
 3. Every frame is blurred with its own boxes and with its two neighbours' boxes of faces it has
    no box for (matched as in 2), so a face the detector misses in one frame, or that enters
    between two frames, stays covered.
@@ -64,12 +66,13 @@ class FaceParams(BaseModel):
     nms_iou: float = Field(0.3, gt=0, lt=1)
     detect_width: int | None = Field(
         None, ge=0, description="views are downscaled to this width for detection; 0: as they are; None (auto): "
-        "to the source's own resolution (a view's centre then has as many pixels per degree as the panorama)")
+        "to the source's own resolution (a view's centre then has as many pixels per degree as the panorama), "
+        "at least 640")
     detect_every: int | None = Field(None, ge=1, description="N: detect on every Nth frame and the last (the rule "
                                      "above); None: N = detect_interval_s x the source's frame rate")
     detect_interval_s: float = Field(0.5, gt=0, description="seconds between detections when detect_every is None")
     margin: float = Field(0.25, ge=0, description="box enlargement on each side, as a fraction of its size")
-    blur_cells: int = Field(6, ge=1, description="cells kept along a blurred box's longer side")
+    blur_cells: int = Field(3, ge=1, description="cells kept along a blurred box's longer side (3: no face shape left)")
     threads: int = Field(1, ge=1, description="onnxruntime intra-op threads")
 
 
@@ -243,11 +246,13 @@ except ImportError:  # pragma: no cover
 
 
 # ------------------------------------------------------------------------------------ blurring
-def auto_detect_width(src_width: int, view_width: int, hfov_deg: float) -> int:
-    """The view width whose centre has the panorama's own pixels per radian: downscaling a view
-    to it for detection loses no detail the source had (the view's edges are magnified more)."""
+def auto_detect_width(src_width: int, view_width: int, hfov_deg: float, floor: int = 640) -> int:
+    """The view width whose centre has the panorama's own pixels per radian (1222 for a 3840
+    source and 90°): downscaling a view to it for detection loses no detail the source had (the
+    view's edges are magnified more). Never below ``floor`` (CenterFace misses faces under ~24
+    px, so low-resolution sources are searched at a larger scale) nor above the view's width."""
     w = math.tan(math.radians(hfov_deg) / 2.0) * src_width / math.pi
-    return int(min(view_width, max(min(320, view_width), round(w / 2) * 2)))
+    return int(min(view_width, max(min(floor, view_width), round(w / 2) * 2)))
 
 
 def enlarge_boxes(boxes: np.ndarray, margin: float, width: int, height: int) -> np.ndarray:
@@ -273,7 +278,7 @@ def _lowpass(region: np.ndarray, cells: int) -> None:
     region[...] = cv2.resize(small, (rw, rh), interpolation=cv2.INTER_LINEAR)
 
 
-def blur_rgb(rgb: np.ndarray, boxes: np.ndarray, cells: int = 6) -> np.ndarray:
+def blur_rgb(rgb: np.ndarray, boxes: np.ndarray, cells: int = 3) -> np.ndarray:
     """Blur boxes (already enlarged) of an RGB image in place; returns it."""
     for x0, y0, x1, y1 in np.asarray(boxes).reshape(-1, 4):
         xa, ya, xb, yb = int(math.floor(x0)), int(math.floor(y0)), int(math.ceil(x1)), int(math.ceil(y1))
@@ -282,7 +287,7 @@ def blur_rgb(rgb: np.ndarray, boxes: np.ndarray, cells: int = 6) -> np.ndarray:
     return rgb
 
 
-def blur_i420(buf: np.ndarray, width: int, height: int, boxes: np.ndarray, cells: int = 6) -> None:
+def blur_i420(buf: np.ndarray, width: int, height: int, boxes: np.ndarray, cells: int = 3) -> None:
     """Blur boxes (already enlarged) of one I420 picture (flat buffer) in place; a box is widened
     to even coordinates so that its chroma is blurred with its luma."""
     y = buf[: width * height].reshape(height, width)
@@ -440,13 +445,20 @@ class FaceBlurrer:
                     continue
                 da, db = self.buf[a].dets[k], self.buf[b].dets[k]
                 pairs = match_boxes(da.boxes, db.boxes)
-                if len(pairs) == len(da.boxes) == len(db.boxes):
+                if len(pairs) == len(da.boxes) == len(db.boxes) and all(
+                        self._steady(da.boxes[i], db.boxes[j]) for i, j in pairs):
                     for p in range(a + 1, b):
                         self.buf[p].carried[k] = interpolate(da, db, pairs, (p - a) / (b - a))
                 else:  # a face appears, leaves or jumps in between: look at the middle frame
                     m = (a + b) // 2
                     self.buf[m].dets[k] = self._detect_view(self.buf[m].ready.views[k])
                     stack += [(a, m), (m, b)]
+
+    def _steady(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """A face whose box edges move by at most the margin between two detections: whatever
+        its motion in between (if monotonic), the interpolated box plus margin covers it."""
+        size = max(a[2] - a[0], a[3] - a[1], b[2] - b[0], b[3] - b[1])
+        return float(np.abs(b - a).max()) <= self.params.margin * size
 
     # ------------------------------------------------------------------ blurring
     def _release(self, upto: int) -> list[ReadyFrame]:

