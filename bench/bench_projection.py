@@ -207,7 +207,7 @@ r0 = resource.getrusage(resource.RUSAGE_SELF); t0 = time.time()
 views, blurred = project_source(src, out, params, det, face_params=faces, source_id="local-bench", stats=stats)
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"cpu": r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, "wall": time.time() - t0,
-                  "frames": views["n_frames"].to_pylist(), "face_rows": blurred.num_rows, **stats}))
+                  "view_frames": views["n_frames"].to_pylist(), "face_rows": blurred.num_rows, **stats}))
 """
 
 
@@ -255,7 +255,7 @@ def main() -> int:
 
         stage = bench_stage(src, work)
         floor_cpu, floor_wall = bench_floor(src, work)
-        n = stage["frames"][0]
+        n = stage["view_frames"][0]
         log(f"stage: {n} frames x 4 views; project_source CPU {stage['cpu']:.1f} s ({stage['cpu'] / n * 1e3:.0f} ms/frame), "
             f"wall {stage['wall']:.1f} s; whole process CPU {stage['process_cpu']:.1f} s; face rows {stage['face_rows']}")
         log(f"floor (ffmpeg decode + 4 encodes, no projection): CPU {floor_cpu:.1f} s ({floor_cpu / n * 1e3:.0f} ms/frame), "
@@ -267,8 +267,8 @@ def main() -> int:
 
         m1 = bench_stage(mem1, work, *MEM_VIEW)
         m10 = bench_stage(mem10, work, *MEM_VIEW)
-        log(f"peak RSS: 1 min ({m1['frames'][0]} frames) {m1['rss_kib'] / 1024:.0f} MiB, "
-            f"10 min ({m10['frames'][0]} frames) {m10['rss_kib'] / 1024:.0f} MiB")
+        log(f"peak RSS: 1 min ({m1['view_frames'][0]} frames) {m1['rss_kib'] / 1024:.0f} MiB, "
+            f"10 min ({m10['view_frames'][0]} frames) {m10['rss_kib'] / 1024:.0f} MiB")
 
         print(f"projection_vs_py360convert: {proj['py360convert'] / proj['ours']:.3f}")
         print(f"projection_vs_ffmpeg_v360: {v360 / proj['ours']:.3f}")

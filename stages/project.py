@@ -128,18 +128,22 @@ class PlaneMaps:
     """Separable fixed-point bilinear maps of one plane for several views of pitch 0.
 
     x0, x1 (int32), wx (uint16): (n_views, w) the two source columns of each output column and
-    the 8-bit weight of x1; ys (int16), wy (uint8): (h, w) the source row (relative to ``rmin``)
-    and the 8-bit weight of row ys + 1, shared by the views (turning about the vertical axis
-    changes longitude only). Rows rmin .. rmin + nrows - 1 are all a view reads.
+    the 8-bit weight of x1; rows (uint16): (h, w) the source row relative to ``rmin`` (high 10
+    bits) and the 6-bit weight of the row below it (low 6 bits), shared by the views (turning
+    about the vertical axis changes longitude only). Rows rmin .. rmin + nrows - 1 are all a view
+    reads. (6 bits: 1/64 px, finer than OpenCV's and so py360convert's 1/32.)
     """
 
     x0: np.ndarray
     x1: np.ndarray
     wx: np.ndarray
-    ys: np.ndarray
-    wy: np.ndarray
+    rows: np.ndarray
     rmin: int
     nrows: int
+
+    def row_coords(self) -> np.ndarray:
+        """The source row coordinate each output pixel samples (float)."""
+        return self.rmin + (self.rows >> 6) + (self.rows & 63) / 64.0
 
 
 @dataclass(frozen=True)
@@ -153,10 +157,11 @@ class YuvMaps:
     chroma: PlaneMaps
 
 
-def _fixed(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _fixed(c: np.ndarray, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    one = 1 << bits
     i = np.floor(c).astype(np.int64)
-    w = np.rint((c - i) * 256.0).astype(np.int64)
-    carry = w == 256
+    w = np.rint((c - i) * one).astype(np.int64)
+    carry = w == one
     return i + carry, np.where(carry, 0, w)
 
 
@@ -164,16 +169,17 @@ def _plane_maps(us: list[np.ndarray], v: np.ndarray, src_w: int, src_h: int) -> 
     """us: per view (w,) source column of each output column; v: (h, w) source rows.
     None when a row outside [0, H-1) would be needed (a view reaching a pole)."""
     x0, wx = _fixed(np.stack(us))
-    y0, wy = _fixed(v)
+    y0, wy = _fixed(v, 6)
     if y0.min() < 0 or y0.max() > src_h - 2:
         return None
     rmin = int(y0.min())
+    if y0.max() - rmin >= 1023:
+        return None  # a view this tall does not fit the packed rows (the generic path copes)
     return PlaneMaps(
         x0=np.ascontiguousarray(x0 % src_w, dtype=np.int32),
         x1=np.ascontiguousarray((x0 + 1) % src_w, dtype=np.int32),
         wx=np.ascontiguousarray(wx, dtype=np.uint16),
-        ys=np.ascontiguousarray(y0 - rmin, dtype=np.int16),
-        wy=np.ascontiguousarray(wy, dtype=np.uint8),
+        rows=np.ascontiguousarray(((y0 - rmin) << 6) | wy, dtype=np.uint16),
         rmin=rmin,
         nrows=int(y0.max()) + 2 - rmin,
     )
@@ -210,12 +216,11 @@ def build_yuv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: fl
 
 
 @numba.njit(nogil=True, fastmath=True, cache=True)
-def _remap_plane(src, rmin, x0, x1, wx, ys, wy, tmp, out):  # pragma: no cover - numba
+def _remap_plane(src, rmin, x0, x1, wx, rows, tmp, out):  # pragma: no cover - numba
     """Bilinear remap of one plane into one view in two passes (the source column of an output
     column is fixed at pitch 0): tmp[r, i] = the source row rmin + r resampled at the view's
-    columns (x 256), then out[j, i] = tmp rows ys[j, i] and ys[j, i] + 1 blended. Integer
-    arithmetic identical to a one-pass 8-bit bilinear remap; ~25% faster (fewer gathers).
-    Runs without the GIL: callers run views in parallel threads."""
+    columns (x 256), then out[j, i] = the two tmp rows that ``rows[j, i]`` names, blended.
+    Fewer gathers than a one-pass remap. Runs without the GIL: callers run views in threads."""
     nrows, w = tmp.shape
     for r in range(nrows):
         s = src[rmin + r]
@@ -223,16 +228,16 @@ def _remap_plane(src, rmin, x0, x1, wx, ys, wy, tmp, out):  # pragma: no cover -
         for i in range(w):
             b = np.uint16(wx[i])
             t[i] = np.uint16(s[x0[i]]) * (np.uint16(256) - b) + np.uint16(s[x1[i]]) * b
-    h = ys.shape[0]
+    h = rows.shape[0]
     for j in range(h):
-        yr = ys[j]
-        ar = wy[j]
+        rj = rows[j]
         o = out[j]
         for i in range(w):
-            r = np.int32(yr[i])
-            a = np.uint32(ar[i])
-            o[i] = np.uint8((np.uint32(tmp[r, i]) * (np.uint32(256) - a) + np.uint32(tmp[r + 1, i]) * a
-                             + np.uint32(32768)) >> np.uint32(16))
+            v = np.uint32(rj[i])
+            r = np.int32(v >> np.uint32(6))
+            a = v & np.uint32(63)
+            o[i] = np.uint8((np.uint32(tmp[r, i]) * (np.uint32(64) - a) + np.uint32(tmp[r + 1, i]) * a
+                             + np.uint32(8192)) >> np.uint32(14))
 
 
 def _pad_like_py360(img: np.ndarray) -> np.ndarray:
@@ -314,7 +319,7 @@ class Projector:
                 tmp = self._tmp.get((t, pm is m.luma))
                 if tmp is None:
                     tmp = self._tmp[(t, pm is m.luma)] = np.empty((pm.nrows, pw), np.uint16)
-                _remap_plane(src, pm.rmin, pm.x0[k], pm.x1[k], pm.wx[k], pm.ys, pm.wy, tmp,
+                _remap_plane(src, pm.rmin, pm.x0[k], pm.x1[k], pm.wx[k], pm.rows, tmp,
                              dst[o : o + pw * ph].reshape(ph, pw))
 
     def close(self) -> None:
