@@ -8,10 +8,13 @@ BIN := $(VENV)/bin
 CONFIG ?= configs/sample.yaml
 DATA_ROOT ?= data/out
 PYTEST_ARGS ?=
+DEPLOY_DIR ?= .deploy
+DEPLOY_PORT ?= 4200
+SETUP ?= setup
 export HF_HUB_OFFLINE ?= 1
 export YOLO_OFFLINE ?= 1
 
-.PHONY: setup run test test-fast bench deploy clean help
+.PHONY: setup run test test-fast bench deploy deploy-stop clean help
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*##/\t/'
@@ -38,6 +41,12 @@ test-fast: setup ## tests without the slow and model-heavy ones
 
 bench: setup     ## speed and memory ratios, each measured in one run (prints `name: value` lines)
 	$(BIN)/python bench/run_all.py
+
+deploy: $(SETUP) ## Prefect server on 127.0.0.1, work pools cpu/gpu, deployments, workers (docs/cluster.md)
+	$(BIN)/python -m vsi_wild.deploy up --dir $(DEPLOY_DIR) --port $(DEPLOY_PORT)
+
+deploy-stop:     ## stop everything `make deploy` started
+	$(BIN)/python -m vsi_wild.deploy down --dir $(DEPLOY_DIR) --port $(DEPLOY_PORT)
 
 clean:           ## remove outputs (keeps .venv)
 	rm -rf data/out .pytest_cache
