@@ -18,7 +18,7 @@ from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
-from vsi_wild.config import Config, load_config
+from vsi_wild.config import Config, ConfigError, load_config
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks import engine, registry
 from vsi_wild.tasks.engine import Outcome, Prepared, Selection
@@ -74,9 +74,18 @@ def task_runner(config: Config) -> Any:
     if config.run.task_runner == "dask":
         from prefect_dask import DaskTaskRunner
 
-        if config.run.dask_address:
-            return DaskTaskRunner(address=config.run.dask_address)
-        return DaskTaskRunner(cluster_kwargs=config.run.dask_cluster_kwargs or {"n_workers": config.run.workers, "threads_per_worker": 1, "processes": True})
+        run = config.run
+        if run.dask_address:
+            return DaskTaskRunner(address=run.dask_address)
+        kwargs = run.dask_cluster_kwargs
+        if not kwargs and run.dask_cluster_class == "distributed.LocalCluster":
+            kwargs = {"n_workers": run.workers, "threads_per_worker": 1, "processes": True}
+        try:
+            return DaskTaskRunner(cluster_class=run.dask_cluster_class, cluster_kwargs=kwargs,
+                                  adapt_kwargs=run.dask_adapt_kwargs or None)
+        except ImportError as e:
+            raise ConfigError(f"run.dask_cluster_class: cannot import {run.dask_cluster_class!r} ({e}); "
+                              "install its package (dask_jobqueue.*: pip install dask-jobqueue)") from None
     return ThreadPoolTaskRunner(max_workers=config.run.workers)
 
 

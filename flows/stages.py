@@ -14,7 +14,7 @@ from prefect import flow
 from vsi_wild.flows.build import PARAMETERS_DOC, RunRequest, run_request, with_doc
 
 # Prefect publishes these "Args:" as the parameters' descriptions (the stage flows have no only/from).
-STAGE_DOC = "Run one stage alone (upstream outputs are read as they are).\n\nArgs:" + "".join(
+STAGE_DOC = "Run one stage alone (upstream outputs are read as they are).\n\nArgs:\n" + "".join(
     line + "\n" for line in PARAMETERS_DOC.split("Args:")[1].splitlines()
     if line.strip() and not line.strip().startswith(("only:", "from_stage:")))
 
