@@ -150,6 +150,7 @@ class Plan:
     current: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # stage -> unit -> (key, fp)
     enumerated: dict[str, list[str]] = field(default_factory=dict)
     outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+    _sources: list[str] | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, config: Config, store: Store, stages: Iterable[Stage], **kw: Any) -> Plan:
@@ -199,7 +200,10 @@ class Plan:
         return list(getattr(project, "views", None) or ids.VIEWS)
 
     def sources(self) -> list[str]:
-        return self.store.registry()["source_id"].to_pylist()
+        """Registered source ids (read once per plan: registration happens before a run)."""
+        if self._sources is None:
+            self._sources = self.store.registry()["source_id"].to_pylist()
+        return self._sources
 
     # -------------------------------------------------------------- inputs and keys
     def inputs_of(self, stage: Stage, unit: str) -> tuple[dict[str, dict[str, UnitRef]], str | None]:
@@ -232,7 +236,7 @@ class Plan:
         sources that are no longer registered."""
         if unit == ALL:
             return True
-        return ids.unit_source(unit) in set(self.sources())
+        return ids.unit_source(unit) in self.sources()
 
     def _why_missing(self, stage: str, unit: str) -> str:
         o = self.outcomes.get(stage, {}).get(unit)
@@ -328,6 +332,7 @@ def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
     """Run ``stages`` in order; within a stage, hand every unit that must be computed to ``submit``
     (which may run it elsewhere and returns a way to wait for its outcome)."""
     for stage in stages:
+        plan._sources = None  # an earlier stage may have registered sources (sample, download)
         units = plan.units_of(stage)
         emit("stage", stage=stage.name, total=len(units))
         pending = []
