@@ -10,7 +10,7 @@ DATA_ROOT ?= data/out
 PYTEST_ARGS ?=
 DEPLOY_DIR ?= .deploy
 DEPLOY_PORT ?= 4200
-SETUP ?= setup
+SETUP ?= setup  # `make run SETUP=` uses an existing $(VENV) as it is (the deployment tests do)
 export HF_HUB_OFFLINE ?= 1
 export YOLO_OFFLINE ?= 1
 
@@ -25,12 +25,12 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -U pip
 	# torch first, pinned: pip finds this build on the local wheel cache (no multi-GB download here)
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e ".[models,dev]"
+	$(BIN)/pip install -q -e ".[models,cluster,dev]"
 	touch $@
 
 setup: $(BIN)/.installed   ## create .venv with everything (idempotent)
 
-run: setup       ## run the whole pipeline on the embedded sample (outputs under data/out)
+run: $(SETUP)    ## run the whole pipeline on the embedded sample (outputs under data/out)
 	$(BIN)/vsi-wild run --config $(CONFIG) --data-root $(DATA_ROOT)
 
 test: setup      ## the full test suite (what CI runs)

@@ -218,14 +218,28 @@ class Deployment:
             time.sleep(0.5)
 
     def _pools(self, env: dict[str, str], gpus: int, say: Any) -> None:
-        for pool in POOLS:
-            out = _prefect(["work-pool", "create", pool, "--type", "process", "--overwrite"], env, check=False)
-            if out.returncode != 0 and "already exists" not in out.stdout + out.stderr:
-                raise DeployError(f"creating work pool {pool} failed:\n{out.stdout}{out.stderr}")
+        """Work pools cpu and gpu (process type) and the `gpu` tag's limit, through the API (what
+        `prefect work-pool create NAME --type process` and `prefect concurrency-limit create gpu N`
+        do, without starting the CLI three more times)."""
+        from prefect.client.orchestration import get_client
+        from prefect.client.schemas.actions import WorkPoolCreate, WorkPoolUpdate
+        from prefect.exceptions import ObjectAlreadyExists
+        from prefect.settings import PREFECT_API_URL, PREFECT_HOME, temporary_settings
+        from prefect.workers.process import ProcessWorker
+
         # No GPU: GPU stages run on CPU (the sample's backends), still one at a time.
         limit = max(1, gpus)
-        _prefect(["concurrency-limit", "create", GPU_TAG, str(limit)], env)
-        say(f"work pools cpu and gpu (process); concurrency limit '{GPU_TAG}' = {limit}")
+        with temporary_settings(updates={PREFECT_API_URL: self.api_url, PREFECT_HOME: str(self.home)}):
+            with get_client(sync_client=True) as client:
+                template = ProcessWorker.get_default_base_job_template()
+                for pool, description in POOLS.items():
+                    try:
+                        client.create_work_pool(WorkPoolCreate(name=pool, type="process", description=description,
+                                                               base_job_template=template))
+                    except ObjectAlreadyExists:
+                        client.update_work_pool(pool, WorkPoolUpdate(description=description))
+                client.create_concurrency_limit(tag=GPU_TAG, concurrency_limit=limit)
+        say(f"work pools cpu and gpu (process); concurrency limit of tag '{GPU_TAG}' = {limit}")
 
     def _workers(self, state: dict[str, Any], env: dict[str, str], gpus: int, say: Any) -> None:
         py = [sys.executable, "-m", "prefect", "worker", "start", "--type", "process"]

@@ -83,7 +83,7 @@ class Store:
         self.url = root
         self.fs, path = fsspec.core.url_to_fs(root)
         self.is_local = isinstance(self.fs, LocalFileSystem)
-        if not self.is_local and getattr(self.fs, "use_listings_cache", False):
+        if not self.is_local and getattr(getattr(self.fs, "dircache", None), "use_listings_cache", False):
             # Other processes (Dask workers, other hosts) write here: a cached directory listing
             # would hide their outputs and status rows from this one.
             self.fs, path = fsspec.core.url_to_fs(root, use_listings_cache=False)
