@@ -9,8 +9,10 @@ other unit has had its turn.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
+from collections.abc import Iterator
 from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
@@ -162,7 +164,9 @@ def build_vsi_wild(
 def run_request(request: RunRequest) -> Any:
     """The body of every flow: run the request's stages on the configured task runner."""
     cfg = load_config(request.config, request.overrides)
-    summary = _dag.with_options(task_runner=task_runner(cfg))(request.model_dump_json())
+    runner = task_runner(cfg)
+    with _api_for_remote_workers(cfg):
+        summary = _dag.with_options(task_runner=runner)(request.model_dump_json())
     _publish_summary(summary)
     if summary["failed"]:
         # A Failed final state (not an exception): the run did what it could; the summary says what
@@ -176,6 +180,29 @@ def run_request(request: RunRequest) -> Any:
 @flow(name="vsi-wild-dag", description="The stages of one build-vsi-wild run, on the configured task runner.")
 def _dag(request_json: str) -> dict[str, Any]:
     return execute_plan(RunRequest.model_validate_json(request_json))
+
+
+@contextlib.contextmanager
+def _api_for_remote_workers(config: Config) -> Iterator[None]:
+    """Point Dask workers at this run's Prefect API.
+
+    Task runs on Dask workers report to the API named in the settings shipped with each task. With
+    no PREFECT_API_URL (Prefect's ephemeral mode: `vsi-wild run`), every worker process would start
+    an ephemeral server of its own on the same database (minutes on a small machine); instead name
+    the ephemeral server this flow run already talks to. It listens on 127.0.0.1: workers on other
+    hosts need a real server (a deployment run, or PREFECT_API_URL set).
+    """
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if config.run.task_runner != "dask" or PREFECT_API_URL.value():
+        yield
+        return
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        url = str(client.api_url).rstrip("/")
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield
 
 
 def _publish_summary(summary: dict[str, Any]) -> None:

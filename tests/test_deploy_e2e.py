@@ -94,6 +94,11 @@ def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
         pools = {p["name"]: p["type"] for p in _api(api, "/work_pools/filter", {})}
         assert pools.get("cpu") == "process" and pools.get("gpu") == "process"
         assert len(_api(api, "/deployments/filter", {})) == len(yaml_deployments(proj))
+        # the incremental deployment's cron schedule exists, switched off: nothing is scheduled
+        inc = _api(api, "/deployments/name/build-vsi-wild/incremental")
+        (sched,) = inc["schedules"]
+        assert sched["active"] is False and sched["schedule"]["cron"] == deploy.INCREMENTAL_CRON
+        assert not _api(api, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [inc["id"]]}}})
 
         # the whole DAG, as a deployment run
         out = _sh(dag_run, proj, env)
