@@ -32,6 +32,20 @@ def sample_flow(config: str = "configs/sample.yaml", data_root: str | None = Non
     return _run("sample", config, data_root, videos, force, overrides)
 
 
+@flow(name="stage-search", description="Search YouTube for 360° videos (queries from the crawl config) and filter the candidates.")
+@with_doc(STAGE_DOC)
+def search_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("search", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-download", description="Download the selected candidates with yt-dlp and register them as sources.")
+@with_doc(STAGE_DOC)
+def download_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                  force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("download", config, data_root, videos, force, overrides)
+
+
 @flow(name="stage-probe", description="Measure and validate every registered source.")
 @with_doc(STAGE_DOC)
 def probe_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
@@ -39,5 +53,13 @@ def probe_flow(config: str = "configs/sample.yaml", data_root: str | None = None
     return _run("probe", config, data_root, videos, force, overrides)
 
 
-FLOWS = {"sample": sample_flow, "probe": probe_flow}
+@flow(name="stage-review", description="Apply the human keep/reject decisions: only kept sources go on.")
+@with_doc(STAGE_DOC)
+def review_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("review", config, data_root, videos, force, overrides)
+
+
+FLOWS = {"sample": sample_flow, "search": search_flow, "download": download_flow, "probe": probe_flow,
+         "review": review_flow}
 
