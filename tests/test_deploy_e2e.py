@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -64,7 +63,7 @@ def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
     dag_run = next(x for x in runs if x.startswith("prefect deployment run build-vsi-wild/sample"))
     stage_run = next(x for x in runs if x.startswith("prefect deployment run stage-"))
     stage = stage_run.split()[3].split("/")[0].removeprefix("stage-")
-    assert stage in registry.BY_NAME
+    assert stage in registry.BY_NAME and stage in CHANGE_ONE_INPUT
 
     proj = copy_project(tmp_path / "proj")
     videos = make_videos(tmp_path / "videos", 2)
@@ -134,12 +133,7 @@ def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
 
         # one stage after one input changed: only the affected unit is recomputed
         before = status_rows(data)
-        if local:
-            time.sleep(1.1)  # a new mtime even on coarse clocks
-            make_video(videos[0], seconds=4, source="smptebars")
-        else:
-            out = _sh(f"vsi-wild add {videos[0]}", proj, env)
-            _check(out, proj, "vsi-wild add")
+        CHANGE_ONE_INPUT[stage](proj=proj, env=env, videos=videos, local=local)
         out = _sh(stage_run, proj, env)
         _check(out, proj, stage_run)
         after = status_rows(data)
@@ -160,6 +154,23 @@ def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
         kill_all(stray)
     assert not stray, f"processes left running: {[p.pid for p in stray]}"
     assert not any((proj / ".deploy").glob("env")), "the env file of a stopped deployment remains"
+
+
+def _change_one_source(proj: Path, env: dict[str, str], videos: list[Path], local: bool) -> None:
+    """The input of one probe unit changes: a local source's file gets new bytes (with the
+    embedded sample's config, which has one source, a new local source is added instead)."""
+    if local:
+        time.sleep(1.1)  # a new mtime even on coarse clocks
+        make_video(videos[0], seconds=4, source="smptebars")
+    else:
+        out = _sh(f"vsi-wild add {videos[0]}", proj, env)
+        _check(out, proj, "vsi-wild add")
+
+
+# How the single-stage check of the doc's `prefect deployment run stage-<stage>/...` line changes one
+# unit's input, per stage. When the doc's line becomes `stage-metadata/sample` (fix files), add
+# "metadata": a function that edits one video's fix file.
+CHANGE_ONE_INPUT = {"probe": _change_one_source}
 
 
 def yaml_deployments(proj: Path) -> list[dict]:
