@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -121,10 +122,10 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     a = generate_sample(p, tmp_path / "a.mp4")
     da = _digest(a)
     da["video"] = hashlib.sha256((tmp_path / "a.mp4").read_bytes()).hexdigest()
-    # the second run in another process (another numba thread pool, another hash seed)
+    # the second run in another process, with one render thread and another hash seed
     code = _CHILD.format(tests=str(Path(__file__).parent), params=p.model_dump_json(), out=str(tmp_path / "b.mp4"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                       env={"PYTHONHASHSEED": "12345", **__import__("os").environ})
+                       env={**os.environ, "PYTHONHASHSEED": "12345", "NUMBA_NUM_THREADS": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
     db = json.loads(r.stdout.strip().splitlines()[-1])
     assert da == db

@@ -262,15 +262,15 @@ def loop_route() -> Route:
 
 
 def short_route() -> Route:
-    """A ~50 s closed walk for quick runs: plaza -> street -> plaza, with a pause and turns."""
+    """A 56 s closed walk for quick runs: plaza -> street -> plaza (back after > 20 s), a pause, turns."""
     d = math.sqrt(2.0)
     legs = [
         _move(5.0, 0.0, 1.25),  # forward (north) to (14, 8)
         _move(8.0 * d, -45.0, 1.4),  # forward-left to (6, 16)
-        _move(10.0, 0.0, 1.3),  # forward into the street to (6, 26)
+        _move(14.0, 0.0, 1.3),  # forward into the street to (6, 30)
         Pause(3.5),
         Turn(2.0, -90.0),  # heading west
-        _move(9.0, -90.0, 1.3),  # left (south) to (6, 17)
+        _move(13.0, -90.0, 1.3),  # left (south) to (6, 17)
         Goto(9.1, (14.0, 9.0)),  # backward-left (south-east)
         Turn(2.0, 90.0),  # heading north
         _move(6.0, 180.0, 1.2),  # backward (south) to the start
