@@ -134,10 +134,27 @@ def build_sam3_video(device: str) -> Any:
 def load_sam3_video(path: Path, device: str) -> Any:
     import torch
 
-    model = build_sam3_video(device)
-    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    try:
+        state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    except Exception as e:  # not a torch file at all
+        raise UnitError(
+            f"{path} cannot be read as a SAM3 checkpoint (config key `models.sam3_checkpoint`): {e}",
+            kind="missing_weights",
+            retryable=False,
+        ) from None
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]
+    # check the format before the ~1 minute build of an 860M-parameter model
+    if not isinstance(state, dict) or not any(str(k).startswith("detector.") for k in state) or not any(
+        str(k).startswith("tracker.") for k in state
+    ):
+        raise UnitError(
+            f"{path} is not a SAM3 video checkpoint: no detector.* / tracker.* weights "
+            f"(config key `models.sam3_checkpoint`; expected facebook/sam3 sam3.pt)",
+            kind="missing_weights",
+            retryable=False,
+        )
+    model = build_sam3_video(device)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:
