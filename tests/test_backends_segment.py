@@ -47,24 +47,48 @@ def sam3_checkpoint(tmp_path_factory: pytest.TempPathFactory):
         for _, p in model.named_parameters():
             if not torch.isfinite(p).all():
                 p.copy_(torch.randn(p.shape) * 0.02)
+    # buffers outside the state dict must come out of the adapter's uninitialised build the same
+    persistent = set(model.state_dict())
+    extra_buffers = {n: b.clone() for n, b in model.named_buffers() if n not in persistent}
     path = tmp_path_factory.mktemp("sam3") / "sam3.pt"
     # half precision halves the file (1.7 GB); loading casts back to the model's fp32
     torch.save({k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}, path)
     del model
     gc.collect()
-    return path
+    return path, extra_buffers
+
+
+# With random weights SAM3's detection scores are nearly constant: for this checkpoint (seed 0) and
+# the prompt "chair" on the frame below, the 200 queries score 0.1809-0.1843, the top four 0.184316,
+# 0.184155, 0.184002, 0.183902 (measured once). A threshold in the gap after the third lets three
+# detections through (NMS on all 200 would need a 26 GB IoU matrix). Deterministic on CPU; if a
+# torch/sam3 upgrade moves these scores, the "must produce masks" assertion fails loudly.
+THRESHOLD = 0.18395
 
 
 def test_sam3_segments_through_our_adapter(sam3_checkpoint) -> None:
-    # random weights: scores are meaningless, so accept every detection to get masks out
-    seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(sam3_checkpoint),
-                 sam3_score_threshold=0.0, sam3_new_det_threshold=0.0)
+    import torch
+
+    path, extra_buffers = sam3_checkpoint
+    seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
+                 sam3_score_threshold=THRESHOLD, sam3_new_det_threshold=THRESHOLD)
     rng = np.random.default_rng(0)
-    frames = [(rng.random((H, W, 3)) * 255).astype(np.uint8) for _ in range(2)]
-    batch = FrameBatch("vid_front", frames, [0.0, 0.5], [0, 15], [0, 1], 30.0)
-    records = seg.segment(batch, ["chair", "chair", "person"])  # duplicate concept: prompted once
+    frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
+    # the same picture twice: the second frame's scores equal the first's, so detections stay few
+    batch = FrameBatch("vid_front", [frame, frame.copy()], [0.0, 0.5], [0, 15], [0, 1], 30.0)
+    state = seg.model.state_dict()
+    saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
+    assert state.keys() == saved.keys()
+    for name in ("detector.backbone.vision_backbone.trunk.blocks.0.attn.qkv.weight", "tracker.maskmem_tpos_enc"):
+        assert torch.equal(state[name], saved[name].float())  # the configured file's weights
+    buffers = dict(seg.model.named_buffers())
+    for name, value in extra_buffers.items():
+        assert torch.equal(buffers[name], value)
+    del state, saved
+
+    records = seg.segment(batch, ["chair", "chair"])  # a repeated concept is prompted once
     assert records, "the random model must produce masks for the test to bite"
-    assert {r.concept for r in records} <= {"chair", "person"}
+    assert {r.concept for r in records} == {"chair"}
     for r in records:
         assert r.frame_pos in (0, 1)
         assert r.mask.shape == (H, W) and r.mask.dtype == np.bool_ and r.mask.any()
