@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from vsi_wild.stages.crawl import CrawlParams
+from vsi_wild.stages.review import ReviewExportParams
 from vsi_wild.stages.sample import SampleParams
 
 
@@ -29,12 +31,19 @@ class Section(BaseModel):
 class RunSection(Section):
     """How a run is executed (not part of any cache key)."""
 
-    seed: int = Field(0, description="global seed; every random choice is derived from it")
+    data_root: str = Field("data/out", description="where artifacts go: a folder or an fsspec URL (s3://...)")
     workers: int = Field(2, ge=1, description="units run concurrently (thread pool)")
     task_runner: Literal["thread", "dask"] = "thread"
     dask_address: str | None = Field(None, description="tcp://host:port of a dask scheduler")
     dask_cluster_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="LocalCluster / dask-jobqueue kwargs when no address"
+    )
+    dask_cluster_class: str = Field(
+        "distributed.LocalCluster",
+        description="cluster started by each run when no address: e.g. dask_jobqueue.SLURMCluster",
+    )
+    dask_adapt_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="adaptive scaling of that cluster, e.g. {minimum: 1, maximum: 16}"
     )
 
 
@@ -42,7 +51,12 @@ class SourcesSection(Section):
     """Local files registered at the start of every run (besides `vsi-wild add`)."""
 
     paths: list[str] = Field(default_factory=list, description="files or folders of 360° videos")
-    probe_timeout_s: float = 120.0
+
+
+class ProbeSection(Section):
+    """What makes a source usable."""
+
+    timeout_s: float = Field(120.0, description="ffprobe time limit per file")
     min_aspect: float = Field(1.98, description="equirectangular sources are 2:1 (w/h within these)")
     max_aspect: float = 2.02
 
@@ -57,17 +71,25 @@ class ReviewSection(Section):
         default_factory=lambda: ["sample"],
         description="origins kept without a decision (generated samples need no review)",
     )
+    export: ReviewExportParams = Field(
+        ReviewExportParams(), description="contact sheets and the motion heuristic of `vsi-wild review export`"
+    )
 
 
 class Config(Section):
     run: RunSection = RunSection()
     sample: SampleParams | None = Field(None, description="generate the embedded sample when set")
     sources: SourcesSection = SourcesSection()
+    probe: ProbeSection = ProbeSection()
     review: ReviewSection = ReviewSection()
+    crawl: CrawlParams = Field(CrawlParams(), description="YouTube search and download (stages/crawl)")
 
     def section_json(self, name: str) -> str:
-        """Canonical JSON of one section: what a stage's cache key depends on."""
-        value = getattr(self, name)
+        """Canonical JSON of one section: what a stage's cache key depends on. A dotted name
+        (``crawl.download``) is a sub-section, so a stage can depend on part of a section."""
+        value: Any = self
+        for part in name.split("."):
+            value = getattr(value, part)
         data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 

@@ -1,0 +1,65 @@
+"""One Prefect flow per stage: run that stage alone (e.g. after a human fixed metadata).
+
+Each flow reads upstream outputs from the store as they are (it does not re-run upstream stages)
+and recomputes only the units whose inputs changed. The flows are written out one by one (not
+generated in a loop) so that `prefect deploy` can read their parameters from the source.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow
+
+from vsi_wild.flows.build import PARAMETERS_DOC, RunRequest, run_request, with_doc
+
+# Prefect publishes these "Args:" as the parameters' descriptions (the stage flows have no only/from).
+STAGE_DOC = "Run one stage alone (upstream outputs are read as they are).\n\nArgs:\n" + "".join(
+    line + "\n" for line in PARAMETERS_DOC.split("Args:")[1].splitlines()
+    if line.strip() and not line.strip().startswith(("only:", "from_stage:")))
+
+
+def _run(stage: str, config: str, data_root: str | None, videos: list[str] | None, force: bool,
+         overrides: dict[str, Any] | None) -> Any:
+    return run_request(RunRequest(config=config, data_root=data_root, only=[stage], videos=videos, force=force,
+                                  overrides=overrides or {}))
+
+
+@flow(name="stage-sample", description="Render the embedded sample and register it as a source.")
+@with_doc(STAGE_DOC)
+def sample_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("sample", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-search", description="Search YouTube for 360° videos (queries from the crawl config) and filter the candidates.")
+@with_doc(STAGE_DOC)
+def search_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("search", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-download", description="Download the selected candidates with yt-dlp and register them as sources.")
+@with_doc(STAGE_DOC)
+def download_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                  force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("download", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-probe", description="Measure and validate every registered source.")
+@with_doc(STAGE_DOC)
+def probe_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+               force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("probe", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-review", description="Apply the human keep/reject decisions: only kept sources go on.")
+@with_doc(STAGE_DOC)
+def review_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("review", config, data_root, videos, force, overrides)
+
+
+FLOWS = {"sample": sample_flow, "search": search_flow, "download": download_flow, "probe": probe_flow,
+         "review": review_flow}
+
