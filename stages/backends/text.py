@@ -10,7 +10,7 @@ Why the thresholds differ: a cosine threshold belongs to one embedding space. CL
 embeddings of short noun phrases are strongly anisotropic (they share a large common component, so
 even unrelated names score high and the paper needs 0.92 to separate synonyms; we could not measure
 CLIP here: no weights offline). MiniLM was trained contrastively on sentence pairs and spreads names
-out. Measured with ``benchmarks/minilm_synonyms.py`` on 40 synonym pairs (how a human seed list and
+out. Measured with ``bench/bench_minilm_synonyms.py`` on 40 synonym pairs (how a human seed list and
 an MLLM name one thing) and 40 hard non-synonym pairs (neighbouring categories):
 synonyms min 0.19 / median 0.77 / max 0.96; distinct names min 0.16 / median 0.50 / max 0.78
 (whiteboard/blackboard; next car/truck 0.69, bicycle/motorcycle 0.68). Merged at each threshold:
