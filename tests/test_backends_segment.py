@@ -118,6 +118,10 @@ def test_sam3_checkpoint_errors_name_the_config_key(tmp_path) -> None:
     torch.save({"model": {"backbone.weight": torch.zeros(1)}}, tmp_path / "other.pt")
     with pytest.raises(UnitError, match="models.sam3_checkpoint"):
         create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(tmp_path / "other.pt"))
+    # a legacy (pre-zip) torch file cannot be memory-mapped: it is still read (and judged by content)
+    torch.save({"backbone.weight": torch.zeros(1)}, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    with pytest.raises(UnitError, match="no detector"):
+        create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(tmp_path / "legacy.pt"))
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(UnitError, match="models.sam3_checkpoint"):
         create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(tmp_path / "junk.pt"))
