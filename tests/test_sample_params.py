@@ -48,6 +48,7 @@ def test_progress_and_long_variant_loops_the_route(tmp_path):
     p = SampleParams(route="short", duration_s=110.0, **TINY)
     truth = generate_sample(p, tmp_path / "long.mp4", progress=lambda d, t: seen.append((d, t)))
     assert seen[-1] == (220, 220) and len(seen) == 220
+    assert truth.poses.num_rows == 220
     poses = truth.poses.to_pydict()
     w = build_world(0, route="short")
     L = w.route.length
@@ -59,6 +60,12 @@ def test_progress_and_long_variant_loops_the_route(tmp_path):
         assert np.allclose(a[:2], b[:2]) and math.isclose(a[3], b[3], abs_tol=1e-9)
     assert "outside" not in set(poses["place"])
     assert truth.visibility.num_rows > 0
+    # the short route leaves the plaza and comes back more than 20 s later
+    t, pl = np.asarray(poses["time"]), np.asarray(poses["place"])
+    first_loop = t < L
+    left = t[first_loop & (pl == "street")]
+    back = t[first_loop & (pl == "plaza") & (t > left.max())]
+    assert len(back) and back.min() - t[first_loop & (pl == "plaza") & (t < left.min())].max() >= 20.0
 
 
 def test_more_faces_and_instances(tmp_path):
