@@ -60,6 +60,13 @@ def review_flow(config: str = "configs/sample.yaml", data_root: str | None = Non
     return _run("review", config, data_root, videos, force, overrides)
 
 
+@flow(name="stage-project", description="Project each kept source into four perspective views with faces blurred.")
+@with_doc(STAGE_DOC)
+def project_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("project", config, data_root, videos, force, overrides)
+
+
 FLOWS = {"sample": sample_flow, "search": search_flow, "download": download_flow, "probe": probe_flow,
-         "review": review_flow}
+         "review": review_flow, "project": project_flow}
 

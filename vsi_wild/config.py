@@ -19,7 +19,10 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from vsi_wild.stages.backends.params import ModelsParams
 from vsi_wild.stages.crawl import CrawlParams
+from vsi_wild.stages.faces import FaceParams
+from vsi_wild.stages.project import ProjectParams
 from vsi_wild.stages.review import ReviewExportParams
 from vsi_wild.stages.sample import SampleParams
 
@@ -83,6 +86,9 @@ class Config(Section):
     probe: ProbeSection = ProbeSection()
     review: ReviewSection = ReviewSection()
     crawl: CrawlParams = Field(CrawlParams(), description="YouTube search and download (stages/crawl)")
+    project: ProjectParams = Field(ProjectParams(), description="panorama -> perspective views (stages/project)")
+    faces: FaceParams = Field(FaceParams(), description="face detection and blurring (stages/faces)")
+    models: ModelsParams = Field(ModelsParams(), description="model weights and devices (stages/backends)")
 
     def section_json(self, name: str) -> str:
         """Canonical JSON of one section: what a stage's cache key depends on. A dotted name
