@@ -1,0 +1,167 @@
+"""The CPU pose estimator: two-view geometry between consecutive 2 FPS frames (OpenCV).
+
+For each pair of consecutive frames: SIFT (or ORB) features, mutual ratio-test matches, then
+
+- a rotation-only model (homography RANSAC, then the rotation that best maps the bearings): if it
+  explains the matches to within ``min_parallax_deg`` the camera only turned (or stood still), so
+  the step has a rotation and no translation;
+- otherwise the essential matrix (RANSAC) and ``recoverPose`` give the rotation and the direction
+  of translation. Monocular geometry has no scale; the step length is set to baseline / depth of
+  the matched points, ``median(parallax_i / sin(angle between ray_i and t))``, which is zero at a
+  standstill and comparable between views, so the fused trajectory of a source stays meaningful.
+
+The poses are chained from the first frame (the world frame = the first camera, OpenCV axes).
+Works on any perspective view (the intrinsics follow from ``hfov_deg``, py360convert's pixel
+convention, see ``stages.geometry``).
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+from vsi_wild.stages import geometry
+from vsi_wild.stages.backends.base import FrameBatch, PoseResult, register
+
+
+def _kabsch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Rotation R minimising sum |R a_i - b_i|^2 (rows are unit vectors)."""
+    H = a.T @ b
+    U, _, Vt = np.linalg.svd(H)
+    D = np.diag([1.0, 1.0, np.sign(np.linalg.det(Vt.T @ U.T))])
+    return Vt.T @ D @ U.T
+
+
+def _angles(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    return np.arccos(np.clip((a * b).sum(axis=1), -1.0, 1.0))
+
+
+class TwoViewPoseEstimator:
+    name = "twoview"
+
+    def __init__(self, hfov_deg: float = 90.0, max_width: int = 640, features: str = "sift",
+                 n_features: int = 2000, ratio: float = 0.8, min_matches: int = 25,
+                 min_parallax_deg: float = 0.15, ransac_px: float = 1.0):
+        if features not in ("sift", "orb"):
+            raise ValueError(f"twoview features must be 'sift' or 'orb', not {features!r}")
+        self.hfov_deg = float(hfov_deg)
+        self.max_width = int(max_width)
+        self.features = features
+        self.n_features = int(n_features)
+        self.ratio = float(ratio)
+        self.min_matches = int(min_matches)
+        self.min_parallax = np.radians(min_parallax_deg)
+        self.ransac_px = float(ransac_px)
+        if features == "sift":
+            self._det = cv2.SIFT_create(nfeatures=self.n_features)
+            self._norm = cv2.NORM_L2
+        else:
+            self._det = cv2.ORB_create(nfeatures=self.n_features, fastThreshold=5)
+            self._norm = cv2.NORM_HAMMING
+        self._matcher = cv2.BFMatcher(self._norm)
+
+    # ------------------------------------------------------------------ one image
+    def _prepare(self, image: np.ndarray) -> tuple[np.ndarray, float]:
+        h, w = image.shape[:2]
+        s = min(1.0, self.max_width / w)
+        gray = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2GRAY)
+        if s < 1.0:
+            gray = cv2.resize(gray, (round(w * s), round(h * s)), interpolation=cv2.INTER_AREA)
+        return gray, s
+
+    def _features(self, gray: np.ndarray):
+        kp, desc = self._det.detectAndCompute(gray, None)
+        pts = np.array([k.pt for k in kp], dtype=np.float64).reshape(-1, 2)
+        return pts, desc
+
+    def _match(self, f1, f2) -> tuple[np.ndarray, np.ndarray]:
+        (p1, d1), (p2, d2) = f1, f2
+        if d1 is None or d2 is None or len(p1) < 2 or len(p2) < 2:
+            return np.zeros((0, 2)), np.zeros((0, 2))
+        fwd = self._matcher.knnMatch(d1, d2, k=2)
+        bwd = {m[0].queryIdx: m[0].trainIdx for m in self._matcher.knnMatch(d2, d1, k=2) if m}
+        i1, i2 = [], []
+        for m in fwd:
+            if len(m) < 2:
+                continue
+            a, b = m
+            if a.distance < self.ratio * b.distance and bwd.get(a.trainIdx) == a.queryIdx:
+                i1.append(a.queryIdx)
+                i2.append(a.trainIdx)
+        return p1[i1], p2[i2]
+
+    # ------------------------------------------------------------------ one pair
+    def relative(self, f1, f2, K: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+        """Motion from frame 1 to frame 2: (R, c, ok) with x2 = R (x1 - c), i.e. ``R`` rotates
+        camera-1 coordinates into camera 2 and ``c`` is camera 2's centre in camera-1 coordinates
+        (length = baseline / typical depth; zero when the camera only turned)."""
+        q1, q2 = self._match(f1, f2)
+        if len(q1) < self.min_matches:
+            return np.eye(3), np.zeros(3), False
+        Kinv = np.linalg.inv(K)
+        b1 = np.c_[q1, np.ones(len(q1))] @ Kinv.T
+        b2 = np.c_[q2, np.ones(len(q2))] @ Kinv.T
+        b1 /= np.linalg.norm(b1, axis=1, keepdims=True)
+        b2 /= np.linalg.norm(b2, axis=1, keepdims=True)
+
+        # Rotation-only model: turning in place (or standing still) explains every match.
+        H, hmask = cv2.findHomography(q1, q2, cv2.RANSAC, 2.0 * self.ransac_px)
+        if H is not None and hmask is not None and hmask.sum() >= self.min_matches:
+            inl = hmask.ravel().astype(bool)
+            R_rot = _kabsch(b1[inl], b2[inl])
+            resid = _angles(b1 @ R_rot.T, b2)
+            if np.median(resid) < self.min_parallax:
+                return R_rot, np.zeros(3), True
+
+        E, emask = cv2.findEssentialMat(q1, q2, K, method=cv2.RANSAC, prob=0.999, threshold=self.ransac_px)
+        if E is None or E.shape != (3, 3):
+            return np.eye(3), np.zeros(3), False
+        n, R, t, pmask = cv2.recoverPose(E, q1, q2, K, mask=emask.copy())
+        inl = pmask.ravel() > 0
+        if n < self.min_matches:
+            return np.eye(3), np.zeros(3), False
+        t = t.ravel() / max(np.linalg.norm(t), 1e-12)
+        c = -R.T @ t  # camera 2's centre in camera-1 coordinates (unit length)
+        # Parallax of each inlier after removing the rotation, and its angle to the motion.
+        rotated = b1[inl] @ R.T
+        par = _angles(rotated, b2[inl])
+        sin_a = np.linalg.norm(np.cross(b2[inl], R @ c), axis=1)
+        good = sin_a > 0.3
+        if good.sum() < max(5, self.min_matches // 3):
+            good = sin_a > 0.05
+        scale = float(np.median(par[good] / sin_a[good])) if good.any() else float(np.median(par))
+        return R, c * scale, True
+
+    # ------------------------------------------------------------------ a sequence
+    def estimate(self, batch: FrameBatch) -> PoseResult:
+        n = len(batch.images)
+        ext = np.zeros((n, 3, 4))
+        intr = np.zeros((n, 3, 3))
+        valid = np.ones(n, dtype=bool)
+        R_w = np.eye(3)
+        C_w = np.zeros(3)
+        prev = None
+        for i in range(n):
+            image = batch.images[i]
+            h, w = image.shape[:2]
+            K_full = geometry.view_intrinsics(w, h, self.hfov_deg)
+            gray, s = self._prepare(image)
+            K = geometry.view_intrinsics(gray.shape[1], gray.shape[0], self.hfov_deg)
+            feats = self._features(gray)
+            if prev is not None:
+                R, c, ok = self.relative(prev, feats, K)
+                if not ok:
+                    valid[i] = False
+                # world -> cam_i: x_i = R (x_{i-1} - c) with x_{i-1} = R_w (X - C_w)
+                C_w = C_w + R_w.T @ c
+                R_w = R @ R_w
+            ext[i, :, :3] = R_w
+            ext[i, :, 3] = -R_w @ C_w
+            intr[i] = K_full
+            prev = feats
+        return PoseResult(extrinsics=ext, intrinsics=intr, valid=valid)
+
+
+@register("pose_estimator", "twoview")
+def _create(**kw) -> TwoViewPoseEstimator:
+    return TwoViewPoseEstimator(**kw)

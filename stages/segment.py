@@ -1,0 +1,432 @@
+"""Instances: clip splitting, instance masks as COCO RLE, and cross-clip reconciliation.
+
+The paper (A.2.1) runs SAM3 with the kept concepts as text prompts on the video at 2 FPS, split
+into non-overlapping 5-minute clips processed independently (GPU memory), and reconciles repeated
+instances across clips by hand. Here reconciliation *proposes* merges automatically and records
+every decision (``schema.MERGE_DECISIONS``) so that a human can overrule it with a fix:
+
+- **boundary continuity**: an instance seen in the last sample of a clip and one seen in the first
+  sample of the next, with overlapping boxes, are one object crossing the cut;
+- **position** (where poses exist): the instance's world position, triangulated from the rays
+  through its box centres, agrees (distance relative to the viewing range);
+- **appearance**: hue/saturation/value histograms of the masked pixels agree.
+
+Constraint: a global instance holds at most one clip-local instance per clip (the segmenter said
+those are different objects), so two objects seen together are never merged. Revisits of a place
+link back to the first visit by position and appearance, so they do not inflate counts.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pycocotools.mask as mask_utils
+from pydantic import BaseModel, ConfigDict, Field
+
+SAMPLE_STEP = 0.5  # seconds between 2 FPS timestamps
+
+
+class SegmentParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str = Field("sam3", description="segmenter backend: sam3 | groundtruth")
+    clip_seconds: float = Field(300.0, gt=0, description="length of the independently segmented clips")
+    min_score: float = Field(0.3, ge=0, le=1, description="instance masks below this score are ignored")
+    min_area: int = Field(16, ge=0, description="masks with fewer pixels are ignored")
+    frame_max_width: int = Field(
+        1920, ge=64, description="frames are downscaled to at most this width before segmentation"
+    )
+
+
+class ReconcileParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    boundary_iou: float = Field(0.3, ge=0, le=1, description="box IoU across a clip cut that links two instances")
+    max_distance: float = Field(
+        0.35, gt=0, description="triangulated positions closer than this fraction of the viewing range may merge"
+    )
+    min_appearance: float = Field(
+        0.6, ge=0, le=1, description="appearance similarity (Bhattacharyya) needed besides a position match"
+    )
+    appearance_only: float = Field(
+        0.97, ge=0, le=1, description="appearance similarity that merges on its own when a position is missing"
+    )
+    min_ray_spread_deg: float = Field(
+        3.0, ge=0, description="an instance's rays must span at least this angle to be triangulated"
+    )
+    use_positions: bool = True
+
+
+# --------------------------------------------------------------------------------- clips
+@dataclass(frozen=True)
+class ClipSpan:
+    index: int
+    start: float
+    end: float
+    first_sample: int
+    n_samples: int
+
+
+def n_samples(duration_s: float) -> int:
+    """2 FPS timestamps t_k = k / 2 with t_k < duration."""
+    return max(0, math.ceil(duration_s / SAMPLE_STEP - 1e-9))
+
+
+def clip_of_sample(k: int, clip_seconds: float) -> int:
+    return int(math.floor(k * SAMPLE_STEP / clip_seconds + 1e-9))
+
+
+def clip_spans(duration_s: float, clip_seconds: float) -> list[ClipSpan]:
+    """Non-overlapping clips [i·L, (i+1)·L) covering the video's 2 FPS timestamps."""
+    n = n_samples(duration_s)
+    spans: dict[int, list[int]] = {}
+    for k in range(n):
+        spans.setdefault(clip_of_sample(k, clip_seconds), []).append(k)
+    return [
+        ClipSpan(i, i * clip_seconds, min((i + 1) * clip_seconds, duration_s), ks[0], len(ks))
+        for i, ks in sorted(spans.items())
+    ]
+
+
+# --------------------------------------------------------------------------------- masks
+def encode_rle(mask: np.ndarray) -> str:
+    """COCO RLE (pycocotools' compressed counts string) of a 2-D boolean mask."""
+    m = np.asfortranarray(np.asarray(mask, dtype=np.uint8))
+    return mask_utils.encode(m)["counts"].decode("ascii")
+
+
+def decode_rle(counts: str, height: int, width: int) -> np.ndarray:
+    return mask_utils.decode({"size": [int(height), int(width)], "counts": counts.encode("ascii")}).astype(bool)
+
+
+def rle_area(counts: str, height: int, width: int) -> int:
+    return int(mask_utils.area({"size": [int(height), int(width)], "counts": counts.encode("ascii")}))
+
+
+HIST_BINS = (8, 3, 3)  # hue, saturation, value
+
+
+def appearance_histogram(image: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """L1-normalised HSV histogram of the masked pixels (zeros when the mask is empty)."""
+    if mask.shape != image.shape[:2]:
+        mask = cv2.resize(mask.astype(np.uint8), (image.shape[1], image.shape[0]), interpolation=cv2.INTER_NEAREST) > 0
+    if not mask.any():
+        return np.zeros(int(np.prod(HIST_BINS)), dtype=np.float32)
+    hsv = cv2.cvtColor(np.ascontiguousarray(image), cv2.COLOR_RGB2HSV)
+    h = cv2.calcHist([hsv], [0, 1, 2], mask.astype(np.uint8), list(HIST_BINS), [0, 180, 0, 256, 0, 256]).ravel()
+    return (h / max(h.sum(), 1.0)).astype(np.float32)
+
+
+def bhattacharyya(p: np.ndarray, q: np.ndarray) -> float:
+    p = np.asarray(p, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)
+    if p.sum() <= 0 or q.sum() <= 0:
+        return 0.0
+    return float(np.sqrt((p / p.sum()) * (q / q.sum())).sum())
+
+
+# --------------------------------------------------------------------------------- frames
+class JpegFrames(Sequence):
+    """A clip's frames as JPEG files, decoded on access: a FrameBatch's ``images`` for a whole
+    clip without holding it in memory (and the folder a video segmenter can read directly)."""
+
+    def __init__(self, paths: Sequence[str | os.PathLike[str]]):
+        self.paths = [Path(p) for p in paths]
+
+    def __len__(self) -> int:
+        return len(self.paths)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        img = cv2.imread(str(self.paths[i]), cv2.IMREAD_COLOR)
+        if img is None:
+            raise OSError(f"cannot read frame {self.paths[i]}")
+        return cv2.cvtColor(img, cv2.COLOR_BGR2RGB)
+
+    @property
+    def folder(self) -> Path | None:
+        parents = {p.parent for p in self.paths}
+        return parents.pop() if len(parents) == 1 else None
+
+
+# --------------------------------------------------------------------------------- one clip
+def clip_tables(video_id: str, clip_index: int, batch, records: Iterable, backend: str,
+                params: SegmentParams) -> tuple[list[dict], list[dict]]:
+    """Rows of schema.CLIP_SEGMENTS and schema.CLIP_INSTANCES from a segmenter's records."""
+    seg_rows: list[dict] = []
+    acc: dict[tuple[str, int], dict] = {}
+    by_frame: dict[int, list] = {}
+    for r in records:
+        by_frame.setdefault(int(r.frame_pos), []).append(r)
+    for pos in sorted(by_frame):
+        if not 0 <= pos < len(batch.times):
+            raise ValueError(f"segmenter returned frame_pos {pos} outside the clip (0..{len(batch.times) - 1})")
+        image = batch.images[pos]
+        h, w = image.shape[:2]
+        for r in by_frame[pos]:
+            mask = np.asarray(r.mask, dtype=bool)
+            if mask.shape != (h, w):
+                mask = cv2.resize(mask.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) > 0
+            area = int(mask.sum())
+            if r.score < params.min_score or area < max(params.min_area, 1):
+                continue
+            ys, xs = np.nonzero(mask)
+            box = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
+            seg_rows.append({
+                "video_id": video_id, "clip_index": clip_index, "sample_index": int(batch.sample_indices[pos]),
+                "time": float(batch.times[pos]), "frame": int(batch.frame_indices[pos]), "fps": float(batch.fps),
+                "concept": r.concept, "local_id": int(r.local_id),
+                "x0": box[0], "y0": box[1], "x1": box[2], "y1": box[3], "area": area, "score": float(r.score),
+                "image_width": int(w), "image_height": int(h), "mask_rle": encode_rle(mask), "backend": backend,
+            })
+            a = acc.setdefault((r.concept, int(r.local_id)), {
+                "times": [], "areas": [], "scores": [], "hist": np.zeros(int(np.prod(HIST_BINS)))})
+            a["times"].append(float(batch.times[pos]))
+            a["areas"].append(area)
+            a["scores"].append(float(r.score))
+            a["hist"] += appearance_histogram(image, mask) * area
+    inst_rows = []
+    for (concept, lid), a in sorted(acc.items(), key=lambda kv: (min(kv[1]["times"]), kv[0])):
+        hist = a["hist"] / max(a["hist"].sum(), 1e-12)
+        inst_rows.append({
+            "video_id": video_id, "clip_index": clip_index, "concept": concept, "local_id": lid,
+            "first_time": min(a["times"]), "last_time": max(a["times"]), "n_observations": len(set(a["times"])),
+            "mean_area": float(np.mean(a["areas"])), "mean_score": float(np.mean(a["scores"])),
+            "appearance": hist.astype(np.float32).tolist(),
+        })
+    return seg_rows, inst_rows
+
+
+# --------------------------------------------------------------------------------- positions
+@dataclass
+class Poses:
+    """Camera poses of one video by 2 FPS sample index (from schema.POSES rows)."""
+
+    R: dict[int, np.ndarray]  # world -> camera rotation
+    C: dict[int, np.ndarray]  # camera centre (world)
+    K: dict[int, np.ndarray]
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[dict]) -> Poses:
+        R, C, K = {}, {}, {}
+        for r in rows:
+            if not r["valid"]:
+                continue
+            E = np.asarray(r["extrinsics"], dtype=np.float64).reshape(3, 4)
+            k = int(r["sample_index"])
+            R[k] = E[:, :3]
+            C[k] = -E[:, :3].T @ E[:, 3]
+            K[k] = np.asarray(r["intrinsics"], dtype=np.float64).reshape(3, 3)
+        return cls(R, C, K)
+
+    def ray(self, k: int, u: float, v: float) -> tuple[np.ndarray, np.ndarray] | None:
+        if k not in self.R:
+            return None
+        d_cam = np.linalg.solve(self.K[k], np.array([u, v, 1.0]))
+        d = self.R[k].T @ d_cam
+        return self.C[k], d / np.linalg.norm(d)
+
+
+def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: float) -> tuple[np.ndarray, float] | None:
+    """Least-squares point nearest to the rays, and its mean range; None when the rays are too
+    parallel (the camera barely moved) or the point lies behind the cameras."""
+    if len(rays) < 2:
+        return None
+    dirs = np.array([d for _, d in rays])
+    mean = dirs.mean(axis=0)
+    mean /= max(np.linalg.norm(mean), 1e-12)
+    spread = np.degrees(np.arccos(np.clip(dirs @ mean, -1, 1))).max() * 2
+    if spread < min_spread_deg:
+        return None
+    A = np.zeros((3, 3))
+    b = np.zeros(3)
+    for c, d in rays:
+        P = np.eye(3) - np.outer(d, d)
+        A += P
+        b += P @ c
+    try:
+        X = np.linalg.solve(A, b)
+    except np.linalg.LinAlgError:
+        return None
+    depths = np.array([(X - c) @ d for c, d in rays])
+    if np.median(depths) <= 0:
+        return None
+    return X, float(np.mean([np.linalg.norm(X - c) for c, _ in rays]))
+
+
+# --------------------------------------------------------------------------------- reconciliation
+@dataclass(frozen=True)
+class Obs:
+    time: float
+    box: tuple[float, float, float, float]
+    area: int
+    frame: int
+    fps: float
+
+
+@dataclass
+class ClipInstance:
+    clip: int
+    local: int
+    concept: str
+    first_time: float
+    last_time: float
+    appearance: np.ndarray
+    samples: dict[int, Obs] = field(default_factory=dict)  # sample index -> observation
+    position: np.ndarray | None = None
+    range: float | None = None
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.clip, self.local)
+
+
+def _iou(a, b) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+@dataclass
+class Reconciled:
+    members: list[dict]  # schema.INSTANCE_MEMBERS rows
+    decisions: list[dict]  # schema.MERGE_DECISIONS rows
+    observations: list[dict]  # schema.OBSERVATIONS rows
+    positions: dict[int, tuple[float, float, float]]  # instance id -> world position
+
+
+def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[dict]) -> list[ClipInstance]:
+    out: dict[tuple[int, int], ClipInstance] = {}
+    for r in instance_rows:
+        ci = ClipInstance(int(r["clip_index"]), int(r["local_id"]), r["concept"], float(r["first_time"]),
+                          float(r["last_time"]), np.asarray(r["appearance"], dtype=np.float64))
+        out[ci.key] = ci
+    for r in segment_rows:
+        key = (int(r["clip_index"]), int(r["local_id"]))
+        if key not in out:
+            raise ValueError(f"segment of unknown clip instance {key}")
+        out[key].samples[int(r["sample_index"])] = Obs(float(r["time"]), (r["x0"], r["y0"], r["x1"], r["y1"]),
+                                                       int(r["area"]), int(r["frame"]), float(r["fps"]))
+    return sorted(out.values(), key=lambda c: (c.clip, c.first_time, c.local))
+
+
+def _rays(samples: dict, poses: Poses) -> list:
+    rays = []
+    for k, o in sorted(samples.items()):
+        box = o.box
+        r = poses.ray(k, (box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0)
+        if r is not None:
+            rays.append(r)
+    return rays
+
+
+def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[ClipSpan], params: ReconcileParams,
+              poses: Poses | None = None) -> Reconciled:
+    """Link clip-local instances across clips into global instances (see the module docstring)."""
+    last_sample = {c.index: c.first_sample + c.n_samples - 1 for c in clips}
+    first_sample = {c.index: c.first_sample for c in clips}
+    if poses is not None and params.use_positions:
+        for ci in instances:
+            tri = triangulate(_rays(ci.samples, poses), params.min_ray_spread_deg)
+            if tri is not None:
+                ci.position, ci.range = tri
+    by_concept: dict[str, list[ClipInstance]] = {}
+    for ci in instances:
+        by_concept.setdefault(ci.concept, []).append(ci)
+
+    proposals = []  # (score, a, b, evidence)
+    for concept, items in sorted(by_concept.items()):
+        for i, a in enumerate(items):
+            for b in items[i + 1:]:
+                if a.clip == b.clip:
+                    continue
+                if a.clip > b.clip:
+                    a, b = b, a
+                boundary = (b.clip == a.clip + 1 and last_sample[a.clip] in a.samples
+                            and first_sample[b.clip] in b.samples)
+                iou = _iou(a.samples[last_sample[a.clip]].box, b.samples[first_sample[b.clip]].box) if boundary else None
+                app = bhattacharyya(a.appearance, b.appearance)
+                dist = None
+                if a.position is not None and b.position is not None:
+                    dist = float(np.linalg.norm(a.position - b.position) / max((a.range + b.range) / 2.0, 1e-9))
+                if boundary and iou >= params.boundary_iou:
+                    score, why = 3.0 + iou, f"continues across the cut (box IoU {iou:.2f})"
+                elif dist is not None:
+                    if dist <= params.max_distance and app >= params.min_appearance:
+                        score, why = 2.0 + (1.0 - dist / params.max_distance), (
+                            f"same place (distance {dist:.2f} of range) and look (appearance {app:.2f})")
+                    else:
+                        score, why = 0.0, (f"distance {dist:.2f} (max {params.max_distance}), "
+                                           f"appearance {app:.2f} (min {params.min_appearance})")
+                elif app >= params.appearance_only:
+                    score, why = 1.0 + app, f"same look (appearance {app:.2f}), no position to compare"
+                else:
+                    score, why = 0.0, f"appearance {app:.2f} < {params.appearance_only} and no position to compare"
+                relevant = (boundary or app >= params.min_appearance
+                            or (dist is not None and dist <= 2 * params.max_distance))
+                if relevant:
+                    proposals.append((score, a, b, boundary, iou, app, dist, why))
+
+    # Union-find over clip instances; strongest evidence first (deterministic tie-break on keys).
+    parent = {ci.key: ci.key for ci in instances}
+    clips_of = {ci.key: {ci.clip} for ci in instances}
+
+    def find(x):
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    decisions = []
+    for score, a, b, boundary, iou, app, dist, why in sorted(proposals, key=lambda p: (-p[0], p[1].key, p[2].key)):
+        ra, rb = find(a.key), find(b.key)
+        if score <= 0:
+            decision = "apart"
+        elif ra == rb:
+            decision, why = "merge", why + " (already joined)"
+        elif clips_of[ra] & clips_of[rb]:
+            decision, why = "blocked", why + "; would join two instances of one clip"
+        else:
+            decision = "merge"
+            root, child = (ra, rb) if ra < rb else (rb, ra)
+            parent[child] = root
+            clips_of[root] |= clips_of.pop(child)
+        decisions.append({
+            "video_id": video_id, "concept": a.concept, "clip_a": a.clip, "local_a": a.local, "clip_b": b.clip,
+            "local_b": b.local, "boundary": bool(boundary), "box_iou": iou, "appearance": app, "distance": dist,
+            "score": float(score), "decision": decision, "reason": why,
+        })
+
+    groups: dict[tuple[int, int], list[ClipInstance]] = {}
+    for ci in instances:
+        groups.setdefault(find(ci.key), []).append(ci)
+    ordered = sorted(groups.values(), key=lambda g: (min(c.first_time for c in g), g[0].concept, min(c.key for c in g)))
+    members, observations, positions = [], [], {}
+    for gid, g in enumerate(ordered, start=1):
+        merged_samples: dict[int, tuple] = {}
+        for ci in sorted(g, key=lambda c: c.key):
+            members.append({
+                "video_id": video_id, "instance_id": gid, "concept": ci.concept, "clip_index": ci.clip,
+                "local_id": ci.local, "first_time": ci.first_time, "last_time": ci.last_time,
+            })
+            merged_samples.update(ci.samples)
+        for k, o in sorted(merged_samples.items()):
+            observations.append({
+                "video_id": video_id, "instance_id": gid, "concept": g[0].concept, "sample_index": k, "time": o.time,
+                "frame": o.frame, "fps": o.fps, "x0": o.box[0], "y0": o.box[1], "x1": o.box[2], "y1": o.box[3],
+                "area": o.area, "origin": "auto",
+            })
+        if poses is not None and params.use_positions:
+            tri = triangulate(_rays(merged_samples, poses), params.min_ray_spread_deg)
+            if tri is not None:
+                positions[gid] = tuple(float(x) for x in tri[0])
+    return Reconciled(members, decisions, observations, positions)
