@@ -180,3 +180,37 @@ def keyframe_times(duration_s: float, n: int) -> list[float]:
     if duration_s <= 0:
         return []
     return [(i + 0.5) * duration_s / n for i in range(n)]
+
+
+def extract_keyframes(path: str | Path, times: Sequence[float], max_width: int) -> list[tuple[float, int, np.ndarray]]:
+    """(time, frame index, rgb) of the first frame at or after each time, by seeking (16 seeks are
+    far cheaper than decoding a long video). Times are relative to the stream's first frame; the
+    frame index is time x average rate, rounded."""
+    import av
+    import cv2
+
+    out = []
+    with av.open(str(path)) as container:
+        stream = container.streams.video[0]
+        tb = stream.time_base
+        start = stream.start_time or 0
+        rate = float(stream.average_rate or stream.guessed_rate or 0) or 1.0
+        for t in times:
+            container.seek(start + int(t / tb), stream=stream, backward=True)
+            pick = None
+            for frame in container.decode(stream):
+                if frame.pts is None:
+                    continue
+                ft = float((frame.pts - start) * tb)
+                pick = (ft, frame)
+                if ft >= t - 0.5 / rate:
+                    break
+            if pick is None:
+                continue
+            ft, frame = pick
+            rgb = frame.to_ndarray(format="rgb24")
+            if rgb.shape[1] > max_width:
+                s = max_width / rgb.shape[1]
+                rgb = cv2.resize(rgb, (max_width, max(2, round(rgb.shape[0] * s))), interpolation=cv2.INTER_AREA)
+            out.append((ft, int(round(ft * rate)), rgb))
+    return out

@@ -409,11 +409,11 @@ OBSERVATIONS = _schema(
     f("time", pa.float64()),
     f("frame", pa.int64()),
     f("fps", pa.float64()),
-    f("x0", pa.float64()),
-    f("y0", pa.float64()),
-    f("x1", pa.float64()),
-    f("y1", pa.float64()),
-    f("area", pa.int64()),
+    f("x0", pa.float64(), True, doc="box in view pixels; null for an instance added by a fix"),
+    f("y0", pa.float64(), True),
+    f("x1", pa.float64(), True),
+    f("y1", pa.float64(), True),
+    f("area", pa.int64(), True, doc="mask pixels"),
     f("origin", pa.string(), doc="auto | fix"),
 )
 
