@@ -168,6 +168,7 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
         if not np.array_equal(tracks[v].sample_indices, ref.sample_indices):
             raise ValueError(f"view {v}: its samples differ from view {names[0]}'s")
     steps = {}
+    typicals = []
     for v in names:
         M = yaw_matrix(yaws[v])
         dR, d, ok = tracks[v].steps()
@@ -176,7 +177,13 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
         mag = np.linalg.norm(d, axis=1)
         moving = ok & (mag > 1e-9)
         typical = float(np.median(mag[moving])) if moving.any() else 1.0
+        if moving.any():
+            typicals.append(typical)
         steps[v] = (dR_s, d_s, ok, mag / typical)
+    # Each view's steps are normalised by its median step (monocular backends may give each view
+    # its own scale), then the fused steps are put back in the views' common unit when they share
+    # one (twoview's ground-plane scale: metres).
+    unit = float(np.median(typicals)) if typicals else 1.0
     R = np.zeros((n, 3, 3))
     C = np.zeros((n, 3))
     valid = np.zeros(n, dtype=bool)
@@ -201,7 +208,7 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
                 if keep.sum() >= 2:
                     mean = units[keep].sum(axis=0)
             if np.linalg.norm(mean) > 1e-9:
-                d = mean / np.linalg.norm(mean) * float(np.median(mags))
+                d = mean / np.linalg.norm(mean) * float(np.median(mags)) * unit
         R[k + 1] = dR @ R[k]
         C[k + 1] = C[k] + R[k].T @ d
     return Track(ref.sample_indices.copy(), ref.times.copy(), ref.frames.copy(), ref.fps, R, C, ref.K.copy(), valid)

@@ -54,13 +54,28 @@ class ReconcileParams(BaseModel):
     min_appearance: float = Field(
         0.6, ge=0, le=1, description="appearance similarity (Bhattacharyya) needed besides a position match"
     )
-    appearance_only: float = Field(
-        0.97, ge=0, le=1, description="appearance similarity that merges on its own when a position is missing"
+    appearance_only: float | None = Field(
+        None, ge=0, le=1,
+        description="appearance similarity that merges on its own when neither instance can be located "
+        "(off by default: objects of one category often look alike)",
     )
     min_ray_spread_deg: float = Field(
         3.0, ge=0, description="an instance's rays must span at least this angle to be triangulated"
     )
     use_positions: bool = True
+    constellation_tol: float = Field(
+        0.2, gt=0, description="revisits: instances within this fraction of the median viewing range align"
+    )
+    min_constellation: int = Field(
+        4, ge=2, description="revisits: a layout alignment needs this many instances (of >= 2 concepts)"
+    )
+    max_layout_rotation_deg: float = Field(30.0, ge=0, description="revisits: pose drift this large at most")
+    max_layout_shift: float = Field(
+        1.0, ge=0, description="revisits: ... and a shift of at most this fraction of the median viewing range"
+    )
+    max_ray_distance: float = Field(
+        0.25, gt=0, description="an instance that could not be located merges when its viewing rays pass this close"
+    )
 
 
 # --------------------------------------------------------------------------------- clips
@@ -233,6 +248,24 @@ class Poses:
         d = self.R[k].T @ d_cam
         return self.C[k], d / np.linalg.norm(d)
 
+    def down(self) -> np.ndarray:
+        """The world's down direction: the cameras' mean down axis (cameras are level on average)."""
+        d = np.mean([R.T @ np.array([0.0, 1.0, 0.0]) for R in self.R.values()], axis=0)
+        return d / max(np.linalg.norm(d), 1e-12)
+
+    def ground_point(self, k: int, u: float, v: float, height: float, down: np.ndarray,
+                     min_depression_deg: float = 1.0) -> np.ndarray | None:
+        """Where the ray through pixel (u, v) meets the ground, ``height`` below camera k; None
+        when the ray does not point below the horizon by at least ``min_depression_deg``."""
+        r = self.ray(k, u, v)
+        if r is None:
+            return None
+        c, d = r
+        s = float(d @ down)
+        if s < math.sin(math.radians(min_depression_deg)):
+            return None
+        return c + d * (height / s)
+
 
 def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: float) -> tuple[np.ndarray, float] | None:
     """Least-squares point nearest to the rays, and its mean range; None when the rays are too
@@ -269,6 +302,13 @@ class Obs:
     area: int
     frame: int
     fps: float
+    size: tuple[int, int] = (0, 0)  # image width, height of the box's pixels
+
+    def clipped(self, margin: float = 2.0) -> bool:
+        """The box touches the image border: the object is cut off, its box centre is biased."""
+        w, h = self.size
+        x0, y0, x1, y1 = self.box
+        return w > 0 and (x0 <= margin or y0 <= margin or x1 >= w - margin or y1 >= h - margin)
 
 
 @dataclass
@@ -315,11 +355,17 @@ def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[di
         if key not in out:
             raise ValueError(f"segment of unknown clip instance {key}")
         out[key].samples[int(r["sample_index"])] = Obs(float(r["time"]), (r["x0"], r["y0"], r["x1"], r["y1"]),
-                                                       int(r["area"]), int(r["frame"]), float(r["fps"]))
+                                                       int(r["area"]), int(r["frame"]), float(r["fps"]),
+                                                       (int(r["image_width"]), int(r["image_height"])))
     return sorted(out.values(), key=lambda c: (c.clip, c.first_time, c.local))
 
 
 def _rays(samples: dict, poses: Poses) -> list:
+    """Rays through the box centres; boxes cut off by the image border are left out when at least
+    two others remain (their centres are biased towards the image)."""
+    whole = {k: o for k, o in samples.items() if not o.clipped()}
+    if len(whole) >= 2:
+        samples = whole
     rays = []
     for k, o in sorted(samples.items()):
         box = o.box
@@ -329,21 +375,161 @@ def _rays(samples: dict, poses: Poses) -> list:
     return rays
 
 
+def ground_basis(poses: Poses) -> np.ndarray:
+    """(2, 3): two world axes spanning the ground plane (orthogonal to the cameras' mean down axis)."""
+    down = np.mean([R.T @ np.array([0.0, 1.0, 0.0]) for R in poses.R.values()], axis=0)
+    down /= max(np.linalg.norm(down), 1e-12)
+    a = np.array([1.0, 0.0, 0.0]) if abs(down[0]) < 0.9 else np.array([0.0, 0.0, 1.0])
+    e1 = a - (a @ down) * down
+    e1 /= np.linalg.norm(e1)
+    return np.stack([e1, np.cross(down, e1)])
+
+
+def _similarity_2d(a1, a2, b1, b2) -> tuple[complex, complex] | None:
+    da = complex(*(a2 - a1))
+    if abs(da) < 1e-9:
+        return None
+    m = complex(*(b2 - b1)) / da
+    return m, complex(*b1) - m * complex(*a1)
+
+
+def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarray, tol: float,
+                  min_inliers: int, max_rot_deg: float = 180.0, max_shift: float = math.inf) -> tuple[complex, complex] | None:
+    """The ground-plane similarity (z -> m z + t, complex) that lays clip A's instances onto clip
+    B's (same concepts), found by exhaustive 2-correspondence RANSAC; None unless it aligns at
+    least ``min_inliers`` instances of at least two concepts within ``tol``. This recognises a
+    revisited place by its layout of objects, whatever the pose drift since the first visit."""
+    pa_ = [(c, basis @ c.position) for c in A if c.position is not None]
+    pb_ = [(c, basis @ c.position) for c in B if c.position is not None]
+    corr = [(i, j) for i, (ca, _) in enumerate(pa_) for j, (cb, _) in enumerate(pb_) if ca.concept == cb.concept]
+    if len(corr) < 2:
+        return None
+    za = np.array([complex(*p) for _, p in pa_])
+    zb = np.array([complex(*p) for _, p in pb_])
+    best, best_key = None, None
+    for x in range(len(corr)):
+        for y in range(x + 1, len(corr)):
+            (i1, j1), (i2, j2) = corr[x], corr[y]
+            if i1 == i2 or j1 == j2:
+                continue
+            sim = _similarity_2d(np.array([za[i1].real, za[i1].imag]), np.array([za[i2].real, za[i2].imag]),
+                                 np.array([zb[j1].real, zb[j1].imag]), np.array([zb[j2].real, zb[j2].imag]))
+            if sim is None or not 0.8 <= abs(sim[0]) <= 1.25:
+                continue
+            m, t = sim
+            if abs(math.degrees(np.angle(m))) > max_rot_deg:
+                continue
+            centre = za[[i for i, _ in corr]].mean()
+            if abs(m * centre + t - centre) > max_shift:
+                continue
+            d = np.abs(m * za[[i for i, _ in corr]] + t - zb[[j for _, j in corr]])
+            used_a, used_b, inl, err = set(), set(), [], 0.0
+            for k in np.argsort(d, kind="stable"):
+                i, j = corr[k]
+                if d[k] > tol:
+                    break
+                if i in used_a or j in used_b:
+                    continue
+                used_a.add(i)
+                used_b.add(j)
+                inl.append(k)
+                err += d[k]
+            concepts = {pa_[corr[k][0]][0].concept for k in inl}
+            key = (len(inl), -err)
+            if len(inl) >= min_inliers and len(concepts) >= 2 and (best_key is None or key > best_key):
+                best, best_key = (m, t), key
+    return best
+
+
+def _ray_gap(lone: ClipInstance, placed: ClipInstance, poses: Poses, basis: np.ndarray,
+             sim: tuple[complex, complex] | None, lone_is_later: bool) -> float | None:
+    """Median ground-plane distance from ``placed``'s position to ``lone``'s viewing rays, over
+    ``placed``'s range. ``sim`` maps the earlier clip's ground plane onto the later one's."""
+    rays = _rays(lone.samples, poses)
+    if not rays:
+        return None
+    p = basis @ placed.position
+    if sim is not None:
+        m, t = sim
+        z = complex(*p)
+        z = (z - t) / m if lone_is_later is False else m * z + t  # into the lone instance's frame
+        p = np.array([z.real, z.imag])
+    gaps = []
+    for c, d in rays:
+        c2, d2 = basis @ c, basis @ d
+        nd = np.linalg.norm(d2)
+        if nd < 1e-9:
+            continue
+        d2 = d2 / nd
+        along = (p - c2) @ d2
+        gaps.append(np.linalg.norm(p - c2 - max(along, 0.0) * d2))
+    if not gaps:
+        return None
+    return float(np.median(gaps)) / max(placed.range, 1e-9)
+
+
+def ground_contact(ci: ClipInstance, poses: Poses, height: float, down: np.ndarray,
+                   min_depression_deg: float = 1.0) -> tuple[np.ndarray, float] | None:
+    """An object standing on the ground, located from single frames: the bottom centre of its box
+    is where it meets the ground, and the ground lies ``height`` (the camera's height, in pose
+    units) below the camera. Median over the observations whose box bottom is not cut off by the
+    image; with the mean range from the cameras."""
+    pts, ranges = [], []
+    for k, o in sorted(ci.samples.items()):
+        w, h = o.size
+        if h and o.box[3] >= h - 2:
+            continue
+        X = poses.ground_point(k, (o.box[0] + o.box[2]) / 2.0, o.box[3], height, down, min_depression_deg)
+        if X is not None:
+            pts.append(X)
+            ranges.append(float(np.linalg.norm(X - poses.C[k])))
+    if not pts:
+        return None
+    # The error grows with the square of the distance: keep the nearer half of the sightings.
+    order = np.argsort(ranges, kind="stable")[: max(1, (len(pts) + 1) // 2)]
+    return np.median(np.array(pts)[order], axis=0), float(np.median(np.array(ranges)[order]))
+
+
 def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[ClipSpan], params: ReconcileParams,
-              poses: Poses | None = None) -> Reconciled:
-    """Link clip-local instances across clips into global instances (see the module docstring)."""
+              poses: Poses | None = None, camera_height: float | None = None) -> Reconciled:
+    """Link clip-local instances across clips into global instances (see the module docstring).
+
+    ``camera_height``: the camera's height above the ground in the poses' units; when given,
+    instances are located where they meet the ground (single frames suffice), else by
+    triangulating the rays through their box centres (needs parallax)."""
     last_sample = {c.index: c.first_sample + c.n_samples - 1 for c in clips}
     first_sample = {c.index: c.first_sample for c in clips}
-    if poses is not None and params.use_positions:
+    aligned: dict[tuple[int, int], tuple[complex, complex]] = {}
+    basis = None
+    if poses is not None and params.use_positions and poses.R:
+        down = poses.down()
         for ci in instances:
-            tri = triangulate(_rays(ci.samples, poses), params.min_ray_spread_deg)
-            if tri is not None:
-                ci.position, ci.range = tri
+            loc = ground_contact(ci, poses, camera_height, down) if camera_height else None
+            if loc is None:
+                loc = triangulate(_rays(ci.samples, poses), params.min_ray_spread_deg)
+            if loc is not None:
+                ci.position, ci.range = loc
+        ranges = [ci.range for ci in instances if ci.range is not None]
+        if ranges:
+            basis = ground_basis(poses)
+            tol = params.constellation_tol * float(np.median(ranges))
+            by_clip: dict[int, list[ClipInstance]] = {}
+            for ci in instances:
+                by_clip.setdefault(ci.clip, []).append(ci)
+            for i in sorted(by_clip):
+                for j in sorted(by_clip):
+                    if j > i + 1:  # neighbours share a cut, not a revisit: raw positions suffice
+                        sim = align_layouts(by_clip[i], by_clip[j], basis, tol, params.min_constellation,
+                                            params.max_layout_rotation_deg,
+                                            params.max_layout_shift * float(np.median(ranges)))
+                        if sim is not None:
+                            aligned[(i, j)] = sim
     by_concept: dict[str, list[ClipInstance]] = {}
     for ci in instances:
         by_concept.setdefault(ci.concept, []).append(ci)
 
     proposals = []  # (score, a, b, evidence)
+    rays = []  # pairs where one instance could not be located: compared by viewing rays
     for concept, items in sorted(by_concept.items()):
         for i, a in enumerate(items):
             for b in items[i + 1:]:
@@ -355,22 +541,39 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                             and first_sample[b.clip] in b.samples)
                 iou = _iou(a.samples[last_sample[a.clip]].box, b.samples[first_sample[b.clip]].box) if boundary else None
                 app = bhattacharyya(a.appearance, b.appearance)
-                dist = None
-                if a.position is not None and b.position is not None:
-                    dist = float(np.linalg.norm(a.position - b.position) / max((a.range + b.range) / 2.0, 1e-9))
+                dist, located = None, "positions"
+                if (a.position is None) != (b.position is None) and basis is not None:
+                    # one of them was not triangulated: do its viewing rays pass the other's position?
+                    lone, placed = (a, b) if a.position is None else (b, a)
+                    dist = _ray_gap(lone, placed, poses, basis, aligned.get((a.clip, b.clip)), lone is b)
+                    located = "rays"
+                elif a.position is not None and b.position is not None:
+                    gap = float(np.linalg.norm(basis @ (a.position - b.position)))  # on the ground plane
+                    if (a.clip, b.clip) in aligned:  # compare on the ground plane after the layout alignment
+                        m, t = aligned[(a.clip, b.clip)]
+                        za, zb = complex(*(basis @ a.position)), complex(*(basis @ b.position))
+                        gap = abs(m * za + t - zb)
+                    dist = gap / max((a.range + b.range) / 2.0, 1e-9)
                 if boundary and iou >= params.boundary_iou:
                     score, why = 3.0 + iou, f"continues across the cut (box IoU {iou:.2f})"
                 elif dist is not None:
-                    if dist <= params.max_distance and app >= params.min_appearance:
-                        score, why = 2.0 + (1.0 - dist / params.max_distance), (
-                            f"same place (distance {dist:.2f} of range) and look (appearance {app:.2f})")
+                    how = ("" if located == "positions" else " by viewing rays") + (
+                        " after aligning the revisited layout" if (a.clip, b.clip) in aligned else "")
+                    limit = params.max_distance if located == "positions" else params.max_ray_distance
+                    if dist <= limit and app >= params.min_appearance:
+                        score = (2.0 if located == "positions" else 1.5) + (1.0 - dist / limit) / 2
+                        why = f"same place{how} (distance {dist:.2f} of range) and look (appearance {app:.2f})"
                     else:
-                        score, why = 0.0, (f"distance {dist:.2f} (max {params.max_distance}), "
+                        score, why = 0.0, (f"distance{how} {dist:.2f} (max {limit}), "
                                            f"appearance {app:.2f} (min {params.min_appearance})")
-                elif app >= params.appearance_only:
-                    score, why = 1.0 + app, f"same look (appearance {app:.2f}), no position to compare"
+                elif params.appearance_only is not None and app >= params.appearance_only:
+                    score, why = 1.0 + app / 2, f"same look (appearance {app:.2f}), neither could be located"
                 else:
-                    score, why = 0.0, f"appearance {app:.2f} < {params.appearance_only} and no position to compare"
+                    score, why = 0.0, f"appearance {app:.2f}, neither could be located"
+                if located == "rays" and dist is not None and not (boundary and iou >= params.boundary_iou):
+                    # weak evidence: settled after the strong merges, as an assignment (below)
+                    rays.append((a, b, boundary, iou, app, dist, why))
+                    continue
                 relevant = (boundary or app >= params.min_appearance
                             or (dist is not None and dist <= 2 * params.max_distance))
                 if relevant:
@@ -386,7 +589,20 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
             x = parent[x]
         return x
 
+    def union(ra, rb):
+        root, child = (ra, rb) if ra < rb else (rb, ra)
+        parent[child] = root
+        clips_of[root] |= clips_of.pop(child)
+
     decisions = []
+
+    def decide(a, b, boundary, iou, app, dist, score, decision, why):
+        decisions.append({
+            "video_id": video_id, "concept": a.concept, "clip_a": a.clip, "local_a": a.local, "clip_b": b.clip,
+            "local_b": b.local, "boundary": bool(boundary), "box_iou": iou, "appearance": app, "distance": dist,
+            "score": float(score), "decision": decision, "reason": why,
+        })
+
     for score, a, b, boundary, iou, app, dist, why in sorted(proposals, key=lambda p: (-p[0], p[1].key, p[2].key)):
         ra, rb = find(a.key), find(b.key)
         if score <= 0:
@@ -397,14 +613,57 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
             decision, why = "blocked", why + "; would join two instances of one clip"
         else:
             decision = "merge"
-            root, child = (ra, rb) if ra < rb else (rb, ra)
-            parent[child] = root
-            clips_of[root] |= clips_of.pop(child)
-        decisions.append({
-            "video_id": video_id, "concept": a.concept, "clip_a": a.clip, "local_a": a.local, "clip_b": b.clip,
-            "local_b": b.local, "boundary": bool(boundary), "box_iou": iou, "appearance": app, "distance": dist,
-            "score": float(score), "decision": decision, "reason": why,
-        })
+            union(ra, rb)
+        decide(a, b, boundary, iou, app, dist, score, decision, why)
+
+    # Instances that could not be located (seen briefly, or without parallax) join the located
+    # instance their viewing rays pass closest to. Several of them in one clip are assigned
+    # jointly (each to a different instance), so that one wrong guess cannot push another out.
+    located = {find(ci.key) for ci in instances if ci.position is not None}
+    lone_sets: dict[tuple[int, str], dict] = {}
+    for a, b, boundary, iou, app, dist, why in rays:
+        lone, placed = (a, b) if a.position is None else (b, a)
+        lone_sets.setdefault((lone.clip, lone.concept), {}).setdefault(lone.key, []).append(
+            (placed, a, b, boundary, iou, app, dist, why))
+    for (clip, concept), by_lone in sorted(lone_sets.items()):
+        lones = [k for k in sorted(by_lone) if find(k) not in located]
+        cols: list = []
+        cost: dict[tuple[int, int], tuple] = {}
+        for li, k in enumerate(lones):
+            for entry in by_lone[k]:
+                placed, a, b, boundary, iou, app, dist, why = entry
+                g = find(placed.key)
+                if clips_of[g] & clips_of[find(k)] or app < params.min_appearance:
+                    continue
+                if g not in cols:
+                    cols.append(g)
+                gi = cols.index(g)
+                if (li, gi) not in cost or dist < cost[(li, gi)][0]:
+                    cost[(li, gi)] = (dist, entry)
+        chosen: set[tuple[int, int]] = set()
+        if cost:
+            from scipy.optimize import linear_sum_assignment
+
+            big = 1e6
+            M = np.full((len(lones), len(cols)), big)
+            for (li, gi), (d, _) in cost.items():
+                if d <= params.max_ray_distance:
+                    M[li, gi] = d
+            rows_, cols_ = linear_sum_assignment(M)
+            chosen = {(int(r), int(c)) for r, c in zip(rows_, cols_) if M[r, c] < big}
+        for li, k in enumerate(lones):
+            for entry in by_lone[k]:
+                placed, a, b, boundary, iou, app, dist, why = entry
+                gi = cols.index(find(placed.key)) if find(placed.key) in cols else None
+                best = gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is entry
+                note = f" (joint assignment of {len(lones)} unlocated {concept!r} of clip {clip})" if len(lones) > 1 else ""
+                if best:
+                    union(find(k), find(placed.key))
+                    decide(a, b, boundary, iou, app, dist, 1.0 + (1.0 - dist / params.max_ray_distance) / 2, "merge",
+                           why + note)
+                else:
+                    decide(a, b, boundary, iou, app, dist, 0.0, "apart",
+                           why if dist > params.max_ray_distance else why + "; another pairing was closer" + note)
 
     groups: dict[tuple[int, int], list[ClipInstance]] = {}
     for ci in instances:

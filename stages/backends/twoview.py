@@ -41,7 +41,8 @@ class TwoViewPoseEstimator:
 
     def __init__(self, hfov_deg: float = 90.0, max_width: int = 640, features: str = "sift",
                  n_features: int = 2000, ratio: float = 0.8, min_matches: int = 25,
-                 min_parallax_deg: float = 0.15, ransac_px: float = 1.0):
+                 min_parallax_deg: float = 0.15, ransac_px: float = 1.0, camera_height: float | None = 1.6,
+                 ground_min_depression_deg: float = 8.0, ground_max_tilt_deg: float = 25.0):
         if features not in ("sift", "orb"):
             raise ValueError(f"twoview features must be 'sift' or 'orb', not {features!r}")
         self.hfov_deg = float(hfov_deg)
@@ -52,6 +53,10 @@ class TwoViewPoseEstimator:
         self.min_matches = int(min_matches)
         self.min_parallax = np.radians(min_parallax_deg)
         self.ransac_px = float(ransac_px)
+        self.camera_height = camera_height
+        self.ground_min_depression_deg = float(ground_min_depression_deg)
+        self.ground_max_tilt_deg = float(ground_max_tilt_deg)
+        self.last_height: float | None = None
         if features == "sift":
             self._det = cv2.SIFT_create(nfeatures=self.n_features)
             self._norm = cv2.NORM_L2
@@ -95,6 +100,7 @@ class TwoViewPoseEstimator:
         """Motion from frame 1 to frame 2: (R, c, ok) with x2 = R (x1 - c), i.e. ``R`` rotates
         camera-1 coordinates into camera 2 and ``c`` is camera 2's centre in camera-1 coordinates
         (length = baseline / typical depth; zero when the camera only turned)."""
+        self.last_height = None
         q1, q2 = self._match(f1, f2)
         if len(q1) < self.min_matches:
             return np.eye(3), np.zeros(3), False
@@ -130,35 +136,98 @@ class TwoViewPoseEstimator:
         if good.sum() < max(5, self.min_matches // 3):
             good = sin_a > 0.05
         scale = float(np.median(par[good] / sin_a[good])) if good.any() else float(np.median(par))
+        self.last_height = self._ground_height(q1[inl], q2[inl], K, R, t)
         return R, c * scale, True
+
+    def _ground_height(self, q1: np.ndarray, q2: np.ndarray, K: np.ndarray, R: np.ndarray, t: np.ndarray) -> float | None:
+        """Height of camera 1 above the ground plane, in units of the baseline; None when the
+        ground is not seen well enough. Points are triangulated with a unit baseline; the plane is
+        a RANSAC fit among points below the horizon whose normal is near the camera's down axis."""
+        if len(q1) < 12:
+            return None
+        P1 = K @ np.c_[np.eye(3), np.zeros(3)]
+        P2 = K @ np.c_[R, t.reshape(3, 1)]
+        Xh = cv2.triangulatePoints(P1, P2, q1.T.astype(np.float64), q2.T.astype(np.float64))
+        X = (Xh[:3] / np.where(np.abs(Xh[3]) < 1e-12, 1e-12, Xh[3])).T
+        z2 = (X @ R.T + t.reshape(1, 3))[:, 2]
+        ray = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+        c = -R.T @ t.ravel()
+        tri = np.arccos(np.clip(((X - c) / np.maximum(np.linalg.norm(X - c, axis=1, keepdims=True), 1e-12) * ray).sum(1), -1, 1))
+        below = (X[:, 2] > 0) & (z2 > 0) & (ray[:, 1] > np.sin(np.radians(self.ground_min_depression_deg))) \
+            & (tri > np.radians(0.5))
+        pts = X[below]
+        if len(pts) < 8:
+            return None
+        rng = np.random.default_rng(len(pts))
+        best_h, best_n = None, 0
+        tol = 0.03  # relative to the plane's distance
+        for _ in range(64):
+            sel = pts[rng.choice(len(pts), 3, replace=False)]
+            nrm = np.cross(sel[1] - sel[0], sel[2] - sel[0])
+            if np.linalg.norm(nrm) < 1e-12:
+                continue
+            nrm /= np.linalg.norm(nrm)
+            if nrm[1] < 0:
+                nrm = -nrm
+            if nrm[1] < np.cos(np.radians(self.ground_max_tilt_deg)):
+                continue
+            h = float(nrm @ sel[0])
+            if h <= 0:
+                continue
+            inl = np.abs(pts @ nrm - h) < tol * h
+            if inl.sum() > best_n:
+                best_n, best_h = int(inl.sum()), (nrm, inl)
+        if best_h is None or best_n < max(8, 0.3 * len(pts)):
+            return None
+        nrm, inl = best_h
+        # refine: least squares over the inliers
+        P = pts[inl]
+        centroid = P.mean(axis=0)
+        _, _, Vt = np.linalg.svd(P - centroid)
+        n2 = Vt[2] if Vt[2][1] > 0 else -Vt[2]
+        return float(n2 @ centroid)
 
     # ------------------------------------------------------------------ a sequence
     def estimate(self, batch: FrameBatch) -> PoseResult:
+        """Chain the pairwise motions from the first frame. Step lengths: ``camera_height`` /
+        (camera height above the ground in baselines) where the ground plane is seen, else the
+        parallax-based length times the median ratio of the two over the batch (so a whole
+        trajectory has one consistent scale, metres when ``camera_height`` is the true one)."""
         n = len(batch.images)
-        ext = np.zeros((n, 3, 4))
         intr = np.zeros((n, 3, 3))
         valid = np.ones(n, dtype=bool)
-        R_w = np.eye(3)
-        C_w = np.zeros(3)
+        steps: list[tuple[np.ndarray, np.ndarray, float | None]] = []
         prev = None
         for i in range(n):
             image = batch.images[i]
             h, w = image.shape[:2]
-            K_full = geometry.view_intrinsics(w, h, self.hfov_deg)
-            gray, s = self._prepare(image)
+            intr[i] = geometry.view_intrinsics(w, h, self.hfov_deg)
+            gray, _ = self._prepare(image)
             K = geometry.view_intrinsics(gray.shape[1], gray.shape[0], self.hfov_deg)
             feats = self._features(gray)
             if prev is not None:
                 R, c, ok = self.relative(prev, feats, K)
-                if not ok:
-                    valid[i] = False
-                # world -> cam_i: x_i = R (x_{i-1} - c) with x_{i-1} = R_w (X - C_w)
-                C_w = C_w + R_w.T @ c
-                R_w = R @ R_w
+                valid[i] = ok
+                steps.append((R, c, self.last_height if ok else None))
+            prev = feats
+        ratios = [self.camera_height / hgt / np.linalg.norm(c) for _, c, hgt in steps
+                  if self.camera_height and hgt and np.linalg.norm(c) > 0]
+        ratio = float(np.median(ratios)) if ratios else 1.0
+        ext = np.zeros((n, 3, 4))
+        R_w = np.eye(3)
+        C_w = np.zeros(3)
+        ext[0, :, :3] = R_w
+        for i, (R, c, hgt) in enumerate(steps, start=1):
+            norm = np.linalg.norm(c)
+            if norm > 0 and self.camera_height and hgt:
+                c = c / norm * (self.camera_height / hgt)
+            else:
+                c = c * ratio
+            # world -> cam_i: x_i = R (x_{i-1} - c) with x_{i-1} = R_w (X - C_w)
+            C_w = C_w + R_w.T @ c
+            R_w = R @ R_w
             ext[i, :, :3] = R_w
             ext[i, :, 3] = -R_w @ C_w
-            intr[i] = K_full
-            prev = feats
         return PoseResult(extrinsics=ext, intrinsics=intr, valid=valid)
 
 
