@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap, yaw_matrix
-from vsi_wild.stages.segment import SAMPLE_STEP, Poses, clip_of_sample, triangulate
+from vsi_wild.stages.segment import SAMPLE_STEP, Obs, Poses, clip_of_sample, locate
 
 
 class MetadataParams(BaseModel):
@@ -73,8 +73,11 @@ def spans_of(times: Sequence[float], gap_s: float) -> list[tuple[float, float]]:
 
 
 def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: MetadataParams,
-                  poses: Poses | None = None) -> list[dict]:
-    """schema.INSTANCES rows, ordered by first appearance."""
+                  poses: Poses | None = None, camera_height: float | None = None,
+                  image_size: tuple[int, int] | None = None) -> list[dict]:
+    """schema.INSTANCES rows, ordered by first appearance. Positions (when ``poses`` are given)
+    as in reconciliation (``stages.segment.locate``); ``image_size`` is the view's (w, h), the
+    pixels of the observation boxes."""
     rows = []
     for ins in insts:
         if not ins.obs and ins.first_override is None:
@@ -94,16 +97,12 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
                 spans[-1] = (spans[-1][0], last)
         by_time = {o["time"]: o for o in ins.obs.values()}
         pos = None
-        if poses is not None:
-            rays = []
-            for k, o in sorted(ins.obs.items()):
-                if o["x0"] is None:
-                    continue
-                r = poses.ray(k, (o["x0"] + o["x1"]) / 2.0, (o["y0"] + o["y1"]) / 2.0)
-                if r is not None:
-                    rays.append(r)
-            tri = triangulate(rays, params.min_ray_spread_deg)
-            pos = tri[0] if tri is not None else None
+        if poses is not None and poses.R:
+            sightings = {k: Obs(o["time"], (o["x0"], o["y0"], o["x1"], o["y1"]), o["area"] or 0, o["frame"], o["fps"],
+                                image_size or (0, 0))
+                         for k, o in ins.obs.items() if o["x0"] is not None}
+            loc = locate(sightings, poses, camera_height, params.min_ray_spread_deg) if sightings else None
+            pos = loc[0] if loc is not None else None
         rows.append({
             "video_id": video_id, "concept": ins.concept, "instance_id": ins.id,
             "first_time": float(first), "last_time": float(last),
@@ -270,7 +269,8 @@ class Derived:
 
 def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], members: Sequence[dict],
                 motion: Sequence[dict], motion_samples_rows: Sequence[dict], duration_s: float, fps: float,
-                params: MetadataParams, poses: Poses | None = None, clip_seconds: float | None = None) -> Derived:
+                params: MetadataParams, poses: Poses | None = None, clip_seconds: float | None = None,
+                camera_height: float | None = None, image_size: tuple[int, int] | None = None) -> Derived:
     """Apply a video's fixes to its automatic metadata; a problem raises ``FixError`` (file, line,
     field) before anything is returned, so a bad file changes nothing.
 
@@ -435,7 +435,7 @@ def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], 
         applied.append({"video_id": video_id, "file": file, "line": f.line, "op": kind, "summary": summary,
                         "sha256": fixset.sha256})
 
-    inst_rows = instance_rows(video_id, insts.values(), fps, params, poses)
+    inst_rows = instance_rows(video_id, insts.values(), fps, params, poses, camera_height, image_size)
     obs_rows = []
     for ins in sorted(insts.values(), key=lambda x: x.id):
         for k in sorted(ins.obs):

@@ -46,6 +46,12 @@ class PoseParams(BaseModel):
         60.0, gt=0, description="a view's step direction this far from the others' mean is left out of the fusion"
     )
     twoview_features: str = Field("sift", description="twoview backend: sift | orb")
+    camera_height: float | None = Field(
+        1.6,
+        description="the camera's height above the ground, in the poses' units. twoview scales its steps "
+        "so that this holds (metres when it is the true height); reconcile uses it to locate objects where "
+        "they meet the ground. null: unknown (a backend whose scale is not metric)",
+    )
 
 
 def yaw_matrix(yaw_deg: float) -> np.ndarray:

@@ -468,14 +468,25 @@ def _ray_gap(lone: ClipInstance, placed: ClipInstance, poses: Poses, basis: np.n
     return float(np.median(gaps)) / max(placed.range, 1e-9)
 
 
-def ground_contact(ci: ClipInstance, poses: Poses, height: float, down: np.ndarray,
+def locate(samples: dict[int, Obs], poses: Poses, camera_height: float | None, min_spread_deg: float,
+           down: np.ndarray | None = None) -> tuple[np.ndarray, float] | None:
+    """World position and viewing range of an object from its sightings: where it meets the
+    ground when the camera height is known, else by triangulation; None when neither works."""
+    if camera_height:
+        loc = ground_contact(samples, poses, camera_height, poses.down() if down is None else down)
+        if loc is not None:
+            return loc
+    return triangulate(_rays(samples, poses), min_spread_deg)
+
+
+def ground_contact(samples: dict[int, Obs], poses: Poses, height: float, down: np.ndarray,
                    min_depression_deg: float = 1.0) -> tuple[np.ndarray, float] | None:
     """An object standing on the ground, located from single frames: the bottom centre of its box
     is where it meets the ground, and the ground lies ``height`` (the camera's height, in pose
     units) below the camera. Median over the observations whose box bottom is not cut off by the
     image; with the mean range from the cameras."""
     pts, ranges = [], []
-    for k, o in sorted(ci.samples.items()):
+    for k, o in sorted(samples.items()):
         w, h = o.size
         if h and o.box[3] >= h - 2:
             continue
@@ -504,9 +515,7 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
     if poses is not None and params.use_positions and poses.R:
         down = poses.down()
         for ci in instances:
-            loc = ground_contact(ci, poses, camera_height, down) if camera_height else None
-            if loc is None:
-                loc = triangulate(_rays(ci.samples, poses), params.min_ray_spread_deg)
+            loc = locate(ci.samples, poses, camera_height, params.min_ray_spread_deg, down)
             if loc is not None:
                 ci.position, ci.range = loc
         ranges = [ci.range for ci in instances if ci.range is not None]
@@ -684,8 +693,8 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                 "frame": o.frame, "fps": o.fps, "x0": o.box[0], "y0": o.box[1], "x1": o.box[2], "y1": o.box[3],
                 "area": o.area, "origin": "auto",
             })
-        if poses is not None and params.use_positions:
-            tri = triangulate(_rays(merged_samples, poses), params.min_ray_spread_deg)
-            if tri is not None:
-                positions[gid] = tuple(float(x) for x in tri[0])
+        if poses is not None and params.use_positions and poses.R:
+            loc = locate(merged_samples, poses, camera_height, params.min_ray_spread_deg)
+            if loc is not None:
+                positions[gid] = tuple(float(x) for x in loc[0])
     return Reconciled(members, decisions, observations, positions)

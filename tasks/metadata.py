@@ -264,7 +264,7 @@ def run_pose(job: Job) -> None:
     for v in wanted:
         row = views[v]
         est = _backend("pose_estimator", p.backend, job, source_id, hfov_deg=float(row["hfov_deg"]),
-                       features=p.twoview_features)
+                       features=p.twoview_features, camera_height=p.camera_height)
         frames = _frames(job.file("project", row["path"]), max_width=p.frame_max_width)
         tr = po.estimate_chunked(est, frames, row["video_id"], float(row["fps"]), p.chunk_frames)
         if len(tr.sample_indices):
@@ -314,14 +314,16 @@ def run_reconcile(job: Job) -> None:
         inst_rows += job.read("segment", "instances.parquet", unit).to_pylist()
         seg_rows += job.read("segment", "segments.parquet", unit).select(
             ["clip_index", "local_id", "sample_index", "time", "frame", "fps", "x0", "y0", "x1", "y1", "area",
-             "image_width"]).to_pylist()
+             "image_width", "image_height"]).to_pylist()
     # Boxes to the view's own pixels (segmentation may have run on downscaled frames).
     for r in seg_rows:
         s = float(view["width"]) / float(r["image_width"])
         if s != 1.0:
             r.update(x0=r["x0"] * s, y0=r["y0"] * s, x1=r["x1"] * s, y1=r["y1"] * s, area=int(round(r["area"] * s * s)))
+        r.update(image_width=int(view["width"]), image_height=int(view["height"]))
     instances = seg.load_clip_instances(inst_rows, seg_rows)
-    result = seg.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid))
+    result = seg.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid),
+                           camera_height=job.config.pose.camera_height)
     job.out.write_table("clips.parquet", schema.table(schema.CLIP_SPANS, [
         {"video_id": vid, "clip_index": c.index, "start": c.start, "end": c.end, "first_sample": c.first_sample,
          "n_samples": c.n_samples} for c in clips]))
@@ -330,13 +332,14 @@ def run_reconcile(job: Job) -> None:
     job.out.write_table("members.parquet", schema.table(schema.INSTANCE_MEMBERS, result.members))
     job.out.write_table("observations_auto.parquet", schema.table(schema.OBSERVATIONS, result.observations))
     insts = meta.instances_from_observations(result.observations)
-    auto = meta.instance_rows(vid, insts.values(), float(view["fps"]), job.config.metadata, _video_poses(job, vid))
+    auto = meta.instance_rows(vid, insts.values(), float(view["fps"]), job.config.metadata, _video_poses(job, vid),
+                              job.config.pose.camera_height, (int(view["width"]), int(view["height"])))
     job.out.write_table("instances_auto.parquet", schema.table(schema.INSTANCES, auto))
 
 
 RECONCILE = Stage(
     name="reconcile", version="1", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
-    sections=("segment", "reconcile", "metadata"),
+    sections=("segment", "reconcile", "metadata", "pose"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
 
@@ -375,7 +378,8 @@ def run_metadata(job: Job) -> None:
     derived = meta.apply_fixes(
         vid, fixset, job.read("reconcile", "observations_auto.parquet").to_pylist(),
         job.read("reconcile", "members.parquet").to_pylist(), motion, samples, duration, fps, p,
-        seg.Poses.from_rows([r for r in pose_rows if r["video_id"] == vid]), job.config.segment.clip_seconds)
+        seg.Poses.from_rows([r for r in pose_rows if r["video_id"] == vid]), job.config.segment.clip_seconds,
+        job.config.pose.camera_height, (int(view["width"]), int(view["height"])))
     job.out.write_table("instances.parquet", schema.table(schema.INSTANCES, derived.instances))
     job.out.write_table("observations.parquet", schema.table(schema.OBSERVATIONS, derived.observations))
     job.out.write_table("motion.parquet", schema.table(schema.MOTION, derived.motion))
@@ -386,7 +390,7 @@ def run_metadata(job: Job) -> None:
 
 METADATA = Stage(
     name="metadata", version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
-    sections=("metadata", "segment"), raw_inputs=_metadata_raw,
+    sections=("metadata", "segment", "pose"), raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )
 
