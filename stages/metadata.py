@@ -57,6 +57,7 @@ class Inst:
     origin: str = "auto"
     first_override: float | None = None
     last_override: float | None = None
+    spans_override: list[tuple[float, float]] | None = None  # as a person gave them (add_instance)
 
 
 def spans_of(times: Sequence[float], gap_s: float) -> list[tuple[float, float]]:
@@ -83,7 +84,7 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
         if not ins.obs and ins.first_override is None:
             continue
         times = [o["time"] for o in ins.obs.values()]
-        spans = spans_of(times, params.span_gap_s)
+        spans = list(ins.spans_override) if ins.spans_override is not None else spans_of(times, params.span_gap_s)
         first = ins.first_override if ins.first_override is not None else min(times)
         last = ins.last_override if ins.last_override is not None else max(times)
         # A recalibrated first (last) appearance trims the spans, or stretches the first (last) one.
@@ -327,15 +328,21 @@ def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], 
                 raise fx.FixError(file, f.line_of("instances"), "instances",
                                   f"different concepts {sorted(concepts)}: rename first")
             keep = ids[0]
+            if any(insts[i].spans_override is not None for i in ids):  # an added instance among them
+                spans: list[tuple[float, float]] = []
+                for i in ids:
+                    spans += insts[i].spans_override if insts[i].spans_override is not None else spans_of(
+                        [o["time"] for o in insts[i].obs.values()], params.span_gap_s)
+                insts[keep].spans_override = sorted(spans)
             for i in ids[1:]:
                 for k, o in insts[i].obs.items():
                     if k not in insts[keep].obs or (o["area"] or 0) > (insts[keep].obs[k]["area"] or 0):
                         insts[keep].obs[k] = {**o, "instance_id": keep}
                 alias[i] = keep
-                if insts[i].first_override is not None:
-                    insts[keep].first_override = min(insts[i].first_override, insts[keep].first_override or math.inf)
-                if insts[i].last_override is not None:
-                    insts[keep].last_override = max(insts[i].last_override, insts[keep].last_override or -math.inf)
+                for name, pick in (("first_override", min), ("last_override", max)):
+                    theirs, ours = getattr(insts[i], name), getattr(insts[keep], name)
+                    if theirs is not None:
+                        setattr(insts[keep], name, theirs if ours is None else pick(theirs, ours))
                 del insts[i]
             insts[keep].origin = "fix"
             summary = f"merged {ids} into {keep}"
@@ -371,9 +378,10 @@ def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], 
                     new.obs[k] = {"video_id": video_id, "instance_id": new.id, "concept": op.concept, "sample_index": k,
                                   "time": t, "frame": int(round(t * fps)), "fps": float(fps), "x0": None, "y0": None,
                                   "x1": None, "y1": None, "area": None, "origin": "fix"}
-            if not new.obs:  # a span shorter than the sampling step still marks an appearance
-                new.first_override = min(s for s, _ in op.spans)
-                new.last_override = max(e for _, e in op.spans)
+            # the spans as given (a span between two samples still marks an appearance)
+            new.spans_override = sorted((float(s), float(e)) for s, e in op.spans)
+            new.first_override = min(s for s, _ in op.spans)
+            new.last_override = max(e for _, e in op.spans)
             insts[new.id] = new
             summary = f"added {op.concept!r} as {new.id} ({len(new.obs)} timestamps)"
         elif kind == "remove_instance":
@@ -388,8 +396,10 @@ def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], 
                 if v is not None and v > duration_s + 1e-6:
                     raise fx.FixError(file, f.line_of(name), name, f"{v} is after the end of the video ({duration_s:.1f} s)")
             times = [o["time"] for o in insts[i].obs.values()]
-            first = op.first_time if op.first_time is not None else (insts[i].first_override or min(times, default=0.0))
-            last = op.last_time if op.last_time is not None else (insts[i].last_override or max(times, default=first))
+            first = op.first_time if op.first_time is not None else (
+                insts[i].first_override if insts[i].first_override is not None else min(times, default=0.0))
+            last = op.last_time if op.last_time is not None else (
+                insts[i].last_override if insts[i].last_override is not None else max(times, default=first))
             if last < first:
                 raise fx.FixError(file, f.line_of("first_time" if op.first_time is not None else "last_time"),
                                   "first_time" if op.first_time is not None else "last_time",
