@@ -4,3 +4,7 @@ Kinds: text embedder, open-vocabulary detector, segmenter, pose estimator (face 
 ``stages.faces``). Production backends wrap the real packages (open_clip, ultralytics YOLO-World,
 sam3, depth-anything-3); CPU backends serve the embedded sample and CI. See ``base.py``.
 """
+
+# Production backends register themselves on import; their heavy packages load in constructors.
+from vsi_wild.stages.backends import detect, pose, segment, text  # noqa: E402,F401
+from vsi_wild.stages.backends.params import ModelsParams  # noqa: E402,F401

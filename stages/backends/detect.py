@@ -1,0 +1,116 @@
+"""Open-vocabulary detectors (kind ``open_vocab_detector``).
+
+``yolo_world``: ultralytics YOLO-World-v2 from ``models.yolo_world_weights``, prompted with the
+candidate names. ultralytics' own ``set_classes`` needs OpenAI's `clip` package, which it tries to
+pip-install from GitHub (impossible offline, and a runtime install in a worker is wrong anyway), so
+we do what it does with open_clip instead: encode the names with the CLIP ViT-B/32 text tower
+(``models.open_clip_weights``, the same encoder YOLO-World-v2 was trained against), L2-normalise,
+and set ``txt_feats`` (1, n, 512), the head's ``nc`` and the names, then drop the cached predictor
+(mirrors ``WorldModel.set_classes`` + ``YOLOWorld.set_classes`` in ultralytics 8.4).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vsi_wild.errors import UnitError
+from vsi_wild.stages.backends.base import Detections, FrameBatch, register
+from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
+from vsi_wild.stages.backends.text import OpenClipTextEmbedder
+
+
+def empty_detections() -> Detections:
+    return Detections(boxes=np.zeros((0, 4), np.float32), scores=np.zeros((0,), np.float32), labels=[])
+
+
+def check_rgb_frames(batch: FrameBatch) -> None:
+    """Frames must be (H, W, 3) uint8 RGB; say which one is not (a bad frame is the unit's fault)."""
+    for pos, img in enumerate(batch.images):
+        if not isinstance(img, np.ndarray) or img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+            desc = f"{type(img).__name__} {getattr(img, 'shape', '')} {getattr(img, 'dtype', '')}"
+            raise UnitError(
+                f"video {batch.video_id}: frame {pos} (sample {batch.sample_indices[pos]}) is not an "
+                f"(H, W, 3) uint8 RGB array: {desc}"
+            )
+
+
+def _load_yolo_world(path: Path, device: str) -> Any:
+    ultralytics = require("ultralytics", "ultralytics", "yolo_world")
+    model = ultralytics.YOLOWorld(str(path))
+    model.model.to(device).eval()
+    model._vsi_classes = None  # the class list whose text features are set (see _set_classes)
+    return model
+
+
+class YoloWorldDetector:
+    name = "yolo_world"
+
+    def __init__(self, params: ModelsParams):
+        self.params = params
+        require("ultralytics", "ultralytics", self.name)
+        path = params.weight_path("yolo_world_weights", hint="YOLO-World-v2 weights, e.g. yolov8x-worldv2.pt")
+        self._text = OpenClipTextEmbedder(params)
+        device = params.torch_device()
+        self._loaded: LoadedModel = load_once(
+            ("yolo_world", str(path.resolve()), device), lambda: (_load_yolo_world(path, device), device)
+        )
+
+    @property
+    def model(self) -> Any:
+        """The ultralytics ``YOLOWorld`` (shared by every detector built from the same weights)."""
+        return self._loaded.model
+
+    def _set_classes(self, concepts: list[str]) -> None:
+        yolo = self._loaded.model
+        if yolo._vsi_classes == tuple(concepts):
+            return
+        feats = self._text.embed_tensor(concepts)
+        world = yolo.model
+        param = next(world.parameters())
+        world.txt_feats = feats.reshape(1, len(concepts), feats.shape[-1]).to(device=param.device, dtype=param.dtype)
+        world.model[-1].nc = len(concepts)
+        world.names = list(concepts)
+        yolo.predictor = None  # the predictor caches names and the backend
+        yolo._vsi_classes = tuple(concepts)
+
+    def detect(self, batch: FrameBatch, concepts: Sequence[str]) -> list[Detections]:
+        concepts = list(dict.fromkeys(str(c) for c in concepts))  # unique, in order
+        if not concepts or not len(batch.images):
+            return [empty_detections() for _ in batch.images]
+        check_rgb_frames(batch)
+        p = self.params
+        out: list[Detections] = []
+        with self._loaded.lock:  # classes and predictor are model state: one caller at a time
+            self._set_classes(concepts)
+            for i in range(0, len(batch.images), p.yolo_world_batch_size):
+                # ultralytics reads numpy arrays as BGR (OpenCV order)
+                bgr = [np.ascontiguousarray(img[..., ::-1]) for img in batch.images[i : i + p.yolo_world_batch_size]]
+                results = self._loaded.model.predict(
+                    bgr,
+                    imgsz=p.yolo_world_imgsz,
+                    conf=p.yolo_world_conf,
+                    iou=p.yolo_world_iou,
+                    max_det=p.yolo_world_max_det,
+                    device=self._loaded.device,
+                    verbose=False,
+                )
+                for r in results:
+                    b = r.boxes
+                    cls = b.cls.cpu().numpy().astype(int)
+                    out.append(
+                        Detections(
+                            boxes=b.xyxy.cpu().numpy().astype(np.float32).reshape(-1, 4),
+                            scores=b.conf.cpu().numpy().astype(np.float32),
+                            labels=[concepts[c] for c in cls],
+                        )
+                    )
+        return out
+
+
+@register("open_vocab_detector", "yolo_world")
+def make_yolo_world(params: ModelsParams | dict | None = None, **overrides: Any) -> YoloWorldDetector:
+    return YoloWorldDetector(as_params(params, overrides))

@@ -1,0 +1,178 @@
+"""The `models` config section, and what every production backend shares: weight paths, device
+choice, optional imports and the once-per-process model cache.
+
+Heavy packages (torch, ultralytics, sam3, depth_anything_3, open_clip, sentence_transformers) are
+imported inside backend constructors only, so importing this module (and the core CPU path) stays
+fast and works without the `models` extra.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import threading
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from vsi_wild.errors import MissingDependency, MissingWeights
+
+SECTION = "models"  # the section's name in Config: error messages name keys as "models.<field>"
+WEIGHTS_ENV = "VSI_WILD_WEIGHTS"
+
+
+class ModelsParams(BaseModel):
+    """Where the production models' weights are and how they run. Relative paths are relative to
+    ``weights_dir``; nothing is ever downloaded."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    device: Literal["auto", "cpu", "cuda"] = Field("auto", description="auto = cuda when available")
+    weights_dir: str | None = Field(
+        None, description=f"base of relative weight paths; default ${WEIGHTS_ENV} or ~/.cache/vsi-wild/weights"
+    )
+
+    # -- text embedders (candidate-name normalisation) and YOLO-World's text encoder
+    open_clip_model: str = Field("ViT-B-32", description="open_clip architecture of the text encoder")
+    open_clip_quick_gelu: bool = Field(
+        True, description="OpenAI's CLIP weights were trained with QuickGELU; False for LAION weights"
+    )
+    open_clip_weights: str = Field(
+        "clip/ViT-B-32.pt",
+        description="OpenAI CLIP ViT-B/32 (the TorchScript file `clip` downloads, or an open_clip "
+        "state dict / safetensors); also YOLO-World's text encoder",
+    )
+    open_clip_synonym_threshold: float = Field(
+        0.92, ge=-1, le=1, description="cosine at or above which two names are synonyms (paper: 0.92)"
+    )
+    minilm_synonym_threshold: float = Field(
+        0.80, ge=-1, le=1, description="same for all-MiniLM-L6-v2 (measured, see text.py)"
+    )
+    text_batch_size: int = Field(256, ge=1)
+
+    # -- YOLO-World-v2 (open-vocabulary filtering)
+    yolo_world_weights: str = Field("yolo_world/yolov8x-worldv2.pt", description="ultralytics .pt")
+    yolo_world_imgsz: int = Field(640, ge=32)
+    yolo_world_conf: float = Field(0.25, ge=0, le=1, description="minimum box score")
+    yolo_world_iou: float = Field(0.7, ge=0, le=1, description="NMS IoU")
+    yolo_world_max_det: int = Field(300, ge=1)
+    yolo_world_batch_size: int = Field(16, ge=1, description="frames per forward pass")
+
+    # -- SAM3 (instances)
+    sam3_checkpoint: str = Field("sam3/sam3.pt", description="facebook/sam3 sam3.pt")
+    sam3_score_threshold: float = Field(0.5, ge=0, le=1, description="detection score threshold")
+    sam3_new_det_threshold: float = Field(0.7, ge=0, le=1, description="score to start a new track")
+    sam3_offload_video_to_cpu: bool = Field(
+        False, description="keep the clip's frames in host memory (long clips on small GPUs)"
+    )
+
+    # -- Depth Anything 3 (camera poses)
+    da3_model_dir: str = Field(
+        "da3/DA3-LARGE", description="folder with config.json + model.safetensors (save_pretrained)"
+    )
+    da3_process_res: int = Field(504, ge=14, description="longest side DA3 works at")
+    da3_window: int = Field(64, ge=2, description="frames per DA3 call; longer videos are chained")
+    da3_overlap: int = Field(8, ge=1, description="frames shared by consecutive windows")
+    da3_ref_view_strategy: Literal["first", "middle", "saddle_balanced", "saddle_sim_range"] = "saddle_balanced"
+    da3_use_ray_pose: bool = False
+
+    def model_post_init(self, __context: Any) -> None:
+        if self.da3_overlap >= self.da3_window:
+            raise ValueError("da3_overlap must be smaller than da3_window")
+
+    # ----------------------------------------------------------------------------- resolution
+    def resolved_weights_dir(self) -> Path:
+        base = self.weights_dir or os.environ.get(WEIGHTS_ENV) or "~/.cache/vsi-wild/weights"
+        return Path(base).expanduser()
+
+    def weight_path(self, key: str, *, kind: Literal["file", "dir"] = "file", hint: str = "") -> Path:
+        """The configured path of field ``key``, checked to exist; MissingWeights names the key."""
+        value = getattr(self, key)
+        p = Path(value).expanduser()
+        if not p.is_absolute():
+            p = self.resolved_weights_dir() / p
+        ok = p.is_file() if kind == "file" else p.is_dir()
+        if not ok:
+            raise MissingWeights(f"{SECTION}.{key}", str(p), hint)
+        return p
+
+    def torch_device(self) -> str:
+        if self.device != "auto":
+            return self.device
+        import torch
+
+        return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def as_params(params: ModelsParams | dict[str, Any] | None, overrides: dict[str, Any]) -> ModelsParams:
+    """``create(kind, name, params=cfg.models)`` or ``create(kind, name, device="cpu", ...)``."""
+    if params is None:
+        base: dict[str, Any] = {}
+    elif isinstance(params, ModelsParams):
+        base = params.model_dump()
+    else:
+        base = dict(params)
+    return ModelsParams.model_validate({**base, **overrides})
+
+
+def require(module: str, package: str, backend: str) -> Any:
+    """Import an optional package or raise MissingDependency naming it."""
+    try:
+        return importlib.import_module(module)
+    except ImportError as e:
+        missing = getattr(e, "name", None)
+        top = module.split(".")[0]
+        if missing and missing.split(".")[0] != top:
+            # the package is there but one of its own imports is not: name that one
+            package = f"{missing.split('.')[0]} (needed by {package})"
+        raise MissingDependency(package, backend) from e
+
+
+# ------------------------------------------------------------------------------ model cache
+class LoadedModel:
+    """A model loaded once per process, with the lock that serialises its use across threads."""
+
+    def __init__(self, model: Any, device: str):
+        self.model = model
+        self.device = device
+        self.lock = threading.RLock()
+
+
+_CACHE: dict[tuple[Any, ...], LoadedModel] = {}
+_CACHE_LOCK = threading.Lock()
+_KEY_LOCKS: dict[tuple[Any, ...], threading.Lock] = {}
+
+
+def load_once(key: tuple[Any, ...], loader: Callable[[], tuple[Any, str]]) -> LoadedModel:
+    """Return the cached model for ``key``, calling ``loader() -> (model, device)`` at most once
+    per process even when several threads ask at the same time (a Prefect GPU worker runs tasks in
+    threads and must load each model once, not once per task). A failed load is not cached."""
+    with _CACHE_LOCK:
+        hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+        key_lock = _KEY_LOCKS.setdefault(key, threading.Lock())
+    with key_lock:  # one loader per key; other keys load concurrently
+        with _CACHE_LOCK:
+            hit = _CACHE.get(key)
+        if hit is not None:
+            return hit
+        model, device = loader()
+        loaded = LoadedModel(model, device)
+        with _CACHE_LOCK:
+            _CACHE[key] = loaded
+        return loaded
+
+
+def clear_cache() -> None:
+    """Drop every cached model (tests; a worker that must free GPU memory)."""
+    with _CACHE_LOCK:
+        _CACHE.clear()
+        _KEY_LOCKS.clear()
+
+
+def cached_keys() -> list[tuple[Any, ...]]:
+    with _CACHE_LOCK:
+        return list(_CACHE)

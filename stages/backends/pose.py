@@ -1,0 +1,253 @@
+"""Pose estimators (kind ``pose_estimator``).
+
+``da3``: Depth Anything 3 (PyPI ``depth-anything-3`` 0.1.1) from the folder ``models.da3_model_dir``
+(``save_pretrained`` layout: config.json + model.safetensors, e.g. the HF repo depth-anything/DA3-LARGE
+downloaded by hand). One DA3 call sees ``da3_window`` frames; its poses live in a world frame and
+scale of that call only, so a long video is cut into windows sharing ``da3_overlap`` frames and each
+window is mapped into the previous windows' frame by the similarity transform (rotation,
+translation and scale) that the shared frames imply: the scale from the ratio of the two calls'
+depth maps of the shared frames (works for a camera that only turns, unlike camera-centre spreads),
+rotation and translation averaged over the shared frames' poses. Drift accumulates over windows as
+in any chained odometry; the paper audits poses by hand.
+
+Output convention (``PoseResult``): extrinsics world -> camera, OpenCV axes (x right, y down,
+z forward), world = the first frame's camera, unit = DA3's scale of the first window (not metres);
+intrinsics in the *input* frames' pixels, pixel-centre coordinates (``stages/geometry.py``). DA3
+resizes frames so the longest side is ``da3_process_res`` (each side then rounded to a multiple of
+14) and writes K with the principal point at (w/2, h/2) in pixel-edge coordinates (VGGT style), so
+``fx_in = fx / sx``, ``cx_in = cx / sx - 1/2`` with ``sx = w / W_in`` (same for y).
+
+On CPU the model runs in fp32: DA3's ``forward`` autocasts to fp16 whenever bf16 CUDA is missing,
+which on CPU is ~3x slower; on CUDA we call DA3's own ``forward`` (bf16/fp16 autocast).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vsi_wild.errors import UnitError
+from vsi_wild.stages.backends.base import FrameBatch, PoseResult, register
+from vsi_wild.stages.backends.detect import check_rgb_frames
+from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
+
+
+# ------------------------------------------------------------------ pure geometry (tested alone)
+def window_starts(n: int, window: int, overlap: int) -> list[int]:
+    """Starts of windows of ``window`` frames covering ``range(n)``, consecutive ones sharing at
+    least ``overlap`` frames (the last one is pulled back to end at ``n``)."""
+    if n <= window:
+        return [0]
+    step = window - overlap
+    starts = list(range(0, n - window, step))
+    starts.append(n - window)
+    return starts
+
+
+def _to44(e: np.ndarray) -> np.ndarray:
+    out = np.tile(np.eye(4), (*e.shape[:-2], 1, 1))
+    out[..., :3, :4] = e[..., :3, :4]
+    return out
+
+
+def project_to_rotation(m: np.ndarray) -> np.ndarray:
+    u, _, vt = np.linalg.svd(m)
+    d = np.sign(np.linalg.det(u @ vt))
+    return u @ np.diag([1.0, 1.0, d]) @ vt
+
+
+def depth_scale(depth_a: np.ndarray, depth_b: np.ndarray) -> float:
+    """s with depth_a = s * depth_b (median ratio over pixels valid in both)."""
+    a, b = np.asarray(depth_a, np.float64).ravel(), np.asarray(depth_b, np.float64).ravel()
+    ok = np.isfinite(a) & np.isfinite(b) & (a > 0) & (b > 0)
+    if ok.sum() < 16:
+        return float("nan")
+    return float(np.median(a[ok] / b[ok]))
+
+
+def centre_scale(ext_a: np.ndarray, ext_b: np.ndarray) -> float:
+    """s from the spread of the camera centres (fallback when depth is unavailable)."""
+    ca = np.einsum("nji,nj->ni", ext_a[:, :3, :3], -ext_a[:, :3, 3])
+    cb = np.einsum("nji,nj->ni", ext_b[:, :3, :3], -ext_b[:, :3, 3])
+    da = np.linalg.norm(ca - ca.mean(0), axis=1).sum()
+    db = np.linalg.norm(cb - cb.mean(0), axis=1).sum()
+    return float(da / db) if db > 1e-9 and da > 1e-9 else float("nan")
+
+
+def align_window(
+    ext_a: np.ndarray, ext_b: np.ndarray, scale: float
+) -> tuple[np.ndarray, np.ndarray]:
+    """The similarity x_A = s R x_B + t between two calls' world frames, from the same frames'
+    extrinsics in both (n, 3, 4), given the scale s (camera-frame units A = s * units B).
+    Returns (R, t)."""
+    ra, ta = ext_a[:, :3, :3], ext_a[:, :3, 3]
+    rb, tb = ext_b[:, :3, :3], ext_b[:, :3, 3]
+    r_ab = np.einsum("nji,njk->nik", ra, rb)  # R_A^T R_B per frame
+    r = project_to_rotation(r_ab.sum(0))
+    t = np.einsum("nji,nj->ni", ra, scale * tb - ta).mean(0)  # R_A^T (s t_B - t_A)
+    return r, t
+
+
+def apply_alignment(ext_b: np.ndarray, r: np.ndarray, t: np.ndarray, scale: float) -> np.ndarray:
+    """Extrinsics of window B's frames expressed in A's world frame and scale."""
+    rb, tb = ext_b[:, :3, :3], ext_b[:, :3, 3]
+    rn = rb @ r.T
+    tn = scale * tb - rn @ t
+    return np.concatenate([rn, tn[..., None]], axis=-1)
+
+
+@dataclass
+class WindowPoses:
+    start: int  # index of the window's first frame in the video
+    extrinsics: np.ndarray  # (m, 3, 4) world -> camera, the call's own frame and scale
+    intrinsics: np.ndarray  # (m, 3, 3)
+    depth: np.ndarray | None = None  # (m, h, w), same scale as the extrinsics' translations
+
+
+def chain_windows(n: int, windows: Sequence[WindowPoses]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Poses of frames 0..n-1 in one world frame: window 0's, then re-expressed so that frame 0's
+    camera is the world (identity extrinsics). Returns (extrinsics (n,3,4), intrinsics (n,3,3),
+    valid (n,)). A window whose alignment cannot be estimated (no finite scale, no shared frame
+    with a placed window) leaves its new frames invalid rather than guessing."""
+    ext = np.full((n, 3, 4), np.nan)
+    ixt = np.full((n, 3, 3), np.nan)
+    have = np.zeros(n, bool)
+    depth: dict[int, np.ndarray] = {}
+    for w in windows:
+        m = len(w.extrinsics)
+        idx = np.arange(w.start, w.start + m)
+        shared = [k for k, i in enumerate(idx) if have[i]]
+        new = [k for k, i in enumerate(idx) if not have[i]]
+        if not have.any():  # the first window: its frame is the world so far
+            e = np.asarray(w.extrinsics, np.float64)
+        elif not shared:  # nothing ties it to the frames so far (a window before it failed)
+            continue
+        else:
+            s = float("nan")
+            if w.depth is not None and all(int(idx[k]) in depth for k in shared):
+                ratios = [depth_scale(depth[int(idx[k])], w.depth[k]) for k in shared]
+                ratios = [x for x in ratios if np.isfinite(x)]
+                s = float(np.median(ratios)) if ratios else float("nan")
+            if not np.isfinite(s):
+                s = centre_scale(ext[idx[shared]], np.asarray(w.extrinsics, np.float64)[shared])
+            if not np.isfinite(s) or s <= 0:
+                continue
+            r, t = align_window(ext[idx[shared]], np.asarray(w.extrinsics, np.float64)[shared], s)
+            e = apply_alignment(np.asarray(w.extrinsics, np.float64), r, t, s)
+            if w.depth is not None:
+                w = WindowPoses(w.start, w.extrinsics, w.intrinsics, np.asarray(w.depth) * s)
+        for k in new:
+            i = int(idx[k])
+            ext[i], ixt[i], have[i] = e[k], w.intrinsics[k], True
+            if w.depth is not None:
+                depth[i] = w.depth[k]
+    valid = have & np.isfinite(ext).all(axis=(1, 2)) & np.isfinite(ixt).all(axis=(1, 2))
+    if valid.any():
+        ref = int(np.flatnonzero(valid)[0])
+        inv = np.linalg.inv(_to44(ext[ref]))
+        ext = (_to44(ext) @ inv)[:, :3, :4]
+    return ext, ixt, valid
+
+
+def intrinsics_to_input(k: np.ndarray, processed_wh: tuple[int, int], input_wh: tuple[int, int]) -> np.ndarray:
+    """DA3's K (processed image, pixel-edge coordinates) -> K of the input image, pixel centres."""
+    sx = processed_wh[0] / input_wh[0]
+    sy = processed_wh[1] / input_wh[1]
+    out = np.array(k, dtype=np.float64, copy=True)
+    out[..., 0, 0] /= sx
+    out[..., 0, 1] /= sx
+    out[..., 0, 2] = out[..., 0, 2] / sx - 0.5
+    out[..., 1, 1] /= sy
+    out[..., 1, 2] = out[..., 1, 2] / sy - 0.5
+    return out
+
+
+def pose_validity(ext: np.ndarray, ixt: np.ndarray, tol: float = 1e-3) -> np.ndarray:
+    r = ext[:, :3, :3]
+    finite = np.isfinite(ext).all(axis=(1, 2)) & np.isfinite(ixt).all(axis=(1, 2))
+    with np.errstate(invalid="ignore"):
+        ortho = np.abs(np.einsum("nij,nkj->nik", r, r) - np.eye(3)).max(axis=(1, 2)) < tol
+        det = np.abs(np.linalg.det(np.where(finite[:, None, None], r, np.eye(3))) - 1) < tol
+        focal = (ixt[:, 0, 0] > 0) & (ixt[:, 1, 1] > 0)
+    return finite & ortho & det & focal
+
+
+# -------------------------------------------------------------------------------- the model
+def load_da3(path: Path, device: str) -> Any:
+    require("depth_anything_3", "depth-anything-3", "da3")
+    from depth_anything_3.api import DepthAnything3
+
+    model = DepthAnything3.from_pretrained(str(path))
+    model = model.to(device).eval()
+    model.device = device
+    return model
+
+
+class DA3PoseEstimator:
+    name = "da3"
+
+    def __init__(self, params: ModelsParams):
+        self.params = params
+        require("depth_anything_3", "depth-anything-3", self.name)
+        path = params.weight_path("da3_model_dir", kind="dir", hint="a DA3 folder (config.json + model.safetensors)")
+        for f in ("config.json",):
+            if not (path / f).is_file():
+                raise UnitError(
+                    f"{path} has no {f}: not a DA3 model folder (config key `models.da3_model_dir`)",
+                    kind="missing_weights",
+                    retryable=False,
+                )
+        if not any((path / f).is_file() for f in ("model.safetensors", "pytorch_model.bin")):
+            raise UnitError(
+                f"{path} has no model.safetensors (config key `models.da3_model_dir`)",
+                kind="missing_weights",
+                retryable=False,
+            )
+        device = params.torch_device()
+        self._loaded: LoadedModel = load_once(("da3", str(path.resolve()), device), lambda: (load_da3(path, device), device))
+
+    @property
+    def model(self) -> Any:
+        return self._loaded.model
+
+    def run_window(self, images: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int]]:
+        """One DA3 call: (extrinsics (m,3,4), intrinsics (m,3,3) of the processed frames, depth
+        (m,h,w), processed (w, h))."""
+        import torch
+
+        da3, p = self._loaded.model, self.params
+        with self._loaded.lock, torch.inference_mode():
+            imgs_cpu, _, _ = da3._preprocess_inputs(list(images), None, None, p.da3_process_res, "upper_bound_resize")
+            imgs, _, _ = da3._prepare_model_inputs(imgs_cpu, None, None)
+            args = (imgs, None, None, [], False, p.da3_use_ray_pose, p.da3_ref_view_strategy)
+            raw = da3.forward(*args) if imgs.device.type == "cuda" else da3.model(*args)
+            pred = da3._convert_to_prediction(raw)
+        h, w = imgs_cpu.shape[-2:]
+        ext = np.asarray(pred.extrinsics, np.float64)[:, :3, :4]
+        return ext, np.asarray(pred.intrinsics, np.float64), pred.depth, (int(w), int(h))
+
+    def estimate(self, batch: FrameBatch) -> PoseResult:
+        n = len(batch.images)
+        if n == 0:
+            return PoseResult(np.zeros((0, 3, 4)), np.zeros((0, 3, 3)), np.zeros((0,), bool))
+        check_rgb_frames(batch)
+        sizes = {img.shape[:2] for img in batch.images}
+        if len(sizes) != 1:
+            raise UnitError(f"video {batch.video_id}: frames of different sizes: {sorted(sizes)}")
+        (in_h, in_w), = sizes
+        p = self.params
+        windows = []
+        for start in window_starts(n, p.da3_window, p.da3_overlap):
+            ext, k, depth, wh = self.run_window(batch.images[start : start + p.da3_window])
+            windows.append(WindowPoses(start, ext, intrinsics_to_input(k, wh, (in_w, in_h)), depth))
+        ext, ixt, valid = chain_windows(n, windows)
+        return PoseResult(extrinsics=ext, intrinsics=ixt, valid=valid & pose_validity(ext, ixt))
+
+
+@register("pose_estimator", "da3")
+def make_da3(params: ModelsParams | dict | None = None, **overrides: Any) -> DA3PoseEstimator:
+    return DA3PoseEstimator(as_params(params, overrides))

@@ -1,0 +1,253 @@
+"""Segmenters (kind ``segmenter``).
+
+``sam3``: SAM3 (PyPI ``sam3`` 0.1.4) video model, text prompts. For each kept concept the clip's
+2 FPS frames are prompted with the concept's name on frame 0 and propagated forward; SAM3 detects
+on every frame and tracks, so objects appearing later get ids too. Track ids are clip-local and
+stable across the clip; we renumber them so that ids are unique across concepts in one clip
+(``local_id``), keeping SAM3's own id in ``extra["sam3_obj_id"]``.
+
+How it is loaded: ``build_sam3_video_model(checkpoint_path=None, load_from_HF=False)`` (never the
+hub), then the state dict of ``models.sam3_checkpoint`` (facebook/sam3 ``sam3.pt``) loaded strictly,
+memory-mapped. The wheel lacks the BPE vocabulary; open_clip ships the same file
+(``bpe_simple_vocab_16e6.txt.gz``), so ``bpe_path`` points there. We drive the model directly
+(``init_state`` / ``add_prompt`` / ``propagate_in_video``) rather than ``Sam3VideoPredictor``,
+which calls ``.cuda()`` and keeps a global session table; frames go in as PIL images (no JPEG
+round trip).
+
+On CPU (tests, no GPU) sam3 0.1.4 hard-codes CUDA in places (``device="cuda"`` in
+position_encoding/decoder, ``.cuda()``, ``pin_memory()``, bf16 casts); ``cpu_shim()`` is a
+TorchFunctionMode that maps those to CPU / fp32 without editing the library, and the CPU
+connected-components fallback, which crashes on an empty batch (zero detections), is wrapped.
+
+Cost: one propagation per concept (``add_prompt`` resets the session, so the image backbone runs
+again per concept): GPU time ~ frames x concepts.
+
+Boxes are xyxy in pixel-edge coordinates of the frame (a full-frame box is (0, 0, W, H)), like
+ultralytics' boxes: the mask's pixel bounds, max + 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from vsi_wild.errors import UnitError
+from vsi_wild.stages.backends.base import FrameBatch, SegmentRecord, register
+from vsi_wild.stages.backends.detect import check_rgb_frames
+from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
+
+SAM3_IMAGE_SIZE = 1008  # the only resolution sam3 0.1.4 accepts
+
+
+def bpe_path() -> str:
+    """The CLIP BPE vocabulary sam3 needs (missing from its wheel; open_clip ships the same file)."""
+    open_clip = require("open_clip", "open-clip-torch", "sam3")
+    p = Path(open_clip.__file__).parent / "bpe_simple_vocab_16e6.txt.gz"
+    if not p.is_file():
+        raise UnitError(f"open_clip's BPE vocabulary is missing: {p}", kind="missing_dependency")
+    return str(p)
+
+
+# ------------------------------------------------------------------------------- CPU shim
+def _cpu_mode_class() -> type:
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    def is_cuda(d: Any) -> bool:
+        return (isinstance(d, str) and d.startswith("cuda")) or (isinstance(d, torch.device) and d.type == "cuda")
+
+    def fix(v: Any) -> Any:
+        if is_cuda(v):
+            return torch.device("cpu")
+        if v is torch.bfloat16:  # no bf16 autocast on CPU: keep fp32 so dtypes stay consistent
+            return torch.float32
+        return v
+
+    noops = {torch.Tensor.cuda, torch.Tensor.pin_memory}
+
+    class CudaToCpu(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            kwargs = kwargs or {}
+            if func in noops:
+                return args[0]
+            if "device" in kwargs or "dtype" in kwargs:
+                kwargs = {k: (fix(v) if k in ("device", "dtype") else v) for k, v in kwargs.items()}
+            if func is torch.Tensor.to:
+                args = (args[0], *(fix(a) for a in args[1:]))
+            return func(*args, **kwargs)
+
+    return CudaToCpu
+
+
+_CPU_MODE: type | None = None
+
+
+def _patch_cpu_connected_components() -> None:
+    """sam3's CPU connected-components stacks an empty list when nothing was detected."""
+    import torch
+    from sam3.perflib import connected_components as cc
+
+    if getattr(cc.connected_components_cpu, "_vsi_safe", False):
+        return
+    original = cc.connected_components_cpu
+
+    def safe(input_tensor: Any) -> Any:
+        if input_tensor.shape[0] == 0:
+            labels = torch.zeros(input_tensor.shape, dtype=torch.int64, device=input_tensor.device)
+            return labels, labels.clone()
+        return original(input_tensor)
+
+    safe._vsi_safe = True  # type: ignore[attr-defined]
+    cc.connected_components_cpu = safe
+
+
+@contextlib.contextmanager
+def cpu_shim(device: str) -> Iterator[None]:
+    """Run sam3 on CPU: CUDA placements -> CPU, bf16 -> fp32 (no-op on a CUDA device)."""
+    global _CPU_MODE
+    if device != "cpu":
+        yield
+        return
+    if _CPU_MODE is None:
+        _CPU_MODE = _cpu_mode_class()
+    _patch_cpu_connected_components()
+    with _CPU_MODE():
+        yield
+
+
+def build_sam3_video(device: str) -> Any:
+    """SAM3's video model with sam3's own builder, no weights loaded (``torch.empty`` parameters
+    stay uninitialised until a checkpoint is loaded)."""
+    require("sam3", "sam3", "sam3")
+    from sam3.model_builder import build_sam3_video_model
+
+    with cpu_shim(device):
+        return build_sam3_video_model(
+            checkpoint_path=None, load_from_HF=False, bpe_path=bpe_path(), device="cpu"
+        )
+
+
+def load_sam3_video(path: Path, device: str) -> Any:
+    import torch
+
+    model = build_sam3_video(device)
+    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    if isinstance(state, dict) and isinstance(state.get("model"), dict):
+        state = state["model"]
+    try:
+        model.load_state_dict(state, strict=True)
+    except RuntimeError as e:
+        raise UnitError(
+            f"{path} is not a SAM3 video checkpoint (config key `models.sam3_checkpoint`): {str(e)[:500]}",
+            kind="missing_weights",
+            retryable=False,
+        ) from None
+    del state
+    bad = [n for n, p in model.named_parameters() if not torch.isfinite(p).all()]
+    if bad:
+        raise UnitError(
+            f"{path}: non-finite weights in {bad[:5]} (config key `models.sam3_checkpoint`)",
+            kind="missing_weights",
+            retryable=False,
+        )
+    with cpu_shim(device):
+        model = model.to(device).eval()
+    return model
+
+
+def mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
+    ys = np.flatnonzero(mask.any(axis=1))
+    xs = np.flatnonzero(mask.any(axis=0))
+    return (float(xs[0]), float(ys[0]), float(xs[-1] + 1), float(ys[-1] + 1))
+
+
+class Sam3Segmenter:
+    name = "sam3"
+
+    def __init__(self, params: ModelsParams):
+        self.params = params
+        require("sam3", "sam3", self.name)
+        require("torch", "torch", self.name)
+        path = params.weight_path("sam3_checkpoint", hint="facebook/sam3 sam3.pt")
+        device = params.torch_device()
+        self._loaded: LoadedModel = load_once(
+            ("sam3_video", str(path.resolve()), device), lambda: (load_sam3_video(path, device), device)
+        )
+
+    @property
+    def model(self) -> Any:
+        return self._loaded.model
+
+    def iter_segments(self, batch: FrameBatch, concepts: Sequence[str]) -> Iterator[SegmentRecord]:
+        """The clip's instance masks, concept by concept, frame by frame. Stream them: a 5-minute
+        clip at 1080p holds gigabytes of full-frame masks. The model is locked until the iterator
+        is exhausted or closed."""
+        concepts = list(dict.fromkeys(str(c) for c in concepts))
+        n = len(batch.images)
+        if not concepts or n == 0:
+            return
+        check_rgb_frames(batch)
+        sizes = {img.shape[:2] for img in batch.images}
+        if len(sizes) != 1:
+            raise UnitError(f"video {batch.video_id}: frames of different sizes in one clip: {sorted(sizes)}")
+        from PIL import Image
+
+        images = [Image.fromarray(img) for img in batch.images]
+        model, p = self._loaded.model, self.params
+        next_id = 0
+        with self._loaded.lock:
+            with self._context():
+                model.score_threshold_detection = p.sam3_score_threshold
+                model.new_det_thresh = p.sam3_new_det_threshold
+                state = model.init_state(resource_path=images, offload_video_to_cpu=p.sam3_offload_video_to_cpu)
+            for concept in concepts:
+                with self._context():
+                    model.add_prompt(state, frame_idx=0, text_str=concept)  # resets the session
+                frames = model.propagate_in_video(state, start_frame_idx=0, max_frame_num_to_track=n, reverse=False)
+                ids: dict[int, int] = {}
+                while True:
+                    # step sam3's generator inside our contexts, and leave them before yielding:
+                    # the shim and inference mode must not leak into the caller's code
+                    with self._context():
+                        item = next(frames, None)
+                    if item is None:
+                        break
+                    frame_idx, out = item
+                    if out is None:
+                        continue
+                    masks = np.asarray(out["out_binary_masks"], dtype=bool)
+                    for k, obj_id in enumerate(out["out_obj_ids"].tolist()):
+                        mask = masks[k]
+                        if not mask.any():
+                            continue
+                        local = ids.setdefault(int(obj_id), next_id + len(ids))
+                        yield SegmentRecord(
+                            frame_pos=int(frame_idx),
+                            concept=concept,
+                            local_id=local,
+                            box=mask_box(mask),
+                            score=float(out["out_probs"][k]),
+                            mask=mask,
+                            extra={"sam3_obj_id": int(obj_id)},
+                        )
+                next_id += len(ids)
+
+    @contextlib.contextmanager
+    def _context(self) -> Iterator[None]:
+        import torch
+
+        with cpu_shim(self._loaded.device), torch.inference_mode():
+            yield
+
+    def segment(self, batch: FrameBatch, concepts: Sequence[str]) -> list[SegmentRecord]:
+        return list(self.iter_segments(batch, concepts))
+
+
+@register("segmenter", "sam3")
+def make_sam3(params: ModelsParams | dict | None = None, **overrides: Any) -> Sam3Segmenter:
+    return Sam3Segmenter(as_params(params, overrides))
+

@@ -1,0 +1,127 @@
+"""YOLO-World through our adapter: ultralytics' real YOLO-World-v2 architecture with random weights,
+saved as the .pt the production loader reads, prompted through open_clip text features.
+
+Checked against ultralytics itself driven independently: a fresh model loaded from the same file,
+text features computed with open_clip directly, predicting on the BGR frame (ultralytics' numpy
+convention)."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="vsi-yolo-"))
+
+import numpy as np
+import pytest
+
+from vsi_wild.errors import MissingWeights
+from vsi_wild.stages.backends.base import FrameBatch, create
+
+pytestmark = pytest.mark.models
+
+H, W = 120, 200  # not a multiple of 32: exercises ultralytics' letterbox and the mapping back
+CONF = 0.5
+
+
+@pytest.fixture(scope="module")
+def weights(tmp_path_factory: pytest.TempPathFactory):
+    import open_clip
+    import torch
+    from ultralytics import YOLOWorld
+
+    d = tmp_path_factory.mktemp("weights")
+    torch.manual_seed(0)
+    clip = open_clip.create_model("ViT-B-32", pretrained=None, force_quick_gelu=True).eval()
+    torch.save(clip.state_dict(), d / "clip.pt")
+    yolo = YOLOWorld("yolov8s-worldv2.yaml")  # the YOLO-World-v2 architecture, random init
+    # Fresh init is degenerate (every box and score the same whatever the image, scores ~0): give
+    # BatchNorm the statistics of a few random images and zero the class-score bias (-10 at init)
+    # so that outputs depend on the pixels and some pass the threshold.
+    net = yolo.model
+    for m in net.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.reset_running_stats()
+            m.momentum = None
+    net.train()
+    with torch.no_grad():
+        net.predict(torch.rand(4, 3, 160, 160))
+        for conv in net.model[-1].cv4:
+            conv.bias.zero_()
+    net.eval()
+    yolo.save(str(d / "yolo_world.pt"))
+    return d, clip
+
+
+def _frames() -> list[np.ndarray]:
+    rng = np.random.default_rng(0)
+    a = np.zeros((H, W, 3), np.uint8)
+    a[..., 0] = np.linspace(0, 255, W)[None, :].astype(np.uint8)  # red ramp, blue flat: channel order matters
+    a[20:90, 30:110] = (250, 40, 10)
+    b = (rng.random((H, W, 3)) * 255).astype(np.uint8)
+    return [a, b]
+
+
+def _reference(d, clip, frames, concepts, bgr=True):
+    """ultralytics YOLO-World on the same weights, text features from open_clip, no adapter."""
+    import open_clip
+    import torch
+    from ultralytics import YOLOWorld
+
+    yolo = YOLOWorld(str(d / "yolo_world.pt"))
+    with torch.no_grad():
+        f = clip.encode_text(open_clip.get_tokenizer("ViT-B-32")(concepts)).float()
+    f = f / f.norm(dim=-1, keepdim=True)
+    yolo.model.txt_feats = f.reshape(1, len(concepts), 512)
+    yolo.model.model[-1].nc = len(concepts)
+    yolo.model.names = list(concepts)
+    out = []
+    for img in frames:
+        r = yolo.predict(img[..., ::-1].copy() if bgr else img, imgsz=160, conf=CONF, verbose=False, device="cpu")[0]
+        out.append((r.boxes.xyxy.numpy(), r.boxes.conf.numpy(), [concepts[int(c)] for c in r.boxes.cls]))
+    return out
+
+
+def test_yolo_world_detects_through_our_adapter(weights) -> None:
+    d, clip = weights
+    det = create(
+        "open_vocab_detector", "yolo_world", device="cpu", weights_dir=str(d), yolo_world_weights="yolo_world.pt",
+        open_clip_weights="clip.pt", yolo_world_imgsz=160, yolo_world_conf=CONF, yolo_world_batch_size=1,
+    )
+    frames = _frames()
+    batch = FrameBatch("vid_front", frames, [0.0, 0.5], [0, 15], [0, 1], 30.0)
+    for concepts in (["chair", "trash can", "person"], ["bus", "chair"]):  # re-prompting resets classes
+        got = det.detect(batch, concepts)
+        ref = _reference(d, clip, frames, concepts)
+        assert len(got) == 2
+        assert sum(len(g.labels) for g in got) > 0, "the random model must produce boxes for the test to bite"
+        for g, (boxes, scores, labels) in zip(got, ref):
+            assert g.boxes.shape == (len(g.labels), 4) and g.boxes.dtype == np.float32
+            assert g.scores.shape == (len(g.labels),)
+            assert set(g.labels) <= set(concepts) and (g.scores >= CONF).all()
+            assert (g.boxes[:, 0] >= 0).all() and (g.boxes[:, 2] <= W).all() and (g.boxes[:, 3] <= H).all()
+            assert (g.boxes[:, 2] >= g.boxes[:, 0]).all() and (g.boxes[:, 3] >= g.boxes[:, 1]).all()
+            np.testing.assert_allclose(g.boxes, boxes, atol=1e-3)
+            np.testing.assert_allclose(g.scores, scores, atol=1e-5)
+            assert g.labels == labels
+    # the adapter converts RGB to BGR: on RGB input as-is ultralytics would see other colours
+    rgb_as_is = _reference(d, clip, frames, ["bus", "chair"], bgr=False)
+    got = det.detect(batch, ["bus", "chair"])
+    assert any(len(g.labels) != len(r[2]) or not np.allclose(g.scores, r[1]) for g, r in zip(got, rgb_as_is))
+    # empty prompts and empty batches
+    assert [len(g.labels) for g in det.detect(batch, [])] == [0, 0]
+    assert det.detect(FrameBatch("v", [], [], [], [], 30.0), ["chair"]) == []
+
+
+def test_yolo_world_missing_weights_name_the_config_keys(weights, tmp_path) -> None:
+    d, _ = weights
+    with pytest.raises(MissingWeights) as e:
+        create("open_vocab_detector", "yolo_world", device="cpu", weights_dir=str(tmp_path))
+    assert "models.yolo_world_weights" in str(e.value)
+    # the text encoder's weights are a separate key
+    with pytest.raises(MissingWeights) as e:
+        create("open_vocab_detector", "yolo_world", device="cpu", weights_dir=str(d),
+               yolo_world_weights="yolo_world.pt", open_clip_weights="missing.pt")
+    assert "models.open_clip_weights" in str(e.value)
