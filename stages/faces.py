@@ -14,8 +14,11 @@ Blurring (``FaceBlurrer``), the rule: faces are detected on frames 0, N, 2N, ...
 
 * for each face seen at d0 and at d1 (matched greedily by centre distance <= 1.5 face sizes), the
   box linearly interpolated between its two detections at (f - d0) / (d1 - d0);
-* every face seen at only one of d0, d1, held at its detected box (it enters, leaves, or was
-  missed once).
+* every face seen at only one of d0, d1, held at its detected box (it enters, leaves, moved too
+  far to match, or was missed once);
+* and when a view has such an unmatched face, the faces detected in that view's frame f itself:
+  the frames between are still in memory, so a face that enters (or leaves) between two
+  detections is found where it really is, at the cost of detecting on those frames only.
 
 Every box is enlarged by ``margin`` of its size on each side and clipped to the frame, then its
 pixels are replaced by a low-pass copy that keeps at most ``blur_cells`` cells along the box's
@@ -335,10 +338,12 @@ class ReadyFrame:
     views: np.ndarray  # (n_views, I420 size), blurred
 
 
-def carried_boxes(d0: Dets, d1: Dets, alpha: float) -> tuple[np.ndarray, np.ndarray]:
-    """Boxes (raw, before the margin) and scores for a frame at fraction ``alpha`` of the way
-    from detection d0 to detection d1 (the rule in the module docstring)."""
-    pairs = match_boxes(d0.boxes, d1.boxes)
+def carried_boxes(d0: Dets, d1: Dets, alpha: float, pairs: list[tuple[int, int]] | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """Boxes (raw, before the margin) and scores carried to a frame at fraction ``alpha`` of the
+    way from detection d0 to detection d1: matched faces interpolated, unmatched ones held."""
+    if pairs is None:
+        pairs = match_boxes(d0.boxes, d1.boxes)
     boxes, scores = [], []
     for i, j in pairs:
         boxes.append((1.0 - alpha) * d0.boxes[i] + alpha * d1.boxes[j])
@@ -381,29 +386,30 @@ class FaceBlurrer:
         self.rows: dict[str, list] = {n: [] for n in schema.FACES.names}
 
     def detect_views(self, views: np.ndarray) -> list[Dets]:
-        sx, sy = self.w / self.dw, self.h / self.dh
-        out = []
-        for k in range(len(self.video_ids)):
-            rgb = i420_small_rgb(views[k], self.w, self.h, self.dw, self.dh)
-            boxes, scores = self.detector.detect(rgb)
-            boxes = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
-            boxes[:, 0::2] *= sx
-            boxes[:, 1::2] *= sy
-            out.append(Dets(boxes, np.asarray(scores, np.float64).reshape(-1)))
-        return out
+        return [self._detect_view(views[k]) for k in range(len(self.video_ids))]
 
-    def _blur(self, fr: ReadyFrame, per_view: list[tuple[np.ndarray, np.ndarray]], detected: bool) -> ReadyFrame:
+    def _detect_view(self, buf: np.ndarray) -> Dets:
+        rgb = i420_small_rgb(buf, self.w, self.h, self.dw, self.dh)
+        boxes, scores = self.detector.detect(rgb)
+        boxes = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
+        boxes[:, 0::2] *= self.w / self.dw
+        boxes[:, 1::2] *= self.h / self.dh
+        return Dets(boxes, np.asarray(scores, np.float64).reshape(-1))
+
+    def _blur(self, fr: ReadyFrame, per_view: list[list[tuple[np.ndarray, np.ndarray, bool]]]) -> ReadyFrame:
+        """per_view[k]: (boxes, scores, detected) groups to blur in view k."""
         p = self.params
-        for k, (boxes, scores) in enumerate(per_view):
-            if len(boxes) == 0:
-                continue
-            big = enlarge_boxes(boxes, p.margin, self.w, self.h)
-            blur_i420(fr.views[k], self.w, self.h, big, p.blur_cells)
-            for b, s in zip(big, scores):
-                for name, val in (("video_id", self.video_ids[k]), ("frame", fr.index), ("time", fr.time),
-                                  ("x0", b[0]), ("y0", b[1]), ("x1", b[2]), ("y1", b[3]), ("score", float(s)),
-                                  ("backend", self.detector.name), ("detected", detected)):
-                    self.rows[name].append(val)
+        for k, groups in enumerate(per_view):
+            for boxes, scores, detected in groups:
+                if len(boxes) == 0:
+                    continue
+                big = enlarge_boxes(boxes, p.margin, self.w, self.h)
+                blur_i420(fr.views[k], self.w, self.h, big, p.blur_cells)
+                for b, s in zip(big, scores):
+                    for name, val in (("video_id", self.video_ids[k]), ("frame", fr.index), ("time", fr.time),
+                                      ("x0", b[0]), ("y0", b[1]), ("x1", b[2]), ("y1", b[3]), ("score", float(s)),
+                                      ("backend", self.detector.name), ("detected", detected)):
+                        self.rows[name].append(val)
         return fr
 
     def _detect_and_release(self, fr: ReadyFrame) -> list[ReadyFrame]:
@@ -412,11 +418,21 @@ class FaceBlurrer:
         if self.last is not None and self.pending:
             d0_index, d0 = self.last
             span = fr.index - d0_index
+            pairs = [match_boxes(d0[k].boxes, dets[k].boxes) for k in range(len(dets))]
+            # a face seen at one end only: detect on this view's frames in between as well
+            unsure = [len(pairs[k]) < max(len(d0[k].boxes), len(dets[k].boxes)) for k in range(len(dets))]
             while self.pending:
                 p = self.pending.popleft()
                 alpha = (p.index - d0_index) / span if span > 0 else 0.0
-                ready.append(self._blur(p, [carried_boxes(d0[k], dets[k], alpha) for k in range(len(dets))], False))
-        ready.append(self._blur(fr, [(d.boxes, d.scores) for d in dets], True))
+                groups = []
+                for k in range(len(dets)):
+                    g = [(*carried_boxes(d0[k], dets[k], alpha, pairs[k]), False)]
+                    if unsure[k]:
+                        own = self._detect_view(p.views[k])
+                        g.append((own.boxes, own.scores, True))
+                    groups.append(g)
+                ready.append(self._blur(p, groups))
+        ready.append(self._blur(fr, [[(d.boxes, d.scores, True)] for d in dets]))
         self.last = (fr.index, dets)
         return ready
 
