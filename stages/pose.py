@@ -74,6 +74,7 @@ class Track:
     C: np.ndarray  # (n, 3) centre in world
     K: np.ndarray  # (n, 3, 3)
     valid: np.ndarray  # (n,) bool
+    metric: np.ndarray | None = None  # (n,) bool: step i-1 -> i has a trusted length (see fuse_views)
 
     @property
     def extrinsics(self) -> np.ndarray:
@@ -111,17 +112,22 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     frame, scale from the shared step). Holds at most one chunk of images."""
     assert chunk >= 3
     ks, ts, fs = [], [], []
-    Rs, Cs, Ks, valid = [], [], [], []
+    Rs, Cs, Ks, valid, metric = [], [], [], [], []
+    has_metric = False
     buf: list[tuple[int, float, int, np.ndarray]] = []
     first = True
     scale = 1.0
 
     def run(items):
-        nonlocal first, scale
+        nonlocal first, scale, has_metric
         batch = FrameBatch(video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items],
                            [x[0] for x in items], fps)
         tr = track_from_result(([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps),
                                estimator.estimate(batch))
+        # Backends that know which step lengths are metric say so (twoview: ground-plane scale).
+        m = getattr(estimator, "last_metric", None)
+        m = np.asarray(m, dtype=bool) if m is not None and len(m) == len(items) else None
+        has_metric = has_metric or m is not None
         if first:
             start = 0
             R_al, C_al, s = np.eye(3), np.zeros(3), 1.0
@@ -147,6 +153,7 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
             Cs.append(R_al @ (s * tr.C[i]) + C_al)
             Ks.append(tr.K[i])
             valid.append(bool(tr.valid[i]))
+            metric.append(bool(m[i]) if m is not None else False)
         first = False
 
     for item in frames:
@@ -159,7 +166,8 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     n = len(ks)
     return Track(np.asarray(ks, dtype=np.int64), np.asarray(ts, dtype=float), np.asarray(fs, dtype=np.int64),
                  float(fps), np.asarray(Rs).reshape(n, 3, 3), np.asarray(Cs).reshape(n, 3),
-                 np.asarray(Ks).reshape(n, 3, 3), np.asarray(valid, dtype=bool))
+                 np.asarray(Ks).reshape(n, 3, 3), np.asarray(valid, dtype=bool),
+                 np.asarray(metric, dtype=bool) if has_metric else None)
 
 
 # ------------------------------------------------------------------------------ fusion
@@ -215,6 +223,11 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
                     mean = units[keep].sum(axis=0)
             if np.linalg.norm(mean) > 1e-9:
                 d = mean / np.linalg.norm(mean) * float(np.median(mags)) * unit
+        # Step lengths a view measured against the ground (metric) beat everything else.
+        trusted = [float(np.linalg.norm(steps[v][1][k])) for v in oks
+                   if tracks[v].metric is not None and tracks[v].metric[k + 1]]
+        if trusted and np.linalg.norm(d) > 1e-12:
+            d = d / np.linalg.norm(d) * float(np.median(trusted))
         R[k + 1] = dR @ R[k]
         C[k + 1] = C[k] + R[k].T @ d
     return Track(ref.sample_indices.copy(), ref.times.copy(), ref.frames.copy(), ref.fps, R, C, ref.K.copy(), valid)

@@ -52,7 +52,10 @@ class ReconcileParams(BaseModel):
         0.35, gt=0, description="triangulated positions closer than this fraction of the viewing range may merge"
     )
     min_appearance: float = Field(
-        0.6, ge=0, le=1, description="appearance similarity (Bhattacharyya) needed besides a position match"
+        0.5, ge=0, le=1, description="appearance similarity (Bhattacharyya) needed besides a position match ..."
+    )
+    appearance_min_area: float = Field(
+        1500.0, ge=0, description="... when both instances are this large (mean mask pixels): small masks' colours are unreliable"
     )
     appearance_only: float | None = Field(
         None, ge=0, le=1,
@@ -63,6 +66,10 @@ class ReconcileParams(BaseModel):
         3.0, ge=0, description="an instance's rays must span at least this angle to be triangulated"
     )
     use_positions: bool = True
+    level_views: bool = Field(
+        True, description="views are level (360° videos usually are horizon-levelled): the ground is below each "
+        "camera's own down axis, whatever the drift of the estimated pitch; false: below the cameras' mean down"
+    )
     constellation_tol: float = Field(
         0.2, gt=0, description="revisits: instances within this fraction of the median viewing range align"
     )
@@ -71,7 +78,10 @@ class ReconcileParams(BaseModel):
     )
     max_layout_rotation_deg: float = Field(30.0, ge=0, description="revisits: pose drift this large at most")
     max_layout_shift: float = Field(
-        1.0, ge=0, description="revisits: ... and a shift of at most this fraction of the median viewing range"
+        1.0, ge=0, description="revisits: ... and a shift of at most this fraction of the median viewing range ..."
+    )
+    max_drift_per_distance: float = Field(
+        0.05, ge=0, description="... plus this fraction of the distance walked between the two clips (pose drift)"
     )
     max_ray_distance: float = Field(
         0.25, gt=0, description="an instance that could not be located merges when its viewing rays pass this close"
@@ -253,15 +263,16 @@ class Poses:
         d = np.mean([R.T @ np.array([0.0, 1.0, 0.0]) for R in self.R.values()], axis=0)
         return d / max(np.linalg.norm(d), 1e-12)
 
-    def ground_point(self, k: int, u: float, v: float, height: float, down: np.ndarray,
+    def ground_point(self, k: int, u: float, v: float, height: float, down: np.ndarray | None = None,
                      min_depression_deg: float = 1.0) -> np.ndarray | None:
         """Where the ray through pixel (u, v) meets the ground, ``height`` below camera k; None
-        when the ray does not point below the horizon by at least ``min_depression_deg``."""
+        when the ray does not point below the horizon by at least ``min_depression_deg``.
+        ``down``: the world's down direction; None: camera k's own down axis (a level view)."""
         r = self.ray(k, u, v)
         if r is None:
             return None
         c, d = r
-        s = float(d @ down)
+        s = float(d @ (self.R[k].T @ np.array([0.0, 1.0, 0.0]) if down is None else down))
         if s < math.sin(math.radians(min_depression_deg)):
             return None
         return c + d * (height / s)
@@ -319,6 +330,7 @@ class ClipInstance:
     first_time: float
     last_time: float
     appearance: np.ndarray
+    mean_area: float = 0.0
     samples: dict[int, Obs] = field(default_factory=dict)  # sample index -> observation
     position: np.ndarray | None = None
     range: float | None = None
@@ -348,7 +360,7 @@ def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[di
     out: dict[tuple[int, int], ClipInstance] = {}
     for r in instance_rows:
         ci = ClipInstance(int(r["clip_index"]), int(r["local_id"]), r["concept"], float(r["first_time"]),
-                          float(r["last_time"]), np.asarray(r["appearance"], dtype=np.float64))
+                          float(r["last_time"]), np.asarray(r["appearance"], dtype=np.float64), float(r.get("mean_area") or 0.0))
         out[ci.key] = ci
     for r in segment_rows:
         key = (int(r["clip_index"]), int(r["local_id"]))
@@ -437,8 +449,34 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
             concepts = {pa_[corr[k][0]][0].concept for k in inl}
             key = (len(inl), -err)
             if len(inl) >= min_inliers and len(concepts) >= 2 and (best_key is None or key > best_key):
-                best, best_key = (m, t), key
-    return best
+                best, best_key = (m, t, inl), key
+    if best is None:
+        return None
+    # least-squares similarity over the inliers (z_b ~ m z_a + t)
+    m, t, inl = best
+    A = za[[corr[k][0] for k in inl]]
+    B = zb[[corr[k][1] for k in inl]]
+    ca, cb = A.mean(), B.mean()
+    den = (np.abs(A - ca) ** 2).sum()
+    if den > 1e-12:
+        m2 = ((B - cb) * np.conj(A - ca)).sum() / den
+        if 0.8 <= abs(m2) <= 1.25:
+            m, t = m2, cb - m2 * ca
+    return m, t
+
+
+def _walked(poses: Poses):
+    """distance(k0, k1): path length of the camera between two samples (pose units)."""
+    ks = sorted(poses.C)
+    cum = np.concatenate([[0.0], np.cumsum([np.linalg.norm(poses.C[b] - poses.C[a]) for a, b in zip(ks, ks[1:])])])
+    idx = np.array(ks)
+
+    def distance(k0: int, k1: int) -> float:
+        i0, i1 = np.searchsorted(idx, [k0, k1])
+        i0, i1 = min(i0, len(cum) - 1), min(i1, len(cum) - 1)
+        return float(abs(cum[i1] - cum[i0]))
+
+    return distance
 
 
 def _ray_gap(lone: ClipInstance, placed: ClipInstance, poses: Poses, basis: np.ndarray,
@@ -469,17 +507,19 @@ def _ray_gap(lone: ClipInstance, placed: ClipInstance, poses: Poses, basis: np.n
 
 
 def locate(samples: dict[int, Obs], poses: Poses, camera_height: float | None, min_spread_deg: float,
-           down: np.ndarray | None = None) -> tuple[np.ndarray, float] | None:
+           level: bool = True) -> tuple[np.ndarray, float] | None:
     """World position and viewing range of an object from its sightings: where it meets the
-    ground when the camera height is known, else by triangulation; None when neither works."""
+    ground when the camera height is known, else by triangulation; None when neither works.
+    ``level``: the views are level (the ground plane is below each camera's own down axis, which
+    is immune to drift of the estimated pitch); else the ground is below the cameras' mean down."""
     if camera_height:
-        loc = ground_contact(samples, poses, camera_height, poses.down() if down is None else down)
+        loc = ground_contact(samples, poses, camera_height, None if level else poses.down())
         if loc is not None:
             return loc
     return triangulate(_rays(samples, poses), min_spread_deg)
 
 
-def ground_contact(samples: dict[int, Obs], poses: Poses, height: float, down: np.ndarray,
+def ground_contact(samples: dict[int, Obs], poses: Poses, height: float, down: np.ndarray | None,
                    min_depression_deg: float = 1.0) -> tuple[np.ndarray, float] | None:
     """An object standing on the ground, located from single frames: the bottom centre of its box
     is where it meets the ground, and the ground lies ``height`` (the camera's height, in pose
@@ -512,10 +552,10 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
     first_sample = {c.index: c.first_sample for c in clips}
     aligned: dict[tuple[int, int], tuple[complex, complex]] = {}
     basis = None
+    walked = _walked(poses) if poses is not None and params.use_positions and poses.R else None
     if poses is not None and params.use_positions and poses.R:
-        down = poses.down()
         for ci in instances:
-            loc = locate(ci.samples, poses, camera_height, params.min_ray_spread_deg, down)
+            loc = locate(ci.samples, poses, camera_height, params.min_ray_spread_deg, params.level_views)
             if loc is not None:
                 ci.position, ci.range = loc
         ranges = [ci.range for ci in instances if ci.range is not None]
@@ -528,9 +568,10 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
             for i in sorted(by_clip):
                 for j in sorted(by_clip):
                     if j > i + 1:  # neighbours share a cut, not a revisit: raw positions suffice
+                        dist_walked = walked(last_sample[i], first_sample[j])
+                        shift = params.max_layout_shift * float(np.median(ranges)) + params.max_drift_per_distance * dist_walked
                         sim = align_layouts(by_clip[i], by_clip[j], basis, tol, params.min_constellation,
-                                            params.max_layout_rotation_deg,
-                                            params.max_layout_shift * float(np.median(ranges)))
+                                            params.max_layout_rotation_deg, shift)
                         if sim is not None:
                             aligned[(i, j)] = sim
     by_concept: dict[str, list[ClipInstance]] = {}
@@ -550,7 +591,9 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                             and first_sample[b.clip] in b.samples)
                 iou = _iou(a.samples[last_sample[a.clip]].box, b.samples[first_sample[b.clip]].box) if boundary else None
                 app = bhattacharyya(a.appearance, b.appearance)
-                dist, located = None, "positions"
+                looks_differ = (app < params.min_appearance
+                                and min(a.mean_area, b.mean_area) >= params.appearance_min_area)
+                dist, located, drift = None, "positions", 0.0
                 if (a.position is None) != (b.position is None) and basis is not None:
                     # one of them was not triangulated: do its viewing rays pass the other's position?
                     lone, placed = (a, b) if a.position is None else (b, a)
@@ -562,19 +605,24 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                         m, t = aligned[(a.clip, b.clip)]
                         za, zb = complex(*(basis @ a.position)), complex(*(basis @ b.position))
                         gap = abs(m * za + t - zb)
-                    dist = gap / max((a.range + b.range) / 2.0, 1e-9)
+                    rng_ = max((a.range + b.range) / 2.0, 1e-9)
+                    dist = gap / rng_
+                    if (a.clip, b.clip) not in aligned and walked is not None:
+                        # poses drift with the distance walked between the two sightings
+                        drift = params.max_drift_per_distance * walked(max(a.samples), min(b.samples)) / rng_
                 if boundary and iou >= params.boundary_iou:
                     score, why = 3.0 + iou, f"continues across the cut (box IoU {iou:.2f})"
                 elif dist is not None:
                     how = ("" if located == "positions" else " by viewing rays") + (
                         " after aligning the revisited layout" if (a.clip, b.clip) in aligned else "")
-                    limit = params.max_distance if located == "positions" else params.max_ray_distance
-                    if dist <= limit and app >= params.min_appearance:
+                    limit = params.max_distance + drift if located == "positions" else params.max_ray_distance
+                    if dist <= limit and not looks_differ:
                         score = (2.0 if located == "positions" else 1.5) + (1.0 - dist / limit) / 2
                         why = f"same place{how} (distance {dist:.2f} of range) and look (appearance {app:.2f})"
                     else:
-                        score, why = 0.0, (f"distance{how} {dist:.2f} (max {limit}), "
-                                           f"appearance {app:.2f} (min {params.min_appearance})")
+                        score, why = 0.0, (f"distance{how} {dist:.2f} (max {limit:.2f})" if dist > limit else
+                                           f"same place{how} (distance {dist:.2f}) but the looks differ "
+                                           f"(appearance {app:.2f} < {params.min_appearance})")
                 elif params.appearance_only is not None and app >= params.appearance_only:
                     score, why = 1.0 + app / 2, f"same look (appearance {app:.2f}), neither could be located"
                 else:
@@ -583,8 +631,8 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                     # weak evidence: settled after the strong merges, as an assignment (below)
                     rays.append((a, b, boundary, iou, app, dist, why))
                     continue
-                relevant = (boundary or app >= params.min_appearance
-                            or (dist is not None and dist <= 2 * params.max_distance))
+                relevant = (boundary or (dist is not None and dist <= 2 * (params.max_distance + drift))
+                            or (params.appearance_only is not None and app >= params.appearance_only))
                 if relevant:
                     proposals.append((score, a, b, boundary, iou, app, dist, why))
 
@@ -642,7 +690,9 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
             for entry in by_lone[k]:
                 placed, a, b, boundary, iou, app, dist, why = entry
                 g = find(placed.key)
-                if clips_of[g] & clips_of[find(k)] or app < params.min_appearance:
+                if clips_of[g] & clips_of[find(k)]:
+                    continue
+                if app < params.min_appearance and min(a.mean_area, b.mean_area) >= params.appearance_min_area:
                     continue
                 if g not in cols:
                     cols.append(g)
@@ -694,7 +744,7 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                 "area": o.area, "origin": "auto",
             })
         if poses is not None and params.use_positions and poses.R:
-            loc = locate(merged_samples, poses, camera_height, params.min_ray_spread_deg)
+            loc = locate(merged_samples, poses, camera_height, params.min_ray_spread_deg, params.level_views)
             if loc is not None:
                 positions[gid] = tuple(float(x) for x in loc[0])
     return Reconciled(members, decisions, observations, positions)

@@ -84,3 +84,20 @@ def test_keyframe_times_spread_over_the_video():
     ts = cand.keyframe_times(160.0, 16)
     assert len(ts) == 16 and ts[0] == 5.0 and ts[-1] == 155.0
     assert np.allclose(np.diff(ts), 10.0)
+
+
+def test_normalisation_with_the_packaged_embedder():
+    """all-MiniLM-L6-v2 from its PyPI wheel (the CPU backend), at the configured threshold."""
+    from vsi_wild.stages.backends import base
+    import vsi_wild.stages.backends  # noqa: F401  (registers the backends)
+
+    p = cand.CandidatesParams(embedder="minilm", seeds=["sofa", "car", "chair", "television", "bicycle", "table"])
+    emb = base.create("text_embedder", "minilm")
+    got = by_term(cand.normalise(p.seeds, ["couch", "automobile", "tv", "motorcycle"], emb.embed, p.threshold()))
+    # synonyms: the MLLM's term is the label
+    assert got["sofa"].concept == "couch"
+    assert got["car"].concept == "automobile"
+    assert got["television"].concept == "tv"
+    # neighbours that are not synonyms stay apart
+    assert got["bicycle"].concept == "bicycle" and got["motorcycle"].concept == "motorcycle"
+    assert got["chair"].concept == "chair" and got["table"].concept == "table"

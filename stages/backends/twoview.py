@@ -57,6 +57,7 @@ class TwoViewPoseEstimator:
         self.ground_min_depression_deg = float(ground_min_depression_deg)
         self.ground_max_tilt_deg = float(ground_max_tilt_deg)
         self.last_height: float | None = None
+        self.last_metric: np.ndarray | None = None  # per frame of the last estimate(): step i-1 -> i was metric
         if features == "sift":
             self._det = cv2.SIFT_create(nfeatures=self.n_features)
             self._norm = cv2.NORM_L2
@@ -217,17 +218,23 @@ class TwoViewPoseEstimator:
         R_w = np.eye(3)
         C_w = np.zeros(3)
         ext[0, :, :3] = R_w
+        metric = np.zeros(n, dtype=bool)
         for i, (R, c, hgt) in enumerate(steps, start=1):
             norm = np.linalg.norm(c)
             if norm > 0 and self.camera_height and hgt:
                 c = c / norm * (self.camera_height / hgt)
+                metric[i] = True
             else:
                 c = c * ratio
+                metric[i] = norm == 0  # standing still is exact too
             # world -> cam_i: x_i = R (x_{i-1} - c) with x_{i-1} = R_w (X - C_w)
             C_w = C_w + R_w.T @ c
             R_w = R @ R_w
             ext[i, :, :3] = R_w
             ext[i, :, 3] = -R_w @ C_w
+        # Which steps got their length from the ground plane (read by stages.pose.fuse_views:
+        # among a rig's views, those steps are trusted over the parallax-based ones).
+        self.last_metric = metric
         return PoseResult(extrinsics=ext, intrinsics=intr, valid=valid)
 
 
