@@ -75,7 +75,7 @@ def spans_of(times: Sequence[float], gap_s: float) -> list[tuple[float, float]]:
 
 def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: MetadataParams,
                   poses: Poses | None = None, camera_height: float | None = None,
-                  image_size: tuple[int, int] | None = None) -> list[dict]:
+                  image_size: tuple[int, int] | None = None, level: bool = True) -> list[dict]:
     """schema.INSTANCES rows, ordered by first appearance. Positions (when ``poses`` are given)
     as in reconciliation (``stages.segment.locate``); ``image_size`` is the view's (w, h), the
     pixels of the observation boxes."""
@@ -102,7 +102,7 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
             sightings = {k: Obs(o["time"], (o["x0"], o["y0"], o["x1"], o["y1"]), o["area"] or 0, o["frame"], o["fps"],
                                 image_size or (0, 0))
                          for k, o in ins.obs.items() if o["x0"] is not None}
-            loc = locate(sightings, poses, camera_height, params.min_ray_spread_deg) if sightings else None
+            loc = locate(sightings, poses, camera_height, params.min_ray_spread_deg, level) if sightings else None
             pos = loc[0] if loc is not None else None
         rows.append({
             "video_id": video_id, "concept": ins.concept, "instance_id": ins.id,
@@ -271,7 +271,8 @@ class Derived:
 def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], members: Sequence[dict],
                 motion: Sequence[dict], motion_samples_rows: Sequence[dict], duration_s: float, fps: float,
                 params: MetadataParams, poses: Poses | None = None, clip_seconds: float | None = None,
-                camera_height: float | None = None, image_size: tuple[int, int] | None = None) -> Derived:
+                camera_height: float | None = None, image_size: tuple[int, int] | None = None,
+                level: bool = True) -> Derived:
     """Apply a video's fixes to its automatic metadata; a problem raises ``FixError`` (file, line,
     field) before anything is returned, so a bad file changes nothing.
 
@@ -445,7 +446,7 @@ def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], 
         applied.append({"video_id": video_id, "file": file, "line": f.line, "op": kind, "summary": summary,
                         "sha256": fixset.sha256})
 
-    inst_rows = instance_rows(video_id, insts.values(), fps, params, poses, camera_height, image_size)
+    inst_rows = instance_rows(video_id, insts.values(), fps, params, poses, camera_height, image_size, level)
     obs_rows = []
     for ins in sorted(insts.values(), key=lambda x: x.id):
         for k in sorted(ins.obs):

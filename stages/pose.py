@@ -48,10 +48,18 @@ class PoseParams(BaseModel):
     twoview_features: str = Field("sift", description="twoview backend: sift | orb")
     camera_height: float | None = Field(
         1.6,
-        description="the camera's height above the ground, in the poses' units. twoview scales its steps "
-        "so that this holds (metres when it is the true height); reconcile uses it to locate objects where "
-        "they meet the ground. null: unknown (a backend whose scale is not metric)",
+        description="the camera's height above the ground (metres). twoview scales its steps so that this "
+        "holds, and then reconcile locates objects where they meet the ground; null: not known",
     )
+
+    def ground_height(self) -> float | None:
+        """The camera's height in the poses' own unit, when known: only twoview's poses are scaled by
+        it (da3's unit is that of its first window, not metres)."""
+        return self.camera_height if self.backend in METRIC_BACKENDS else None
+
+
+# Pose backends whose unit is set by ``PoseParams.camera_height``.
+METRIC_BACKENDS = ("twoview",)
 
 
 def yaw_matrix(yaw_deg: float) -> np.ndarray:
@@ -171,8 +179,14 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
 
 
 # ------------------------------------------------------------------------------ fusion
-def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: float = 60.0) -> Track:
-    """The source camera's track (axes of a yaw-0 view) from independent tracks of its views."""
+def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: float = 60.0,
+               turns: dict[int, np.ndarray] | None = None) -> Track:
+    """The source camera's track (axes of a yaw-0 view) from independent tracks of its views.
+
+    ``turns``: rotations (rig axes, ``x_{k+1} = R x_k``) of steps k -> k+1 that fewer than two
+    views could estimate (a turn too fast for a view to overlap itself), recovered by matching
+    across views (``stages.backends.twoview.rig_rotation``)."""
+    turns = turns or {}
     if not tracks:
         raise ValueError("no view tracks to fuse")
     names = sorted(tracks)
@@ -206,6 +220,10 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
     cos_out = math.cos(math.radians(outlier_deg))
     for k in range(n - 1):
         oks = [v for v in names if steps[v][2][k]]
+        if k in turns and len(oks) < 2:  # a fast turn: the rig's rotation, no translation
+            R[k + 1], C[k + 1] = turns[k] @ R[k], C[k]
+            valid[k + 1] = True
+            continue
         if not oks:
             R[k + 1], C[k + 1] = R[k], C[k]
             continue
@@ -231,6 +249,33 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
         R[k + 1] = dR @ R[k]
         C[k + 1] = C[k] + R[k].T @ d
     return Track(ref.sample_indices.copy(), ref.times.copy(), ref.frames.copy(), ref.fps, R, C, ref.K.copy(), valid)
+
+
+def weak_steps(tracks: dict[str, Track]) -> list[int]:
+    """Steps k -> k+1 that fewer than two views estimated."""
+    n = min(len(t.sample_indices) for t in tracks.values())
+    counts = np.zeros(max(n - 1, 0), dtype=int)
+    for t in tracks.values():
+        counts += t.valid[1:n] & t.valid[: n - 1]
+    return [int(k) for k in np.nonzero(counts < 2)[0]]
+
+
+def recover_turns(weak: list[int], frames: dict[str, dict[int, np.ndarray]], yaws: dict[str, float],
+                  hfov_deg: float) -> dict[int, np.ndarray]:
+    """Rotations of the weak steps (``weak_steps``; array positions = 2 FPS sample offsets) from
+    the frames around them, matched across views (``twoview.rig_rotation``)."""
+    from vsi_wild.stages.backends.twoview import TwoViewPoseEstimator, rig_rotation
+
+    est = TwoViewPoseEstimator(hfov_deg=hfov_deg)
+    out = {}
+    for k in weak:
+        before = {v: f[k] for v, f in frames.items() if k in f}
+        after = {v: f[k + 1] for v, f in frames.items() if k + 1 in f}
+        if before and after:
+            r = rig_rotation(est, before, after, yaws)
+            if r is not None:
+                out[k] = r[0]
+    return out
 
 
 def derive_view(source: Track, yaw_deg: float, K: np.ndarray | None = None) -> Track:

@@ -83,6 +83,10 @@ class ReconcileParams(BaseModel):
     max_drift_per_distance: float = Field(
         0.05, ge=0, description="... plus this fraction of the distance walked between the two clips (pose drift)"
     )
+    extent_weight: float = Field(
+        0.5, ge=0, description="... plus this fraction of the objects' apparent width (ground contacts of a "
+        "large object differ with the viewpoint)"
+    )
     max_ray_distance: float = Field(
         0.25, gt=0, description="an instance that could not be located merges when its viewing rays pass this close"
     )
@@ -334,6 +338,7 @@ class ClipInstance:
     samples: dict[int, Obs] = field(default_factory=dict)  # sample index -> observation
     position: np.ndarray | None = None
     range: float | None = None
+    extent: float = 0.0  # apparent width in pose units (how far apart two sightings' ground contacts may be)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -558,6 +563,9 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
             loc = locate(ci.samples, poses, camera_height, params.min_ray_spread_deg, params.level_views)
             if loc is not None:
                 ci.position, ci.range = loc
+                widths = [(o.box[2] - o.box[0]) / poses.K[k][0, 0] for k, o in ci.samples.items()
+                          if k in poses.K and not o.clipped()]
+                ci.extent = ci.range * float(np.median(widths)) if widths else 0.0
         ranges = [ci.range for ci in instances if ci.range is not None]
         if ranges:
             basis = ground_basis(poses)
@@ -607,9 +615,11 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                         gap = abs(m * za + t - zb)
                     rng_ = max((a.range + b.range) / 2.0, 1e-9)
                     dist = gap / rng_
+                    # a large object's ground contact moves with the viewpoint (near edge vs far edge)
+                    drift = params.extent_weight * (a.extent + b.extent) / 2.0 / rng_
                     if (a.clip, b.clip) not in aligned and walked is not None:
                         # poses drift with the distance walked between the two sightings
-                        drift = params.max_drift_per_distance * walked(max(a.samples), min(b.samples)) / rng_
+                        drift += params.max_drift_per_distance * walked(max(a.samples), min(b.samples)) / rng_
                 if boundary and iou >= params.boundary_iou:
                     score, why = 3.0 + iou, f"continues across the cut (box IoU {iou:.2f})"
                 elif dist is not None:

@@ -275,7 +275,18 @@ def run_pose(job: Job) -> None:
         tracks[v] = tr
         job.progress(len(tracks), len(wanted), "views")
     yaws = {v: float(views[v]["yaw_deg"]) for v in wanted}
-    fused = po.fuse_views(tracks, yaws, p.outlier_deg)
+    # Turns too fast for any view to overlap itself: match across the views (one more decode of
+    # just the frames around those steps).
+    weak = po.weak_steps(tracks) if len(wanted) > 1 else []
+    turns = {}
+    if weak:
+        first = int(tracks[wanted[0]].sample_indices[0])
+        need = {first + k for k in weak} | {first + k + 1 for k in weak}
+        frames = {v: {k - first: rgb for k, _t, _i, rgb in _frames(job.file("project", views[v]["path"]),
+                                                                   max_width=p.frame_max_width) if k in need}
+                  for v in wanted}
+        turns = po.recover_turns(weak, frames, yaws, float(views[wanted[0]]["hfov_deg"]))
+    fused = po.fuse_views(tracks, yaws, p.outlier_deg, turns)
     pose_rows, indep_rows = [], []
     for v, row in sorted(views.items()):
         K = tracks[v].K[0] if v in tracks and len(tracks[v].K) else fused.K[0] if len(fused.K) else np.eye(3)
@@ -323,7 +334,7 @@ def run_reconcile(job: Job) -> None:
         r.update(image_width=int(view["width"]), image_height=int(view["height"]))
     instances = seg.load_clip_instances(inst_rows, seg_rows)
     result = seg.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid),
-                           camera_height=job.config.pose.camera_height)
+                           camera_height=job.config.pose.ground_height())
     job.out.write_table("clips.parquet", schema.table(schema.CLIP_SPANS, [
         {"video_id": vid, "clip_index": c.index, "start": c.start, "end": c.end, "first_sample": c.first_sample,
          "n_samples": c.n_samples} for c in clips]))
@@ -333,7 +344,8 @@ def run_reconcile(job: Job) -> None:
     job.out.write_table("observations_auto.parquet", schema.table(schema.OBSERVATIONS, result.observations))
     insts = meta.instances_from_observations(result.observations)
     auto = meta.instance_rows(vid, insts.values(), float(view["fps"]), job.config.metadata, _video_poses(job, vid),
-                              job.config.pose.camera_height, (int(view["width"]), int(view["height"])))
+                              job.config.pose.ground_height(), (int(view["width"]), int(view["height"])),
+                              job.config.reconcile.level_views)
     job.out.write_table("instances_auto.parquet", schema.table(schema.INSTANCES, auto))
 
 
@@ -379,7 +391,7 @@ def run_metadata(job: Job) -> None:
         vid, fixset, job.read("reconcile", "observations_auto.parquet").to_pylist(),
         job.read("reconcile", "members.parquet").to_pylist(), motion, samples, duration, fps, p,
         seg.Poses.from_rows([r for r in pose_rows if r["video_id"] == vid]), job.config.segment.clip_seconds,
-        job.config.pose.camera_height, (int(view["width"]), int(view["height"])))
+        job.config.pose.ground_height(), (int(view["width"]), int(view["height"])), job.config.reconcile.level_views)
     job.out.write_table("instances.parquet", schema.table(schema.INSTANCES, derived.instances))
     job.out.write_table("observations.parquet", schema.table(schema.OBSERVATIONS, derived.observations))
     job.out.write_table("motion.parquet", schema.table(schema.MOTION, derived.motion))
@@ -390,7 +402,7 @@ def run_metadata(job: Job) -> None:
 
 METADATA = Stage(
     name="metadata", version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
-    sections=("metadata", "segment", "pose"), raw_inputs=_metadata_raw,
+    sections=("metadata", "segment", "pose", "reconcile"), raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )
 

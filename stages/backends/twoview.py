@@ -241,3 +241,43 @@ class TwoViewPoseEstimator:
 @register("pose_estimator", "twoview")
 def _create(**kw) -> TwoViewPoseEstimator:
     return TwoViewPoseEstimator(**kw)
+
+
+def rig_rotation(est: TwoViewPoseEstimator, before: dict[str, np.ndarray], after: dict[str, np.ndarray],
+                 yaws: dict[str, float], min_inliers: int = 20) -> tuple[np.ndarray, int] | None:
+    """The rotation of a rig of views (one camera, views turned by ``yaws``) between two instants,
+    when the camera turned too fast for any view to overlap itself: every view after is matched
+    against every view before (a 70° turn brings the right view's content into the front view),
+    and the rotation that maps the most bearings, expressed in the rig's (yaw-0 view's) axes, wins.
+
+    Returns (R, inliers) with ``x_after = R x_before`` in the rig's camera axes, or None."""
+    from vsi_wild.stages.pose import yaw_matrix
+
+    def prep(images):
+        out = {}
+        for v, img in images.items():
+            gray, _ = est._prepare(img)
+            K = geometry.view_intrinsics(gray.shape[1], gray.shape[0], est.hfov_deg)
+            out[v] = (est._features(gray), np.linalg.inv(K))
+        return out
+
+    fb, fa = prep(before), prep(after)
+    best = None
+    for u, (f1, Kinv1) in sorted(fb.items()):
+        for v, (f2, Kinv2) in sorted(fa.items()):
+            q1, q2 = est._match(f1, f2)
+            if len(q1) < min_inliers:
+                continue
+            H, hmask = cv2.findHomography(q1, q2, cv2.RANSAC, 2.0 * est.ransac_px)
+            if H is None or hmask is None or hmask.sum() < min_inliers:
+                continue
+            inl = hmask.ravel().astype(bool)
+            b1 = np.c_[q1, np.ones(len(q1))] @ Kinv1.T
+            b2 = np.c_[q2, np.ones(len(q2))] @ Kinv2.T
+            b1 = (b1 / np.linalg.norm(b1, axis=1, keepdims=True)) @ yaw_matrix(yaws[u]).T
+            b2 = (b2 / np.linalg.norm(b2, axis=1, keepdims=True)) @ yaw_matrix(yaws[v]).T
+            R = _kabsch(b1[inl], b2[inl])
+            good = int((_angles(b1 @ R.T, b2) < np.radians(0.5)).sum())
+            if good >= min_inliers and (best is None or good > best[1]):
+                best = (R, good)
+    return best
