@@ -88,18 +88,18 @@ def main() -> int:
     truth = pq.read_table(d / "truth_poses.parquet").to_pydict()
     views = pq.read_table(d / "views.parquet").to_pylist()
     params = po.PoseParams(backend="twoview")
-    tracks, yaws = {}, {}
-    n_frames = 0
+    inputs = {
+        row["view"]: po.ViewInput(row["video_id"], row["yaw_deg"], row["hfov_deg"], row["fps"], row["width"],
+                                  lambda path=views_dir / row["path"]: (
+                                      (k, t, idx, rgb) for k, t, idx, _ft, rgb in sample_frames(path, 2.0)))
+        for row in views}
     cpu0 = time.process_time()
-    for row in views:
-        est = base.create("pose_estimator", "twoview", hfov_deg=row["hfov_deg"], camera_height=params.camera_height)
-        frames = ((k, t, idx, rgb) for k, t, idx, _ft, rgb in sample_frames(views_dir / row["path"], 2.0))
-        tracks[row["view"]] = po.estimate_chunked(est, frames, row["video_id"], row["fps"], params.chunk_frames)
-        yaws[row["view"]] = row["yaw_deg"]
-        n_frames += len(tracks[row["view"]].sample_indices)
+    fused, tracks = po.estimate_source(
+        inputs, lambda vi: base.create("pose_estimator", "twoview", hfov_deg=vi.hfov_deg,
+                                       camera_height=params.camera_height), params)
     cpu = time.process_time() - cpu0
-    fused = po.fuse_views(tracks, yaws, params.outlier_deg)
-
+    yaws = {v: vi.yaw_deg for v, vi in inputs.items()}
+    n_frames = sum(len(t.sample_indices) for t in tracks.values())
     errors, p_indep = [], {}
     for v, yaw in yaws.items():
         ta, moving, true_steps = truth_motion(truth, fused.times, yaw)

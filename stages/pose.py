@@ -21,7 +21,7 @@ view's camera axes (0 = forward, +90 = right, ±180 = backward), as in ``schema.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -276,6 +276,54 @@ def recover_turns(weak: list[int], frames: dict[str, dict[int, np.ndarray]], yaw
             if r is not None:
                 out[k] = r[0]
     return out
+
+
+@dataclass
+class ViewInput:
+    """One view of a source for ``estimate_source``: ``frames()`` opens a fresh stream of
+    (k, t_k, frame index, rgb) at 2 FPS (the estimate reads it once, the turn recovery maybe again)."""
+
+    video_id: str
+    yaw_deg: float
+    hfov_deg: float
+    fps: float
+    width: int  # the view's own width (intrinsics are returned in its pixels)
+    frames: Callable[[], Iterable[tuple[int, float, int, np.ndarray]]]
+
+
+def estimate_source(views: dict[str, ViewInput], make_estimator: Callable[[ViewInput], object], params: PoseParams,
+                    progress: Callable[[int, int], None] | None = None) -> tuple[Track, dict[str, Track]]:
+    """The pose stage's work for one source: each view estimated alone (``estimate_chunked``),
+    steps that fewer than two views managed recovered across the rig (``recover_turns``), the
+    views fused (``fuse_views``). Returns the fused (source) track and the views' own tracks."""
+    tracks: dict[str, Track] = {}
+    frame_w: dict[str, int] = {}
+    for v, vi in views.items():
+        first_w = []
+
+        def stream(vi=vi, first_w=first_w):
+            for item in vi.frames():
+                if not first_w:
+                    first_w.append(item[3].shape[1])
+                yield item
+
+        tr = estimate_chunked(make_estimator(vi), stream(), vi.video_id, vi.fps, params.chunk_frames)
+        if len(tr.sample_indices) and first_w and first_w[0] != vi.width:
+            s = vi.width / first_w[0]  # intrinsics back to the view's own pixels
+            tr.K = np.einsum("ij,njk->nik", np.diag([s, s, 1.0]), tr.K)
+        tracks[v] = tr
+        frame_w[v] = first_w[0] if first_w else vi.width
+        if progress:
+            progress(len(tracks), len(views))
+    yaws = {v: vi.yaw_deg for v, vi in views.items()}
+    turns: dict[int, np.ndarray] = {}
+    weak = weak_steps(tracks) if len(tracks) > 1 else []
+    if weak:
+        first = int(next(iter(tracks.values())).sample_indices[0])
+        need = {first + k for k in weak} | {first + k + 1 for k in weak}
+        frames = {v: {k - first: rgb for k, _t, _i, rgb in vi.frames() if k in need} for v, vi in views.items()}
+        turns = recover_turns(weak, frames, yaws, next(iter(views.values())).hfov_deg)
+    return fuse_views(tracks, yaws, params.outlier_deg, turns), tracks
 
 
 def derive_view(source: Track, yaw_deg: float, K: np.ndarray | None = None) -> Track:

@@ -260,33 +260,16 @@ def run_pose(job: Job) -> None:
     wanted = [v for v in p.views if v in views]
     if not wanted:
         raise UnitError(f"pose.views {p.views} names none of the projected views {sorted(views)}")
-    tracks: dict[str, po.Track] = {}
-    for v in wanted:
-        row = views[v]
-        est = _backend("pose_estimator", p.backend, job, source_id, hfov_deg=float(row["hfov_deg"]),
-                       features=p.twoview_features, camera_height=p.camera_height)
-        frames = _frames(job.file("project", row["path"]), max_width=p.frame_max_width)
-        tr = po.estimate_chunked(est, frames, row["video_id"], float(row["fps"]), p.chunk_frames)
-        if len(tr.sample_indices):
-            # Intrinsics back to the view's own pixels (frames were downscaled for the backend).
-            sx = float(row["width"]) / _frame_width(row, p.frame_max_width)
-            S = np.diag([sx, sx, 1.0])
-            tr.K = np.einsum("ij,njk->nik", S, tr.K)
-        tracks[v] = tr
-        job.progress(len(tracks), len(wanted), "views")
-    yaws = {v: float(views[v]["yaw_deg"]) for v in wanted}
-    # Turns too fast for any view to overlap itself: match across the views (one more decode of
-    # just the frames around those steps).
-    weak = po.weak_steps(tracks) if len(wanted) > 1 else []
-    turns = {}
-    if weak:
-        first = int(tracks[wanted[0]].sample_indices[0])
-        need = {first + k for k in weak} | {first + k + 1 for k in weak}
-        frames = {v: {k - first: rgb for k, _t, _i, rgb in _frames(job.file("project", views[v]["path"]),
-                                                                   max_width=p.frame_max_width) if k in need}
-                  for v in wanted}
-        turns = po.recover_turns(weak, frames, yaws, float(views[wanted[0]]["hfov_deg"]))
-    fused = po.fuse_views(tracks, yaws, p.outlier_deg, turns)
+    inputs = {
+        v: po.ViewInput(views[v]["video_id"], float(views[v]["yaw_deg"]), float(views[v]["hfov_deg"]),
+                        float(views[v]["fps"]), int(views[v]["width"]),
+                        lambda path=job.file("project", views[v]["path"]): _frames(path, max_width=p.frame_max_width))
+        for v in wanted}
+    fused, tracks = po.estimate_source(
+        inputs,
+        lambda vi: _backend("pose_estimator", p.backend, job, source_id, hfov_deg=vi.hfov_deg,
+                            features=p.twoview_features, camera_height=p.camera_height),
+        p, lambda d, t: job.progress(d, t, "views"))
     pose_rows, indep_rows = [], []
     for v, row in sorted(views.items()):
         K = tracks[v].K[0] if v in tracks and len(tracks[v].K) else fused.K[0] if len(fused.K) else np.eye(3)
@@ -295,11 +278,6 @@ def run_pose(job: Job) -> None:
         indep_rows += po.pose_rows(views[v]["video_id"], tr, f"{p.backend}:independent")
     job.out.write_table("poses.parquet", schema.table(schema.POSES, pose_rows))
     job.out.write_table("view_poses.parquet", schema.table(schema.POSES, indep_rows))
-
-
-def _frame_width(row: dict, max_width: int) -> float:
-    w = int(row["width"])
-    return float(min(w, max_width))
 
 
 POSE = Stage(
