@@ -8,10 +8,13 @@ BIN := $(VENV)/bin
 CONFIG ?= configs/sample.yaml
 DATA_ROOT ?= data/out
 PYTEST_ARGS ?=
+DEPLOY_DIR ?= .deploy
+DEPLOY_PORT ?= 4200
+SETUP ?= setup  # `make run SETUP=` uses an existing $(VENV) as it is (the deployment tests do)
 export HF_HUB_OFFLINE ?= 1
 export YOLO_OFFLINE ?= 1
 
-.PHONY: setup run test test-fast bench deploy clean help
+.PHONY: setup run test test-fast bench deploy deploy-stop clean help
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*##/\t/'
@@ -22,12 +25,12 @@ $(BIN)/.installed: pyproject.toml
 	$(BIN)/pip install -q -U pip
 	# torch first, pinned: pip finds this build on the local wheel cache (no multi-GB download here)
 	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e ".[models,dev]"
+	$(BIN)/pip install -q -e ".[models,cluster,dev]"
 	touch $@
 
 setup: $(BIN)/.installed   ## create .venv with everything (idempotent)
 
-run: setup       ## run the whole pipeline on the embedded sample (outputs under data/out)
+run: $(SETUP)    ## run the whole pipeline on the embedded sample (outputs under data/out)
 	$(BIN)/vsi-wild run --config $(CONFIG) --data-root $(DATA_ROOT)
 
 test: setup      ## the full test suite (what CI runs)
@@ -38,6 +41,12 @@ test-fast: setup ## tests without the slow and model-heavy ones
 
 bench: setup     ## speed and memory ratios, each measured in one run (prints `name: value` lines)
 	$(BIN)/python bench/run_all.py
+
+deploy: $(SETUP) ## Prefect server on 127.0.0.1, work pools cpu/gpu, deployments, workers (docs/cluster.md)
+	$(BIN)/python -m vsi_wild.deploy up --dir $(DEPLOY_DIR) --port $(DEPLOY_PORT)
+
+deploy-stop:     ## stop everything `make deploy` started
+	$(BIN)/python -m vsi_wild.deploy down --dir $(DEPLOY_DIR) --port $(DEPLOY_PORT)
 
 clean:           ## remove outputs (keeps .venv)
 	rm -rf data/out .pytest_cache

@@ -9,19 +9,27 @@ other unit has had its turn.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.states import Failed
 from prefect.task_runners import ThreadPoolTaskRunner
 from pydantic import BaseModel, Field
 
-from vsi_wild.config import Config, load_config
+from vsi_wild.config import Config, ConfigError, load_config
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks import engine, registry
 from vsi_wild.tasks.engine import Outcome, Prepared, Selection
+from vsi_wild.tasks.sources import register_local
+
+
+# The stage names as a type: a deployment's published parameter schema lists them, so that
+# `prefect deployment run ... -p only='["typo"]'` is rejected when the run is created.
+StageName = Literal[tuple(s.name for s in registry.STAGES)]  # type: ignore[valid-type]
 
 
 class RunRequest(BaseModel):
@@ -29,8 +37,8 @@ class RunRequest(BaseModel):
 
     config: str = Field("configs/sample.yaml", description="YAML config file (relative to the working directory)")
     data_root: str | None = Field(None, description="overrides run.data_root (a folder or an fsspec URL)")
-    only: list[str] | None = Field(None, description="run only these stages")
-    from_stage: str | None = Field(None, description="run this stage and every stage after it")
+    only: list[StageName] | None = Field(None, description="run only these stages")
+    from_stage: StageName | None = Field(None, description="run this stage and every stage after it")
     videos: list[str] | None = Field(None, description="restrict to these source or video ids")
     force: bool = Field(False, description="recompute the selected stages even when cached")
     overrides: dict[str, Any] = Field(default_factory=dict, description="dotted config keys -> values")
@@ -68,9 +76,18 @@ def task_runner(config: Config) -> Any:
     if config.run.task_runner == "dask":
         from prefect_dask import DaskTaskRunner
 
-        if config.run.dask_address:
-            return DaskTaskRunner(address=config.run.dask_address)
-        return DaskTaskRunner(cluster_kwargs=config.run.dask_cluster_kwargs or {"n_workers": config.run.workers, "threads_per_worker": 1, "processes": True})
+        run = config.run
+        if run.dask_address:
+            return DaskTaskRunner(address=run.dask_address)
+        kwargs = run.dask_cluster_kwargs
+        if not kwargs and run.dask_cluster_class == "distributed.LocalCluster":
+            kwargs = {"n_workers": run.workers, "threads_per_worker": 1, "processes": True}
+        try:
+            return DaskTaskRunner(cluster_class=run.dask_cluster_class, cluster_kwargs=kwargs,
+                                  adapt_kwargs=run.dask_adapt_kwargs or None)
+        except ImportError as e:
+            raise ConfigError(f"run.dask_cluster_class: cannot import {run.dask_cluster_class!r} ({e}); "
+                              "install its package (dask_jobqueue.*: pip install dask-jobqueue)") from None
     return ThreadPoolTaskRunner(max_workers=config.run.workers)
 
 
@@ -78,9 +95,13 @@ def execute_plan(request: RunRequest) -> dict[str, Any]:
     """Run the selected stages (inside a flow, so that `run_unit` submissions are Prefect tasks)."""
     logger = get_run_logger()
     config = load_config(request.config, request.overrides)
-    data_root = request.data_root or config.run.data_root
-    store = Store(data_root)
+    store = Store(request.data_root or config.run.data_root)
+    # Workers (Dask processes, other hosts) may have another working directory: they get the
+    # absolute folder or the URL.
+    data_root = str(store.local_root()) if store.is_local else store.url
     store.clean_scratch()
+    if config.sources.paths:  # the same for `vsi-wild run` and a deployment run
+        register_local(store, config.sources.paths)
     stages = registry.select(request.only, request.from_stage)
     forced = frozenset(s.name for s in stages) if request.force else frozenset()
     plan = engine.Plan.load(config, store, registry.STAGES, selection=Selection(frozenset(request.videos or ())), force=forced)
@@ -99,24 +120,53 @@ def execute_plan(request: RunRequest) -> dict[str, Any]:
     return summary
 
 
+# The flows' docstrings: Prefect publishes "Args:" as the parameters' descriptions. Flow signatures
+# must keep annotations that `inspect.signature(eval_str=True)` resolves (no `| Failed` return type:
+# `Failed` is a function), else the published schema silently drops every non-builtin type.
+PARAMETERS_DOC = """Run vsi-wild's stages (cached units are not recomputed).
+
+Args:
+    config: YAML config file, relative to the project folder (VSI_WILD_HOME).
+    data_root: overrides run.data_root: a folder or an fsspec URL (s3://bucket/prefix).
+    only: run only these stages.
+    from_stage: run this stage and every stage after it.
+    videos: restrict to these source or video ids.
+    force: recompute the selected stages even where cached.
+    overrides: dotted config keys -> values, e.g. {"run.workers": 1}.
+"""
+
+
+def with_doc(doc: str) -> Any:
+    """Set a flow function's docstring before @flow reads it (Prefect parses "Args:" at decoration)."""
+
+    def set_doc(fn: Any) -> Any:
+        fn.__doc__ = doc
+        return fn
+
+    return set_doc
+
+
 @flow(name="build-vsi-wild", description="Build VSI-Super-Wild: the whole DAG (or the selected stages) on the configured sources.")
+@with_doc(PARAMETERS_DOC)
 def build_vsi_wild(
     config: str = "configs/sample.yaml",
     data_root: str | None = None,
-    only: list[str] | None = None,
-    from_stage: str | None = None,
+    only: list[StageName] | None = None,
+    from_stage: StageName | None = None,
     videos: list[str] | None = None,
     force: bool = False,
     overrides: dict[str, Any] | None = None,
-) -> dict[str, Any] | Failed:
+) -> Any:  # the summary, or a Failed state carrying it (a plain annotation: see PARAMETERS_DOC)
     return run_request(RunRequest(config=config, data_root=data_root, only=only, from_stage=from_stage,
                                   videos=videos, force=force, overrides=overrides or {}))
 
 
-def run_request(request: RunRequest) -> dict[str, Any] | Failed:
+def run_request(request: RunRequest) -> Any:
     """The body of every flow: run the request's stages on the configured task runner."""
     cfg = load_config(request.config, request.overrides)
-    summary = _dag.with_options(task_runner=task_runner(cfg))(request.model_dump_json())
+    runner = task_runner(cfg)
+    with _api_for_remote_workers(cfg):
+        summary = _dag.with_options(task_runner=runner)(request.model_dump_json())
     _publish_summary(summary)
     if summary["failed"]:
         # A Failed final state (not an exception): the run did what it could; the summary says what
@@ -125,9 +175,34 @@ def run_request(request: RunRequest) -> dict[str, Any] | Failed:
     return summary
 
 
+
+
 @flow(name="vsi-wild-dag", description="The stages of one build-vsi-wild run, on the configured task runner.")
 def _dag(request_json: str) -> dict[str, Any]:
     return execute_plan(RunRequest.model_validate_json(request_json))
+
+
+@contextlib.contextmanager
+def _api_for_remote_workers(config: Config) -> Iterator[None]:
+    """Point Dask workers at this run's Prefect API.
+
+    Task runs on Dask workers report to the API named in the settings shipped with each task. With
+    no PREFECT_API_URL (Prefect's ephemeral mode: `vsi-wild run`), every worker process would start
+    an ephemeral server of its own on the same database (minutes on a small machine); instead name
+    the ephemeral server this flow run already talks to. It listens on 127.0.0.1: workers on other
+    hosts need a real server (a deployment run, or PREFECT_API_URL set).
+    """
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    if config.run.task_runner != "dask" or PREFECT_API_URL.value():
+        yield
+        return
+    from prefect.client.orchestration import get_client
+
+    with get_client(sync_client=True) as client:
+        url = str(client.api_url).rstrip("/")
+    with temporary_settings(updates={PREFECT_API_URL: url}):
+        yield
 
 
 def _publish_summary(summary: dict[str, Any]) -> None:

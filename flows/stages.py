@@ -11,7 +11,12 @@ from typing import Any
 
 from prefect import flow
 
-from vsi_wild.flows.build import RunRequest, run_request
+from vsi_wild.flows.build import PARAMETERS_DOC, RunRequest, run_request, with_doc
+
+# Prefect publishes these "Args:" as the parameters' descriptions (the stage flows have no only/from).
+STAGE_DOC = "Run one stage alone (upstream outputs are read as they are).\n\nArgs:\n" + "".join(
+    line + "\n" for line in PARAMETERS_DOC.split("Args:")[1].splitlines()
+    if line.strip() and not line.strip().startswith(("only:", "from_stage:")))
 
 
 def _run(stage: str, config: str, data_root: str | None, videos: list[str] | None, force: bool,
@@ -21,15 +26,40 @@ def _run(stage: str, config: str, data_root: str | None, videos: list[str] | Non
 
 
 @flow(name="stage-sample", description="Render the embedded sample and register it as a source.")
+@with_doc(STAGE_DOC)
 def sample_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
                 force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
     return _run("sample", config, data_root, videos, force, overrides)
 
 
+@flow(name="stage-search", description="Search YouTube for 360° videos (queries from the crawl config) and filter the candidates.")
+@with_doc(STAGE_DOC)
+def search_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("search", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-download", description="Download the selected candidates with yt-dlp and register them as sources.")
+@with_doc(STAGE_DOC)
+def download_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                  force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("download", config, data_root, videos, force, overrides)
+
+
 @flow(name="stage-probe", description="Measure and validate every registered source.")
+@with_doc(STAGE_DOC)
 def probe_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
     return _run("probe", config, data_root, videos, force, overrides)
 
 
-FLOWS = {"sample": sample_flow, "probe": probe_flow}
+@flow(name="stage-review", description="Apply the human keep/reject decisions: only kept sources go on.")
+@with_doc(STAGE_DOC)
+def review_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("review", config, data_root, videos, force, overrides)
+
+
+FLOWS = {"sample": sample_flow, "search": search_flow, "download": download_flow, "probe": probe_flow,
+         "review": review_flow}
+

@@ -107,12 +107,7 @@ def run(
     except (ConfigError, ValueError) as e:
         console.print(f"[red]error:[/] {e}")
         raise typer.Exit(2) from None
-    root = data_root or cfg.run.data_root
-    if cfg.sources.paths:
-        from vsi_wild.store import Store
-        from vsi_wild.tasks.sources import register_local
-
-        register_local(Store(root), cfg.sources.paths)
+    root = data_root or cfg.run.data_root  # the flow registers the config's sources.paths
 
     from vsi_wild.flows.build import PipelineFailed, build_vsi_wild
 

@@ -38,6 +38,13 @@ class RunSection(Section):
     dask_cluster_kwargs: dict[str, Any] = Field(
         default_factory=dict, description="LocalCluster / dask-jobqueue kwargs when no address"
     )
+    dask_cluster_class: str = Field(
+        "distributed.LocalCluster",
+        description="cluster started by each run when no address: e.g. dask_jobqueue.SLURMCluster",
+    )
+    dask_adapt_kwargs: dict[str, Any] = Field(
+        default_factory=dict, description="adaptive scaling of that cluster, e.g. {minimum: 1, maximum: 16}"
+    )
 
 
 class SourcesSection(Section):

@@ -166,7 +166,9 @@ TRUTH_OBJECTS = _schema(
 
 TRUTH_VISIBILITY = _schema(
     "Per 2 FPS timestamp and perspective view: the instances visible (in the frustum, not fully "
-    "occluded), with their image boxes and masks at the truth resolution.",
+    "occluded: at least one pixel of the view's instance-id buffer), with their image boxes and "
+    "masks at the truth resolution. Boxes are in pixel-edge coordinates (pixel (i, j) covers "
+    "[i, i+1) x [j, j+1), as pycocotools' toBbox), i.e. +0.5 from geometry's pixel-centre ones.",
     f("source_id", pa.string()),
     f("view", pa.string()),
     f("sample_index", pa.int64(), doc="k of t_k = k / 2 s"),
@@ -186,7 +188,9 @@ TRUTH_VISIBILITY = _schema(
 )
 
 TRUTH_FACES = _schema(
-    "Per 2 FPS timestamp and perspective view: the face photographs visible, with image boxes.",
+    "Per 2 FPS timestamp and perspective view: the face photographs visible, with the boxes of "
+    "their face regions (the face inside the photograph, not the whole photograph; pixel-edge "
+    "coordinates as in TRUTH_VISIBILITY).",
     f("source_id", pa.string()),
     f("view", pa.string()),
     f("sample_index", pa.int64()),
@@ -200,7 +204,7 @@ TRUTH_FACES = _schema(
     f("y1", pa.float64()),
     f("image_width", pa.int64()),
     f("image_height", pa.int64()),
-    f("pixels", pa.int64()),
+    f("pixels", pa.int64(), doc="visible pixels of the face region"),
 )
 
 TRUTH_PLACES = _schema(

@@ -83,6 +83,10 @@ class Store:
         self.url = root
         self.fs, path = fsspec.core.url_to_fs(root)
         self.is_local = isinstance(self.fs, LocalFileSystem)
+        if not self.is_local and getattr(getattr(self.fs, "dircache", None), "use_listings_cache", False):
+            # Other processes (Dask workers, other hosts) write here: a cached directory listing
+            # would hide their outputs and status rows from this one.
+            self.fs, path = fsspec.core.url_to_fs(root, use_listings_cache=False)
         if self.is_local:
             path = os.path.abspath(path)
             os.makedirs(path, exist_ok=True)
@@ -114,8 +118,7 @@ class Store:
             os.replace(tmp, path)
         else:
             # One object PUT is atomic on object stores: readers see the old or the new object.
-            with self.fs.open(path, "wb") as fh:
-                fh.write(data)
+            self.fs.pipe_file(path, data)
 
     def write_table_atomic(self, path: str, table: pa.Table) -> None:
         self.write_bytes_atomic(path, table_bytes(table))
@@ -159,9 +162,31 @@ class Store:
         if not local.exists():
             local.parent.mkdir(parents=True, exist_ok=True)
             tmp = local.with_name(local.name + f".tmp-{uuid.uuid4().hex}")
-            self.fs.get_file(remote, str(tmp))
-            os.replace(tmp, local)
+            try:
+                self.fs.get_file(remote, str(tmp))
+                expected = self._manifest_sha256(relative)
+                if expected is not None and sha256_file(tmp) != expected:
+                    raise StoreError(f"{self.url}/{relative}: content differs from its unit's manifest "
+                                     "(changed after the unit was completed): re-run that stage with --force")
+                os.replace(tmp, local)
+            finally:
+                tmp.unlink(missing_ok=True)
         return local
+
+    def _manifest_sha256(self, relative: str) -> str | None:
+        """The manifest's sha256 of a file of a completed output (None for files outside outputs)."""
+        parts = relative.split("/")
+        if len(parts) < 5 or parts[0] != "artifacts":
+            return None
+        ref = UnitRef(parts[1], parts[2], parts[3])
+        if not self.is_complete(ref):
+            return None
+        m = self.manifest(ref)
+        name = "/".join(parts[4:])
+        for f, digest in zip(m["file"].to_pylist(), m["sha256"].to_pylist()):
+            if f == name:
+                return digest
+        return None
 
     @contextmanager
     def writer(self, ref: UnitRef) -> Iterator[UnitWriter]:

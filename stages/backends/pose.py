@@ -181,9 +181,11 @@ def load_da3(path: Path, device: str) -> Any:
     require("depth_anything_3", "depth-anything-3", "da3")
     from depth_anything_3.api import DepthAnything3
 
+    import torch
+
     model = DepthAnything3.from_pretrained(str(path))
     model = model.to(device).eval()
-    model.device = device
+    model.device = torch.device(device)  # DA3 moves its inputs to this
     return model
 
 

@@ -119,13 +119,35 @@ def cpu_shim(device: str) -> Iterator[None]:
         yield
 
 
-def build_sam3_video(device: str) -> Any:
-    """SAM3's video model with sam3's own builder, no weights loaded (``torch.empty`` parameters
-    stay uninitialised until a checkpoint is loaded)."""
+@contextlib.contextmanager
+def skip_random_init() -> Iterator[None]:
+    """Skip the random initialisation of parameters (``uniform_``/``normal_``/``erfinv_`` become
+    no-ops): half of the minute sam3 takes to build goes into initialising 860M parameters that
+    the checkpoint then overwrites. Only for a build followed by a strict load of every parameter
+    and persistent buffer (``load_sam3_video``)."""
+    import torch
+    from torch.overrides import TorchFunctionMode
+
+    skipped = {torch.Tensor.uniform_, torch.Tensor.normal_, torch.Tensor.erfinv_}
+
+    class SkipInit(TorchFunctionMode):
+        def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func in skipped:
+                return args[0]
+            return func(*args, **(kwargs or {}))
+
+    with SkipInit():
+        yield
+
+
+def build_sam3_video(device: str, init_weights: bool = True) -> Any:
+    """SAM3's video model with sam3's own builder, no checkpoint loaded. With ``init_weights`` the
+    parameters are randomly initialised as sam3 does (except two ``torch.empty`` tensors of the
+    text encoder), without it they are left uninitialised for a checkpoint to fill."""
     require("sam3", "sam3", "sam3")
     from sam3.model_builder import build_sam3_video_model
 
-    with cpu_shim(device):
+    with cpu_shim(device), (contextlib.nullcontext() if init_weights else skip_random_init()):
         return build_sam3_video_model(
             checkpoint_path=None, load_from_HF=False, bpe_path=bpe_path(), device="cpu"
         )
@@ -134,10 +156,32 @@ def build_sam3_video(device: str) -> Any:
 def load_sam3_video(path: Path, device: str) -> Any:
     import torch
 
-    model = build_sam3_video(device)
-    state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+    try:
+        try:  # memory-mapped: no second copy of 3.4 GB while the model is filled
+            state = torch.load(str(path), map_location="cpu", weights_only=True, mmap=True)
+        except RuntimeError as e:
+            if "mmap" not in str(e):
+                raise
+            state = torch.load(str(path), map_location="cpu", weights_only=True)  # legacy format
+    except Exception as e:  # not a torch file at all
+        raise UnitError(
+            f"{path} cannot be read as a SAM3 checkpoint (config key `models.sam3_checkpoint`): {e}",
+            kind="missing_weights",
+            retryable=False,
+        ) from None
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]
+    # check the format before the ~1 minute build of an 860M-parameter model
+    if not isinstance(state, dict) or not any(str(k).startswith("detector.") for k in state) or not any(
+        str(k).startswith("tracker.") for k in state
+    ):
+        raise UnitError(
+            f"{path} is not a SAM3 video checkpoint: no detector.* / tracker.* weights "
+            f"(config key `models.sam3_checkpoint`; expected facebook/sam3 sam3.pt)",
+            kind="missing_weights",
+            retryable=False,
+        )
+    model = build_sam3_video(device, init_weights=False)
     try:
         model.load_state_dict(state, strict=True)
     except RuntimeError as e:

@@ -10,7 +10,7 @@ Why the thresholds differ: a cosine threshold belongs to one embedding space. CL
 embeddings of short noun phrases are strongly anisotropic (they share a large common component, so
 even unrelated names score high and the paper needs 0.92 to separate synonyms; we could not measure
 CLIP here: no weights offline). MiniLM was trained contrastively on sentence pairs and spreads names
-out. Measured with ``benchmarks/minilm_synonyms.py`` on 40 synonym pairs (how a human seed list and
+out. Measured with ``bench/bench_minilm_synonyms.py`` on 40 synonym pairs (how a human seed list and
 an MLLM name one thing) and 40 hard non-synonym pairs (neighbouring categories):
 synonyms min 0.19 / median 0.77 / max 0.96; distinct names min 0.16 / median 0.50 / max 0.78
 (whiteboard/blackboard; next car/truck 0.69, bicycle/motorcycle 0.68). Merged at each threshold:
@@ -23,6 +23,7 @@ the paper has anyway: a false merge corrupts counts silently, a missed merge is 
 
 from __future__ import annotations
 
+import logging
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -42,12 +43,23 @@ def _is_torchscript(path: Path) -> bool:
         return False
 
 
+class _DropRandomInitWarning(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "initialized randomly" not in record.getMessage()
+
+
 def load_open_clip_model(model_name: str, quick_gelu: bool, path: Path, device: str) -> Any:
     """An open_clip CLIP with the weights at ``path`` (OpenAI TorchScript or state dict), eval mode,
     fp32, image tower dropped (only text is embedded here)."""
     open_clip = require("open_clip", "open-clip-torch", "open_clip")
     torch = require("torch", "torch", "open_clip")
-    model = open_clip.create_model(model_name, pretrained=None, force_quick_gelu=quick_gelu, device="cpu")
+    root = logging.getLogger()
+    quiet = _DropRandomInitWarning()
+    root.addFilter(quiet)  # the weights are loaded just below; don't log "initialized randomly"
+    try:
+        model = open_clip.create_model(model_name, pretrained=None, force_quick_gelu=quick_gelu, device="cpu")
+    finally:
+        root.removeFilter(quiet)
     if _is_torchscript(path):
         # OpenAI's release; torch.load(weights_only=True) refuses TorchScript, so read it as jit
         state = torch.jit.load(str(path), map_location="cpu").state_dict()

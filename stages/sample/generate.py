@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
 
+import numba
 import numpy as np
 import pyarrow as pa
 
@@ -99,12 +100,24 @@ def generate_sample(params: SampleParams, video_path: Path,
     t_start = time.perf_counter()
     cpu_start = time.process_time()
     video_path = Path(video_path)
-    video_path.parent.mkdir(parents=True, exist_ok=True)
-    set_threads(params.render_threads)
+    try:
+        video_path.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise UnitError(f"cannot create the folder for {video_path}: {e}") from e
     try:
         world = build_world(params.seed, params.route, params.n_per_category, params.faces)
     except RuntimeError as e:
         raise UnitError(f"sample {params.source_id}: cannot build the world: {e}") from e
+    threads_before = numba.get_num_threads()
+    set_threads(params.render_threads)
+    try:
+        return _generate(params, world, video_path, progress, t_start, cpu_start)
+    finally:
+        numba.set_num_threads(threads_before)
+
+
+def _generate(params: SampleParams, world: World, video_path: Path, progress: Callable[[int, int], None] | None,
+              t_start: float, cpu_start: float) -> SampleTruth:
     t_world = time.perf_counter() - t_start
     renderer = Renderer(world)
     ss = params.supersample
@@ -124,7 +137,10 @@ def generate_sample(params: SampleParams, video_path: Path,
     vw, vh = params.truth_view_width, params.truth_view_height
 
     tmp = video_path.with_name(video_path.name + ".partial")
-    proc = subprocess.Popen(_ffmpeg_cmd(params, tmp), stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        proc = subprocess.Popen(_ffmpeg_cmd(params, tmp), stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    except OSError as e:
+        raise UnitError(f"cannot start ffmpeg to write {video_path}: {e}") from e
     render_s = 0.0
     truth_s = 0.0
     try:
@@ -161,7 +177,10 @@ def generate_sample(params: SampleParams, video_path: Path,
                 truth_s += time.perf_counter() - t1
             if progress is not None:
                 progress(fr + 1, nf)
-        proc.stdin.close()
+        try:
+            proc.stdin.close()
+        except BrokenPipeError:  # ffmpeg died: its message follows
+            pass
         err = proc.stderr.read().decode(errors="replace")
         rc = proc.wait()
     except BaseException:

@@ -17,7 +17,7 @@ class SampleParams(BaseModel):
     fps: float = Field(8.0, gt=0, le=60)
     route: Literal["loop", "short"] = Field(
         "loop", description="loop: 120 s plaza-street-hall-corridor-plaza (every motion direction, pauses, a "
-                            "revisit); short: 50 s plaza-street-plaza")
+                            "revisit); short: 56 s plaza-street-plaza")
     route_offset_s: float = Field(0.0, ge=0, description="start this far into the route (tests cut a window)")
     n_per_category: int = Field(4, ge=1, le=10, description="instances per object category (6 categories)")
     faces: int = Field(1, ge=0, le=3, description="face photographs placed in the world (slot 0: the hall)")

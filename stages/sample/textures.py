@@ -258,10 +258,11 @@ def tex_wood(rng, size=256):
 
 
 def tex_cone(rng, size=256):
-    """Orange with two white bands (v runs down the cone's 0.75 m height over 1 texture)."""
-    img = np.ones((size, size, 3)) * 200.0 * (0.85 + 0.25 * fbm(rng, size, 8, 4))[..., None]
-    img[int(size * 0.25):int(size * 0.35)] = 255.0 * np.array([1.0, 1.0, 1.0]) * 1.0
-    img[int(size * 0.50):int(size * 0.58)] = 255.0
+    """Orange with two darker bands (v runs down the cone's height over 1 texture); the bands are
+    not white so that the whole cone keeps the category's hue."""
+    img = np.ones((size, size, 3)) * np.array([235.0, 105.0, 20.0]) * (0.85 + 0.25 * fbm(rng, size, 8, 4))[..., None]
+    img[int(size * 0.25):int(size * 0.35)] *= 0.6
+    img[int(size * 0.50):int(size * 0.58)] *= 0.6
     return _u8(img)
 
 

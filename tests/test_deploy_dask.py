@@ -1,0 +1,104 @@
+"""Fan-out on a Dask `distributed` cluster (a scheduler and 2 single-threaded workers on loopback,
+started with the commands of docs/cluster.md) gives byte-identical artifacts to a sequential run."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+
+import pytest
+from deploy_support import (BIN, REPO, artifact_digests, doc_block, free_port, kill_all, local_config, make_videos,
+                            processes_with_env, sample_works, status_rows)
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
+
+BLOCK = "tests/test_deploy_dask.py runs these lines"
+
+
+def _run(cmd: list[str], cwd, env, timeout=900) -> subprocess.CompletedProcess:
+    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, f"{shlex.join(cmd)} exited {out.returncode}\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
+    return out
+
+
+def test_dask_cluster_gives_the_sequential_artifacts(tmp_path):
+    scheduler_line, worker_line, run_line = doc_block(BLOCK)
+    port = free_port()  # instead of the doc's 8786, which another program may hold
+    scheduler_line, worker_line, run_line = (x.replace("8786", str(port)) for x in (scheduler_line, worker_line, run_line))
+    assert scheduler_line.endswith(" &") and worker_line.endswith(" &")
+
+    work = tmp_path / "work"
+    (work / "configs").mkdir(parents=True)
+    if sample_works():
+        shutil.copy(REPO / "configs" / "sample.yaml", work / "configs" / "sample.yaml")
+    else:  # until the embedded sample renders: small local videos through the stages that exist
+        (work / "configs" / "sample.yaml").write_text(local_config(make_videos(tmp_path / "videos", 3)))
+    marker = uuid.uuid4().hex
+    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "VSI_WILD_TEST_DASK": marker}
+
+    # the sequential reference: one unit at a time on the thread runner
+    ref = tmp_path / "sequential"
+    _run(["vsi-wild", "run", "--config", "configs/sample.yaml", "--data-root", str(ref), "--set", "run.workers=1"],
+         work, env)
+
+    procs = []
+    client = None
+    try:
+        for line in (scheduler_line, worker_line):
+            log = open(tmp_path / f"{line.split()[1]}.log", "wb")
+            procs.append(subprocess.Popen(shlex.split(line.removesuffix("&").strip()), cwd=work, env=env,
+                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+        from distributed import Client
+
+        address = f"tcp://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while client is None:
+            try:
+                client = Client(address, timeout=10)
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(1)
+        client.wait_for_workers(2, timeout=180)
+        assert len(client.scheduler_info()["workers"]) == 2
+        assert all(w["nthreads"] == 1 for w in client.scheduler_info()["workers"].values())
+
+        _run(shlex.split(run_line), work, env)
+
+        fanned = artifact_digests(work / "data" / "out")
+        assert fanned, "the Dask run produced no artifacts"
+        assert fanned == artifact_digests(ref)
+        rows, ref_rows = status_rows(work / "data" / "out"), status_rows(ref)
+        assert rows.keys() == ref_rows.keys()
+        for k, r in rows.items():
+            assert (r["state"], r["key"], r["fingerprint"]) == (ref_rows[k]["state"], ref_rows[k]["key"],
+                                                                 ref_rows[k]["fingerprint"]), k
+        # the units ran on the cluster's workers, not in the flow's process
+        executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
+        computed = sum(1 for r in rows.values() if r["state"] == "done")
+        assert sum(executed.values()) >= computed > 0, executed
+    finally:
+        if client is not None:
+            client.close()
+        for p in reversed(procs):
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        for p in procs:
+            try:
+                p.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+        deadline = time.monotonic() + 30
+        while processes_with_env("VSI_WILD_TEST_DASK", marker) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        stray = processes_with_env("VSI_WILD_TEST_DASK", marker)
+        kill_all(stray)
+    assert not stray, f"processes left running: {[p.pid for p in stray]}"
