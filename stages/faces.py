@@ -9,23 +9,28 @@ backends chosen by name (``FaceParams.backend``):
   default, so that the embedded sample and CI blur real faces with nothing to download.
 * ``haar``: OpenCV's frontal-face Haar cascade (shipped with opencv 4.x wheels), last resort.
 
-Blurring (``FaceBlurrer``), the rule: faces are detected on frames 0, N, 2N, ... (``detect_every``
-= N) and on the last frame. A frame between two detection frames d0 < f < d1 gets
+Blurring (``FaceBlurrer``), the rule (per view):
 
-* for each face seen at d0 and at d1 (matched greedily by centre distance <= 1.5 face sizes), the
-  box linearly interpolated between its two detections at (f - d0) / (d1 - d0);
-* every face seen at only one of d0, d1, held at its detected box (it enters, leaves, moved too
-  far to match, or was missed once);
-* and when a view has such an unmatched face, the faces detected in that view's frame f itself:
-  the frames between are still in memory, so a face that enters (or leaves) between two
-  detections is found where it really is, at the cost of detecting on those frames only.
+1. Faces are detected on frames 0, N, 2N, ... (``detect_every`` = N) and on the last frame.
+2. Between two detected frames a < b: if their faces match one to one (greedily, by centre
+   distance <= 1.5 face sizes) and no matched box edge moved by more than ``margin`` of the face's
+   size, every frame between gets the matched boxes linearly interpolated (the margin then covers
+   any monotonic motion in between); otherwise (a face appears, leaves, moves fast, or was missed
+   once) the middle frame is detected too and both halves are treated the same way, down to
+   adjacent frames. A still scene costs one detection per N frames; each change or fast motion
+   costs up to log2(N) more per interval.
+3. Every frame is blurred with its own boxes and with its two neighbours' boxes of faces it has
+   no box for (matched as in 2), so a face the detector misses in one frame, or that enters
+   between two frames, stays covered.
+4. Each box is enlarged by ``margin`` of its size on each side and clipped to the frame, then its
+   pixels are replaced by a low-pass copy that keeps at most ``blur_cells`` cells along the box's
+   longer side (a face becomes a few smooth colour patches: the same detector no longer finds it).
 
-Every box is enlarged by ``margin`` of its size on each side and clipped to the frame, then its
-pixels are replaced by a low-pass copy that keeps at most ``blur_cells`` cells along the box's
-longer side (a face becomes a few smooth colour patches: the same detector no longer finds it).
-Frames wait in memory until the next detection frame (at most N - 1 frames per view), so no
-unblurred frame ever leaves this class. Every blurred box becomes a row of ``faces.parquet``
-(``schema.FACES``): the audit trail.
+Frames wait in memory until their boxes are known (at most N + 1 frames per view), so no
+unblurred frame ever leaves ``FaceBlurrer``. Every blurred box becomes a row of
+``faces.parquet`` (``schema.FACES``; ``detected`` is false for interpolated and neighbours'
+boxes): the audit trail. A face visible only between two detected frames that match is missed:
+N trades detection cost against that.
 """
 
 from __future__ import annotations
@@ -33,7 +38,7 @@ from __future__ import annotations
 import contextlib
 import io
 import math
-from collections import deque
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -59,10 +64,15 @@ class FaceParams(BaseModel):
                                       description="onnxruntime providers, in order (CUDA first on a GPU)")
     threshold: float = Field(0.3, gt=0, lt=1, description="detection score threshold (centerface, scrfd)")
     nms_iou: float = Field(0.3, gt=0, lt=1)
-    detect_width: int = Field(960, ge=0, description="views are downscaled to this width for detection (0: as is)")
-    detect_every: int = Field(3, ge=1, description="N: detect on every Nth frame and the last; see the rule above")
+    detect_width: int | None = Field(
+        None, ge=0, description="views are downscaled to this width for detection; 0: as they are; None (auto): "
+        "to the source's own resolution (a view's centre then has as many pixels per degree as the panorama), "
+        "at least 640")
+    detect_every: int | None = Field(None, ge=1, description="N: detect on every Nth frame and the last (the rule "
+                                     "above); None: N = detect_interval_s x the source's frame rate")
+    detect_interval_s: float = Field(0.5, gt=0, description="seconds between detections when detect_every is None")
     margin: float = Field(0.25, ge=0, description="box enlargement on each side, as a fraction of its size")
-    blur_cells: int = Field(6, ge=1, description="cells kept along a blurred box's longer side")
+    blur_cells: int = Field(3, ge=1, description="cells kept along a blurred box's longer side (3: no face shape left)")
     threads: int = Field(1, ge=1, description="onnxruntime intra-op threads")
 
 
@@ -236,6 +246,15 @@ except ImportError:  # pragma: no cover
 
 
 # ------------------------------------------------------------------------------------ blurring
+def auto_detect_width(src_width: int, view_width: int, hfov_deg: float, floor: int = 640) -> int:
+    """The view width whose centre has the panorama's own pixels per radian (1222 for a 3840
+    source and 90°): downscaling a view to it for detection loses no detail the source had (the
+    view's edges are magnified more). Never below ``floor`` (CenterFace misses faces under ~24
+    px, so low-resolution sources are searched at a larger scale) nor above the view's width."""
+    w = math.tan(math.radians(hfov_deg) / 2.0) * src_width / math.pi
+    return int(min(view_width, max(min(floor, view_width), round(w / 2) * 2)))
+
+
 def enlarge_boxes(boxes: np.ndarray, margin: float, width: int, height: int) -> np.ndarray:
     b = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
     dw = (b[:, 2] - b[:, 0]) * margin
@@ -259,7 +278,7 @@ def _lowpass(region: np.ndarray, cells: int) -> None:
     region[...] = cv2.resize(small, (rw, rh), interpolation=cv2.INTER_LINEAR)
 
 
-def blur_rgb(rgb: np.ndarray, boxes: np.ndarray, cells: int = 6) -> np.ndarray:
+def blur_rgb(rgb: np.ndarray, boxes: np.ndarray, cells: int = 3) -> np.ndarray:
     """Blur boxes (already enlarged) of an RGB image in place; returns it."""
     for x0, y0, x1, y1 in np.asarray(boxes).reshape(-1, 4):
         xa, ya, xb, yb = int(math.floor(x0)), int(math.floor(y0)), int(math.ceil(x1)), int(math.ceil(y1))
@@ -268,7 +287,7 @@ def blur_rgb(rgb: np.ndarray, boxes: np.ndarray, cells: int = 6) -> np.ndarray:
     return rgb
 
 
-def blur_i420(buf: np.ndarray, width: int, height: int, boxes: np.ndarray, cells: int = 6) -> None:
+def blur_i420(buf: np.ndarray, width: int, height: int, boxes: np.ndarray, cells: int = 3) -> None:
     """Blur boxes (already enlarged) of one I420 picture (flat buffer) in place; a box is widened
     to even coordinates so that its chroma is blurred with its luma."""
     y = buf[: width * height].reshape(height, width)
@@ -326,8 +345,12 @@ def match_boxes(a: np.ndarray, b: np.ndarray, max_dist: float = 1.5) -> list[tup
 
 @dataclass
 class Dets:
-    boxes: np.ndarray  # (n, 4) raw detected boxes, view pixels
+    boxes: np.ndarray  # (n, 4) raw boxes (before the margin), view pixels
     scores: np.ndarray
+
+    @staticmethod
+    def none() -> Dets:
+        return Dets(np.zeros((0, 4)), np.zeros((0,)))
 
 
 @dataclass
@@ -335,121 +358,171 @@ class ReadyFrame:
     index: int
     pts: int
     time: float
-    views: np.ndarray  # (n_views, I420 size), blurred
+    views: np.ndarray  # (n_views, I420 size); blurred once released
 
 
-def carried_boxes(d0: Dets, d1: Dets, alpha: float, pairs: list[tuple[int, int]] | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """Boxes (raw, before the margin) and scores carried to a frame at fraction ``alpha`` of the
-    way from detection d0 to detection d1: matched faces interpolated, unmatched ones held."""
-    if pairs is None:
-        pairs = match_boxes(d0.boxes, d1.boxes)
-    boxes, scores = [], []
-    for i, j in pairs:
-        boxes.append((1.0 - alpha) * d0.boxes[i] + alpha * d1.boxes[j])
-        scores.append(min(d0.scores[i], d1.scores[j]))
-    mi = {i for i, _ in pairs}
-    mj = {j for _, j in pairs}
-    for i in range(len(d0.boxes)):
-        if i not in mi:
-            boxes.append(d0.boxes[i])
-            scores.append(d0.scores[i])
-    for j in range(len(d1.boxes)):
-        if j not in mj:
-            boxes.append(d1.boxes[j])
-            scores.append(d1.scores[j])
-    if not boxes:
-        return np.zeros((0, 4)), np.zeros((0,))
-    return np.asarray(boxes, np.float64), np.asarray(scores, np.float64)
+@dataclass
+class _Frame:
+    """A frame waiting for its boxes: per view, its own detections (None: not detected on) and
+    boxes interpolated between two detections (None: not yet)."""
+
+    ready: ReadyFrame
+    dets: list[Dets | None]
+    carried: list[Dets | None]
+
+    def own(self, k: int) -> tuple[Dets, bool]:
+        if self.dets[k] is not None:
+            return self.dets[k], True
+        return (self.carried[k] if self.carried[k] is not None else Dets.none()), False
+
+
+def interpolate(d0: Dets, d1: Dets, pairs: list[tuple[int, int]], alpha: float) -> Dets:
+    """Boxes of the matched faces at fraction ``alpha`` of the way from d0 to d1."""
+    if not pairs:
+        return Dets.none()
+    boxes = np.asarray([(1.0 - alpha) * d0.boxes[i] + alpha * d1.boxes[j] for i, j in pairs])
+    scores = np.asarray([min(d0.scores[i], d1.scores[j]) for i, j in pairs])
+    return Dets(boxes, scores)
 
 
 class FaceBlurrer:
-    """Detects and blurs faces in the views of a stream of frames (see the module docstring).
+    """Detects and blurs faces in the views of a stream of frames (the rule is in the module
+    docstring).
 
     ``push(index, pts, time, views)`` takes one frame's unblurred views, (n_views, I420 size)
     uint8, and returns the frames that are now blurred and ready to encode, in order;
-    ``finish()`` returns the rest. ``faces_table()`` is the audit trail.
+    ``finish()`` returns the rest. ``faces_table()`` is the audit trail; ``detector_calls``
+    counts detector runs (one per view).
     """
 
-    def __init__(self, detector: FaceDetector, params: FaceParams, video_ids: Sequence[str], width: int, height: int):
+    def __init__(self, detector: FaceDetector, params: FaceParams, video_ids: Sequence[str], width: int, height: int,
+                 detect_width: int | None = None, detect_every: int | None = None):
+        """``detect_width`` and ``detect_every`` override ``params`` (``project_source`` resolves
+        their automatic values from the source)."""
         self.detector, self.params = detector, params
+        self.every = detect_every or params.detect_every or 1
         self.video_ids = list(video_ids)
+        self.n_views = len(self.video_ids)
         self.w, self.h = width, height
-        if params.detect_width and params.detect_width < width:
-            self.dw = max(2, int(round(params.detect_width / 2)) * 2)
+        dw = detect_width if detect_width is not None else (params.detect_width or 0)
+        if 0 < dw < width:
+            self.dw = max(2, int(round(dw / 2)) * 2)
             self.dh = max(2, int(round(height * self.dw / width / 2)) * 2)
         else:
             self.dw, self.dh = width, height
-        self.pending: deque[ReadyFrame] = deque()
-        self.last: tuple[int, list[Dets]] | None = None  # (frame index, detections per view)
+        # frames from the last detection frame (kept until its right neighbour is known) onwards
+        self.buf: list[_Frame] = []
+        self.left: list[Dets] | None = None  # own boxes of the last released frame, per view
         self.n_pushed = 0
+        self.detector_calls = 0
+        self.detect_cpu_s = 0.0  # CPU time of the detector (and its colour conversion), this thread
         self.rows: dict[str, list] = {n: [] for n in schema.FACES.names}
 
-    def detect_views(self, views: np.ndarray) -> list[Dets]:
-        return [self._detect_view(views[k]) for k in range(len(self.video_ids))]
-
+    # ------------------------------------------------------------------ detection
     def _detect_view(self, buf: np.ndarray) -> Dets:
+        t0 = time.thread_time()
         rgb = i420_small_rgb(buf, self.w, self.h, self.dw, self.dh)
         boxes, scores = self.detector.detect(rgb)
+        self.detector_calls += 1
+        self.detect_cpu_s += time.thread_time() - t0
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
         boxes[:, 0::2] *= self.w / self.dw
         boxes[:, 1::2] *= self.h / self.dh
         return Dets(boxes, np.asarray(scores, np.float64).reshape(-1))
 
-    def _blur(self, fr: ReadyFrame, per_view: list[list[tuple[np.ndarray, np.ndarray, bool]]]) -> ReadyFrame:
-        """per_view[k]: (boxes, scores, detected) groups to blur in view k."""
-        p = self.params
-        for k, groups in enumerate(per_view):
-            for boxes, scores, detected in groups:
-                if len(boxes) == 0:
+    def detect_views(self, views: np.ndarray) -> list[Dets]:
+        return [self._detect_view(views[k]) for k in range(self.n_views)]
+
+    def _resolve(self) -> None:
+        """Give every frame between the first and last of ``buf`` (both detected) its boxes:
+        interpolate where both ends see the same faces, else bisect with a detection."""
+        last = len(self.buf) - 1
+        for k in range(self.n_views):
+            stack = [(0, last)]
+            while stack:
+                a, b = stack.pop()
+                if b - a <= 1:
                     continue
-                big = enlarge_boxes(boxes, p.margin, self.w, self.h)
-                blur_i420(fr.views[k], self.w, self.h, big, p.blur_cells)
-                for b, s in zip(big, scores):
-                    for name, val in (("video_id", self.video_ids[k]), ("frame", fr.index), ("time", fr.time),
-                                      ("x0", b[0]), ("y0", b[1]), ("x1", b[2]), ("y1", b[3]), ("score", float(s)),
-                                      ("backend", self.detector.name), ("detected", detected)):
-                        self.rows[name].append(val)
-        return fr
+                da, db = self.buf[a].dets[k], self.buf[b].dets[k]
+                pairs = match_boxes(da.boxes, db.boxes)
+                if len(pairs) == len(da.boxes) == len(db.boxes) and all(
+                        self._steady(da.boxes[i], db.boxes[j]) for i, j in pairs):
+                    for p in range(a + 1, b):
+                        self.buf[p].carried[k] = interpolate(da, db, pairs, (p - a) / (b - a))
+                else:  # a face appears, leaves or jumps in between: look at the middle frame
+                    m = (a + b) // 2
+                    self.buf[m].dets[k] = self._detect_view(self.buf[m].ready.views[k])
+                    stack += [(a, m), (m, b)]
 
-    def _detect_and_release(self, fr: ReadyFrame) -> list[ReadyFrame]:
-        dets = self.detect_views(fr.views)
-        ready = []
-        if self.last is not None and self.pending:
-            d0_index, d0 = self.last
-            span = fr.index - d0_index
-            pairs = [match_boxes(d0[k].boxes, dets[k].boxes) for k in range(len(dets))]
-            # a face seen at one end only: detect on this view's frames in between as well
-            unsure = [len(pairs[k]) < max(len(d0[k].boxes), len(dets[k].boxes)) for k in range(len(dets))]
-            while self.pending:
-                p = self.pending.popleft()
-                alpha = (p.index - d0_index) / span if span > 0 else 0.0
-                groups = []
-                for k in range(len(dets)):
-                    g = [(*carried_boxes(d0[k], dets[k], alpha, pairs[k]), False)]
-                    if unsure[k]:
-                        own = self._detect_view(p.views[k])
-                        g.append((own.boxes, own.scores, True))
-                    groups.append(g)
-                ready.append(self._blur(p, groups))
-        ready.append(self._blur(fr, [[(d.boxes, d.scores, True)] for d in dets]))
-        self.last = (fr.index, dets)
-        return ready
+    def _steady(self, a: np.ndarray, b: np.ndarray) -> bool:
+        """A face whose box edges move by at most the margin between two detections: whatever
+        its motion in between (if monotonic), the interpolated box plus margin covers it."""
+        size = max(a[2] - a[0], a[3] - a[1], b[2] - b[0], b[3] - b[1])
+        return float(np.abs(b - a).max()) <= self.params.margin * size
 
+    # ------------------------------------------------------------------ blurring
+    def _release(self, upto: int) -> list[ReadyFrame]:
+        """Blur and hand out buf[:upto]; each frame gets its own boxes and those of its
+        neighbours' faces that it has no box for (matched as between detections)."""
+        out = []
+        p = self.params
+        for i in range(upto):
+            fr = self.buf[i]
+            for k in range(self.n_views):
+                own, detected = fr.own(k)
+                groups = [(own, detected)]
+                neighbours = []
+                if i > 0:
+                    neighbours.append(self.buf[i - 1].own(k)[0])
+                elif self.left is not None:
+                    neighbours.append(self.left[k])
+                if i + 1 < len(self.buf):
+                    neighbours.append(self.buf[i + 1].own(k)[0])
+                for nb in neighbours:
+                    if len(nb.boxes) == 0:
+                        continue
+                    keep = np.ones(len(nb.boxes), bool)
+                    for i_nb, _ in match_boxes(nb.boxes, own.boxes):
+                        keep[i_nb] = False  # the same face, which this frame has a box for
+                    if keep.any():
+                        groups.append((Dets(nb.boxes[keep], nb.scores[keep]), False))
+                for d, det_flag in groups:
+                    if len(d.boxes) == 0:
+                        continue
+                    big = enlarge_boxes(d.boxes, p.margin, self.w, self.h)
+                    blur_i420(fr.ready.views[k], self.w, self.h, big, p.blur_cells)
+                    for b, sc in zip(big, d.scores):
+                        for name, val in (("video_id", self.video_ids[k]), ("frame", fr.ready.index),
+                                          ("time", fr.ready.time), ("x0", b[0]), ("y0", b[1]), ("x1", b[2]),
+                                          ("y1", b[3]), ("score", float(sc)), ("backend", self.detector.name),
+                                          ("detected", det_flag)):
+                            self.rows[name].append(val)
+            out.append(fr.ready)
+        if upto > 0:
+            self.left = [self.buf[upto - 1].own(k)[0] for k in range(self.n_views)]
+        del self.buf[:upto]
+        return out
+
+    # ------------------------------------------------------------------ stream
     def push(self, index: int, pts: int, time: float, views: np.ndarray) -> list[ReadyFrame]:
-        fr = ReadyFrame(index, pts, time, views)
+        fr = _Frame(ReadyFrame(index, pts, time, views), [None] * self.n_views, [None] * self.n_views)
         n = self.n_pushed
         self.n_pushed += 1
-        if n % self.params.detect_every == 0:
-            return self._detect_and_release(fr)
-        self.pending.append(fr)
-        return []
+        self.buf.append(fr)
+        if n % self.every != 0:
+            return []
+        fr.dets = self.detect_views(views)
+        self._resolve()
+        return self._release(len(self.buf) - 1)  # the detection frame waits for its right neighbour
 
     def finish(self) -> list[ReadyFrame]:
-        if not self.pending:
+        if not self.buf:
             return []
-        last = self.pending.pop()  # the last frame is always a detection frame
-        return self._detect_and_release(last)
+        last = self.buf[-1]
+        if any(d is None for d in last.dets):  # the last frame is always a detection frame
+            last.dets = [d if d is not None else self._detect_view(last.ready.views[k]) for k, d in enumerate(last.dets)]
+            self._resolve()
+        return self._release(len(self.buf))
 
     def faces_table(self) -> pa.Table:
         return schema.table(schema.FACES, self.rows)

@@ -13,8 +13,9 @@ i.e. py360convert's (pinned by tests against ``py360convert.e2p`` and ffmpeg's `
 Speed: the sampling maps are built once per geometry (cached) and applied to the decoder's own
 YUV 4:2:0 planes, so the panorama is never converted to RGB and the views go to the encoder
 without a conversion either. For pitch 0 a view's source column depends only on the output
-column, which a small numba kernel exploits (``_remap_i420``, ~2x ``cv2.remap`` with fixed-point
-maps); other geometries use ``cv2.remap`` on py360convert-style padded planes. Chroma samples are
+column, which a small numba kernel exploits (``_remap_plane``: resample the needed rows at the
+view's columns, then blend rows; ~2.5x ``cv2.remap`` with fixed-point maps); other geometries use
+``cv2.remap`` on py360convert-style padded planes. Chroma samples are
 sited as H.264/MPEG-2 4:2:0 defines them ("left": co-sited with even luma columns, between luma
 rows), in the source and in the views.
 
@@ -30,6 +31,8 @@ import functools
 import hashlib
 import math
 import os
+import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -46,7 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from vsi_wild import ids, schema
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
-from vsi_wild.stages.faces import FaceBlurrer, FaceDetector, FaceParams
+from vsi_wild.stages.faces import FaceBlurrer, FaceDetector, FaceParams, auto_detect_width
 from vsi_wild.stages.video_io import EncoderSettings, ThreadedWriter, VideoReader, VideoWriter, inspect_written, yuv420_planes
 
 ViewName = Literal["front", "right", "back", "left"]
@@ -124,16 +127,23 @@ def equirect_coords(src_w: int, src_h: int, width: int, height: int, hfov_deg: f
 class PlaneMaps:
     """Separable fixed-point bilinear maps of one plane for several views of pitch 0.
 
-    x0, x1, wx: (n_views, w) source columns and 8-bit weight of column x1, per output column;
-    y0 (int16), wy (uint8): (h, w) source row and 8-bit weight of row y0 + 1, shared by the
-    views (turning about the vertical axis changes longitude only, not latitude).
+    x0, x1 (int32), wx (uint16): (n_views, w) the two source columns of each output column and
+    the 8-bit weight of x1; rows (uint16): (h, w) the source row relative to ``rmin`` (high 10
+    bits) and the 6-bit weight of the row below it (low 6 bits), shared by the views (turning
+    about the vertical axis changes longitude only). Rows rmin .. rmin + nrows - 1 are all a view
+    reads. (6 bits: 1/64 px, finer than OpenCV's and so py360convert's 1/32.)
     """
 
     x0: np.ndarray
     x1: np.ndarray
     wx: np.ndarray
-    y0: np.ndarray
-    wy: np.ndarray
+    rows: np.ndarray
+    rmin: int
+    nrows: int
+
+    def row_coords(self) -> np.ndarray:
+        """The source row coordinate each output pixel samples (float)."""
+        return self.rmin + (self.rows >> 6) + (self.rows & 63) / 64.0
 
 
 @dataclass(frozen=True)
@@ -147,10 +157,11 @@ class YuvMaps:
     chroma: PlaneMaps
 
 
-def _fixed(c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _fixed(c: np.ndarray, bits: int = 8) -> tuple[np.ndarray, np.ndarray]:
+    one = 1 << bits
     i = np.floor(c).astype(np.int64)
-    w = np.rint((c - i) * 256.0).astype(np.int64)
-    carry = w == 256
+    w = np.rint((c - i) * one).astype(np.int64)
+    carry = w == one
     return i + carry, np.where(carry, 0, w)
 
 
@@ -158,15 +169,19 @@ def _plane_maps(us: list[np.ndarray], v: np.ndarray, src_w: int, src_h: int) -> 
     """us: per view (w,) source column of each output column; v: (h, w) source rows.
     None when a row outside [0, H-1) would be needed (a view reaching a pole)."""
     x0, wx = _fixed(np.stack(us))
-    y0, wy = _fixed(v)
+    y0, wy = _fixed(v, 6)
     if y0.min() < 0 or y0.max() > src_h - 2:
         return None
+    rmin = int(y0.min())
+    if y0.max() - rmin >= 1023:
+        return None  # a view this tall does not fit the packed rows (the generic path copes)
     return PlaneMaps(
         x0=np.ascontiguousarray(x0 % src_w, dtype=np.int32),
         x1=np.ascontiguousarray((x0 + 1) % src_w, dtype=np.int32),
-        wx=np.ascontiguousarray(wx, dtype=np.int32),
-        y0=np.ascontiguousarray(y0, dtype=np.int16),
-        wy=np.ascontiguousarray(wy, dtype=np.uint8),
+        wx=np.ascontiguousarray(wx, dtype=np.uint16),
+        rows=np.ascontiguousarray(((y0 - rmin) << 6) | wy, dtype=np.uint16),
+        rmin=rmin,
+        nrows=int(y0.max()) + 2 - rmin,
     )
 
 
@@ -200,46 +215,29 @@ def build_yuv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: fl
     return YuvMaps(src_w, src_h, width, height, tuple(yaws), planes[0], planes[1])
 
 
-@numba.njit(nogil=True, cache=True)
-def _remap_i420(Y, U, V, lx0, lx1, lwx, ly0, lwy, cx0, cx1, cwx, cy0, cwy, out, r0, r1):  # pragma: no cover - numba
-    """Bilinear remap of one I420 frame into n views, out (n, h*w*3/2) (I420 per view), rows
-    [r0, r1) of the n*h luma rows followed by the n*h/2 chroma rows (one chroma row, U and V,
-    costs what a luma row costs). Runs without the GIL: callers split the rows among threads."""
-    n = lx0.shape[0]
-    h, w = ly0.shape
-    ch, cw = cy0.shape
-    usize = ch * cw
-    for r in range(r0, r1):
-        if r < n * h:
-            k = r // h
-            j = r % h
-            base = j * w
-            for i in range(w):
-                yy = np.int32(ly0[j, i])
-                a = np.int32(lwy[j, i])
-                b = lwx[k, i]
-                c0 = lx0[k, i]
-                c1 = lx1[k, i]
-                p = np.int32(Y[yy, c0]) * (256 - b) + np.int32(Y[yy, c1]) * b
-                q = np.int32(Y[yy + 1, c0]) * (256 - b) + np.int32(Y[yy + 1, c1]) * b
-                out[k, base + i] = (p * (256 - a) + q * a + 32768) >> 16
-        else:
-            k = (r - n * h) // ch
-            j = (r - n * h) % ch
-            ubase = h * w + j * cw
-            vbase = ubase + usize
-            for i in range(cw):
-                yy = np.int32(cy0[j, i])
-                a = np.int32(cwy[j, i])
-                b = cwx[k, i]
-                c0 = cx0[k, i]
-                c1 = cx1[k, i]
-                p = np.int32(U[yy, c0]) * (256 - b) + np.int32(U[yy, c1]) * b
-                q = np.int32(U[yy + 1, c0]) * (256 - b) + np.int32(U[yy + 1, c1]) * b
-                out[k, ubase + i] = (p * (256 - a) + q * a + 32768) >> 16
-                p = np.int32(V[yy, c0]) * (256 - b) + np.int32(V[yy, c1]) * b
-                q = np.int32(V[yy + 1, c0]) * (256 - b) + np.int32(V[yy + 1, c1]) * b
-                out[k, vbase + i] = (p * (256 - a) + q * a + 32768) >> 16
+@numba.njit(nogil=True, fastmath=True, cache=True)
+def _remap_plane(src, rmin, x0, x1, wx, rows, tmp, out):  # pragma: no cover - numba
+    """Bilinear remap of one plane into one view in two passes (the source column of an output
+    column is fixed at pitch 0): tmp[r, i] = the source row rmin + r resampled at the view's
+    columns (x 256), then out[j, i] = the two tmp rows that ``rows[j, i]`` names, blended.
+    Fewer gathers than a one-pass remap. Runs without the GIL: callers run views in threads."""
+    nrows, w = tmp.shape
+    for r in range(nrows):
+        s = src[rmin + r]
+        t = tmp[r]
+        for i in range(w):
+            b = np.uint16(wx[i])
+            t[i] = np.uint16(s[x0[i]]) * (np.uint16(256) - b) + np.uint16(s[x1[i]]) * b
+    h = rows.shape[0]
+    for j in range(h):
+        rj = rows[j]
+        o = out[j]
+        for i in range(w):
+            v = np.uint32(rj[i])
+            r = np.int32(v >> np.uint32(6))
+            a = v & np.uint32(63)
+            o[i] = np.uint8((np.uint32(tmp[r, i]) * (np.uint32(64) - a) + np.uint32(tmp[r + 1, i]) * a
+                             + np.uint32(8192)) >> np.uint32(14))
 
 
 def _pad_like_py360(img: np.ndarray) -> np.ndarray:
@@ -296,9 +294,33 @@ class Projector:
         self.fast: YuvMaps | None = None
         if params.pitch_deg == 0.0 and params.interpolation == "linear":
             self.fast = build_yuv_maps(src_w, src_h, self.w, self.h, float(params.hfov_deg), self.yaws)
-        self.n_rows = self.n * self.h + self.n * (self.h // 2)
-        self.threads = max(1, params.threads)
+        self.threads = max(1, min(params.threads, self.n))
         self.pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="project") if self.threads > 1 else None
+        self._tmp: dict[tuple[int, bool], np.ndarray] = {}  # per thread, luma or chroma: pass-1 rows
+        self.cpu_s = 0.0  # CPU time spent projecting (fast path), all threads
+        self._lock = threading.Lock()
+
+    def _views_fast(self, t: int, k0: int, k1: int, Y, U, V, out: np.ndarray) -> None:
+        t0 = time.thread_time()
+        self._views_fast_inner(t, k0, k1, Y, U, V, out)
+        with self._lock:
+            self.cpu_s += time.thread_time() - t0
+
+    def _views_fast_inner(self, t: int, k0: int, k1: int, Y, U, V, out: np.ndarray) -> None:
+        m = self.fast
+        ysz, csz = self.w * self.h, (self.w // 2) * (self.h // 2)
+        for k in range(k0, k1):
+            dst = out[k]
+            for plane, src, pm, o, (pw, ph) in (
+                ("y", Y, m.luma, 0, (self.w, self.h)),
+                ("u", U, m.chroma, ysz, (self.w // 2, self.h // 2)),
+                ("v", V, m.chroma, ysz + csz, (self.w // 2, self.h // 2)),
+            ):
+                tmp = self._tmp.get((t, pm is m.luma))
+                if tmp is None:
+                    tmp = self._tmp[(t, pm is m.luma)] = np.empty((pm.nrows, pw), np.uint16)
+                _remap_plane(src, pm.rmin, pm.x0[k], pm.x1[k], pm.wx[k], pm.rows, tmp,
+                             dst[o : o + pw * ph].reshape(ph, pw))
 
     def close(self) -> None:
         if self.pool is not None:
@@ -310,12 +332,10 @@ class Projector:
         out = np.empty((self.n, self.frame_size), np.uint8)
         m = self.fast
         if m is not None:
-            L, C = m.luma, m.chroma
-            args = (Y, U, V, L.x0, L.x1, L.wx, L.y0, L.wy, C.x0, C.x1, C.wx, C.y0, C.wy, out)
-            cuts = [self.n_rows * t // self.threads for t in range(self.threads + 1)]
-            futures = [self.pool.submit(_remap_i420, *args, cuts[t], cuts[t + 1]) for t in range(1, self.threads)] \
-                if self.pool is not None else []
-            _remap_i420(*args, cuts[0], cuts[1])
+            cuts = [self.n * t // self.threads for t in range(self.threads + 1)]
+            futures = [self.pool.submit(self._views_fast, t, cuts[t], cuts[t + 1], Y, U, V, out)
+                       for t in range(1, self.threads)] if self.pool is not None else []
+            self._views_fast(0, cuts[0], cuts[1], Y, U, V, out)
             for f in futures:
                 f.result()
             return out
@@ -351,13 +371,15 @@ ProgressFn = Callable[[int, int | None], None]
 
 def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], params: ProjectParams,
                    face_detector: FaceDetector, progress: ProgressFn | None = None, *,
-                   face_params: FaceParams | None = None, source_id: str | None = None
-                   ) -> tuple[pa.Table, pa.Table]:
+                   face_params: FaceParams | None = None, source_id: str | None = None,
+                   stats: dict | None = None) -> tuple[pa.Table, pa.Table]:
     """Decode a 360° source once and write its perspective views, faces blurred.
 
     Writes ``<video_id>.mp4`` per view into ``out_dir`` and returns ``(views, faces)`` tables
     (``schema.VIEWS_TABLE``, ``schema.FACES``). ``source_id`` defaults to the file's stem.
-    Bad input raises ``UnitError`` naming the file; no partial video is left behind.
+    Bad input raises ``UnitError`` naming the file; no partial video is left behind. ``stats``,
+    when given, receives counters: frames, detect_every, detect_width, detector_calls and the CPU
+    seconds of detection and of projection.
     """
     src = Path(source_path)
     out = Path(out_dir)
@@ -370,7 +392,14 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
     with VideoReader(src, require_aspect=(params.min_aspect, params.max_aspect)) as reader:
         info = reader.info
         projector = Projector(info.width, info.height, params)
-        blurrer = FaceBlurrer(face_detector, fparams, vids, params.width, params.height)
+        dw = fparams.detect_width
+        if dw is None:
+            dw = auto_detect_width(info.width, params.width, params.hfov_deg)
+        every = fparams.detect_every
+        if every is None:
+            every = max(1, int(round(fparams.detect_interval_s * info.fps))) if info.fps else 1
+        blurrer = FaceBlurrer(face_detector, fparams, vids, params.width, params.height, detect_width=dw,
+                              detect_every=every)
         rate = reader.stream.average_rate or (Fraction(info.fps).limit_denominator(100000) if info.fps else None)
         writers: list[ThreadedWriter] = []
         try:
@@ -397,6 +426,10 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
             emit(blurrer.finish())
             for w in writers:
                 w.close()
+            if stats is not None:
+                stats.update(frames=done, detect_every=every, detect_width=blurrer.dw,
+                             detector_calls=blurrer.detector_calls, detect_cpu_s=blurrer.detect_cpu_s,
+                             project_cpu_s=projector.cpu_s)
         except BaseException:
             for w in writers:
                 w.abort()

@@ -183,10 +183,12 @@ def sample_frames(path: str | os.PathLike[str], fps: float = 2.0
     """The frames nearest to t_k = k / fps, streamed: ``(k, t_k, frame_index, frame_time, rgb)``.
 
     Every stage that samples a video at 2 FPS uses this, so that "the frame at t_k" is the same
-    frame everywhere. Rule: t_k maps to the decoded frame whose time is nearest (a tie goes to the
-    earlier frame); k runs over every t_k < end, where end = last frame time + one average frame
-    interval (a 10 s video at any rate gives k = 0..19). A frame nearest to several t_k (a source
-    slower than ``fps``) is yielded for each of them. Only the chosen frames are converted to RGB.
+    frame everywhere. Rule: t_k maps to the decoded frame whose time is nearest; a tie goes to the
+    later frame (round half up, as ffmpeg's ``fps`` filter and the sample's ground truth do: at
+    25 fps, t = 0.5 s is frame 13). k runs over every t_k < end, where end = last frame time + one
+    average frame interval (a 10 s video at any rate gives k = 0..19). A frame nearest to several
+    t_k (a source slower than ``fps``) is yielded for each of them. Only the chosen frames are
+    converted to RGB.
     """
     if fps <= 0:
         raise ValueError("fps must be positive")
@@ -197,10 +199,10 @@ def sample_frames(path: str | os.PathLike[str], fps: float = 2.0
         for cur in reader.frames():
             if first_time is None:
                 first_time = cur.time
-            # every t_k up to the current frame's time is decided: prev or cur, whichever is nearer
+            # every t_k before the current frame's time is decided: prev or cur, whichever is nearer
             while k / fps <= cur.time:
                 t = k / fps
-                pick = prev if prev is not None and (t - prev.time) <= (cur.time - t) else cur
+                pick = prev if prev is not None and (t - prev.time) < (cur.time - t) else cur
                 yield k, t, pick.index, pick.time, pick.frame.to_ndarray(format="rgb24")
                 k += 1
             prev = cur

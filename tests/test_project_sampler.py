@@ -1,4 +1,4 @@
-"""The shared 2 FPS sampler: t_k = k / 2 maps to the nearest decoded frame (ties to the earlier),
+"""The shared 2 FPS sampler: t_k = k / 2 maps to the nearest decoded frame (ties to the later),
 checked against a brute-force nearest search; the frame returned is really that frame (its index
 is written into its pixels)."""
 
@@ -26,7 +26,8 @@ def expected(times: list[float], fps: float = 2.0) -> list[tuple[int, float, int
     out = []
     k = 0
     while k / fps < end - 1e-9:
-        out.append((k, k / fps, int(np.argmin(np.abs(t - k / fps)))))  # argmin: first of a tie = earlier
+        d = np.abs(t - k / fps)
+        out.append((k, k / fps, int(len(t) - 1 - np.argmin(d[::-1]))))  # the last of a tie: the later frame
         k += 1
     return out
 
@@ -36,6 +37,7 @@ def expected(times: list[float], fps: float = 2.0) -> list[tuple[int, float, int
     [
         [0.0, 0.1, 0.3, 0.62, 0.75, 1.0, 1.24, 1.26, 1.9, 2.5, 2.51, 3.7, 4.0],  # variable frame rate
         [0.0, 0.25, 0.75, 1.0, 1.5, 1.75, 2.6],  # exact ties at 0.5 and 2.25 s
+        [i / 25 for i in range(20)],  # 25 fps: t = 0.5 s is a tie between frames 12 and 13
         [0.0, 1.0, 2.0],  # slower than 2 FPS: a frame serves several t_k
         [i / 30 for i in range(20)],  # 30 fps
     ],
@@ -49,6 +51,16 @@ def test_sampler_maps_t_k_to_the_nearest_frame(tmp_path, times):
         assert ft == pytest.approx(times[i], abs=1e-6)
         assert decode_index(rgb) == i
         assert rgb.shape == (64, 128, 3) and rgb.dtype == np.uint8
+
+
+def test_sampler_agrees_with_the_sample_truth_rule(tmp_path):
+    """The generated sample's truth says frame = floor(t * fps + 0.5) (stages/sample): the same."""
+    from vsi_wild.stages.sample import SampleParams, truth_samples
+
+    for fps in (5.0, 8.0, 25.0):
+        p = SampleParams(duration_s=3.0, fps=fps)
+        times = [i / fps for i in range(int(round(3.0 * fps)))]
+        assert [(k, t, i) for k, t, i in truth_samples(p)] == expected(times)
 
 
 def test_sampler_counts_a_ten_second_video_as_twenty_samples(tmp_path):

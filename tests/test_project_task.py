@@ -1,20 +1,20 @@
-"""The `project` stage through the real engine and store: probe -> project on a registered file."""
+"""The `project` stage through the real engine and store: probe -> review -> project on registered
+files."""
 
 from __future__ import annotations
-
-import dataclasses
 
 import numpy as np
 from project_media import ffmpeg
 
 from vsi_wild import schema
-from vsi_wild.config import Config
+from vsi_wild.config import Config, ReviewSection
 from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.project import ProjectParams
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks import engine
 from vsi_wild.tasks.engine import Plan
 from vsi_wild.tasks.probe import PROBE
+from vsi_wild.tasks.review import REVIEW
 from vsi_wild.tasks.project import FACES, PROJECT, VIEWS
 
 
@@ -23,6 +23,7 @@ class ProjectConfig(Config):
 
     project: ProjectParams = ProjectParams(width=64, height=36, preset="ultrafast")
     faces: FaceParams = FaceParams()
+    review: ReviewSection = ReviewSection(require_decision=False)  # local test files need no human
 
 
 def register(store: Store, source_id: str, path) -> None:
@@ -32,7 +33,7 @@ def register(store: Store, source_id: str, path) -> None:
 
 
 def run(store: Store, config: Config) -> Plan:
-    stages = [PROBE, dataclasses.replace(PROJECT, needs=("probe",))]  # review is not built here
+    stages = [PROBE, REVIEW, PROJECT]
     plan = Plan.load(config, store, stages)
     engine.run_stages(plan, stages, engine.run_inline(plan))
     return plan
