@@ -24,7 +24,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages import fixes as fx
-from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap, yaw_matrix
+from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap
 from vsi_wild.stages.segment import SAMPLE_STEP, Obs, Poses, clip_of_sample, locate
 
 

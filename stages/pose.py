@@ -21,7 +21,7 @@ view's camera axes (0 = forward, +90 = right, ±180 = backward), as in ``schema.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import numpy as np

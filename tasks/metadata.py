@@ -23,7 +23,6 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-import pyarrow as pa
 
 from vsi_wild import ids, schema
 from vsi_wild.config import Config

@@ -101,3 +101,17 @@ def test_normalisation_with_the_packaged_embedder():
     # neighbours that are not synonyms stay apart
     assert got["bicycle"].concept == "bicycle" and got["motorcycle"].concept == "motorcycle"
     assert got["chair"].concept == "chair" and got["table"].concept == "table"
+
+
+def propose_from_keyframes(video_id, paths):
+    """An MLLM plugin stand-in for the plugin mechanism (the real one would call a model)."""
+    return [f"{len(paths)} keyframes", "Couch"]
+
+
+def test_mllm_plugin_is_loaded_by_name():
+    fn = cand.load_plugin("test_meta_candidates:propose_from_keyframes")
+    assert fn("v", ["a", "b"]) == ["2 keyframes", "Couch"]
+    with pytest.raises(UnitError, match="cannot be loaded"):
+        cand.load_plugin("no_such_module:f")
+    with pytest.raises(UnitError, match="expected 'module:function'"):
+        cand.load_plugin("just_a_name")
