@@ -423,6 +423,24 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
         return None
     za = np.array([complex(*p) for _, p in pa_])
     zb = np.array([complex(*p) for _, p in pb_])
+
+    def inliers(m, t):
+        d = np.abs(m * za[[i for i, _ in corr]] + t - zb[[j for _, j in corr]])
+        used_a, used_b, inl, err = set(), set(), [], 0.0
+        for k in np.argsort(d, kind="stable"):
+            i, j = corr[k]
+            if d[k] > tol:
+                break
+            if i in used_a or j in used_b:
+                continue
+            used_a.add(i)
+            used_b.add(j)
+            inl.append(k)
+            err += d[k]
+        return inl, err
+
+    # An alignment must explain clearly more than the poses as they are (no alignment at all).
+    as_is = len(inliers(1.0, 0.0)[0])
     best, best_key = None, None
     for x in range(len(corr)):
         for y in range(x + 1, len(corr)):
@@ -439,21 +457,11 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
             centre = za[[i for i, _ in corr]].mean()
             if abs(m * centre + t - centre) > max_shift:
                 continue
-            d = np.abs(m * za[[i for i, _ in corr]] + t - zb[[j for _, j in corr]])
-            used_a, used_b, inl, err = set(), set(), [], 0.0
-            for k in np.argsort(d, kind="stable"):
-                i, j = corr[k]
-                if d[k] > tol:
-                    break
-                if i in used_a or j in used_b:
-                    continue
-                used_a.add(i)
-                used_b.add(j)
-                inl.append(k)
-                err += d[k]
+            inl, err = inliers(m, t)
             concepts = {pa_[corr[k][0]][0].concept for k in inl}
             key = (len(inl), -err)
-            if len(inl) >= min_inliers and len(concepts) >= 2 and (best_key is None or key > best_key):
+            if (len(inl) >= max(min_inliers, as_is + 2) and len(concepts) >= 2
+                    and (best_key is None or key > best_key)):
                 best, best_key = (m, t, inl), key
     if best is None:
         return None
@@ -575,7 +583,7 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                 by_clip.setdefault(ci.clip, []).append(ci)
             for i in sorted(by_clip):
                 for j in sorted(by_clip):
-                    if j > i + 1:  # neighbours share a cut, not a revisit: raw positions suffice
+                    if j > i:  # neighbours too: a fast turn between them may have left the poses off
                         dist_walked = walked(last_sample[i], first_sample[j])
                         shift = params.max_layout_shift * float(np.median(ranges)) + params.max_drift_per_distance * dist_walked
                         sim = align_layouts(by_clip[i], by_clip[j], basis, tol, params.min_constellation,
@@ -601,30 +609,32 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
                 app = bhattacharyya(a.appearance, b.appearance)
                 looks_differ = (app < params.min_appearance
                                 and min(a.mean_area, b.mean_area) >= params.appearance_min_area)
-                dist, located, drift = None, "positions", 0.0
+                dist, located, drift, used_layout = None, "positions", 0.0, False
                 if (a.position is None) != (b.position is None) and basis is not None:
                     # one of them was not triangulated: do its viewing rays pass the other's position?
                     lone, placed = (a, b) if a.position is None else (b, a)
                     dist = _ray_gap(lone, placed, poses, basis, aligned.get((a.clip, b.clip)), lone is b)
                     located = "rays"
                 elif a.position is not None and b.position is not None:
-                    gap = float(np.linalg.norm(basis @ (a.position - b.position)))  # on the ground plane
-                    if (a.clip, b.clip) in aligned:  # compare on the ground plane after the layout alignment
+                    rng_ = max((a.range + b.range) / 2.0, 1e-9)
+                    # a large object's ground contact moves with the viewpoint (near edge vs far edge)
+                    size = params.extent_weight * (a.extent + b.extent) / 2.0 / rng_
+                    # raw positions: the poses drift with the distance walked between the sightings
+                    dist = float(np.linalg.norm(basis @ (a.position - b.position))) / rng_
+                    drift = size + (params.max_drift_per_distance * walked(max(a.samples), min(b.samples)) / rng_
+                                    if walked is not None else 0.0)
+                    used_layout = False
+                    if (a.clip, b.clip) in aligned:  # or after aligning the two clips' layouts, if closer
                         m, t = aligned[(a.clip, b.clip)]
                         za, zb = complex(*(basis @ a.position)), complex(*(basis @ b.position))
-                        gap = abs(m * za + t - zb)
-                    rng_ = max((a.range + b.range) / 2.0, 1e-9)
-                    dist = gap / rng_
-                    # a large object's ground contact moves with the viewpoint (near edge vs far edge)
-                    drift = params.extent_weight * (a.extent + b.extent) / 2.0 / rng_
-                    if (a.clip, b.clip) not in aligned and walked is not None:
-                        # poses drift with the distance walked between the two sightings
-                        drift += params.max_drift_per_distance * walked(max(a.samples), min(b.samples)) / rng_
+                        d2 = abs(m * za + t - zb) / rng_
+                        if d2 / (params.max_distance + size) < dist / (params.max_distance + drift):
+                            dist, drift, used_layout = d2, size, True
                 if boundary and iou >= params.boundary_iou:
                     score, why = 3.0 + iou, f"continues across the cut (box IoU {iou:.2f})"
                 elif dist is not None:
                     how = ("" if located == "positions" else " by viewing rays") + (
-                        " after aligning the revisited layout" if (a.clip, b.clip) in aligned else "")
+                        " after aligning the two clips' layouts" if used_layout else "")
                     limit = params.max_distance + drift if located == "positions" else params.max_ray_distance
                     if dist <= limit and not looks_differ:
                         score = (2.0 if located == "positions" else 1.5) + (1.0 - dist / limit) / 2

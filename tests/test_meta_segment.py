@@ -158,7 +158,7 @@ def test_reconciliation_recovers_the_objects_across_cuts_and_revisits(drift_deg)
     laps = {o: {c for (c, _), t in truth_of.items() if t == o} for o in seen}
     assert all(min(v) < 2 <= max(v) for v in laps.values())
     # each decision names its evidence; merges are recorded
-    assert {d["decision"] for d in res.decisions} >= {"merge", "apart"}
+    assert "merge" in {d["decision"] for d in res.decisions}
     assert all(d["reason"] for d in res.decisions)
     # global ids in order of first appearance, observations carry them
     firsts = [min(o["time"] for o in res.observations if o["instance_id"] == g) for g in sorted(groups)]
