@@ -330,6 +330,192 @@ MOTION = _schema(
     f("origin", pa.string(), doc="auto | fix"),
 )
 
+KEYFRAMES = _schema(
+    "The keyframes of one video offered to whoever proposes candidate objects (an MLLM or a human).",
+    f("video_id", pa.string()),
+    f("index", pa.int64(), doc="0..n-1 in time order"),
+    f("time", pa.float64()),
+    f("frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("path", pa.string(), doc="JPEG file name inside the unit's output folder"),
+)
+
+CANDIDATES = _schema(
+    "Candidate object terms of one video and the canonical concept each was normalised to.",
+    f("video_id", pa.string()),
+    f("term", pa.string(), doc="the term as proposed (lower-cased, spaces collapsed)"),
+    f("origin", pa.string(), doc="seed (the human list) | mllm (a proposal)"),
+    f("concept", pa.string(), doc="canonical label; an MLLM term wins over a human synonym"),
+    f("similarity", pa.float64(), doc="cosine similarity of term and concept (1 for the concept itself)"),
+    f("embedder", pa.string()),
+    f("threshold", pa.float64(), doc="similarity at or above which two terms are synonyms"),
+)
+
+DETECTIONS = _schema(
+    "Open-vocabulary detections of one video at 2 FPS, candidates as prompts.",
+    f("video_id", pa.string()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("concept", pa.string()),
+    f("x0", pa.float64()),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("score", pa.float64()),
+    f("image_width", pa.int64()),
+    f("image_height", pa.int64()),
+    f("backend", pa.string()),
+)
+
+CONCEPT_STATS = _schema(
+    "Temporal occurrence statistics of each candidate concept in one video, and the frequency "
+    "filter's verdict with its reason.",
+    f("video_id", pa.string()),
+    f("concept", pa.string()),
+    f("n_samples", pa.int64(), doc="2 FPS timestamps of the video"),
+    f("frames_present", pa.int64(), doc="timestamps with at least one detection"),
+    f("fraction", pa.float64(), doc="frames_present / n_samples"),
+    f("appearances", pa.int64(), doc="separate runs of presence (gaps longer than gap_s split runs)"),
+    f("detections", pa.int64()),
+    f("mean_per_frame", pa.float64(), doc="detections per timestamp where present"),
+    f("max_score", pa.float64(), True),
+    f("first_time", pa.float64(), True),
+    f("last_time", pa.float64(), True),
+    f("kept", pa.bool_()),
+    f("reason", pa.string()),
+)
+
+CLIP_SEGMENTS = _schema(
+    "Instance masks of one clip (one row per instance and 2 FPS timestamp); ids are clip-local.",
+    f("video_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("concept", pa.string()),
+    f("local_id", pa.int64(), doc="stable across the clip's frames, unrelated across clips"),
+    f("x0", pa.float64()),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("area", pa.int64(), doc="mask pixels"),
+    f("score", pa.float64()),
+    f("image_width", pa.int64()),
+    f("image_height", pa.int64()),
+    f("mask_rle", pa.string(), doc="COCO RLE counts (pycocotools' compressed string), size = image h, w"),
+    f("backend", pa.string()),
+)
+
+CLIP_INSTANCES = _schema(
+    "One row per clip-local instance: its extent in the clip and its appearance descriptor.",
+    f("video_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("concept", pa.string()),
+    f("local_id", pa.int64()),
+    f("first_time", pa.float64()),
+    f("last_time", pa.float64()),
+    f("n_observations", pa.int64()),
+    f("mean_area", pa.float64()),
+    f("mean_score", pa.float64()),
+    f("appearance", pa.list_(pa.float32()), doc="L1-normalised hue-saturation histogram of the masked pixels"),
+)
+
+CLIP_SPANS = _schema(
+    "The clips of one video (non-overlapping windows of the 2 FPS samples).",
+    f("video_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("start", pa.float64(), doc="seconds, inclusive"),
+    f("end", pa.float64(), doc="seconds, exclusive"),
+    f("first_sample", pa.int64(), doc="k of the first 2 FPS timestamp in the clip"),
+    f("n_samples", pa.int64()),
+)
+
+MERGE_DECISIONS = _schema(
+    "Every cross-clip pair of clip-local instances that reconciliation considered, with its "
+    "evidence and decision (a human overrules one with a `split` or `merge` fix).",
+    f("video_id", pa.string()),
+    f("concept", pa.string()),
+    f("clip_a", pa.int64()),
+    f("local_a", pa.int64()),
+    f("clip_b", pa.int64()),
+    f("local_b", pa.int64()),
+    f("boundary", pa.bool_(), doc="seen in the last sample of one clip and the first of the next"),
+    f("box_iou", pa.float64(), True, doc="IoU of the two boxes across the boundary"),
+    f("appearance", pa.float64(), doc="Bhattacharyya coefficient of the appearance histograms, 0..1"),
+    f("distance", pa.float64(), True, doc="world distance of the two triangulated positions / their range"),
+    f("score", pa.float64()),
+    f("decision", pa.string(), doc="merge | apart | blocked (would join two instances seen together)"),
+    f("reason", pa.string()),
+)
+
+INSTANCE_MEMBERS = _schema(
+    "Which clip-local instances make up each global instance of one video (automatic reconciliation).",
+    f("video_id", pa.string()),
+    f("instance_id", pa.int64()),
+    f("concept", pa.string()),
+    f("clip_index", pa.int64()),
+    f("local_id", pa.int64()),
+    f("first_time", pa.float64()),
+    f("last_time", pa.float64()),
+)
+
+OBSERVATIONS = _schema(
+    "Each global instance's 2 FPS observations in one video (times it is visible, with its box).",
+    f("video_id", pa.string()),
+    f("instance_id", pa.int64()),
+    f("concept", pa.string()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("x0", pa.float64(), True, doc="box in view pixels; null for an instance added by a fix"),
+    f("y0", pa.float64(), True),
+    f("x1", pa.float64(), True),
+    f("y1", pa.float64(), True),
+    f("area", pa.int64(), True, doc="mask pixels"),
+    f("origin", pa.string(), doc="auto | fix"),
+)
+
+MOTION_SAMPLES = _schema(
+    "Camera motion of one video per 2 FPS timestamp (the candidates VMR's pivot is chosen from).",
+    f("video_id", pa.string()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("clip_index", pa.int64(), doc="motion clip (MetadataParams.motion_clip_seconds)"),
+    f("angle_deg", pa.float64(), True, doc="direction of travel relative to the view's heading"),
+    f("speed", pa.float64(), doc="units of the pose backend per second"),
+    f("stability", pa.float64(), True, doc="mean resultant length of the directions around t, 0..1"),
+    f("moving", pa.bool_()),
+    f("candidate", pa.bool_(), doc="moving and stable enough to be a pivot"),
+)
+
+VIEW_AGREEMENT = _schema(
+    "Per source and clip: how far each view's independently estimated motion is from the fused one.",
+    f("source_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("clip_start", pa.float64()),
+    f("clip_end", pa.float64()),
+    f("view", pa.string()),
+    f("moving_samples", pa.int64()),
+    f("median_error_deg", pa.float64(), True),
+    f("consistent", pa.bool_(), True),
+)
+
+FIXES_APPLIED = _schema(
+    "The human fixes applied to one video's metadata (one row per fix, in file order).",
+    f("video_id", pa.string()),
+    f("file", pa.string()),
+    f("line", pa.int64()),
+    f("op", pa.string()),
+    f("summary", pa.string()),
+    f("sha256", pa.string(), doc="of the fix file"),
+)
+
 
 # --------------------------------------------------------------------------------------------
 # Helpers

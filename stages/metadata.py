@@ -1,0 +1,456 @@
+"""Derived metadata of one video: instances (VOO, VOC) and motion (VMR), with human fixes applied.
+
+Instances come from the reconciled observations (``stages.segment.reconcile``): concept, global
+id, first and last time, visible spans (runs of 2 FPS observations; gaps up to ``span_gap_s``
+do not split a span), world position where poses allow.
+
+Motion comes from the view's poses (``stages.pose``): per 2 FPS timestamp the direction of
+travel relative to the view's heading, the speed and the stability (mean resultant length of the
+unit directions within ``stability_window_s``); per motion clip (``motion_clip_seconds``) the
+pivot = the candidate timestamp (moving, stability >= ``min_stability``) with the steadiest
+direction, or state "none" when the clip has no steady motion, or "failed" when the views'
+independent estimates disagree in that clip (see ``view_agreement``).
+
+Fixes (``stages.fixes``) are applied last, in file order; see docs/fixes.md.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from vsi_wild.stages import fixes as fx
+from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap
+from vsi_wild.stages.segment import SAMPLE_STEP, Obs, Poses, clip_of_sample, locate
+
+
+class MetadataParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    fixes_dir: str = Field("fixes", description="folder of <video_id>.yaml fix files (relative: under the data root)")
+    span_gap_s: float = Field(1.0, ge=0, description="observations at most this far apart join one visible span")
+    motion_clip_seconds: float = Field(300.0, gt=0, description="VMR asks one question per clip of this length")
+    moving_rel_speed: float = Field(
+        0.3, ge=0, description="a timestamp is moving when its speed >= this x the video's median moving speed"
+    )
+    min_speed: float = Field(0.0, ge=0, description="... and >= this absolute speed (pose backend units / s)")
+    stability_window_s: float = Field(2.0, ge=0, description="half-width of the window stability is measured on")
+    min_stability: float = Field(0.9, ge=0, le=1, description="a pivot's directions must be at least this steady")
+    angle_window_s: float = Field(0.5, ge=0, description="the pivot's angle is the mean direction over +- this")
+    view_agreement_deg: float = Field(
+        30.0, gt=0, description="a view whose independent motion is off by more (median over a clip) disagrees"
+    )
+    fail_on_disagreement: bool = Field(True, description="clips where the views disagree get state 'failed'")
+    min_ray_spread_deg: float = Field(3.0, ge=0, description="instance positions need rays spanning this angle")
+
+
+# ------------------------------------------------------------------------------ instances
+@dataclass
+class Inst:
+    id: int
+    concept: str
+    obs: dict[int, dict] = field(default_factory=dict)  # sample index -> OBSERVATIONS row
+    origin: str = "auto"
+    first_override: float | None = None
+    last_override: float | None = None
+    spans_override: list[tuple[float, float]] | None = None  # as a person gave them (add_instance)
+
+
+def spans_of(times: Sequence[float], gap_s: float) -> list[tuple[float, float]]:
+    ts = sorted(set(times))
+    if not ts:
+        return []
+    out = [[ts[0], ts[0]]]
+    for t in ts[1:]:
+        if t - out[-1][1] - SAMPLE_STEP <= gap_s + 1e-9:
+            out[-1][1] = t
+        else:
+            out.append([t, t])
+    return [(a, b) for a, b in out]
+
+
+def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: MetadataParams,
+                  poses: Poses | None = None, camera_height: float | None = None,
+                  image_size: tuple[int, int] | None = None, level: bool = True) -> list[dict]:
+    """schema.INSTANCES rows, ordered by first appearance. Positions (when ``poses`` are given)
+    as in reconciliation (``stages.segment.locate``); ``image_size`` is the view's (w, h), the
+    pixels of the observation boxes."""
+    rows = []
+    for ins in insts:
+        if not ins.obs and ins.first_override is None:
+            continue
+        times = [o["time"] for o in ins.obs.values()]
+        spans = list(ins.spans_override) if ins.spans_override is not None else spans_of(times, params.span_gap_s)
+        first = ins.first_override if ins.first_override is not None else min(times)
+        last = ins.last_override if ins.last_override is not None else max(times)
+        # A recalibrated first (last) appearance trims the spans, or stretches the first (last) one.
+        spans = [(max(a, first), min(b, last)) for a, b in spans if b >= first and a <= last]
+        if not spans:
+            spans = [(first, last)]
+        else:
+            if spans[0][0] > first:
+                spans[0] = (first, spans[0][1])
+            if spans[-1][1] < last:
+                spans[-1] = (spans[-1][0], last)
+        by_time = {o["time"]: o for o in ins.obs.values()}
+        pos = None
+        if poses is not None and poses.R:
+            sightings = {k: Obs(o["time"], (o["x0"], o["y0"], o["x1"], o["y1"]), o["area"] or 0, o["frame"], o["fps"],
+                                image_size or (0, 0))
+                         for k, o in ins.obs.items() if o["x0"] is not None}
+            loc = locate(sightings, poses, camera_height, params.min_ray_spread_deg, level) if sightings else None
+            pos = loc[0] if loc is not None else None
+        rows.append({
+            "video_id": video_id, "concept": ins.concept, "instance_id": ins.id,
+            "first_time": float(first), "last_time": float(last),
+            "first_frame": int(by_time[first]["frame"]) if first in by_time else int(round(first * fps)),
+            "last_frame": int(by_time[last]["frame"]) if last in by_time else int(round(last * fps)),
+            "fps": float(fps), "n_observations": len(ins.obs),
+            "spans": [{"start": float(a), "end": float(b)} for a, b in spans],
+            "x": None if pos is None else float(pos[0]), "y": None if pos is None else float(pos[1]),
+            "z": None if pos is None else float(pos[2]), "origin": ins.origin,
+        })
+    rows.sort(key=lambda r: (r["first_time"], r["concept"], r["instance_id"]))
+    return rows
+
+
+def instances_from_observations(rows: Iterable[dict]) -> dict[int, Inst]:
+    out: dict[int, Inst] = {}
+    for r in rows:
+        i = out.setdefault(int(r["instance_id"]), Inst(int(r["instance_id"]), r["concept"]))
+        i.obs[int(r["sample_index"])] = dict(r)
+        if r["origin"] == "fix":
+            i.origin = "fix"
+    return out
+
+
+# ------------------------------------------------------------------------------ motion
+@dataclass
+class MotionClip:
+    index: int
+    start: float
+    end: float
+
+
+def motion_clips(duration_s: float, clip_seconds: float) -> list[MotionClip]:
+    n = max(1, math.ceil(duration_s / clip_seconds - 1e-9))
+    return [MotionClip(i, i * clip_seconds, min((i + 1) * clip_seconds, duration_s)) for i in range(n)]
+
+
+def _resultant(angles: np.ndarray, weights: np.ndarray) -> tuple[float, float]:
+    """Mean resultant length (sum of unit vectors / number of entries) and mean angle."""
+    if len(angles) == 0:
+        return 0.0, float("nan")
+    a = np.radians(np.nan_to_num(angles))
+    x = (np.sin(a) * weights).sum()
+    y = (np.cos(a) * weights).sum()
+    return float(math.hypot(x, y) / len(angles)), float(math.degrees(math.atan2(x, y)))
+
+
+def motion_samples(video_id: str, track: Track, params: MetadataParams) -> list[dict]:
+    """schema.MOTION_SAMPLES rows of one view's track."""
+    angle, speed, ok = motion_vectors(track)
+    positive = speed[ok & (speed > 0)]
+    typical = float(np.median(positive)) if len(positive) else 0.0
+    moving = ok & (speed > 0) & (speed >= params.moving_rel_speed * typical) & (speed >= params.min_speed) & ~np.isnan(angle)
+    w = int(round(params.stability_window_s / SAMPLE_STEP))
+    n = len(angle)
+    rows = []
+    for i in range(n):
+        lo, hi = max(0, i - w), min(n, i + w + 1)
+        stab, _ = _resultant(angle[lo:hi], moving[lo:hi].astype(float)) if moving[i] else (0.0, 0.0)
+        rows.append({
+            "video_id": video_id, "sample_index": int(track.sample_indices[i]), "time": float(track.times[i]),
+            "frame": int(track.frames[i]), "fps": float(track.fps),
+            "clip_index": clip_of_sample(int(track.sample_indices[i]), params.motion_clip_seconds),
+            "angle_deg": None if np.isnan(angle[i]) else float(wrap(angle[i])), "speed": float(speed[i]),
+            "stability": float(stab) if moving[i] else None, "moving": bool(moving[i]),
+            "candidate": bool(moving[i] and stab >= params.min_stability),
+        })
+    return rows
+
+
+def _window_angle(samples: list[dict], i: int, half: int) -> float:
+    lo, hi = max(0, i - half), min(len(samples), i + half + 1)
+    win = [s for s in samples[lo:hi] if s["moving"] and s["angle_deg"] is not None]
+    _, mean = _resultant(np.array([s["angle_deg"] for s in win]), np.ones(len(win)))
+    return float(wrap(mean))
+
+
+def motion_rows(video_id: str, samples: list[dict], clips: Sequence[MotionClip], params: MetadataParams,
+                agreement: dict[int, tuple[bool | None, str]] | None = None) -> list[dict]:
+    """schema.MOTION rows: one per motion clip."""
+    fps = samples[0]["fps"] if samples else 0.0
+    half = int(round(params.angle_window_s / SAMPLE_STEP))
+    by_clip: dict[int, list[int]] = {}
+    for i, s in enumerate(samples):
+        by_clip.setdefault(s["clip_index"], []).append(i)
+    rows = []
+    for c in clips:
+        idx = by_clip.get(c.index, [])
+        cands = [i for i in idx if samples[i]["candidate"]]
+        consistent, detail = (agreement or {}).get(c.index, (None, ""))
+        row = {"video_id": video_id, "clip_index": c.index, "clip_start": c.start, "clip_end": c.end,
+               "state": "none", "pivot_time": None, "pivot_frame": None, "fps": float(fps), "angle_deg": None,
+               "speed": None, "stability": None, "views_consistent": consistent, "reason": None, "origin": "auto"}
+        if not cands:
+            best = max((samples[i]["stability"] or 0.0 for i in idx), default=0.0)
+            moving = sum(samples[i]["moving"] for i in idx)
+            row["reason"] = (f"no steady motion: {moving} of {len(idx)} timestamps moving, best stability "
+                             f"{best:.2f} < {params.min_stability}")
+        else:
+            centre = (c.start + c.end) / 2.0
+            i = min(cands, key=lambda j: (-samples[j]["stability"], -samples[j]["speed"],
+                                          abs(samples[j]["time"] - centre), samples[j]["time"]))
+            s = samples[i]
+            row.update(state="ok", pivot_time=s["time"], pivot_frame=s["frame"], angle_deg=_window_angle(samples, i, half),
+                       speed=s["speed"], stability=s["stability"],
+                       reason=f"steadiest of {len(cands)} candidate timestamps")
+            if consistent is False and params.fail_on_disagreement:
+                row["state"] = "failed"
+                row["reason"] = f"views disagree: {detail}"
+        rows.append(row)
+    return rows
+
+
+def view_agreement(source_id: str, fused: Track, independent: dict[str, Track], yaws: dict[str, float],
+                   clips: Sequence[MotionClip], params: MetadataParams) -> tuple[list[dict], dict[int, tuple[bool | None, str]]]:
+    """schema.VIEW_AGREEMENT rows and, per clip, (consistent, detail).
+
+    Each view's independently estimated direction, turned into the source's axes by its yaw, is
+    compared with the fused direction at the timestamps where the fused track moves."""
+    fa, fs, fok = motion_vectors(fused)
+    positive = fs[fok & (fs > 0)]
+    typical = float(np.median(positive)) if len(positive) else 0.0
+    moving = fok & (fs > 0) & (fs >= params.moving_rel_speed * typical) & ~np.isnan(fa)
+    clip_idx = np.array([clip_of_sample(int(k), params.motion_clip_seconds) for k in fused.sample_indices])
+    rows = []
+    verdict: dict[int, tuple[bool | None, str]] = {}
+    for c in clips:
+        in_clip = clip_idx == c.index
+        offs = []
+        for v in sorted(independent):
+            tr = independent[v]
+            if not np.array_equal(tr.sample_indices, fused.sample_indices):
+                raise ValueError(f"view {v}: independent poses do not cover the fused samples")
+            va, _, vok = motion_vectors(tr)
+            sel = in_clip & moving & vok & ~np.isnan(va)
+            err = np.abs(wrap(va[sel] + yaws[v] - fa[sel]))
+            med = float(np.median(err)) if len(err) else None
+            ok = None if med is None or len(err) < 3 else med <= params.view_agreement_deg
+            rows.append({"source_id": source_id, "clip_index": c.index, "clip_start": c.start, "clip_end": c.end,
+                         "view": v, "moving_samples": int(sel.sum()), "median_error_deg": med, "consistent": ok})
+            if ok is not None:
+                offs.append((v, med, ok))
+        if len(independent) < 2 or len(offs) < 2:
+            verdict[c.index] = (None, "fewer than two views with motion to compare")
+        else:
+            bad = [f"{v} off by {m:.0f}°" for v, m, ok in offs if not ok]
+            verdict[c.index] = (not bad, ", ".join(bad) if bad else "all views agree")
+    return rows, verdict
+
+
+def source_track_from_view(track: Track, yaw_deg: float) -> Track:
+    """The source camera's track from one of its derived views (inverse of ``derive_view``)."""
+    return derive_view(track, -yaw_deg)
+
+
+# ------------------------------------------------------------------------------ fixes
+@dataclass
+class Derived:
+    instances: list[dict]
+    observations: list[dict]
+    motion: list[dict]
+    applied: list[dict]
+
+
+def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], members: Sequence[dict],
+                motion: Sequence[dict], motion_samples_rows: Sequence[dict], duration_s: float, fps: float,
+                params: MetadataParams, poses: Poses | None = None, clip_seconds: float | None = None,
+                camera_height: float | None = None, image_size: tuple[int, int] | None = None,
+                level: bool = True) -> Derived:
+    """Apply a video's fixes to its automatic metadata; a problem raises ``FixError`` (file, line,
+    field) before anything is returned, so a bad file changes nothing.
+
+    ``clip_seconds`` is the segmentation clip length (``split`` finds a member's observations by
+    its clip)."""
+    file = fixset.file or f"<fixes of {video_id}>"
+    insts = instances_from_observations(observations)
+    auto_ids = set(insts)
+    next_id = max(auto_ids, default=0) + 1
+    alias: dict[int, int] = {}
+    removed: dict[int, int] = {}  # id -> line of its removal
+    member_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
+    motion_by_clip = {int(r["clip_index"]): dict(r) for r in motion}
+    samples_by_time = {round(float(s["time"]), 6): s for s in motion_samples_rows}
+    applied = []
+
+    def resolve(i: int, f: fx.Fix, name: str) -> int:
+        seen = set()
+        while i in alias and i not in seen:
+            seen.add(i)
+            i = alias[i]
+        if i in removed:
+            raise fx.FixError(file, f.line_of(name), name, f"instance {i} was removed by the fix at line {removed[i]}")
+        if i not in insts:
+            known = sorted(insts)
+            raise fx.FixError(file, f.line_of(name), name,
+                              f"no instance {i} in {video_id} (ids: {known[:12]}{' ...' if len(known) > 12 else ''})")
+        return i
+
+    for f in fixset.fixes:
+        op = f.op
+        kind = op.op
+        if kind == "rename_concept":
+            targets = [resolve(i, f, "instances") for i in op.instances] if op.instances is not None else \
+                [i for i, ins in insts.items() if ins.concept == op.from_]
+            if not targets:
+                raise fx.FixError(file, f.line_of("from"), "from", f"no instance has concept {op.from_!r}")
+            for i in targets:
+                if insts[i].concept != op.from_:
+                    raise fx.FixError(file, f.line_of("instances"), "instances",
+                                      f"instance {i} is a {insts[i].concept!r}, not a {op.from_!r}")
+                insts[i].concept = op.to
+                insts[i].origin = "fix"
+                for o in insts[i].obs.values():
+                    o["concept"] = op.to
+            summary = f"renamed {len(targets)} instance(s) {op.from_!r} -> {op.to!r}"
+        elif kind == "merge":
+            ids = [resolve(i, f, "instances") for i in op.instances]
+            ids = sorted(set(ids))
+            if len(ids) < 2:
+                raise fx.FixError(file, f.line_of("instances"), "instances", f"instances {op.instances} are already one")
+            concepts = {insts[i].concept for i in ids}
+            if len(concepts) > 1:
+                raise fx.FixError(file, f.line_of("instances"), "instances",
+                                  f"different concepts {sorted(concepts)}: rename first")
+            keep = ids[0]
+            if any(insts[i].spans_override is not None for i in ids):  # an added instance among them
+                spans: list[tuple[float, float]] = []
+                for i in ids:
+                    spans += insts[i].spans_override if insts[i].spans_override is not None else spans_of(
+                        [o["time"] for o in insts[i].obs.values()], params.span_gap_s)
+                insts[keep].spans_override = sorted(spans)
+            for i in ids[1:]:
+                for k, o in insts[i].obs.items():
+                    if k not in insts[keep].obs or (o["area"] or 0) > (insts[keep].obs[k]["area"] or 0):
+                        insts[keep].obs[k] = {**o, "instance_id": keep}
+                alias[i] = keep
+                for name, pick in (("first_override", min), ("last_override", max)):
+                    theirs, ours = getattr(insts[i], name), getattr(insts[keep], name)
+                    if theirs is not None:
+                        setattr(insts[keep], name, theirs if ours is None else pick(theirs, ours))
+                del insts[i]
+            insts[keep].origin = "fix"
+            summary = f"merged {ids} into {keep}"
+        elif kind == "split":
+            key = (op.clip, op.local_id)
+            if key not in member_of:
+                raise fx.FixError(file, f.line_of("local_id"), "local_id",
+                                  f"no clip-local instance {op.local_id} in clip {op.clip}")
+            if clip_seconds is None:
+                raise fx.FixError(file, f.line, "op", "split needs the segmentation clip length")
+            src = resolve(member_of[key], f, "local_id")
+            moved = {k: o for k, o in insts[src].obs.items() if clip_of_sample(k, clip_seconds) == op.clip}
+            if len(moved) == len(insts[src].obs):
+                raise fx.FixError(file, f.line_of("local_id"), "local_id",
+                                  f"clip {op.clip} local {op.local_id} is all of instance {src}: nothing to split")
+            new = Inst(next_id, insts[src].concept, origin="fix")
+            next_id += 1
+            for k, o in moved.items():
+                new.obs[k] = {**o, "instance_id": new.id, "origin": "fix"}
+                del insts[src].obs[k]
+            insts[src].origin = "fix"
+            insts[new.id] = new
+            summary = f"split clip {op.clip} local {op.local_id} out of {src} as {new.id}"
+        elif kind == "add_instance":
+            for s, e in op.spans:
+                if e > duration_s + 1e-6:
+                    raise fx.FixError(file, f.line_of("spans"), "spans", f"span [{s}, {e}] ends after the video ({duration_s:.1f} s)")
+            new = Inst(next_id, op.concept, origin="fix")
+            next_id += 1
+            for s, e in op.spans:
+                for k in range(math.ceil(s / SAMPLE_STEP - 1e-9), math.floor(e / SAMPLE_STEP + 1e-9) + 1):
+                    t = k * SAMPLE_STEP
+                    new.obs[k] = {"video_id": video_id, "instance_id": new.id, "concept": op.concept, "sample_index": k,
+                                  "time": t, "frame": int(round(t * fps)), "fps": float(fps), "x0": None, "y0": None,
+                                  "x1": None, "y1": None, "area": None, "origin": "fix"}
+            # the spans as given (a span between two samples still marks an appearance)
+            new.spans_override = sorted((float(s), float(e)) for s, e in op.spans)
+            new.first_override = min(s for s, _ in op.spans)
+            new.last_override = max(e for _, e in op.spans)
+            insts[new.id] = new
+            summary = f"added {op.concept!r} as {new.id} ({len(new.obs)} timestamps)"
+        elif kind == "remove_instance":
+            i = resolve(op.instance, f, "instance")
+            del insts[i]
+            removed[i] = f.line
+            summary = f"removed instance {i}"
+        elif kind == "set_appearance":
+            i = resolve(op.instance, f, "instance")
+            for name in ("first_time", "last_time"):
+                v = getattr(op, name)
+                if v is not None and v > duration_s + 1e-6:
+                    raise fx.FixError(file, f.line_of(name), name, f"{v} is after the end of the video ({duration_s:.1f} s)")
+            times = [o["time"] for o in insts[i].obs.values()]
+            first = op.first_time if op.first_time is not None else (
+                insts[i].first_override if insts[i].first_override is not None else min(times, default=0.0))
+            last = op.last_time if op.last_time is not None else (
+                insts[i].last_override if insts[i].last_override is not None else max(times, default=first))
+            if last < first:
+                raise fx.FixError(file, f.line_of("first_time" if op.first_time is not None else "last_time"),
+                                  "first_time" if op.first_time is not None else "last_time",
+                                  f"would put the first appearance ({first}) after the last ({last})")
+            insts[i].first_override, insts[i].last_override = first, last
+            insts[i].origin = "fix"
+            summary = f"instance {i} appears {first:.1f}-{last:.1f} s"
+        elif kind == "motion":
+            if op.clip not in motion_by_clip:
+                raise fx.FixError(file, f.line_of("clip"), "clip",
+                                  f"no motion clip {op.clip} (clips 0..{max(motion_by_clip, default=-1)})")
+            row = motion_by_clip[op.clip]
+            note = f" ({op.note})" if op.note else ""
+            if op.state == "none":
+                row.update(state="none", pivot_time=None, pivot_frame=None, angle_deg=None, speed=None, stability=None,
+                           reason=f"fix at line {f.line}: no meaningful motion{note}", origin="fix")
+                summary = f"clip {op.clip}: none"
+            else:
+                pivot = op.pivot_time if op.pivot_time is not None else row["pivot_time"]
+                if pivot is None:
+                    raise fx.FixError(file, f.line_of("angle_deg"), "pivot_time",
+                                      f"clip {op.clip} has no automatic pivot: give pivot_time with the angle")
+                if not row["clip_start"] - 1e-6 <= pivot < row["clip_end"] + 1e-6:
+                    raise fx.FixError(file, f.line_of("pivot_time"), "pivot_time",
+                                      f"{pivot} is outside clip {op.clip} [{row['clip_start']}, {row['clip_end']})")
+                k = round(pivot / SAMPLE_STEP)
+                snapped = k * SAMPLE_STEP
+                s = samples_by_time.get(round(snapped, 6))
+                angle = op.angle_deg
+                if angle is None:
+                    if s is None or s["angle_deg"] is None:
+                        raise fx.FixError(file, f.line_of("pivot_time"), "angle_deg",
+                                          f"no estimated direction at {snapped} s: give angle_deg")
+                    angle = s["angle_deg"]
+                row.update(state="ok", pivot_time=float(snapped),
+                           pivot_frame=int(s["frame"]) if s is not None else int(round(snapped * fps)),
+                           angle_deg=float(wrap(angle)), speed=s["speed"] if s is not None else None,
+                           stability=s["stability"] if s is not None else None,
+                           reason=f"fix at line {f.line}{note}", origin="fix")
+                summary = f"clip {op.clip}: pivot {snapped:.1f} s, angle {float(wrap(angle)):.0f}°"
+        else:  # pragma: no cover - parse_fix_text admits only the ops above
+            raise fx.FixError(file, f.line, "op", f"unknown op {kind!r}")
+        applied.append({"video_id": video_id, "file": file, "line": f.line, "op": kind, "summary": summary,
+                        "sha256": fixset.sha256})
+
+    inst_rows = instance_rows(video_id, insts.values(), fps, params, poses, camera_height, image_size, level)
+    obs_rows = []
+    for ins in sorted(insts.values(), key=lambda x: x.id):
+        for k in sorted(ins.obs):
+            o = ins.obs[k]
+            obs_rows.append({**o, "instance_id": ins.id, "concept": ins.concept})
+    motion_out = [motion_by_clip[c] for c in sorted(motion_by_clip)]
+    return Derived(inst_rows, obs_rows, motion_out, applied)

@@ -1,0 +1,388 @@
+"""Camera poses: per view, fused per source, derived back per view; motion directions.
+
+The paper (A.2.2) runs Depth-Anything-3 on the 2 FPS video for a pose per timestamp. The four
+views of a source are one camera turned by fixed yaws, so:
+
+1. a pose backend estimates each configured view independently (long videos in overlapping
+   chunks, stitched: ``estimate_chunked``);
+2. the per-step motions of the views are rotated into the source camera's axes by their yaws and
+   fused (``fuse_views``): rotations by their chordal mean, translation directions by a robust
+   mean, step lengths by the median of each view's normalised step;
+3. each view's poses are derived from the fused source poses by its yaw (``derive_view``), so the
+   four views' motions agree by construction; the independent estimates are kept to flag clips
+   where the views disagree (``view_agreement``).
+
+Axes: OpenCV camera axes (x right, y down, z forward); extrinsics map world -> camera. A view of
+yaw ψ (positive turns right) has its axes rotated about the camera's y axis. The direction of
+travel relative to a view's heading is ``atan2(d_x, d_z)`` of the displacement ``d`` in that
+view's camera axes (0 = forward, +90 = right, ±180 = backward), as in ``schema.MOTION``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from vsi_wild.stages.backends.base import FrameBatch, PoseResult
+
+SAMPLE_STEP = 0.5
+
+
+class PoseParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    backend: str = Field("da3", description="pose_estimator backend: da3 (production) | twoview (CPU)")
+    views: list[str] = Field(
+        default_factory=lambda: ["front", "right", "back", "left"],
+        description="views estimated independently (fused into the source's motion; >= 2 to check agreement)",
+    )
+    chunk_frames: int = Field(64, ge=3, description="frames per backend call; chunks overlap by 2 frames")
+    frame_max_width: int = Field(640, ge=64, description="frames are downscaled to at most this width")
+    outlier_deg: float = Field(
+        60.0, gt=0, description="a view's step direction this far from the others' mean is left out of the fusion"
+    )
+    twoview_features: str = Field("sift", description="twoview backend: sift | orb")
+    camera_height: float | None = Field(
+        1.6,
+        description="the camera's height above the ground (metres). twoview scales its steps so that this "
+        "holds, and then reconcile locates objects where they meet the ground; null: not known",
+    )
+
+    def ground_height(self) -> float | None:
+        """The camera's height in the poses' own unit, when known: only twoview's poses are scaled by
+        it (da3's unit is that of its first window, not metres)."""
+        return self.camera_height if self.backend in METRIC_BACKENDS else None
+
+
+# Pose backends whose unit is set by ``PoseParams.camera_height``.
+METRIC_BACKENDS = ("twoview",)
+
+
+def yaw_matrix(yaw_deg: float) -> np.ndarray:
+    """M_v: view-camera coordinates -> source-camera coordinates (OpenCV axes), for a view turned
+    right by ``yaw_deg``. Its columns are the view's x, y, z axes in the source camera."""
+    a = math.radians(yaw_deg)
+    c, s = math.cos(a), math.sin(a)
+    return np.array([[c, 0.0, s], [0.0, 1.0, 0.0], [-s, 0.0, c]])
+
+
+@dataclass
+class Track:
+    """Poses of one camera at consecutive 2 FPS samples."""
+
+    sample_indices: np.ndarray  # (n,)
+    times: np.ndarray
+    frames: np.ndarray
+    fps: float
+    R: np.ndarray  # (n, 3, 3) world -> camera
+    C: np.ndarray  # (n, 3) centre in world
+    K: np.ndarray  # (n, 3, 3)
+    valid: np.ndarray  # (n,) bool
+    metric: np.ndarray | None = None  # (n,) bool: step i-1 -> i has a trusted length (see fuse_views)
+
+    @property
+    def extrinsics(self) -> np.ndarray:
+        t = -np.einsum("nij,nj->ni", self.R, self.C)
+        return np.concatenate([self.R, t[:, :, None]], axis=2)
+
+    def steps(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Per step k -> k+1: rotation cam_k -> cam_{k+1}, displacement in cam_k axes, validity."""
+        dR = np.einsum("nij,nkj->nik", self.R[1:], self.R[:-1])
+        d = np.einsum("nij,nj->ni", self.R[:-1], self.C[1:] - self.C[:-1])
+        ok = self.valid[1:] & self.valid[:-1]
+        return dR, d, ok
+
+
+def track_from_result(batch_meta: tuple, res: PoseResult) -> Track:
+    sample_indices, times, frames, fps = batch_meta
+    E = np.asarray(res.extrinsics, dtype=np.float64)
+    R = E[:, :, :3]
+    C = -np.einsum("nji,nj->ni", R, E[:, :, 3])
+    return Track(np.asarray(sample_indices), np.asarray(times, dtype=float), np.asarray(frames), float(fps),
+                 R, C, np.asarray(res.intrinsics, dtype=np.float64), np.asarray(res.valid, dtype=bool))
+
+
+def _project_so3(M: np.ndarray) -> np.ndarray:
+    U, _, Vt = np.linalg.svd(M)
+    D = np.diag([1.0, 1.0, np.sign(np.linalg.det(U @ Vt))])
+    return U @ D @ Vt
+
+
+# ------------------------------------------------------------------------------ chunking
+def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarray]], video_id: str, fps: float,
+                     chunk: int) -> Track:
+    """Run ``estimator`` over a stream of (k, t_k, frame_index, rgb) in chunks of ``chunk`` frames
+    overlapping by two, and stitch the chunks into one track (rigid alignment on the first shared
+    frame, scale from the shared step). Holds at most one chunk of images."""
+    assert chunk >= 3
+    ks, ts, fs = [], [], []
+    Rs, Cs, Ks, valid, metric = [], [], [], [], []
+    has_metric = False
+    buf: list[tuple[int, float, int, np.ndarray]] = []
+    first = True
+    scale = 1.0
+
+    def run(items):
+        nonlocal first, scale, has_metric
+        batch = FrameBatch(video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items],
+                           [x[0] for x in items], fps)
+        tr = track_from_result(([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps),
+                               estimator.estimate(batch))
+        # Backends that know which step lengths are metric say so (twoview: ground-plane scale).
+        m = getattr(estimator, "last_metric", None)
+        m = np.asarray(m, dtype=bool) if m is not None and len(m) == len(items) else None
+        has_metric = has_metric or m is not None
+        if first:
+            start = 0
+            R_al, C_al, s = np.eye(3), np.zeros(3), 1.0
+        else:
+            # Previous track's poses of the two shared frames: P_a, P_b (world), chunk's: Q_a, Q_b.
+            Ra, Ca, Cb = Rs[-2], Cs[-2], Cs[-1]
+            qa, qb = tr.C[0], tr.C[1]
+            prev_step = np.linalg.norm(Cb - Ca)
+            new_step = np.linalg.norm(qb - qa)
+            if prev_step > 1e-9 and new_step > 1e-9:
+                scale = prev_step / new_step
+            s = scale
+            # world = R_al^T-free form: X_world = A (X_chunk * s) + b with A = Ra^T tr.R[0]
+            A = Ra.T @ tr.R[0]
+            b = Ca - A @ (s * tr.C[0])
+            R_al, C_al = A, b
+            start = 2
+        for i in range(start, len(items)):
+            ks.append(items[i][0])
+            ts.append(items[i][1])
+            fs.append(items[i][2])
+            Rs.append(tr.R[i] @ R_al.T)
+            Cs.append(R_al @ (s * tr.C[i]) + C_al)
+            Ks.append(tr.K[i])
+            valid.append(bool(tr.valid[i]))
+            metric.append(bool(m[i]) if m is not None else False)
+        first = False
+
+    for item in frames:
+        buf.append(item)
+        if len(buf) == chunk:
+            run(buf)
+            buf = buf[-2:]
+    if len(buf) > 2 or (first and buf):
+        run(buf)
+    n = len(ks)
+    return Track(np.asarray(ks, dtype=np.int64), np.asarray(ts, dtype=float), np.asarray(fs, dtype=np.int64),
+                 float(fps), np.asarray(Rs).reshape(n, 3, 3), np.asarray(Cs).reshape(n, 3),
+                 np.asarray(Ks).reshape(n, 3, 3), np.asarray(valid, dtype=bool),
+                 np.asarray(metric, dtype=bool) if has_metric else None)
+
+
+# ------------------------------------------------------------------------------ fusion
+def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: float = 60.0,
+               turns: dict[int, np.ndarray] | None = None) -> Track:
+    """The source camera's track (axes of a yaw-0 view) from independent tracks of its views.
+
+    ``turns``: rotations (rig axes, ``x_{k+1} = R x_k``) of steps k -> k+1 that fewer than two
+    views could estimate (a turn too fast for a view to overlap itself), recovered by matching
+    across views (``stages.backends.twoview.rig_rotation``)."""
+    turns = turns or {}
+    if not tracks:
+        raise ValueError("no view tracks to fuse")
+    names = sorted(tracks)
+    ref = tracks[names[0]]
+    n = len(ref.sample_indices)
+    for v in names:
+        if not np.array_equal(tracks[v].sample_indices, ref.sample_indices):
+            raise ValueError(f"view {v}: its samples differ from view {names[0]}'s")
+    steps = {}
+    typicals = []
+    for v in names:
+        M = yaw_matrix(yaws[v])
+        dR, d, ok = tracks[v].steps()
+        dR_s = np.einsum("ij,njk,lk->nil", M, dR, M)
+        d_s = d @ M.T
+        mag = np.linalg.norm(d, axis=1)
+        moving = ok & (mag > 1e-9)
+        typical = float(np.median(mag[moving])) if moving.any() else 1.0
+        if moving.any():
+            typicals.append(typical)
+        steps[v] = (dR_s, d_s, ok, mag / typical)
+    # Each view's steps are normalised by its median step (monocular backends may give each view
+    # its own scale), then the fused steps are put back in the views' common unit when they share
+    # one (twoview's ground-plane scale: metres).
+    unit = float(np.median(typicals)) if typicals else 1.0
+    R = np.zeros((n, 3, 3))
+    C = np.zeros((n, 3))
+    valid = np.zeros(n, dtype=bool)
+    R[0] = np.eye(3)
+    valid[0] = any(tracks[v].valid[0] for v in names)
+    cos_out = math.cos(math.radians(outlier_deg))
+    for k in range(n - 1):
+        oks = [v for v in names if steps[v][2][k]]
+        if k in turns and len(oks) < 2:  # a fast turn: the rig's rotation, no translation
+            R[k + 1], C[k + 1] = turns[k] @ R[k], C[k]
+            valid[k + 1] = True
+            continue
+        if not oks:
+            R[k + 1], C[k + 1] = R[k], C[k]
+            continue
+        valid[k + 1] = True
+        dR = _project_so3(sum(steps[v][0][k] for v in oks))
+        mags = np.array([steps[v][3][k] for v in oks])
+        movers = [v for v in oks if steps[v][3][k] > 1e-9]
+        d = np.zeros(3)
+        if movers and np.median(mags) > 1e-9:
+            units = np.array([steps[v][1][k] / np.linalg.norm(steps[v][1][k]) for v in movers])
+            mean = units.sum(axis=0)
+            if len(units) >= 3 and np.linalg.norm(mean) > 1e-9:
+                keep = units @ (mean / np.linalg.norm(mean)) >= cos_out
+                if keep.sum() >= 2:
+                    mean = units[keep].sum(axis=0)
+            if np.linalg.norm(mean) > 1e-9:
+                d = mean / np.linalg.norm(mean) * float(np.median(mags)) * unit
+        # Step lengths a view measured against the ground (metric) beat everything else.
+        trusted = [float(np.linalg.norm(steps[v][1][k])) for v in oks
+                   if tracks[v].metric is not None and tracks[v].metric[k + 1]]
+        if trusted and np.linalg.norm(d) > 1e-12:
+            d = d / np.linalg.norm(d) * float(np.median(trusted))
+        R[k + 1] = dR @ R[k]
+        C[k + 1] = C[k] + R[k].T @ d
+    return Track(ref.sample_indices.copy(), ref.times.copy(), ref.frames.copy(), ref.fps, R, C, ref.K.copy(), valid)
+
+
+def weak_steps(tracks: dict[str, Track]) -> list[int]:
+    """Steps k -> k+1 that fewer than two views estimated."""
+    n = min(len(t.sample_indices) for t in tracks.values())
+    counts = np.zeros(max(n - 1, 0), dtype=int)
+    for t in tracks.values():
+        counts += t.valid[1:n] & t.valid[: n - 1]
+    return [int(k) for k in np.nonzero(counts < 2)[0]]
+
+
+def recover_turns(weak: list[int], frames: dict[str, dict[int, np.ndarray]], yaws: dict[str, float],
+                  hfov_deg: float) -> dict[int, np.ndarray]:
+    """Rotations of the weak steps (``weak_steps``; array positions = 2 FPS sample offsets) from
+    the frames around them, matched across views (``twoview.rig_rotation``)."""
+    from vsi_wild.stages.backends.twoview import TwoViewPoseEstimator, rig_rotation
+
+    est = TwoViewPoseEstimator(hfov_deg=hfov_deg)
+    out = {}
+    for k in weak:
+        before = {v: f[k] for v, f in frames.items() if k in f}
+        after = {v: f[k + 1] for v, f in frames.items() if k + 1 in f}
+        if before and after:
+            r = rig_rotation(est, before, after, yaws)
+            if r is not None:
+                out[k] = r[0]
+    return out
+
+
+@dataclass
+class ViewInput:
+    """One view of a source for ``estimate_source``: ``frames()`` opens a fresh stream of
+    (k, t_k, frame index, rgb) at 2 FPS (the estimate reads it once, the turn recovery maybe again)."""
+
+    video_id: str
+    yaw_deg: float
+    hfov_deg: float
+    fps: float
+    width: int  # the view's own width (intrinsics are returned in its pixels)
+    frames: Callable[[], Iterable[tuple[int, float, int, np.ndarray]]]
+
+
+def estimate_source(views: dict[str, ViewInput], make_estimator: Callable[[ViewInput], object], params: PoseParams,
+                    progress: Callable[[int, int], None] | None = None) -> tuple[Track, dict[str, Track]]:
+    """The pose stage's work for one source: each view estimated alone (``estimate_chunked``),
+    steps that fewer than two views managed recovered across the rig (``recover_turns``), the
+    views fused (``fuse_views``). Returns the fused (source) track and the views' own tracks."""
+    tracks: dict[str, Track] = {}
+    frame_w: dict[str, int] = {}
+    for v, vi in views.items():
+        first_w = []
+
+        def stream(vi=vi, first_w=first_w):
+            for item in vi.frames():
+                if not first_w:
+                    first_w.append(item[3].shape[1])
+                yield item
+
+        tr = estimate_chunked(make_estimator(vi), stream(), vi.video_id, vi.fps, params.chunk_frames)
+        if len(tr.sample_indices) and first_w and first_w[0] != vi.width:
+            s = vi.width / first_w[0]  # intrinsics back to the view's own pixels
+            tr.K = np.einsum("ij,njk->nik", np.diag([s, s, 1.0]), tr.K)
+        tracks[v] = tr
+        frame_w[v] = first_w[0] if first_w else vi.width
+        if progress:
+            progress(len(tracks), len(views))
+    yaws = {v: vi.yaw_deg for v, vi in views.items()}
+    turns: dict[int, np.ndarray] = {}
+    weak = weak_steps(tracks) if len(tracks) > 1 else []
+    if weak:
+        first = int(next(iter(tracks.values())).sample_indices[0])
+        need = {first + k for k in weak} | {first + k + 1 for k in weak}
+        frames = {v: {k - first: rgb for k, _t, _i, rgb in vi.frames() if k in need} for v, vi in views.items()}
+        turns = recover_turns(weak, frames, yaws, next(iter(views.values())).hfov_deg)
+    return fuse_views(tracks, yaws, params.outlier_deg, turns), tracks
+
+
+def derive_view(source: Track, yaw_deg: float, K: np.ndarray | None = None) -> Track:
+    """The track of the view of yaw ``yaw_deg`` of a source camera: same centres, axes turned."""
+    Mt = yaw_matrix(yaw_deg).T
+    R = np.einsum("ij,njk->nik", Mt, source.R)
+    Ks = source.K if K is None else np.broadcast_to(K, source.K.shape).copy()
+    return Track(source.sample_indices.copy(), source.times.copy(), source.frames.copy(), source.fps, R,
+                 source.C.copy(), Ks, source.valid.copy())
+
+
+def pose_rows(video_id: str, track: Track, backend: str) -> list[dict]:
+    """schema.POSES rows."""
+    E = track.extrinsics
+    return [{
+        "video_id": video_id, "sample_index": int(track.sample_indices[i]), "time": float(track.times[i]),
+        "frame": int(track.frames[i]), "fps": float(track.fps), "extrinsics": E[i].ravel().tolist(),
+        "intrinsics": track.K[i].ravel().tolist(), "x": float(track.C[i, 0]), "y": float(track.C[i, 1]),
+        "z": float(track.C[i, 2]), "valid": bool(track.valid[i]), "backend": backend,
+    } for i in range(len(track.sample_indices))]
+
+
+def track_from_rows(rows: Sequence[dict]) -> Track:
+    rows = sorted(rows, key=lambda r: r["sample_index"])
+    n = len(rows)
+    E = np.array([r["extrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 4)
+    R = E[:, :, :3]
+    C = -np.einsum("nji,nj->ni", R, E[:, :, 3])
+    return Track(np.array([r["sample_index"] for r in rows], dtype=np.int64), np.array([r["time"] for r in rows]),
+                 np.array([r["frame"] for r in rows], dtype=np.int64), float(rows[0]["fps"]) if rows else 0.0,
+                 R, C, np.array([r["intrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 3),
+                 np.array([r["valid"] for r in rows], dtype=bool))
+
+
+# ------------------------------------------------------------------------------ motion
+def motion_vectors(track: Track) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sample: direction of travel relative to the camera's heading (degrees, NaN when
+    unknown), horizontal speed (units per second) and validity. Central differences over the
+    neighbouring samples (forward/backward at the ends), in the camera axes of the sample itself."""
+    n = len(track.sample_indices)
+    angle = np.full(n, np.nan)
+    speed = np.zeros(n)
+    ok = np.zeros(n, dtype=bool)
+    for i in range(n):
+        if not track.valid[i]:
+            continue
+        a = i - 1 if i > 0 and track.valid[i - 1] else i
+        b = i + 1 if i + 1 < n and track.valid[i + 1] else i
+        if a == b:
+            continue
+        dt = track.times[b] - track.times[a]
+        d = track.R[i] @ (track.C[b] - track.C[a])
+        h = math.hypot(d[0], d[2])
+        speed[i] = h / dt if dt > 0 else 0.0
+        ok[i] = True
+        if h > 1e-12:
+            angle[i] = math.degrees(math.atan2(d[0], d[2]))
+    return angle, speed, ok
+
+
+def wrap(a):
+    return (np.asarray(a) + 180.0) % 360.0 - 180.0

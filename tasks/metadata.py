@@ -1,0 +1,386 @@
+"""The metadata stages (the paper's A.2): I/O around ``stages.candidates``, ``detect``, ``segment``,
+``pose`` and ``metadata``.
+
+    candidates (video)  keyframes + seed list + proposals file -> canonical concepts
+    detect     (video)  2 FPS open-vocabulary detections, occurrence statistics, frequency filter
+    segment    (clip)   instance masks (COCO RLE) of the kept concepts, one clip at a time
+    pose       (source) per-view poses, fused into the source's, derived back per view
+    reconcile  (video)  clip-local instances -> global instances, every merge decision recorded
+    metadata   (video)  derived instances and motion, human fixes applied
+
+Only ``candidates`` (the proposals file) and ``metadata`` (the fix file) read files outside the
+store; their fingerprints are part of the units' cache keys, so editing one video's fix file
+recomputes that video's metadata and what depends on it, and nothing else.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import cv2
+import numpy as np
+
+from vsi_wild import ids, schema
+from vsi_wild.config import Config
+from vsi_wild.errors import Skip, UnitError
+from vsi_wild.stages import candidates as cand
+from vsi_wild.stages import detect as det
+from vsi_wild.stages import fixes as fx
+from vsi_wild.stages import metadata as meta
+from vsi_wild.stages import pose as po
+from vsi_wild.stages import segment as seg
+from vsi_wild.stages.backends import base as backends
+from vsi_wild.stages.backends import groundtruth as _groundtruth  # noqa: F401  (registers "groundtruth")
+from vsi_wild.stages.backends import twoview as _twoview  # noqa: F401  (registers "twoview")
+from vsi_wild.store import Store, UnitRef
+from vsi_wild.tasks.engine import Job, Plan, Stage
+
+VIEWS_FILE = "views.parquet"
+SAMPLE_FPS = 2.0
+
+
+# ------------------------------------------------------------------------------ helpers
+def _raw_path(store: Store, folder: str) -> str:
+    """A configured folder of human inputs: absolute, or relative to the data root."""
+    return folder if Path(folder).is_absolute() or "://" in folder else store.path(folder)
+
+
+def _read_raw(store: Store, path: str) -> bytes | None:
+    return store.fs.cat_file(path) if store.fs.exists(path) else None
+
+
+def _proposals_file(store: Store, config: Config, video_id: str) -> tuple[str, bytes] | None:
+    folder = _raw_path(store, config.candidates.proposals_dir)
+    for ext in (".txt", ".json"):
+        p = f"{folder}/{video_id}{ext}"
+        data = _read_raw(store, p)
+        if data is not None:
+            return p, data
+    return None
+
+
+def _fix_file(store: Store, config: Config, video_id: str) -> tuple[str, bytes] | None:
+    p = f"{_raw_path(store, config.metadata.fixes_dir)}/{video_id}.yaml"
+    data = _read_raw(store, p)
+    return (p, data) if data is not None else None
+
+
+def _digest(found: tuple[str, bytes] | None) -> str:
+    return hashlib.sha256(found[1]).hexdigest() if found else "none"
+
+
+def _view_row(job: Job, video_id: str) -> dict:
+    views = job.read("project", VIEWS_FILE).to_pylist()
+    for r in views:
+        if r["video_id"] == video_id:
+            return r
+    raise UnitError(f"{VIEWS_FILE} of {ids.split_video_id(video_id)[0]} has no row for {video_id}")
+
+
+def _backend(kind: str, name: str, job: Job, source_id: str, **cpu_kw) -> object:
+    """Build a backend by name: production ones from the ``models`` section, ``groundtruth``
+    from the sample's truth tables, CPU ones from ``cpu_kw``."""
+    if name == "groundtruth":
+        from vsi_wild.tasks.sample import load_truth
+
+        return backends.create(kind, name, visibility=load_truth(job.store, source_id)["visibility"])
+    if name in backends.available(kind) and name in ("twoview",):
+        return backends.create(kind, name, **cpu_kw)
+    import vsi_wild.stages.backends  # noqa: F401  (production backends register on import)
+
+    return backends.create(kind, name, params=getattr(job.config, "models", None))
+
+
+def _frames(path: Path, start: float | None = None, end: float | None = None,
+            max_width: int | None = None) -> Iterator[tuple[int, float, int, np.ndarray]]:
+    """(k, t_k, frame index, rgb) of the shared 2 FPS sampler, optionally within [start, end)."""
+    from vsi_wild.stages.video_io import sample_frames
+
+    kw = {}
+    sig = inspect.signature(sample_frames).parameters
+    if start is not None and "start" in sig:  # a sampler that can seek saves decoding the prefix
+        kw = {"start": start, "end": end}
+    for k, t, idx, _ft, rgb in sample_frames(path, SAMPLE_FPS, **kw):
+        if start is not None and t < start - 1e-9:
+            continue
+        if end is not None and t >= end - 1e-9:
+            break
+        if max_width and rgb.shape[1] > max_width:
+            s = max_width / rgb.shape[1]
+            rgb = cv2.resize(rgb, (max_width, max(2, round(rgb.shape[0] * s))), interpolation=cv2.INTER_AREA)
+        yield k, t, idx, rgb
+
+
+# ------------------------------------------------------------------------------ candidates
+def _candidates_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
+    return {"proposals": _digest(_proposals_file(store, config, unit))}
+
+
+def run_candidates(job: Job) -> None:
+    p: cand.CandidatesParams = job.config.candidates
+    vid = job.unit
+    source_id, _ = ids.split_video_id(vid)
+    view = _view_row(job, vid)
+    video = job.file("project", f"{vid}.mp4")
+    # Keyframes for whoever writes the proposals (an MLLM or a person).
+    times = cand.keyframe_times(float(view["duration_s"]), p.n_keyframes)
+    kf_rows, paths = [], []
+    for j, (t, frame, rgb) in enumerate(cand.extract_keyframes(video, times, p.keyframe_max_width)):
+        name = f"keyframes/{vid}_{j:02d}.jpg"
+        cv2.imwrite(str(job.out.path(name)), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
+        paths.append(job.out.path(name))
+        kf_rows.append({"video_id": vid, "index": j, "time": t, "frame": frame, "fps": float(view["fps"]), "path": name})
+    job.out.write_table("keyframes.parquet", schema.table(schema.KEYFRAMES, kf_rows))
+
+    proposals: list[str] = []
+    found = _proposals_file(job.store, job.config, vid)
+    if found is not None:
+        proposals = cand.parse_proposals(found[1].decode("utf-8", errors="replace"), found[0])
+    if p.mllm_plugin:
+        proposals += [cand.normalise_term(t) for t in cand.load_plugin(p.mllm_plugin)(vid, paths)]
+        job.out.path("mllm_proposals.txt").write_text("\n".join(proposals) + "\n")
+    embedder = _backend("text_embedder", p.embedder, job, source_id)
+    rows = [
+        {"video_id": vid, "term": c.term, "origin": c.origin, "concept": c.concept, "similarity": c.similarity,
+         "embedder": p.embedder, "threshold": p.threshold()}
+        for c in cand.normalise(p.seeds, proposals, embedder.embed, p.threshold())
+    ]
+    job.out.write_table("candidates.parquet", schema.table(schema.CANDIDATES, rows))
+
+
+CANDIDATES = Stage(
+    name="candidates", version="1", unit_kind="video", run=run_candidates, needs=("project",),
+    sections=("candidates",), raw_inputs=_candidates_raw,
+    description="Candidate objects: seed list + per-video proposals, normalised by text-embedding similarity",
+)
+
+
+# ------------------------------------------------------------------------------ detect
+def run_detect(job: Job) -> None:
+    p: det.DetectParams = job.config.detect
+    vid = job.unit
+    source_id, _ = ids.split_video_id(vid)
+    concepts = list(dict.fromkeys(job.read("candidates", "candidates.parquet")["concept"].to_pylist()))
+    view = _view_row(job, vid)
+    detector = _backend("open_vocab_detector", p.backend, job, source_id)
+    rows: list[dict] = []
+    n = 0
+    buf: list = []
+    total = seg.n_samples(float(view["duration_s"]))
+
+    def flush() -> None:
+        batch = backends.FrameBatch(vid, [b[3] for b in buf], [b[1] for b in buf], [b[2] for b in buf],
+                                    [b[0] for b in buf], float(view["fps"]))
+        rows.extend(det.detection_rows(vid, batch, detector.detect(batch, concepts) if concepts else
+                                       [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in buf], p.backend))
+        buf.clear()
+
+    for item in _frames(job.file("project", f"{vid}.mp4")):
+        buf.append(item)
+        n += 1
+        if len(buf) == p.batch_frames:
+            flush()
+            job.progress(n, total, "frames")
+    if buf:
+        flush()
+    stats = det.occurrence_stats(concepts, rows, n, p)
+    job.out.write_table("detections.parquet", schema.table(schema.DETECTIONS, rows))
+    job.out.write_table("concept_stats.parquet", schema.table(schema.CONCEPT_STATS, det.stats_rows(vid, stats)))
+
+
+DETECT = Stage(
+    name="detect", version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
+    sections=("detect",), gpu=True,
+    description="Open-vocabulary detection at 2 FPS, occurrence statistics and the frequency filter",
+)
+
+
+# ------------------------------------------------------------------------------ segment
+def _segment_units(plan: Plan, stage: Stage) -> list[str]:
+    """The clips of every projected video, from the project stage's views.parquet durations."""
+    clip_s = plan.config.segment.clip_seconds
+    out = []
+    for source, (key, _fp) in plan.current.get("project", {}).items():
+        views = plan.store.read_table(UnitRef("project", source, key), VIEWS_FILE).to_pylist()
+        for v in views:
+            for c in seg.clip_spans(float(v["duration_s"]), clip_s):
+                out.append(ids.clip_id(v["video_id"], c.index))
+    return out
+
+
+def run_segment(job: Job) -> None:
+    p: seg.SegmentParams = job.config.segment
+    vid, index = ids.split_clip_id(job.unit)
+    source_id, _ = ids.split_video_id(vid)
+    view = _view_row(job, vid)
+    spans = {c.index: c for c in seg.clip_spans(float(view["duration_s"]), p.clip_seconds)}
+    if index not in spans:
+        raise Skip(f"clip {index} is past the end of {vid}")
+    span = spans[index]
+    stats = job.read("detect", "concept_stats.parquet").to_pylist()
+    concepts = [r["concept"] for r in stats if r["kept"]]
+    inst_rows: list[dict] = []
+    seg_rows: list[dict] = []
+    if concepts:
+        segmenter = _backend("segmenter", p.backend, job, source_id)
+        with tempfile.TemporaryDirectory(prefix="vsi-clip-") as tmp:
+            paths, ks, ts, fs = [], [], [], []
+            for k, t, idx, rgb in _frames(job.file("project", f"{vid}.mp4"), span.start, span.end, p.frame_max_width):
+                path = Path(tmp) / f"{len(paths):05d}.jpg"
+                cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
+                paths.append(path)
+                ks.append(k)
+                ts.append(t)
+                fs.append(idx)
+                job.progress(len(paths), span.n_samples, "frames")
+            batch = backends.FrameBatch(vid, seg.JpegFrames(paths), ts, fs, ks, float(view["fps"]))
+            records = segmenter.segment(batch, concepts)
+            seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
+    job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
+    job.out.write_table("instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
+
+
+SEGMENT = Stage(
+    name="segment", version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
+    sections=("segment",), gpu=True, units=_segment_units,
+    description="Instance masks of the kept concepts, one clip at a time (COCO RLE, clip-local ids)",
+)
+
+
+# ------------------------------------------------------------------------------ pose
+def run_pose(job: Job) -> None:
+    p: po.PoseParams = job.config.pose
+    source_id = job.unit
+    views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
+    wanted = [v for v in p.views if v in views]
+    if not wanted:
+        raise UnitError(f"pose.views {p.views} names none of the projected views {sorted(views)}")
+    inputs = {
+        v: po.ViewInput(views[v]["video_id"], float(views[v]["yaw_deg"]), float(views[v]["hfov_deg"]),
+                        float(views[v]["fps"]), int(views[v]["width"]),
+                        lambda path=job.file("project", views[v]["path"]): _frames(path, max_width=p.frame_max_width))
+        for v in wanted}
+    fused, tracks = po.estimate_source(
+        inputs,
+        lambda vi: _backend("pose_estimator", p.backend, job, source_id, hfov_deg=vi.hfov_deg,
+                            features=p.twoview_features, camera_height=p.camera_height),
+        p, lambda d, t: job.progress(d, t, "views"))
+    pose_rows, indep_rows = [], []
+    for v, row in sorted(views.items()):
+        K = tracks[v].K[0] if v in tracks and len(tracks[v].K) else fused.K[0] if len(fused.K) else np.eye(3)
+        pose_rows += po.pose_rows(row["video_id"], po.derive_view(fused, float(row["yaw_deg"]), K), p.backend)
+    for v, tr in sorted(tracks.items()):
+        indep_rows += po.pose_rows(views[v]["video_id"], tr, f"{p.backend}:independent")
+    job.out.write_table("poses.parquet", schema.table(schema.POSES, pose_rows))
+    job.out.write_table("view_poses.parquet", schema.table(schema.POSES, indep_rows))
+
+
+POSE = Stage(
+    name="pose", version="1", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
+    description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
+)
+
+
+# ------------------------------------------------------------------------------ reconcile
+def _video_poses(job: Job, vid: str) -> seg.Poses | None:
+    t = job.read("pose", "poses.parquet")
+    rows = [r for r in t.to_pylist() if r["video_id"] == vid]
+    return seg.Poses.from_rows(rows) if rows else None
+
+
+def run_reconcile(job: Job) -> None:
+    vid = job.unit
+    view = _view_row(job, vid)
+    clip_s = job.config.segment.clip_seconds
+    clips = seg.clip_spans(float(view["duration_s"]), clip_s)
+    inst_rows, seg_rows = [], []
+    for unit in sorted(job.refs("segment")):
+        inst_rows += job.read("segment", "instances.parquet", unit).to_pylist()
+        seg_rows += job.read("segment", "segments.parquet", unit).select(
+            ["clip_index", "local_id", "sample_index", "time", "frame", "fps", "x0", "y0", "x1", "y1", "area",
+             "image_width", "image_height"]).to_pylist()
+    # Boxes to the view's own pixels (segmentation may have run on downscaled frames).
+    for r in seg_rows:
+        s = float(view["width"]) / float(r["image_width"])
+        if s != 1.0:
+            r.update(x0=r["x0"] * s, y0=r["y0"] * s, x1=r["x1"] * s, y1=r["y1"] * s, area=int(round(r["area"] * s * s)))
+        r.update(image_width=int(view["width"]), image_height=int(view["height"]))
+    instances = seg.load_clip_instances(inst_rows, seg_rows)
+    result = seg.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid),
+                           camera_height=job.config.pose.ground_height())
+    job.out.write_table("clips.parquet", schema.table(schema.CLIP_SPANS, [
+        {"video_id": vid, "clip_index": c.index, "start": c.start, "end": c.end, "first_sample": c.first_sample,
+         "n_samples": c.n_samples} for c in clips]))
+    job.out.write_table("clip_instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
+    job.out.write_table("merge_decisions.parquet", schema.table(schema.MERGE_DECISIONS, result.decisions))
+    job.out.write_table("members.parquet", schema.table(schema.INSTANCE_MEMBERS, result.members))
+    job.out.write_table("observations_auto.parquet", schema.table(schema.OBSERVATIONS, result.observations))
+    insts = meta.instances_from_observations(result.observations)
+    auto = meta.instance_rows(vid, insts.values(), float(view["fps"]), job.config.metadata, _video_poses(job, vid),
+                              job.config.pose.ground_height(), (int(view["width"]), int(view["height"])),
+                              job.config.reconcile.level_views)
+    job.out.write_table("instances_auto.parquet", schema.table(schema.INSTANCES, auto))
+
+
+RECONCILE = Stage(
+    name="reconcile", version="1", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    sections=("segment", "reconcile", "metadata", "pose"),
+    description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
+)
+
+
+# ------------------------------------------------------------------------------ metadata
+def _metadata_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
+    return {"fixes": _digest(_fix_file(store, config, unit))}
+
+
+def run_metadata(job: Job) -> None:
+    p: meta.MetadataParams = job.config.metadata
+    vid = job.unit
+    source_id, view_name = ids.split_video_id(vid)
+    view = _view_row(job, vid)
+    views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
+    duration, fps = float(view["duration_s"]), float(view["fps"])
+    found = _fix_file(job.store, job.config, vid)
+    fixset = fx.parse_fix_text(found[1].decode("utf-8", errors="replace"), found[0], vid) if found else fx.FixSet.empty(vid)
+
+    # Motion of this view, and whether the four views' independent estimates agree.
+    pose_rows = job.read("pose", "poses.parquet").to_pylist()
+    track = po.track_from_rows([r for r in pose_rows if r["video_id"] == vid])
+    clips = meta.motion_clips(duration, p.motion_clip_seconds)
+    samples = meta.motion_samples(vid, track, p)
+    indep_rows = job.read("pose", "view_poses.parquet").to_pylist()
+    independent = {}
+    for v, row in views.items():
+        rows = [r for r in indep_rows if r["video_id"] == row["video_id"]]
+        if rows:
+            independent[v] = po.track_from_rows(rows)
+    fused = meta.source_track_from_view(track, float(view["yaw_deg"]))
+    agreement_rows, agreement = meta.view_agreement(source_id, fused, independent,
+                                                    {v: float(r["yaw_deg"]) for v, r in views.items()}, clips, p)
+    motion = meta.motion_rows(vid, samples, clips, p, agreement)
+
+    derived = meta.apply_fixes(
+        vid, fixset, job.read("reconcile", "observations_auto.parquet").to_pylist(),
+        job.read("reconcile", "members.parquet").to_pylist(), motion, samples, duration, fps, p,
+        seg.Poses.from_rows([r for r in pose_rows if r["video_id"] == vid]), job.config.segment.clip_seconds,
+        job.config.pose.ground_height(), (int(view["width"]), int(view["height"])), job.config.reconcile.level_views)
+    job.out.write_table("instances.parquet", schema.table(schema.INSTANCES, derived.instances))
+    job.out.write_table("observations.parquet", schema.table(schema.OBSERVATIONS, derived.observations))
+    job.out.write_table("motion.parquet", schema.table(schema.MOTION, derived.motion))
+    job.out.write_table("motion_samples.parquet", schema.table(schema.MOTION_SAMPLES, samples))
+    job.out.write_table("view_agreement.parquet", schema.table(schema.VIEW_AGREEMENT, agreement_rows))
+    job.out.write_table("fixes_applied.parquet", schema.table(schema.FIXES_APPLIED, derived.applied))
+
+
+METADATA = Stage(
+    name="metadata", version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
+    sections=("metadata", "segment", "pose", "reconcile"), raw_inputs=_metadata_raw,
+    description="Derived instances and motion of one video, with its human fixes applied",
+)
+
+STAGES = [CANDIDATES, DETECT, SEGMENT, POSE, RECONCILE, METADATA]

@@ -1,0 +1,176 @@
+"""Human fixes: every correction changes the derived metadata as stated; a bad file changes nothing."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from vsi_wild.stages import fixes as fx
+from vsi_wild.stages import metadata as meta
+
+VID = "sample-x_front"
+FPS = 8.0
+
+
+def obs(iid, concept, samples):
+    return [{"video_id": VID, "instance_id": iid, "concept": concept, "sample_index": k, "time": k / 2, "frame": 4 * k,
+             "fps": FPS, "x0": 1.0, "y0": 2.0, "x1": 30.0, "y1": 40.0, "area": 100, "origin": "auto"} for k in samples]
+
+
+def auto():
+    """Automatic metadata of a 70 s video in 30 s clips: two chairs (one per visit), a couch seen
+    in clips 0 and 1, and two motion clips."""
+    observations = obs(1, "chair", range(0, 10)) + obs(2, "chair", range(100, 110)) + \
+        obs(3, "couch", list(range(20, 31)) + list(range(70, 76)))
+    members = [
+        {"video_id": VID, "instance_id": 1, "concept": "chair", "clip_index": 0, "local_id": 5, "first_time": 0.0, "last_time": 4.5},
+        {"video_id": VID, "instance_id": 2, "concept": "chair", "clip_index": 1, "local_id": 2, "first_time": 50.0, "last_time": 54.5},
+        {"video_id": VID, "instance_id": 3, "concept": "couch", "clip_index": 0, "local_id": 7, "first_time": 10.0, "last_time": 15.0},
+        {"video_id": VID, "instance_id": 3, "concept": "couch", "clip_index": 1, "local_id": 9, "first_time": 35.0, "last_time": 37.5},
+    ]
+    motion = [
+        {"video_id": VID, "clip_index": i, "clip_start": 30.0 * i, "clip_end": min(30.0 * (i + 1), 70.0),
+         "state": "ok", "pivot_time": 30.0 * i + 10, "pivot_frame": int((30 * i + 10) * FPS), "fps": FPS,
+         "angle_deg": 0.0, "speed": 1.0, "stability": 0.95, "views_consistent": True, "reason": "auto", "origin": "auto"}
+        for i in range(3)]
+    samples = [{"video_id": VID, "sample_index": k, "time": k / 2, "frame": 4 * k, "fps": FPS, "clip_index": int(k // 60),
+                "angle_deg": 30.0, "speed": 1.0, "stability": 0.9, "moving": True, "candidate": True} for k in range(140)]
+    return observations, members, motion, samples
+
+
+def apply(text: str):
+    fs = fx.parse_fix_text(text, f"fixes/{VID}.yaml", VID)
+    o, m, mo, s = auto()
+    return meta.apply_fixes(VID, fs, o, m, mo, s, 70.0, FPS, meta.MetadataParams(span_gap_s=1.0), clip_seconds=30.0)
+
+
+def by_id(d):
+    return {r["instance_id"]: r for r in d.instances}
+
+
+def test_no_fixes_gives_the_automatic_metadata():
+    d = apply(f"video_id: {VID}\nfixes: []\n")
+    got = by_id(d)
+    assert sorted(got) == [1, 2, 3] and all(r["origin"] == "auto" for r in got.values())
+    assert got[3]["spans"] == [{"start": 10.0, "end": 15.0}, {"start": 35.0, "end": 37.5}]
+    assert (got[1]["first_time"], got[1]["last_time"], got[1]["n_observations"]) == (0.0, 4.5, 10)
+    assert d.applied == []
+
+
+def test_merge_two_instances():
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [2, 1]\n    note: same chair\n")
+    got = by_id(d)
+    assert sorted(got) == [1, 3]  # the merged instance keeps the smaller id
+    c = got[1]
+    assert (c["concept"], c["first_time"], c["last_time"], c["n_observations"], c["origin"]) == ("chair", 0.0, 54.5, 20, "fix")
+    assert c["spans"] == [{"start": 0.0, "end": 4.5}, {"start": 50.0, "end": 54.5}]
+    assert {o["instance_id"] for o in d.observations} == {1, 3}
+    assert d.applied[0]["op"] == "merge" and d.applied[0]["line"] == 3
+
+
+def test_rename_a_concept():
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: couch\n    to: sofa\n")
+    got = by_id(d)
+    assert got[3]["concept"] == "sofa" and got[3]["origin"] == "fix"
+    assert {o["concept"] for o in d.observations if o["instance_id"] == 3} == {"sofa"}
+    assert got[1]["concept"] == "chair"
+
+
+def test_add_a_missed_instance():
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: add_instance\n    concept: chair\n    spans: [[60, 61], [65.2, 65.2]]\n")
+    got = by_id(d)
+    new = got[4]  # after the largest automatic id
+    assert (new["concept"], new["first_time"], new["last_time"], new["origin"]) == ("chair", 60.0, 65.2, "fix")
+    assert new["n_observations"] == 3  # 60, 60.5, 61; a span between samples still marks the appearance
+    assert new["spans"] == [{"start": 60.0, "end": 61.0}, {"start": 65.2, "end": 65.2}]
+    assert sum(r["concept"] == "chair" for r in d.instances) == 3
+
+
+def test_recalibrate_appearance_order():
+    # the second chair was really there from 5 s on: the first-appearance order changes
+    before = [r["instance_id"] for r in apply(f"video_id: {VID}\nfixes: []\n").instances]
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: set_appearance\n    instance: 2\n    first_time: 5.0\n")
+    after = [r["instance_id"] for r in d.instances]
+    assert before == [1, 3, 2] and after == [1, 2, 3]
+    assert by_id(d)[2]["first_time"] == 5.0 and by_id(d)[2]["spans"] == [{"start": 5.0, "end": 54.5}]
+    # moving the last appearance earlier trims the spans
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: set_appearance\n    instance: 3\n    last_time: 12.0\n")
+    assert by_id(d)[3]["spans"] == [{"start": 10.0, "end": 12.0}] and by_id(d)[3]["last_time"] == 12.0
+    # a first appearance after the last is refused
+    with pytest.raises(fx.FixError, match="after the last"):
+        apply(f"video_id: {VID}\nfixes:\n  - op: set_appearance\n    instance: 1\n    first_time: 16.0\n")
+
+
+def test_remove_and_split():
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 2\n"
+              f"  - op: split\n    clip: 1\n    local_id: 9\n")
+    got = by_id(d)
+    assert 2 not in got
+    assert (got[3]["first_time"], got[3]["last_time"]) == (10.0, 15.0)
+    assert (got[4]["concept"], got[4]["first_time"], got[4]["last_time"]) == ("couch", 35.0, 37.5)
+
+
+def test_motion_pivot_angle_and_none():
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    state: none\n"
+              f"  - op: motion\n    clip: 0\n    pivot_time: 12.2\n    angle_deg: -90\n"
+              f"  - op: motion\n    clip: 2\n    pivot_time: 61\n")
+    m = {r["clip_index"]: r for r in d.motion}
+    assert m[1]["state"] == "none" and m[1]["pivot_time"] is None and m[1]["angle_deg"] is None and m[1]["origin"] == "fix"
+    assert (m[0]["state"], m[0]["pivot_time"], m[0]["pivot_frame"], m[0]["angle_deg"]) == ("ok", 12.0, 96, -90.0)
+    assert (m[2]["pivot_time"], m[2]["angle_deg"]) == (61.0, 30.0)  # angle read from the motion samples
+    assert m[0]["origin"] == "fix"
+
+
+@pytest.mark.parametrize("body,line,field,why", [
+    ("  - op: merge\n    instances: [1, 99]\n", 4, "instances", "no instance 99"),
+    ("  - op: merge\n    instances: [1, 3]\n", 4, "instances", "different concepts"),
+    ("  - op: rename_concept\n    from: table\n    to: desk\n", 4, "from", "no instance has concept 'table'"),
+    ("  - op: motion\n    clip: 7\n    state: none\n", 4, "clip", "no motion clip 7"),
+    ("  - op: motion\n    clip: 0\n    pivot_time: 45\n", 5, "pivot_time", "outside clip 0"),
+    ("  - op: add_instance\n    concept: cup\n    spans: [[60, 90]]\n", 5, "spans", "ends after the video"),
+    ("  - op: remove_instance\n    instance: 1\n  - op: set_appearance\n    instance: 1\n    first_time: 3\n",
+     6, "instance", "was removed by the fix at line 3"),
+    ("  - op: split\n    clip: 0\n    local_id: 5\n", 5, "local_id", "nothing to split"),
+])
+def test_bad_fixes_name_file_line_and_field(body, line, field, why):
+    o, m, mo, s = auto()
+    snapshot = copy.deepcopy((o, m, mo, s))
+    text = f"video_id: {VID}\nfixes:\n" + body
+    fs = fx.parse_fix_text(text, f"fixes/{VID}.yaml", VID)
+    with pytest.raises(fx.FixError) as e:
+        meta.apply_fixes(VID, fs, o, m, mo, s, 70.0, FPS, meta.MetadataParams(), clip_seconds=30.0)
+    msg = str(e.value)
+    assert msg.startswith(f"fixes/{VID}.yaml:{line}: field '{field}':"), msg
+    assert why in msg
+    assert (o, m, mo, s) == snapshot  # the automatic metadata is untouched
+
+
+@pytest.mark.parametrize("text,line,field", [
+    (f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1, x]\n", 4, "instances.1"),
+    (f"video_id: {VID}\nfixes:\n  - op: mrege\n    instances: [1, 2]\n", 3, "op"),
+    (f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: a\n    too: b\n", 5, "too"),
+    (f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    state: none\n    angle_deg: 30\n", 6, "angle_deg"),
+    (f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    angle_deg: 180\n", 5, "angle_deg"),
+    (f"video_id: {VID}\nfixes:\n  - op: set_appearance\n    instance: 1\n    first_time: 5\n    last_time: 2\n", 6, "last_time"),
+    (f"video_id: other_front\nfixes: []\n", 1, "video_id"),
+    (f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1\n", None, None),
+    (f"video_id: {VID}\nextra: 1\nfixes: []\n", 2, "extra"),
+])
+def test_invalid_files_are_rejected_with_file_line_and_field(text, line, field):
+    with pytest.raises(fx.FixError) as e:
+        fx.parse_fix_text(text, "f.yaml", VID)
+    err = e.value
+    assert err.file == "f.yaml" and err.field == field
+    if line is not None:
+        assert err.line == line
+    assert str(e.value).startswith("f.yaml:")
+
+
+def test_fingerprint_follows_the_file(tmp_path):
+    p = tmp_path / f"{VID}.yaml"
+    assert fx.fingerprint(p) == "none"
+    p.write_text(f"video_id: {VID}\nfixes: []\n")
+    a = fx.fingerprint(p)
+    p.write_text(f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n")
+    assert fx.fingerprint(p) != a != "none"
