@@ -46,7 +46,8 @@ class Stage:
     ``run`` does the I/O of one unit: it reads upstream outputs through the ``Job``, calls the pure
     functions of ``stages/`` and writes its files with ``job.out``. ``units`` enumerates the units
     of this stage when the default (derived from the upstream stages' units) does not fit.
-    ``raw_inputs`` returns fingerprints of inputs that live outside the store.
+    ``raw_inputs`` returns fingerprints of inputs that live outside the store; ``publish`` runs
+    after the output is complete (computed or cached).
     """
 
     name: str
@@ -59,6 +60,9 @@ class Stage:
     description: str = ""
     units: Callable[[Plan, Stage], list[str]] | None = None
     raw_inputs: Callable[[Config, Store, str], dict[str, str]] | None = None
+    # Called after the unit's output is complete, computed or cached (idempotent): e.g. register
+    # a generated or downloaded video as a source once it is in its final place.
+    publish: Callable[[Store, Config, UnitRef], None] | None = None
 
 
 @dataclass
@@ -146,6 +150,7 @@ class Plan:
     current: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # stage -> unit -> (key, fp)
     enumerated: dict[str, list[str]] = field(default_factory=dict)
     outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+    _sources: list[str] | None = field(default=None, repr=False)
 
     @classmethod
     def load(cls, config: Config, store: Store, stages: Iterable[Stage], **kw: Any) -> Plan:
@@ -195,7 +200,10 @@ class Plan:
         return list(getattr(project, "views", None) or ids.VIEWS)
 
     def sources(self) -> list[str]:
-        return self.store.registry()["source_id"].to_pylist()
+        """Registered source ids (read once per plan: registration happens before a run)."""
+        if self._sources is None:
+            self._sources = self.store.registry()["source_id"].to_pylist()
+        return self._sources
 
     # -------------------------------------------------------------- inputs and keys
     def inputs_of(self, stage: Stage, unit: str) -> tuple[dict[str, dict[str, UnitRef]], str | None]:
@@ -228,7 +236,7 @@ class Plan:
         sources that are no longer registered."""
         if unit == ALL:
             return True
-        return ids.unit_source(unit) in set(self.sources())
+        return ids.unit_source(unit) in self.sources()
 
     def _why_missing(self, stage: str, unit: str) -> str:
         o = self.outcomes.get(stage, {}).get(unit)
@@ -272,26 +280,90 @@ class Prepared:
 
 
 def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
-    """Resolve inputs and the cache key; answer at once when the unit is cached or must be skipped."""
+    """Resolve inputs and the cache key; answer at once when the unit is cached, must be skipped,
+    or failed before in a way that a re-run cannot mend."""
     inputs, missing = plan.inputs_of(stage, unit)
     store = plan.store
+    prev = store.read_status(stage.name, unit)
+    attempts = int(prev["attempts"]) if prev else 0
     if missing is not None:
-        _write_status(store, stage.name, unit, "skipped", key="", error=missing, attempts=_attempts(store, stage.name, unit))
+        _write_status(store, stage.name, unit, "skipped", key="", error=missing, attempts=attempts)
         return Outcome(stage.name, unit, "skipped", error=missing)
     try:
         key = plan.cache_key(stage, unit, inputs)
-    except (UnitError, OSError) as e:
-        error = str(e)
-        _write_status(store, stage.name, unit, "failed", key="", error=error, attempts=_attempts(store, stage.name, unit) + 1)
+    except Exception as e:  # noqa: BLE001 - e.g. an unreadable fix file: this unit fails, others go on
+        error, kind, retry = _classify(e)
+        _write_status(store, stage.name, unit, "failed", key="", error=error, attempts=attempts + 1,
+                      error_class=kind, retryable=retry)
         return Outcome(stage.name, unit, "failed", error=error)
     ref = UnitRef(stage.name, unit, key)
-    if stage.name not in plan.force and store.is_complete(ref):
+    forced = stage.name in plan.force
+    if not forced and store.is_complete(ref):
         fp = store.fingerprint(ref)
-        prev = store.read_status(stage.name, unit)
+        failure = _publish(stage, store, plan.config, ref)
+        if failure is not None:
+            error, kind, retry = failure
+            _write_status(store, stage.name, unit, "failed", key=key, error=error, attempts=attempts,
+                          error_class=kind, retryable=retry)
+            return Outcome(stage.name, unit, "failed", key=key, error=error)
         if prev is None or prev["state"] != "done" or prev["key"] != key:
-            _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=prev["attempts"] if prev else 0)
+            _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts)
         return Outcome(stage.name, unit, "cached", key=key, fingerprint=fp)
+    if (not forced and prev is not None and prev["state"] == "failed" and prev["key"] == key
+            and prev["retryable"] is False):
+        return Outcome(stage.name, unit, "failed", key=key, error=f"not retried (use --force): {prev['error']}")
     return Prepared(stage.name, unit, key, inputs)
+
+
+Submit = Callable[[Stage, Prepared], Callable[[], Outcome]]
+
+
+def run_inline(plan: Plan) -> Submit:
+    """Execute units one after another in this thread (tests, debugging)."""
+
+    def submit(stage: Stage, prepared: Prepared) -> Callable[[], Outcome]:
+        outcome = execute(stage, prepared, plan.config, plan.store)
+        return lambda: outcome
+
+    return submit
+
+
+def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
+    """Run ``stages`` in order; within a stage, hand every unit that must be computed to ``submit``
+    (which may run it elsewhere and returns a way to wait for its outcome)."""
+    for stage in stages:
+        plan._sources = None  # an earlier stage may have registered sources (sample, download)
+        units = plan.units_of(stage)
+        emit("stage", stage=stage.name, total=len(units))
+        pending = []
+        for unit in units:
+            prepared = prepare(plan, stage, unit)
+            if isinstance(prepared, Outcome):
+                plan.record(prepared)
+                emit("end", stage=stage.name, unit=unit, outcome=prepared)
+                continue
+            pending.append((prepared, submit(stage, prepared)))
+        for prepared, wait in pending:
+            try:
+                outcome = wait()
+            except Exception as e:  # noqa: BLE001 - the runner lost the unit (worker died, ...)
+                outcome = Outcome(stage.name, prepared.unit, "failed", key=prepared.key, error=f"task failed: {e}")
+            plan.record(outcome)
+
+
+def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
+    """Counts per stage, the failures with their errors, and the skips with their reasons."""
+    stages, failed, skipped = [], [], []
+    for name, outcomes in plan.outcomes.items():
+        counts = {k: 0 for k in ("computed", "cached", "skipped", "failed")}
+        for o in outcomes.values():
+            counts[o.state] += 1
+            if o.state == "failed":
+                failed.append({"stage": name, "unit": o.unit, "error": o.error})
+            elif o.state == "skipped":
+                skipped.append({"stage": name, "unit": o.unit, "reason": o.error})
+        stages.append({"stage": name, **counts, "seconds": round(sum(o.seconds for o in outcomes.values()), 1)})
+    return {"data_root": data_root, "stages": stages, "failed": failed, "skipped": skipped}
 
 
 class Job:
@@ -345,31 +417,53 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> O
     _write_status(store, stage.name, unit, "running", key=key, attempts=attempts, started_at=started)
     emit("start", stage=stage.name, unit=unit)
     t0 = time.monotonic()
+    failure: tuple[str, str, bool] | None = None
     try:
         with store.writer(ref) as w:
             stage.run(Job(stage, unit, key, config, store, prepared.inputs, w))
     except Skip as e:
         outcome = Outcome(stage.name, unit, "skipped", key=key, error=str(e), seconds=time.monotonic() - t0)
         _write_status(store, stage.name, unit, "skipped", key=key, error=str(e), attempts=attempts, started_at=started)
+        emit("end", stage=stage.name, unit=unit, outcome=outcome)
+        return outcome
     except Exception as e:  # noqa: BLE001 - one unit's failure must not stop the others
-        error = _describe(e)
         _log_traceback(store, stage.name, unit, e)
-        outcome = Outcome(stage.name, unit, "failed", key=key, error=error, seconds=time.monotonic() - t0)
-        _write_status(store, stage.name, unit, "failed", key=key, error=error, attempts=attempts, started_at=started)
+        failure = _classify(e)
     else:
+        failure = _publish(stage, store, config, ref)
+    if failure is None:
         fp = store.fingerprint(ref)
         outcome = Outcome(stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0)
         _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts, started_at=started)
+    else:
+        error, kind, retry = failure
+        outcome = Outcome(stage.name, unit, "failed", key=key, error=error, seconds=time.monotonic() - t0)
+        _write_status(store, stage.name, unit, "failed", key=key, error=error, attempts=attempts,
+                      started_at=started, error_class=kind, retryable=retry)
     emit("end", stage=stage.name, unit=unit, outcome=outcome)
     return outcome
 
 
-def _describe(e: BaseException) -> str:
-    if isinstance(e, (UnitError, FileNotFoundError)):
-        return str(e)
+def _publish(stage: Stage, store: Store, config: Config, ref: UnitRef) -> tuple[str, str, bool] | None:
+    if stage.publish is None:
+        return None
+    try:
+        stage.publish(store, config, ref)
+    except Exception as e:  # noqa: BLE001
+        _log_traceback(store, stage.name, ref.unit, e)
+        return _classify(e)
+    return None
+
+
+def _classify(e: BaseException) -> tuple[str, str, bool]:
+    """(message, error class, retryable) of a unit's exception."""
+    if isinstance(e, UnitError):
+        return str(e), e.kind, e.retryable
+    if isinstance(e, FileNotFoundError):
+        return str(e), "bad_input", True
     tb = traceback.extract_tb(e.__traceback__)
     where = f" (at {Path(tb[-1].filename).name}:{tb[-1].lineno})" if tb else ""
-    return f"{type(e).__name__}: {e}{where}"
+    return f"{type(e).__name__}: {e}{where}", "internal", True
 
 
 def _log_traceback(store: Store, stage: str, unit: str, e: BaseException) -> None:
@@ -391,7 +485,8 @@ def _now() -> datetime:
 
 def _write_status(store: Store, stage: str, unit: str, state: str, *, key: str, attempts: int,
                   fingerprint: str | None = None, error: str | None = None,
-                  started_at: datetime | None = None) -> None:
+                  started_at: datetime | None = None, error_class: str | None = None,
+                  retryable: bool | None = None) -> None:
     ended = _now() if state in ("done", "failed", "skipped") else None
     store.write_status(
         {
@@ -401,6 +496,8 @@ def _write_status(store: Store, stage: str, unit: str, state: str, *, key: str, 
             "key": key,
             "fingerprint": fingerprint,
             "error": error,
+            "error_class": error_class,
+            "retryable": retryable,
             "attempts": attempts,
             "started_at": started_at,
             "ended_at": ended,

@@ -29,7 +29,7 @@ class Section(BaseModel):
 class RunSection(Section):
     """How a run is executed (not part of any cache key)."""
 
-    seed: int = Field(0, description="global seed; every random choice is derived from it")
+    data_root: str = Field("data/out", description="where artifacts go: a folder or an fsspec URL (s3://...)")
     workers: int = Field(2, ge=1, description="units run concurrently (thread pool)")
     task_runner: Literal["thread", "dask"] = "thread"
     dask_address: str | None = Field(None, description="tcp://host:port of a dask scheduler")
@@ -42,7 +42,12 @@ class SourcesSection(Section):
     """Local files registered at the start of every run (besides `vsi-wild add`)."""
 
     paths: list[str] = Field(default_factory=list, description="files or folders of 360° videos")
-    probe_timeout_s: float = 120.0
+
+
+class ProbeSection(Section):
+    """What makes a source usable."""
+
+    timeout_s: float = Field(120.0, description="ffprobe time limit per file")
     min_aspect: float = Field(1.98, description="equirectangular sources are 2:1 (w/h within these)")
     max_aspect: float = 2.02
 
@@ -63,6 +68,7 @@ class Config(Section):
     run: RunSection = RunSection()
     sample: SampleParams | None = Field(None, description="generate the embedded sample when set")
     sources: SourcesSection = SourcesSection()
+    probe: ProbeSection = ProbeSection()
     review: ReviewSection = ReviewSection()
 
     def section_json(self, name: str) -> str:

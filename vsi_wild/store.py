@@ -148,10 +148,14 @@ class Store:
 
     def local_file(self, ref: UnitRef, name: str) -> Path:
         """A local path to one file of a completed output (downloaded once if the root is remote)."""
-        remote = f"{self.unit_dir(ref)}/{name}"
+        return self.local_path_of(f"artifacts/{ref.stage}/{ref.unit}/{ref.key}/{name}")
+
+    def local_path_of(self, relative: str) -> Path:
+        """A local path to the file at ``relative`` under the root (downloaded once if remote)."""
+        remote = self.path(relative)
         if self.is_local:
             return Path(remote)
-        local = self._cache / hashlib.sha256(self.url.encode()).hexdigest()[:12] / ref.stage / ref.unit / ref.key / name
+        local = self._cache / hashlib.sha256(self.url.encode()).hexdigest()[:12] / relative
         if not local.exists():
             local.parent.mkdir(parents=True, exist_ok=True)
             tmp = local.with_name(local.name + f".tmp-{uuid.uuid4().hex}")
@@ -212,6 +216,12 @@ class Store:
     # ---------------------------------------------------------------- registry and review
     def register_source(self, row: dict[str, Any]) -> None:
         self.write_table_atomic(self.path("registry", f"{row['source_id']}.parquet"), schema.table(schema.SOURCE, [row]))
+
+    def registry_row(self, source_id: str) -> dict[str, Any] | None:
+        p = self.path("registry", f"{source_id}.parquet")
+        if not self.fs.exists(p):
+            return None
+        return schema.conform(self.read_table_at(p), schema.SOURCE).to_pylist()[0]
 
     def unregister_source(self, source_id: str) -> bool:
         p = self.path("registry", f"{source_id}.parquet")

@@ -1,0 +1,121 @@
+"""Probe a source video: what it is (size, rate, duration, codec, hash) and whether it is usable.
+
+A usable source has a video stream, decodes to its end (a truncated file does not: ffprobe's
+demuxer reads fewer packets than the container announces, or cannot find the index at all) and
+is equirectangular, i.e. 2:1. Every rejection is a ``UnitError`` naming the file and the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+from vsi_wild.errors import UnitError
+
+
+def _ffprobe(path: Path, timeout_s: float) -> tuple[dict[str, Any], str]:
+    cmd = [
+        "ffprobe", "-v", "error", "-count_packets",
+        "-show_entries",
+        "stream=index,codec_type,codec_name,width,height,avg_frame_rate,r_frame_rate,nb_frames,"
+        "nb_read_packets,duration:stream_side_data=side_data_type,projection"
+        ":format=duration,size,format_name",
+        "-of", "json", str(path),
+    ]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    except FileNotFoundError as e:
+        raise UnitError("ffprobe not found: install ffmpeg (e.g. apt-get install ffmpeg)", kind="internal") from e
+    except subprocess.TimeoutExpired as e:
+        raise UnitError(f"{path}: ffprobe did not finish in {timeout_s:.0f} s (file unreadable?)") from e
+    try:
+        info = json.loads(proc.stdout or "{}")
+    except json.JSONDecodeError:
+        info = {}
+    return info, proc.stderr.strip()
+
+
+def _rate(s: str | None) -> float | None:
+    if not s or s in ("0/0", "0"):
+        return None
+    try:
+        r = float(Fraction(s))
+    except (ValueError, ZeroDivisionError):
+        return None
+    return r if r > 0 else None
+
+
+def probe_video(path: str | os.PathLike[str], *, min_aspect: float = 1.98, max_aspect: float = 2.02,
+                timeout_s: float = 120.0) -> dict[str, Any]:
+    """Measure a source video and check that it is a complete equirectangular video.
+
+    Returns the probe fields of ``schema.SOURCE``: duration_s, width, height, fps, n_frames,
+    size_bytes, codec, projection. Raises ``UnitError`` naming the file and the reason otherwise.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise UnitError(f"{p}: file not found (removed? re-add it, or `vsi-wild remove` its source)")
+    if not p.is_file():
+        raise UnitError(f"{p}: not a regular file")
+    size = p.stat().st_size
+    if size == 0:
+        raise UnitError(f"{p}: empty file")
+    info, err = _ffprobe(p, timeout_s)
+    if not info.get("format"):
+        reason = err.splitlines()[-1] if err else "not a media file"
+        raise UnitError(f"{p}: unreadable ({_clean(reason, p)})")
+    videos = [s for s in info.get("streams", []) if s.get("codec_type") == "video"]
+    if not videos:
+        raise UnitError(f"{p}: no video stream")
+    v = videos[0]
+    width, height = int(v.get("width") or 0), int(v.get("height") or 0)
+    if width <= 0 or height <= 0:
+        raise UnitError(f"{p}: video stream has no frame size")
+    announced = int(v["nb_frames"]) if str(v.get("nb_frames", "")).isdigit() else None
+    read = int(v["nb_read_packets"]) if str(v.get("nb_read_packets", "")).isdigit() else None
+    if read == 0:
+        raise UnitError(f"{p}: no decodable video packets ({_clean(err, p) or 'empty stream'})")
+    if announced and read is not None and read < announced:
+        raise UnitError(
+            f"{p}: truncated: {read} of {announced} video packets present"
+            f"{' (' + _clean(err.splitlines()[-1], p) + ')' if err else ''}"
+        )
+    if "partial file" in err:
+        raise UnitError(f"{p}: truncated ({_clean(err.splitlines()[-1], p)})")
+    aspect = width / height
+    if not (min_aspect <= aspect <= max_aspect):
+        raise UnitError(f"{p}: {width}x{height} is not equirectangular (aspect {aspect:.3f}, expected 2:1)")
+    fps = _rate(v.get("avg_frame_rate")) or _rate(v.get("r_frame_rate"))
+    if fps is None:
+        raise UnitError(f"{p}: no frame rate")
+    duration = v.get("duration") or info["format"].get("duration")
+    try:
+        duration_s = float(duration)
+    except (TypeError, ValueError):
+        duration_s = (read or 0) / fps
+    projection = None
+    for sd in v.get("side_data_list", []) or []:
+        if sd.get("projection"):
+            projection = str(sd["projection"])
+    return {
+        "duration_s": duration_s,
+        "width": width,
+        "height": height,
+        "fps": fps,
+        "n_frames": read if read is not None else announced,
+        "size_bytes": size,
+        "codec": v.get("codec_name"),
+        "projection": projection or "equirectangular (2:1 frame)",
+    }
+
+
+def _clean(msg: str, p: Path) -> str:
+    """ffprobe prefixes messages with the path and a demuxer address: keep the words."""
+    msg = msg.replace(str(p) + ": ", "").replace(str(p), "")
+    if msg.startswith("[") and "]" in msg:
+        msg = msg.split("]", 1)[1].strip()
+    return msg.strip()

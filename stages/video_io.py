@@ -1,0 +1,348 @@
+"""Streaming video input and output shared by every stage: decode, encode, and the 2 FPS sampler.
+
+Nothing here holds more than a few frames: decoding, sampling and encoding are streams, so memory
+does not grow with a video's length.
+
+Time: a frame's time is ``(pts - first_pts) * time_base`` in seconds, so the first decoded frame is
+at 0 s whatever the container's start offset; frame indices count decoded frames in presentation
+order from 0. The projected views keep their source's timestamps (see ``VideoWriter``), so a time
+means the same instant in a source and in each of its views.
+
+Bad input (unreadable, no video stream, truncated, not 2:1 where that is required) raises
+``vsi_wild.errors.UnitError`` naming the file and the reason.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+
+import av
+import numpy as np
+
+from vsi_wild.errors import UnitError
+
+# Frames whose decoding fails at the very end of a file that announces its frame count are
+# "truncated"; a stream that announces nothing is checked against its announced duration.
+_TRUNCATION_TOLERANCE_FRAMES = 1
+_TRUNCATION_TOLERANCE_S = 0.5
+
+
+@dataclass(frozen=True)
+class VideoInfo:
+    """What the container says about a video's first video stream (before decoding it)."""
+
+    path: str
+    width: int
+    height: int
+    fps: float  # average frame rate (0 when the container does not say)
+    time_base: Fraction
+    n_frames: int  # announced frame count; 0 when unknown
+    duration_s: float  # announced duration; 0 when unknown
+    codec: str
+    pix_fmt: str | None
+    has_audio: bool
+
+
+@dataclass
+class DecodedFrame:
+    index: int  # decoded frames so far, in presentation order, from 0
+    pts: int  # in the stream's time_base, relative to the first frame
+    time: float  # seconds from the first frame
+    frame: av.VideoFrame
+
+
+def _unreadable(path: Path, e: BaseException) -> UnitError:
+    msg = str(e).replace(f": '{path}'", "").replace(str(path), "").strip(" :'")
+    return UnitError(f"{path}: unreadable ({msg or type(e).__name__})", retryable=False)
+
+
+class VideoReader:
+    """A streaming decoder of a file's first video stream (PyAV, frame threads); audio is ignored.
+
+    ``require_aspect=(lo, hi)`` rejects videos whose width/height lies outside [lo, hi] (2:1 for
+    equirectangular sources).
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, require_aspect: tuple[float, float] | None = None,
+                 threads: bool = True):
+        self.path = Path(path)
+        if not self.path.exists():
+            raise UnitError(f"{self.path}: file not found")
+        try:
+            self.container = av.open(str(self.path))
+        except (av.error.FFmpegError, ValueError, OSError) as e:
+            raise _unreadable(self.path, e) from e
+        try:
+            videos = self.container.streams.video
+            if not videos:
+                raise UnitError(f"{self.path}: no video stream", retryable=False)
+            self.stream = videos[0]
+            cc = self.stream.codec_context
+            w, h = int(cc.width or 0), int(cc.height or 0)
+            if w <= 0 or h <= 0:
+                raise UnitError(f"{self.path}: video stream has no frame size", retryable=False)
+            if require_aspect is not None:
+                lo, hi = require_aspect
+                if not lo <= w / h <= hi:
+                    raise UnitError(
+                        f"{self.path}: {w}x{h} is not equirectangular (aspect {w / h:.3f}, expected 2:1)",
+                        retryable=False,
+                    )
+            if threads:
+                self.stream.thread_type = "AUTO"
+            tb = self.stream.time_base or Fraction(1, 90000)
+            rate = self.stream.average_rate or self.stream.guessed_rate
+            dur = 0.0
+            if self.stream.duration:
+                dur = float(self.stream.duration * tb)
+            elif self.container.duration:
+                dur = self.container.duration / av.time_base
+            self.info = VideoInfo(
+                path=str(self.path), width=w, height=h, fps=float(rate) if rate else 0.0, time_base=tb,
+                n_frames=int(self.stream.frames or 0), duration_s=dur, codec=cc.name,
+                pix_fmt=cc.format.name if cc.format is not None else None,
+                has_audio=bool(self.container.streams.audio),
+            )
+        except BaseException:
+            self.container.close()
+            raise
+
+    def __enter__(self) -> VideoReader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self.container.close()
+
+    def frames(self) -> Iterator[DecodedFrame]:
+        """Decode the whole stream in presentation order; check at the end that it was complete."""
+        tb = self.info.time_base
+        first_pts: int | None = None
+        last_pts: int | None = None
+        index = -1
+        try:
+            for packet in self.container.demux(self.stream):
+                for frame in packet.decode():
+                    index += 1
+                    pts = frame.pts
+                    if pts is None:  # no timestamp: continue at the average rate
+                        step = int(round(1 / (self.info.fps * tb))) if self.info.fps else 1
+                        pts = (last_pts + step) if last_pts is not None else 0
+                    if first_pts is None:
+                        first_pts = pts
+                    last_pts = pts
+                    rel = pts - first_pts
+                    yield DecodedFrame(index, rel, float(rel * tb), frame)
+        except av.error.FFmpegError as e:
+            n = index + 1
+            raise UnitError(
+                f"{self.path}: truncated or corrupt: decoding failed after {n} frames"
+                f"{f' of {self.info.n_frames}' if self.info.n_frames else ''} ({e.strerror or e})",
+                retryable=False,
+            ) from e
+        n = index + 1
+        if n == 0:
+            raise UnitError(f"{self.path}: no decodable video frames", retryable=False)
+        if self.info.n_frames and n < self.info.n_frames - _TRUNCATION_TOLERANCE_FRAMES:
+            raise UnitError(f"{self.path}: truncated: decoded {n} of {self.info.n_frames} frames", retryable=False)
+        if not self.info.n_frames and self.info.duration_s and self.info.fps:
+            end = float((last_pts - first_pts) * tb) + 1.0 / self.info.fps
+            if end < self.info.duration_s - _TRUNCATION_TOLERANCE_S:
+                raise UnitError(
+                    f"{self.path}: truncated: decoded {end:.2f} s of {self.info.duration_s:.2f} s", retryable=False
+                )
+
+
+def probe(path: str | os.PathLike[str]) -> VideoInfo:
+    with VideoReader(path, threads=False) as r:
+        return r.info
+
+
+def yuv420_planes(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Zero-copy views (rows, line_size) of an I420 frame's Y, U, V planes (other formats are
+    converted first). Only the first ``plane.width`` columns of each row are picture."""
+    if frame.format.name != "yuv420p":
+        frame = frame.reformat(format="yuv420p")
+    out = []
+    for p in frame.planes:
+        out.append(np.frombuffer(p, np.uint8).reshape(p.height, p.line_size))
+    return out[0], out[1], out[2]
+
+
+# ------------------------------------------------------------------------------------ sampler
+def sample_frames(path: str | os.PathLike[str], fps: float = 2.0
+                  ) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
+    """The frames nearest to t_k = k / fps, streamed: ``(k, t_k, frame_index, frame_time, rgb)``.
+
+    Every stage that samples a video at 2 FPS uses this, so that "the frame at t_k" is the same
+    frame everywhere. Rule: t_k maps to the decoded frame whose time is nearest (a tie goes to the
+    earlier frame); k runs over every t_k < end, where end = last frame time + one average frame
+    interval (a 10 s video at any rate gives k = 0..19). A frame nearest to several t_k (a source
+    slower than ``fps``) is yielded for each of them. Only the chosen frames are converted to RGB.
+    """
+    if fps <= 0:
+        raise ValueError("fps must be positive")
+    k = 0
+    prev: DecodedFrame | None = None
+    first_time = None
+    with VideoReader(path) as reader:
+        for cur in reader.frames():
+            if first_time is None:
+                first_time = cur.time
+            # every t_k up to the current frame's time is decided: prev or cur, whichever is nearer
+            while k / fps <= cur.time:
+                t = k / fps
+                pick = prev if prev is not None and (t - prev.time) <= (cur.time - t) else cur
+                yield k, t, pick.index, pick.time, pick.frame.to_ndarray(format="rgb24")
+                k += 1
+            prev = cur
+        if prev is None:
+            return
+        if prev.index > 0:
+            interval = (prev.time - first_time) / prev.index
+        else:
+            interval = 1.0 / reader.info.fps if reader.info.fps else 1.0 / fps
+        end = prev.time + interval
+        while k / fps < end - 1e-9:
+            yield k, k / fps, prev.index, prev.time, prev.frame.to_ndarray(format="rgb24")
+            k += 1
+
+
+# ------------------------------------------------------------------------------------ encoder
+@dataclass(frozen=True)
+class EncoderSettings:
+    codec: str = "libx264"
+    preset: str = "veryfast"
+    crf: int = 20
+    threads: int = 0  # 0 = the codec's default (auto)
+    faststart: bool = True
+
+
+class VideoWriter:
+    """An H.264/MP4 writer that keeps the given timestamps (variable frame rate included).
+
+    Frames are ``yuv420p`` numpy buffers of shape (height * 3 // 2, width) (I420 layout) with their
+    pts in ``time_base``; they are handed to the encoder without a copy. No audio stream is written.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], width: int, height: int, time_base: Fraction,
+                 rate: Fraction | float | None, settings: EncoderSettings = EncoderSettings()):
+        self.path = Path(path)
+        self.width, self.height, self.time_base = width, height, time_base
+        opts = {"movflags": "+faststart"} if settings.faststart else {}
+        self.container = av.open(str(self.path), "w", format="mp4", options=opts)
+        try:
+            rate = Fraction(rate).limit_denominator(100000) if rate else Fraction(30)
+            s = self.container.add_stream(settings.codec, rate=rate)
+            s.width, s.height, s.pix_fmt = width, height, "yuv420p"
+            s.time_base = time_base
+            s.codec_context.time_base = time_base
+            s.options = {"preset": settings.preset, "crf": str(settings.crf)}
+            if settings.threads:
+                s.codec_context.thread_count = settings.threads
+            self.stream = s
+        except BaseException:
+            self.container.close()
+            raise
+        self.n_frames = 0
+
+    def write(self, i420: np.ndarray, pts: int) -> None:
+        frame = av.VideoFrame.from_numpy_buffer(i420.reshape(self.height * 3 // 2, self.width), format="yuv420p")
+        frame.pts = pts
+        frame.time_base = self.time_base
+        for packet in self.stream.encode(frame):
+            self.container.mux(packet)
+        self.n_frames += 1
+
+    def close(self) -> None:
+        try:
+            for packet in self.stream.encode(None):
+                self.container.mux(packet)
+        finally:
+            self.container.close()
+
+    def abort(self) -> None:
+        try:
+            self.container.close()
+        except Exception:  # noqa: BLE001 - the file is deleted by the caller anyway
+            pass
+
+
+class ThreadedWriter:
+    """A ``VideoWriter`` fed through a bounded queue by its own thread, so that several encoders
+    run beside decoding and projection (PyAV releases the GIL while encoding). An encoder error is
+    re-raised in the caller at its next ``write`` or at ``close``."""
+
+    _STOP = object()
+
+    def __init__(self, writer: VideoWriter, max_queue: int = 4):
+        self.writer = writer
+        self.q: queue.Queue = queue.Queue(maxsize=max_queue)
+        self.error: BaseException | None = None
+        self.thread = threading.Thread(target=self._loop, name=f"encode-{writer.path.name}", daemon=True)
+        self.thread.start()
+
+    def _loop(self) -> None:
+        while True:
+            item = self.q.get()
+            if item is self._STOP:
+                return
+            if self.error is not None:
+                continue  # drain after a failure so the producer never blocks
+            try:
+                self.writer.write(*item)
+            except BaseException as e:  # noqa: BLE001 - handed to the producer
+                self.error = e
+
+    def write(self, i420: np.ndarray, pts: int) -> None:
+        if self.error is not None:
+            raise self.error
+        self.q.put((i420, pts))
+
+    def close(self) -> None:
+        self.q.put(self._STOP)
+        self.thread.join()
+        if self.error is not None:
+            self.writer.abort()
+            raise self.error
+        self.writer.close()
+
+    def abort(self) -> None:
+        self.error = self.error or RuntimeError("aborted")
+        self.q.put(self._STOP)
+        self.thread.join()
+        self.writer.abort()
+
+
+@dataclass(frozen=True)
+class WrittenVideo:
+    """What a written file really holds, read back from it (not what was meant to be written)."""
+
+    n_frames: int
+    duration_s: float
+    fps: float
+    times: list[float] | None = None
+
+
+def inspect_written(path: str | os.PathLike[str], with_times: bool = False) -> WrittenVideo:
+    """Count a video's frames by demuxing its packets (no decoding) and measure its duration."""
+    with av.open(str(path)) as c:
+        s = c.streams.video[0]
+        tb = s.time_base
+        pts = sorted(p.pts for p in c.demux(s) if p.pts is not None and p.size > 0)
+    n = len(pts)
+    if n == 0:
+        return WrittenVideo(0, 0.0, 0.0, [] if with_times else None)
+    times = [float((p - pts[0]) * tb) for p in pts]
+    interval = (times[-1] / (n - 1)) if n > 1 else 0.0
+    duration = times[-1] + interval
+    fps = (n / duration) if duration > 0 else 0.0
+    return WrittenVideo(n, duration, fps, times if with_times else None)

