@@ -311,6 +311,23 @@ QA_QUESTIONS = _schema(
     f("pipeline_version", pa.string()),
 )
 
+QA_IMAGES = _schema(
+    "The rendered VPO views of one video: what was rendered from which panorama frame, and the faces "
+    "blurred in it (privacy audit trail).",
+    f("video_id", pa.string()),
+    f("file", pa.string(), doc="relative to the unit's folder (images/...)"),
+    f("frame", pa.int64(), doc="frame index of the source panorama (= of the view video)"),
+    f("time", pa.float64(), doc="that frame's decoded time"),
+    f("yaw_deg", pa.float64(), doc="absolute yaw in the panorama frame"),
+    f("pitch_deg", pa.float64()),
+    f("hfov_deg", pa.float64()),
+    f("width", pa.int64()),
+    f("height", pa.int64()),
+    f("faces_blurred", pa.list_(pa.struct([("x0", pa.float64()), ("y0", pa.float64()), ("x1", pa.float64()),
+                                            ("y1", pa.float64()), ("score", pa.float64())])),
+      doc="enlarged boxes blurred, in the image's pixels"),
+)
+
 QA_SKIPPED = _schema(
     "Candidate questions of one video that were not asked, and why (audit trail).",
     f("video_id", pa.string()),

@@ -88,9 +88,6 @@ def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Pr
         if not (r["clip_start"] - eps <= t <= r["clip_end"] + eps):
             skip(clip, f"pivot {t:.3f}s outside its clip [{r['clip_start']:.3f}, {r['clip_end']:.3f}]")
             continue
-        if r["clip_end"] - r["clip_start"] > params.clip_seconds + 1e-3:
-            skip(clip, f"clip longer than clip_seconds={params.clip_seconds:g}")
-            continue
         if not (0 <= frame < video.n_frames) or not (0 <= t <= video.duration_s + eps):
             skip(clip, f"pivot frame {frame} / time {t:.3f}s outside the video")
             continue
@@ -117,7 +114,7 @@ def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Pr
                 answers=[label],
                 evidence=[[interval(max(0.0, t - w), min(video.duration_s, t + w))]],
                 frame_indices=[int(frame)],
-                frame_times=[video.time_of(int(frame))],
+                frame_times=[float(t)],  # the pivot's sample time (the metadata stage's frame for it)
                 angle_deg=float(angle),
             )
         )

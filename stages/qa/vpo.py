@@ -16,7 +16,7 @@ panorama that holds one decoded frame at a time.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +24,10 @@ import cv2
 import numpy as np
 import pyarrow as pa
 
+from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
+from vsi_wild.stages.faces import FaceDetector, FaceParams, blur_rgb, enlarge_boxes
+from vsi_wild.stages.project import render_view
 from vsi_wild.stages.qa.common import (
     Provenance,
     Question,
@@ -37,11 +40,12 @@ from vsi_wild.stages.qa.common import (
     vpo_question,
 )
 from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.video_io import VideoReader
 
 
 @dataclass(frozen=True)
 class Candidate:
-    time: float  # time of the frame shown (frame / fps)
+    time: float  # time of the frame shown (the sample time until rendering reads the frame's own)
     frame: int
     pos: tuple[float, float, float] | None  # camera centre when a valid pose exists
 
@@ -61,12 +65,14 @@ def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> li
     out: dict[int, Candidate] = {}
     rows = poses.to_pylist() if poses is not None and poses.num_rows else []
     rows = [r for r in rows if r["video_id"] == video.video_id]
-    if rows:
+    if rows:  # the 2 FPS sampler's (t_k, nearest frame) pairs: right for variable frame rates too
         for r in sorted(rows, key=lambda r: r["time"]):
-            frame = video.frame_at(float(r["time"]))
+            frame = int(r["frame"])
+            if not 0 <= frame < video.n_frames:
+                continue
             pos = (float(r["x"]), float(r["y"]), float(r["z"])) if r["valid"] and all(
                 math.isfinite(float(r[k])) for k in "xyz") else None
-            out.setdefault(frame, Candidate(video.time_of(frame), frame, pos))
+            out.setdefault(frame, Candidate(float(r["time"]), frame, pos))
     else:
         k = 0
         while k / 2.0 <= video.duration_s:
@@ -187,41 +193,47 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
 
 
 # ----------------------------------------------------------------------------- rendering
-def render_view(pano_rgb: np.ndarray, yaw_deg: float, pitch_deg: float, hfov_deg: float, width: int, height: int) -> np.ndarray:
-    """A perspective view of an equirectangular frame (geometry's conventions: py360convert's
-    pixel grid, bilinear, seam wrapped)."""
-    h, w = pano_rgb.shape[:2]
-    rays = geometry.view_rays(width, height, hfov_deg, yaw_deg, pitch_deg)
-    lon, lat = geometry.dirs_to_lonlat(rays)
-    u, v = geometry.lonlat_to_equirect(lon, lat, w, h)
-    # Pad one column each side so that bilinear sampling across the seam wraps; rows clamp.
-    padded = np.concatenate([pano_rgb[:, -1:], pano_rgb, pano_rgb[:, :1]], axis=1)
-    map_x = (u + 1.0).astype(np.float32)
-    map_y = v.astype(np.float32)
-    return cv2.remap(padded, map_x, map_y, interpolation=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
+def face_blurrer(detector: FaceDetector, fp: FaceParams) -> Callable[[np.ndarray], tuple[np.ndarray, list[dict]]]:
+    """Detect faces in a rendered image and blur them as the projection blurs every view frame
+    (same detector, detection width, box margin and low-pass cells). Returns the blurred image
+    and the boxes blurred."""
+
+    def blur(rgb: np.ndarray) -> tuple[np.ndarray, list[dict]]:
+        h, w = rgb.shape[:2]
+        small, sx, sy = rgb, 1.0, 1.0
+        if fp.detect_width and fp.detect_width < w:
+            dw = max(2, int(round(fp.detect_width / 2)) * 2)
+            dh = max(2, int(round(h * dw / w / 2)) * 2)
+            small = cv2.resize(rgb, (dw, dh), interpolation=cv2.INTER_AREA)
+            sx, sy = w / dw, h / dh
+        boxes, scores = detector.detect(small)
+        boxes = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
+        boxes[:, 0::2] *= sx
+        boxes[:, 1::2] *= sy
+        big = enlarge_boxes(boxes, fp.margin, w, h)
+        out = blur_rgb(rgb.copy(), big, fp.blur_cells)
+        found = [{"x0": b[0], "y0": b[1], "x1": b[2], "y1": b[3], "score": float(sc)}
+                 for b, sc in zip(big.tolist(), np.asarray(scores, np.float64).reshape(-1).tolist())]
+        return out, found
+
+    return blur
 
 
-def iter_frames(path: str | Path, wanted: Sequence[int]) -> Iterator[tuple[int, np.ndarray]]:
-    """Decode ``path`` once, in order, yielding (index, RGB) for the wanted frame indices only."""
-    import av
-
+def iter_frames(path: str | Path, wanted: Sequence[int]) -> Iterator[tuple[int, float, np.ndarray]]:
+    """Decode ``path`` once (the shared reader: indices and times as every stage counts them),
+    yielding (index, time, RGB) of the wanted frames only; stops after the last one."""
     want = sorted(set(int(i) for i in wanted))
     if not want:
         return
-    with av.open(str(path)) as container:
-        stream = container.streams.video[0]
-        stream.thread_type = "AUTO"
-        k = 0
-        i = 0
-        for frame in container.decode(stream):
-            if i == want[k]:
-                yield i, frame.to_ndarray(format="rgb24")
+    k = 0
+    with VideoReader(path) as reader:
+        for fr in reader.frames():
+            if fr.index == want[k]:
+                yield fr.index, fr.time, fr.frame.to_ndarray(format="rgb24")
                 k += 1
                 if k == len(want):
                     return
-            i += 1
-    missing = want[k:]
-    raise ValueError(f"{path}: frames {missing[:5]} not found (the video has {i} frames)")
+    raise UnitError(f"{path}: frames {want[k:][:5]} not found (the video ended first)")
 
 
 def encode_image(rgb: np.ndarray, fmt: str, jpeg_quality: int) -> bytes:
@@ -236,18 +248,39 @@ def encode_image(rgb: np.ndarray, fmt: str, jpeg_quality: int) -> bytes:
 
 
 def render_jobs(pano_path: str | Path, jobs: Sequence[RenderJob], dest: Callable[[str], Path], video: VideoInfo,
-                params: QAParams, blur: Callable[[np.ndarray], np.ndarray] | None,
-                frames: Iterator[tuple[int, np.ndarray]] | None = None) -> None:
-    """Render every job from the panorama, blur faces, write each image to ``dest(job.file)``."""
+                params: QAParams, blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
+                frames: Iterable[tuple[int, float, np.ndarray]] | None = None) -> list[dict]:
+    """Render every job from the panorama, blur its faces, write it to ``dest(job.file)``.
+    Returns one QA_IMAGES row per image (with the frame's decoded time)."""
     width = params.image_width or video.width
     height = params.image_height or video.height
     by_frame: dict[int, list[RenderJob]] = {}
     for j in jobs:
         by_frame.setdefault(j.frame, []).append(j)
+    rows = []
     stream = frames if frames is not None else iter_frames(pano_path, list(by_frame))
-    for index, pano in stream:
+    for index, time, pano in stream:
         for j in by_frame.get(index, ()):
             img = render_view(pano, j.yaw_deg, j.pitch_deg, video.hfov_deg, width, height)
+            boxes: list[dict] = []
             if blur is not None:
-                img = blur(img)
+                img, boxes = blur(img)
             dest(j.file).write_bytes(encode_image(img, params.image_format, params.jpeg_quality))
+            rows.append({"video_id": video.video_id, "file": j.file, "frame": index, "time": float(time),
+                         "yaw_deg": j.yaw_deg, "pitch_deg": j.pitch_deg, "hfov_deg": video.hfov_deg,
+                         "width": width, "height": height, "faces_blurred": boxes})
+    missing = sorted(set(by_frame) - {r["frame"] for r in rows})
+    if missing:
+        raise UnitError(f"{pano_path}: frames {missing[:5]} were not decoded")
+    return sorted(rows, key=lambda r: r["file"])
+
+
+def refine_times(questions: Sequence[Question], frame_time: dict[int, float]) -> None:
+    """Replace the VPO questions' sample times by the shown frames' own decoded times."""
+    for q in questions:
+        if q.task_type != "VPO":
+            continue
+        q.frame_times = [float(frame_time[f]) for f in q.frame_indices]
+        ts = sorted(q.frame_times)
+        q.query_times = [ts[-1]]
+        q.evidence = [[interval(t, t) for t in ts]]
