@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import math
+import random
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TypeVar
@@ -58,37 +59,30 @@ def voo_question(which: str) -> str:
 
 # ------------------------------------------------------------------------- seeding
 class StableRng:
-    """A random stream that depends only on its key: sha256 of (key, counter).
+    """A random stream that depends only on its key (seed, video, task, index, ...).
 
-    Used instead of numpy's generators so that the same (seed, video, task, index) gives the same
-    choices on every machine and every numpy version (same inputs, same bytes).
+    The key's sha256 seeds a Mersenne Twister whose ``random()`` sequence Python guarantees across
+    versions for an integer seed; everything else (integers, shuffles, samples) is derived here from
+    ``random()`` alone, not from ``random.shuffle``/``sample``/numpy, whose algorithms may change.
+    So the same inputs give the same choices on every machine and version: same inputs, same bytes.
     """
 
     def __init__(self, *key: Any):
-        self._key = "\x1f".join(str(k) for k in key)
-        self._n = 0
-
-    def _u64(self) -> int:
-        h = hashlib.sha256(f"{self._key}\x1e{self._n}".encode()).digest()
-        self._n += 1
-        return int.from_bytes(h[:8], "big")
+        digest = hashlib.sha256("\x1f".join(str(k) for k in key).encode()).digest()
+        self._r = random.Random(int.from_bytes(digest[:16], "big"))
 
     def random(self) -> float:
         """Uniform in [0, 1)."""
-        return (self._u64() >> 11) / float(1 << 53)
+        return self._r.random()
 
     def uniform(self, lo: float, hi: float) -> float:
         return lo + (hi - lo) * self.random()
 
     def below(self, n: int) -> int:
-        """Uniform integer in [0, n) (rejection sampling: no modulo bias)."""
+        """Uniform integer in [0, n) (bias below n / 2**53)."""
         if n <= 0:
             raise ValueError("below(n) needs n > 0")
-        limit = (1 << 64) - ((1 << 64) % n)
-        while True:
-            x = self._u64()
-            if x < limit:
-                return x % n
+        return min(int(self.random() * n), n - 1)
 
     def shuffled(self, items: Iterable[T]) -> list[T]:
         out = list(items)
@@ -98,7 +92,13 @@ class StableRng:
         return out
 
     def sample(self, items: Sequence[T], k: int) -> list[T]:
-        return self.shuffled(items)[:k]
+        """``k`` distinct items (a partial Fisher-Yates: cost k, not len(items))."""
+        pool = list(items)
+        k = min(k, len(pool))
+        for i in range(k):
+            j = i + self.below(len(pool) - i)
+            pool[i], pool[j] = pool[j], pool[i]
+        return pool[:k]
 
 
 def stable_hash(*key: Any) -> str:

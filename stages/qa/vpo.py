@@ -63,7 +63,8 @@ def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> li
     away from both ends of the video."""
     lo, hi = params.vpo_edge_margin_s, video.duration_s - params.vpo_edge_margin_s
     out: dict[int, Candidate] = {}
-    rows = poses.to_pylist() if poses is not None and poses.num_rows else []
+    cols = ["video_id", "time", "frame", "x", "y", "z", "valid"]
+    rows = poses.select(cols).to_pylist() if poses is not None and poses.num_rows else []
     rows = [r for r in rows if r["video_id"] == video.video_id]
     if rows:  # the 2 FPS sampler's (t_k, nearest frame) pairs: right for variable frame rates too
         for r in sorted(rows, key=lambda r: r["time"]):
