@@ -68,8 +68,13 @@ class Export:
             if r["options"]:
                 d = letters.setdefault(r["task_type"], {k: 0 for k in LETTERS})
                 d[r["answer"]] += 1
+        subtypes: dict[str, dict[str, int]] = {}
+        for r in self.split_rows("release"):
+            d = subtypes.setdefault(r["task_type"], {})
+            d[r["subtype"]] = d.get(r["subtype"], 0) + 1
         return {
             "release": {t: per_split.get("release", {}).get(t, 0) for t in ("VMR", "VPO", "VOO", "VOC")},
+            "release_subtypes": {t: dict(sorted(d.items())) for t, d in sorted(subtypes.items())},
             "splits": {s: dict(sorted(per_split.get(s, {}).items())) for s in SPLITS},
             "letters": letters,
             "duplicates_dropped": len(self.dropped),

@@ -97,11 +97,19 @@ def run(job: Job) -> None:
             links[rel] = f"{final}/{rel}"
     where = publish(job.store, links)
 
-    r = counts["release"]
-    s = counts["splits"]
-    print(f"exports: {where}\n  release: VMR {r['VMR']} · VPO {r['VPO']} · VOO {r['VOO']} · VOC {r['VOC']}"
-          f"  ({sum(r.values())} rows)\n  splits: VPO unrotated {s['vpo_unrotated'].get('VPO', 0)} · "
-          f"VOC stream {s['voc_stream'].get('VOC', 0)} · VOC-Repeat {s['voc_repeat'].get('VOC', 0)}", flush=True)
+    print(summary_line(where, counts), flush=True)
+
+
+def summary_line(where: str, counts: dict) -> str:
+    r, s, sub = counts["release"], counts["splits"], counts["release_subtypes"]
+    voo = sub.get("VOO", {})
+    vmr = sub.get("VMR", {})
+    return (f"exports: {where}\n"
+            f"  release ({sum(r.values())} rows): VMR {r['VMR']} (cardinal {vmr.get('cardinal', 0)}, diagonal "
+            f"{vmr.get('diagonal', 0)}) · VPO {r['VPO']} · VOO {r['VOO']} (first {voo.get('first', 0)}, last "
+            f"{voo.get('last', 0)}) · VOC {r['VOC']}\n"
+            f"  splits: VPO unrotated {s['vpo_unrotated'].get('VPO', 0)} · VOC stream {s['voc_stream'].get('VOC', 0)}"
+            f" · VOC-Repeat {s['voc_repeat'].get('VOC', 0)}")
 
 
 EXPORT = Stage(

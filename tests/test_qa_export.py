@@ -157,7 +157,7 @@ def _shape(row: dict) -> dict:
     return {
         "keys": list(row),
         "types": {k: type(v).__name__ for k, v in row.items()},
-        "frame_indices": None if fi is None else (len(fi) if row["task_type"] == "VPO" else len(fi), all(type(x) is int for x in fi)),
+        "frame_indices": None if fi is None else (len(fi), all(type(x) is int for x in fi)),
         "options": None if opts is None else (len(opts), all(re.fullmatch(r"[ABCD]\) .+", o) for o in opts)),
         "answer": "int" if re.fullmatch(r"\d+", row["answer"]) else ("letter" if re.fullmatch(r"[ABCD]", row["answer"]) else "?"),
     }
@@ -188,7 +188,7 @@ def test_release_file_has_the_public_shape(tmp_path, export, reference):
         seen_tasks.add(task)
         assert list(row) == list(ref_rows[0])  # exactly the seven keys, in the release's order
         s = _shape(row)
-        assert s in ref_shapes[task] or {**s, "frame_indices": s["frame_indices"]} in ref_shapes[task], (task, s)
+        assert s in ref_shapes[task], (task, s)
         assert re.fullmatch(r"[A-Za-z0-9_-]{11}_(front|back|left|right)\.mp4|sample-[a-z0-9-]+_(front|back|left|right)\.mp4",
                             row["video_name"])
         if task == "VOC":
