@@ -19,10 +19,20 @@ Outputs (relative to the export folder; ``exports/`` under the data root mirrors
   view video concatenated with itself k times, the same final counts;
 - ``splits/voc_stream.parquet``  the streaming VOC questions (also in qa.parquet);
 - ``counts.json``  questions per split and task, and answer letters per task.
+
+The release file and the public evaluation task: the task loads it unchanged, shows VMR's pivot
+frame and VPO's four frames by reading ``frame_indices`` from the view video, and the whole video
+otherwise. So through that task a VPO row shows the *unrotated* frames of the anchors (the
+release's own shortcoming, which the task's code, not the file, decides); the rotated renders the
+question describes are ``image_paths`` in ``qa.parquet`` (and ``images/``), for evaluators that
+read them. VOC rows there are the final totals; the streaming checkpoints (``query_times`` /
+``answers``) are in ``qa.parquet`` and ``splits/voc_stream.parquet``; the checkpoint wording is the
+one the public task already rewrites into "Report the total count up to this point".
 """
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
@@ -34,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from vsi_wild import schema
 from vsi_wild.stages.qa.common import LETTERS, StableRng, stable_hash
@@ -250,8 +261,6 @@ def release_bytes(rows: Iterable[dict[str, Any]]) -> bytes:
 def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
     """Write the export's tables; ``dest(relative path)`` gives where (videos and images are the
     caller's). Returns the counts."""
-    from vsi_wild.store import table_bytes
-
     def put(rel: str, data: bytes) -> None:
         dest(rel).write_bytes(data)
 
@@ -268,6 +277,13 @@ def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
 def ffconcat_list(path: str, k: int) -> str:
     """An ffconcat playlist playing ``path`` k times (a relative path is relative to the list)."""
     return "ffconcat version 1.0\n" + "".join(f"file '{_ffconcat_escape(path)}'\n" for _ in range(k))
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """Parquet bytes written the same way every time (deterministic for one pyarrow version)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=True)
+    return buf.getvalue()
 
 
 def concat_video(src: str | Path, k: int, dst: str | Path, ffmpeg: str = "ffmpeg") -> None:

@@ -271,8 +271,9 @@ MOTION = _schema(
 
 # --------------------------------------------------------------------------------------------
 # QA (stages/qa, one unit per video) and the published benchmark (stages/export, unit "all").
-# Streaming protocol: every question carries its query time(s); each answer is derivable from the
-# video prefix before its query time, and ``evidence`` gives intervals that suffice to answer it.
+# Streaming protocol: every question carries its query time(s) t; each answer is derivable from the
+# video prefix [0, t] (frames at t included), and ``evidence`` gives intervals that suffice to
+# answer it (all inside [0, t]).
 # --------------------------------------------------------------------------------------------
 
 INTERVAL = pa.struct([("start", pa.float64()), ("end", pa.float64())])
@@ -292,7 +293,7 @@ QA_QUESTIONS = _schema(
     f("question", pa.string()),
     f("correct", pa.string(), True, doc="MC: the correct option's text"),
     f("distractors", pa.list_(pa.string()), True, doc="MC: 3 distinct wrong options, in a seeded order"),
-    f("query_times", pa.list_(pa.float64()), doc="seconds; one per answer"),
+    f("query_times", pa.list_(pa.float64()), doc="seconds; one per answer; answerable from [0, t]"),
     f("answers", pa.list_(pa.string()), doc="the answer at each query time (MC: option text; VOC: integer)"),
     f("evidence", pa.list_(pa.list_(INTERVAL)), doc="per query time: intervals (s) that suffice to answer"),
     f("frame_indices", pa.list_(pa.int64()), True, doc="frames of the view video the question shows"),
