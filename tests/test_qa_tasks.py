@@ -183,3 +183,21 @@ def test_same_inputs_same_bytes_in_another_root(built, tmp_path, pano, capsys):
         assert a.read_bytes() == b.read_bytes(), rel
     imgs = sorted((root / "exports" / "images").rglob("*.jpg"))
     assert imgs and all(p.read_bytes() == (other / "exports" / p.relative_to(root / "exports")).read_bytes() for p in imgs)
+
+
+@pytest.mark.parametrize("root", ["local", "memory"])
+def test_publish_replaces_exports_as_a_whole(tmp_path, root):
+    from vsi_wild.tasks.export import publish
+
+    store = Store(tmp_path / "r" if root == "local" else f"memory://qa-publish-{tmp_path.name}")
+    for name, data in (("a", b"A"), ("b", b"B")):
+        store.write_bytes_atomic(store.path("artifacts", "x", f"{name}.txt"), data)
+    publish(store, {"one.txt": store.path("artifacts/x/a.txt"), "sub/two.txt": store.path("artifacts/x/b.txt")})
+    assert store.fs.cat_file(store.path("exports/sub/two.txt")) == b"B"
+    publish(store, {"three.txt": store.path("artifacts/x/a.txt")})
+    assert sorted(p.rsplit("/", 1)[1] for p in store.fs.find(store.path("exports"))) == ["three.txt"]
+    assert store.fs.cat_file(store.path("exports/three.txt")) == b"A"
+    assert sorted(p.rsplit("/", 1)[1] for p in store.fs.ls(store.root, detail=False)) == ["artifacts", "exports"]
+    if root == "local":
+        link = Path(store.path("exports/three.txt"))
+        assert link.is_symlink() and not os.path.isabs(os.readlink(link))
