@@ -1,0 +1,60 @@
+"""The `project` stage: one source -> its perspective views (faces blurred), views.parquet and the
+face-blur audit trail faces.parquet (one unit per source)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+
+from vsi_wild import schema
+from vsi_wild.errors import UnitError
+from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector
+from vsi_wild.stages.project import ProjectParams, project_source
+from vsi_wild.tasks.engine import Job, Stage
+from vsi_wild.tasks.probe import OUTPUT as PROBE_OUTPUT
+from vsi_wild.tasks.probe import source_file
+
+VIEWS = "views.parquet"
+FACES = "faces.parquet"
+
+
+@functools.lru_cache(maxsize=4)
+def _detector(faces_json: str) -> FaceDetector:
+    """One detector per process and face config (weights are loaded once; onnxruntime sessions
+    may be shared by the units running in threads)."""
+    return make_detector(FaceParams.model_validate_json(faces_json))
+
+
+def _section(job: Job, name: str, default):
+    value = getattr(job.config, name, None)
+    return default if value is None else value
+
+
+def run(job: Job) -> None:
+    rows = job.read("probe", PROBE_OUTPUT).to_pylist()
+    if len(rows) != 1:
+        raise UnitError(f"{job.unit}: probe output has {len(rows)} rows, expected 1", kind="internal")
+    row = rows[0]
+    path = Path(row["path"]) if row["path"] and os.path.isabs(row["path"]) else source_file(job.store, row)
+    params: ProjectParams = _section(job, "project", ProjectParams())
+    faces: FaceParams = _section(job, "faces", FaceParams())
+    detector = _detector(faces.model_dump_json())
+    out_dir = job.out.path(VIEWS).parent  # the unit's scratch folder: committed as a whole on success
+    views, blurred = project_source(
+        path, out_dir, params, detector, lambda done, total: job.progress(done, total, "frames"),
+        face_params=faces, source_id=job.unit,
+    )
+    job.out.write_table(VIEWS, schema.conform(views, schema.VIEWS_TABLE))
+    job.out.write_table(FACES, schema.conform(blurred, schema.FACES))
+
+
+PROJECT = Stage(
+    name="project",
+    version="1",
+    unit_kind="source",
+    run=run,
+    needs=("probe", "review"),
+    sections=("project", "faces"),
+    description="panorama -> front/right/back/left perspective videos, faces blurred",
+)
