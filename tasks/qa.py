@@ -9,12 +9,14 @@ sections. Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_S
 
 from __future__ import annotations
 
+import functools
+
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from vsi_wild import __version__, ids
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.faces import FaceParams, make_detector
+from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import build_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
@@ -55,6 +57,12 @@ def _panorama(job: Job) -> str:
     return str(source_file(job.store, row))
 
 
+@functools.lru_cache(maxsize=4)
+def _detector(faces_json: str) -> FaceDetector:
+    """One face detector per process and face config (as the project stage does)."""
+    return make_detector(FaceParams.model_validate_json(faces_json))
+
+
 def run(job: Job) -> None:
     params: QAParams = job.config.qa
     faces: FaceParams = job.config.faces
@@ -64,7 +72,7 @@ def run(job: Job) -> None:
     motion = job.read("metadata", "motion.parquet")
     poses = _poses(job, vid)
     prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
-    blur = face_blurrer(make_detector(faces), faces) if params.vpo_per_video else None
+    blur = face_blurrer(_detector(faces.model_dump_json()), faces) if params.vpo_per_video else None
     pano = _panorama(job) if params.vpo_per_video else None
     result = build_video(video, instances, motion, poses, params, prov, pano, job.out.path, blur)
     questions, skipped = result.tables()
