@@ -1,6 +1,13 @@
-"""The embedded sample, end to end with the groundtruth backends: every exported answer equals one
-derived here from the generator's truth tables (TRUTH_VISIBILITY, TRUTH_POSES), never through the
-QA code. Runs the real DAG (``vsi-wild run``) on ``configs/sample.yaml``."""
+"""The embedded sample: every answer equals one derived here from the generator's truth tables
+(TRUTH_VISIBILITY, TRUTH_POSES), never through the QA code.
+
+Two levels:
+- ``qa_on_truth``: the real sample (generator at a small resolution), its metadata taken from the
+  truth as a perfect metadata stage would give it, the real QA stage functions (VPO images
+  rendered from the sample's panorama video) and the export;
+- ``built``: the real DAG (``vsi-wild run`` on ``configs/sample.yaml``, groundtruth backends), the
+  exports checked the same way (skips until the DAG has every stage).
+"""
 
 from __future__ import annotations
 
@@ -22,6 +29,120 @@ DIRS = {"forward": 0, "forward-right": 45, "right": 90, "backward-right": 135, "
         "backward-left": 225, "left": 270, "forward-left": 315}
 
 
+# ------------------------------------------------------------------ QA on the sample's truth
+SMALL = dict(duration_s=120.0, width=128, fps=4.0, truth_view_width=160, truth_view_height=90)
+
+
+def _oracle_metadata(truth, params, view: str, clip_s: float):
+    """What a perfect metadata stage derives from the truth: instances, 2 FPS poses, motion."""
+    from vsi_wild import schema
+    from vsi_wild.stages.sample import truth_samples
+
+    vid = f"{params.source_id}_{view}"
+    vis = [v for v in truth["visibility"].to_pylist() if v["view"] == view]
+    inst: dict[int, list] = {}
+    for v in vis:
+        inst.setdefault(v["instance_id"], []).append(v)
+    instances = []
+    for iid, vs in sorted(inst.items()):
+        vs.sort(key=lambda v: v["time"])
+        instances.append({"video_id": vid, "concept": vs[0]["category"], "instance_id": iid,
+                          "first_time": vs[0]["time"], "last_time": vs[-1]["time"], "first_frame": vs[0]["frame"],
+                          "last_frame": vs[-1]["frame"], "fps": params.fps, "n_observations": len(vs),
+                          "spans": [{"start": vs[0]["time"], "end": vs[-1]["time"]}], "x": None, "y": None, "z": None,
+                          "origin": "auto"})
+    frames = {p["frame"]: p for p in truth["poses"].to_pylist()}
+    samples = truth_samples(params)
+    poses = [{"video_id": vid, "sample_index": k, "time": t, "frame": f, "fps": params.fps, "extrinsics": [0.0] * 12,
+              "intrinsics": [0.0] * 9, "x": frames[f]["x"], "y": frames[f]["y"], "z": frames[f]["z"], "valid": True,
+              "backend": "truth"} for k, t, f in samples]
+    motion = []
+    n_clips = int(math.ceil(params.duration_s / clip_s))
+    for c in range(n_clips):
+        lo, hi = c * clip_s, min(params.duration_s, (c + 1) * clip_s)
+        best = None
+        for k, t, f in samples:  # steadiest moving moment: same direction over +- 2 s, away from the edges
+            if not (lo + 2 <= t <= hi - 2):
+                continue
+            rel = [_rel_angle(frames, samples, t + d, view) for d in (-1.5, -0.5, 0.5, 1.5)]
+            if any(r is None for r in rel) or max(abs((r - rel[0] + 180) % 360 - 180) for r in rel) > 1.0:
+                continue
+            margin = min(t - lo, hi - t)
+            if best is None or margin > best[0]:
+                best = (margin, t, f, _rel_angle(frames, samples, t, view))
+        base = {"video_id": vid, "clip_index": c, "clip_start": lo, "clip_end": hi, "fps": params.fps, "speed": None,
+                "stability": None, "views_consistent": None, "reason": None, "origin": "auto"}
+        if best is None:
+            motion.append({**base, "state": "none", "pivot_time": None, "pivot_frame": None, "angle_deg": None})
+        else:
+            _, t, f, ang = best
+            motion.append({**base, "state": "ok", "pivot_time": t, "pivot_frame": f,
+                           "angle_deg": (ang + 180.0) % 360.0 - 180.0})
+    return (schema.table(schema.INSTANCES, instances), schema.table(schema.POSES, poses),
+            schema.table(schema.MOTION, motion))
+
+
+def _rel_angle(frames, samples, t, view, half=0.5):
+    """Motion direction around t relative to the view's heading, from positions +- half."""
+    fa = min(samples, key=lambda s: abs(s[1] - (t - half)))[2]
+    fb = min(samples, key=lambda s: abs(s[1] - (t + half)))[2]
+    a, b = frames[fa], frames[fb]
+    dx, dy = b["x"] - a["x"], b["y"] - a["y"]
+    if math.hypot(dx, dy) < 0.2:
+        return None
+    heading = frames[min(samples, key=lambda s: abs(s[1] - t))[2]]["yaw_deg"] + VIEW_YAW[view]
+    return math.degrees(math.atan2(dx, dy)) - heading
+
+
+@pytest.fixture(scope="module")
+def qa_on_truth(tmp_path_factory):
+    import pyarrow as pa
+
+    from vsi_wild.stages import export as ex
+    from vsi_wild.stages.faces import FaceParams, make_detector
+    from vsi_wild.stages.qa import QAParams
+    from vsi_wild.stages.qa.build import build_video
+    from vsi_wild.stages.qa.common import Provenance, VideoInfo, questions_table
+    from vsi_wild.stages.qa.vpo import face_blurrer
+    from vsi_wild.stages.sample import SampleParams, generate_sample
+
+    tmp = tmp_path_factory.mktemp("sample-qa")
+    params = SampleParams(**SMALL)
+    video_path = tmp / "sample.mp4"
+    t = generate_sample(params, video_path)
+    truth = {"poses": t.poses, "visibility": t.visibility}
+    qa = QAParams(clip_seconds=30.0, image_width=96, image_height=54, image_format="png")
+    blur = face_blurrer(make_detector(FaceParams()), FaceParams())
+    tables, images = [], {}
+    n = int(round(params.duration_s * params.fps))
+    for view, yaw in VIEW_YAW.items():
+        video = VideoInfo(f"{params.source_id}_{view}", params.source_id, view, yaw, 0.0, 90.0, 58.7155, 128, 72,
+                          params.fps, n, params.duration_s)
+        instances, poses, motion = _oracle_metadata(truth, params, view, qa.clip_seconds)
+
+        def dest(rel, view=view):
+            p = tmp / "images" / view / rel
+            p.parent.mkdir(parents=True, exist_ok=True)
+            images[(video.video_id, rel)] = p
+            return p
+
+        res = build_video(video, instances, motion, poses, qa, Provenance(0, "truth", "test"), video_path, dest, blur)
+        tables.append(questions_table(res.questions))
+    export = ex.assemble(pa.concat_tables(tables), qa)
+    rows = [r for r in export.rows if r["split"] != "voc_repeat"]
+    return {params.source_id: truth}, rows, images
+
+
+def test_qa_on_the_sample_truth(qa_on_truth):
+    truths, rows, images = qa_on_truth
+    _check_rows(truths, rows)
+    for r in rows:
+        if r["task_type"] == "VPO":
+            for p in r["image_paths"]:
+                assert (r["video_id"], "images/" + p.rsplit("/", 1)[1]) in images
+
+
+# ------------------------------------------------------------------ the whole DAG
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
     from vsi_wild.tasks import registry
@@ -69,7 +190,10 @@ def test_exports_exist_and_counts_are_printed(built):
 
 def test_every_answer_matches_the_truth(built):
     root, truths, _ = built
-    rows = pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist()
+    _check_rows(truths, pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist())
+
+
+def _check_rows(truths, rows):
     checked = {"VMR": 0, "VPO": 0, "VOO": 0, "VOC": 0}
     for r in rows:
         if r["split"] == "voc_repeat":
