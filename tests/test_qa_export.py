@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-from qa_world import VIEW_YAW, instances_table, make_world, motion_table, poses_table, views_table
+from qa_world import instances_table, make_world, motion_table, poses_table, views_table
 
 from vsi_wild.stages import export as ex
 from vsi_wild.stages.qa import QAParams

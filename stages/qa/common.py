@@ -12,7 +12,7 @@ import itertools
 import math
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -173,7 +173,6 @@ class Question:
     render_hfov_deg: float | None = None
     concepts: list[str] | None = None
     angle_deg: float | None = None
-    extra: dict[str, Any] = field(default_factory=dict, repr=False)  # not exported
 
 
 @dataclass(frozen=True)
@@ -204,9 +203,7 @@ def interval(start: float, end: float) -> dict[str, float]:
 def questions_table(questions: Sequence[Question]) -> pa.Table:
     rows = []
     for q in questions:
-        d = asdict(q)
-        d.pop("extra")
-        rows.append(d)
+        rows.append(asdict(q))
     return schema.table(schema.QA_QUESTIONS, rows)
 
 
