@@ -312,6 +312,10 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
     if (not forced and prev is not None and prev["state"] == "failed" and prev["key"] == key
             and prev["retryable"] is False):
         return Outcome(stage.name, unit, "failed", key=key, error=f"not retried (use --force): {prev['error']}")
+    # A stage that said "nothing to do" (Skip) for these exact inputs says it again: e.g. a source
+    # awaiting review is not re-run until its decision (part of the key) changes.
+    if not forced and prev is not None and prev["state"] == "skipped" and prev["key"] == key:
+        return Outcome(stage.name, unit, "skipped", key=key, error=prev["error"])
     return Prepared(stage.name, unit, key, inputs)
 
 

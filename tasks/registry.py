@@ -5,11 +5,13 @@ A stage is listed here only once it is really built; nothing is faked to fill th
 
 from __future__ import annotations
 
+from vsi_wild.tasks.crawl import DOWNLOAD, SEARCH
 from vsi_wild.tasks.engine import Stage
 from vsi_wild.tasks.probe import PROBE
+from vsi_wild.tasks.review import REVIEW
 from vsi_wild.tasks.sample import SAMPLE
 
-STAGES: list[Stage] = [SAMPLE, PROBE]
+STAGES: list[Stage] = [SAMPLE, SEARCH, DOWNLOAD, PROBE, REVIEW]
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 
 

@@ -26,7 +26,9 @@ def cli(*args: str):
 def local_sources(tmp_path: Path):
     """A config with no sample, and three local 2:1 videos, one of them truncated."""
     cfg = tmp_path / "c.yaml"
-    cfg.write_text(f"run: {{data_root: {tmp_path / 'out'}, workers: 2}}\nsample: null\n")
+    # local files need no human review in these tests (the review gate has its own tests)
+    cfg.write_text(f"run: {{data_root: {tmp_path / 'out'}, workers: 2}}\nsample: null\n"
+                   "review: {require_decision: false}\n")
     good = [make_video(tmp_path / f"good{i}.mp4", 256, 128, 8, 2 + i) for i in range(2)]
     full = make_video(tmp_path / "bad_full.mp4", 256, 128, 8, 4, extra=["-movflags", "+faststart"])
     bad = tmp_path / "bad.mp4"

@@ -334,6 +334,16 @@ def sample(
     out.print(f"wrote {out_dir / 'sample.mp4'} and truth_*.parquet")
 
 
+def _mount_sources_commands() -> None:
+    from vsi_wild.cli_sources import crawl, review_app
+
+    app.command("crawl")(crawl)
+    app.add_typer(review_app, name="review")
+
+
+_mount_sources_commands()
+
+
 def main() -> None:
     try:
         app()

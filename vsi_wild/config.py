@@ -19,6 +19,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from vsi_wild.stages.crawl import CrawlParams
+from vsi_wild.stages.review import ReviewExportParams
 from vsi_wild.stages.sample import SampleParams
 
 
@@ -62,6 +64,9 @@ class ReviewSection(Section):
         default_factory=lambda: ["sample"],
         description="origins kept without a decision (generated samples need no review)",
     )
+    export: ReviewExportParams = Field(
+        ReviewExportParams(), description="contact sheets and the motion heuristic of `vsi-wild review export`"
+    )
 
 
 class Config(Section):
@@ -70,10 +75,14 @@ class Config(Section):
     sources: SourcesSection = SourcesSection()
     probe: ProbeSection = ProbeSection()
     review: ReviewSection = ReviewSection()
+    crawl: CrawlParams = Field(CrawlParams(), description="YouTube search and download (stages/crawl)")
 
     def section_json(self, name: str) -> str:
-        """Canonical JSON of one section: what a stage's cache key depends on."""
-        value = getattr(self, name)
+        """Canonical JSON of one section: what a stage's cache key depends on. A dotted name
+        (``crawl.download``) is a sub-section, so a stage can depend on part of a section."""
+        value: Any = self
+        for part in name.split("."):
+            value = getattr(value, part)
         data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 

@@ -91,6 +91,46 @@ SOURCE = _schema(
     f("provenance", pa.string(), True, doc="JSON: generator parameters, info-dict path, ..."),
 )
 
+CRAWL_QUERIES = _schema(
+    "The search stage's queries (queries.parquet): what was asked and what came back.",
+    f("query", pa.string()),
+    f("category", pa.string(), doc="one of the 8 scene categories"),
+    f("language", pa.string()),
+    f("cue", pa.string(), doc="the panorama cue ('' for an expander's query)"),
+    f("term", pa.string(), doc="the category term ('' for an expander's query)"),
+    f("origin", pa.string(), doc="table | expander:<name>"),
+    f("results", pa.int64(), True, doc="results returned; null when the query failed"),
+    f("error_class", pa.string(), True),
+    f("error", pa.string(), True),
+)
+
+CRAWL_CANDIDATES = _schema(
+    "The search stage's candidates (candidates.parquet): one row per YouTube id found, with the "
+    "filters' verdict and yt-dlp's info dict.",
+    f("source_id", pa.string()),
+    f("url", pa.string()),
+    f("title", pa.string(), True),
+    f("channel", pa.string(), True),
+    f("duration_s", pa.float64(), True),
+    f("width", pa.int64(), True, doc="of the best video format (full info only)"),
+    f("height", pa.int64(), True),
+    f("fps", pa.float64(), True),
+    f("live_status", pa.string(), True),
+    f("media_type", pa.string(), True),
+    f("projection", pa.string(), True, doc="equirectangular | equirectangular_stereo | mesh | flat | unknown"),
+    f("projection_evidence", pa.string(), True, doc="JSON: format_note, spherical, aspect, ..."),
+    f("query", pa.string(), doc="the first query that found it"),
+    f("category", pa.string()),
+    f("language", pa.string()),
+    f("queries", pa.list_(pa.string()), doc="every query that found it"),
+    f("rank", pa.int64(), doc="position in the first query's results"),
+    f("accepted", pa.bool_()),
+    f("reject_reason", pa.string(), True),
+    f("error_class", pa.string(), True, doc="when the info could not be had (private, removed, ...)"),
+    f("extracted", pa.bool_(), doc="info_json is the full info dict (else the flat search entry)"),
+    f("info_json", pa.string(), True, doc="yt-dlp's info dict (sanitized), JSON"),
+)
+
 # --------------------------------------------------------------------------------------------
 # Ground truth of a generated sample (stages/sample)
 # --------------------------------------------------------------------------------------------
@@ -171,6 +211,24 @@ TRUTH_PLACES = _schema(
     f("y_min", pa.float64()),
     f("x_max", pa.float64()),
     f("y_max", pa.float64()),
+)
+
+# --------------------------------------------------------------------------------------------
+# Review (stages/review): the human keep/reject gate between sourcing and projection
+# --------------------------------------------------------------------------------------------
+
+REVIEW_DECISION = _schema(
+    "A source's review decision: recorded by `vsi-wild review apply` under review/<source_id>.parquet "
+    "and, for kept sources, the review stage's output (review.parquet).",
+    f("source_id", pa.string()),
+    f("decision", pa.string(), doc="keep | reject"),
+    f("reason", pa.string(), True, doc="why (required to reject)"),
+    f("reviewer", pa.string(), doc="who decided ('auto' for origins kept without review)"),
+    f("decided_at", TIMESTAMP, True),
+    f("suggestion", pa.string(), True, doc="the camera-motion heuristic's pre-filled suggestion"),
+    f("motion_score", pa.float64(), True, doc="median optical flow, fraction of the frame width per second"),
+    f("decision_file", pa.string(), True, doc="the CSV the decision came from"),
+    f("line", pa.int64(), True, doc="its line in that CSV"),
 )
 
 
