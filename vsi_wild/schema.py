@@ -518,6 +518,113 @@ FIXES_APPLIED = _schema(
 
 
 # --------------------------------------------------------------------------------------------
+# QA (stages/qa, one unit per video) and the published benchmark (stages/export, unit "all").
+# Streaming protocol: every question carries its query time(s) t; each answer is derivable from the
+# video prefix [0, t] (frames at t included), and ``evidence`` gives intervals that suffice to
+# answer it (all inside [0, t]).
+# --------------------------------------------------------------------------------------------
+
+INTERVAL = pa.struct([("start", pa.float64()), ("end", pa.float64())])
+
+QA_QUESTIONS = _schema(
+    "The questions of one video, before answer letters are assigned (letters are balanced over a "
+    "whole task at export). MC questions carry the correct option text and 3 distinct distractors.",
+    f("video_id", pa.string()),
+    f("source_id", pa.string()),
+    f("view", pa.string()),
+    f("video_name", pa.string(), doc="release file name: f'{video_id}.mp4'"),
+    f("task_type", pa.string(), doc="VMR | VPO | VOO | VOC"),
+    f("subtype", pa.string(), doc="VMR cardinal|diagonal; VPO rotated|unrotated; VOO first|last; VOC total|stream"),
+    f("split", pa.string(), doc="release | vpo_unrotated | voc_stream"),
+    f("index", pa.int64(), doc="index within (video, task, subtype); seeds its random choices"),
+    f("item", pa.string(), doc="what the question is about: clip, anchor set, concept set, concept"),
+    f("question", pa.string()),
+    f("correct", pa.string(), True, doc="MC: the correct option's text"),
+    f("distractors", pa.list_(pa.string()), True, doc="MC: 3 distinct wrong options, in a seeded order"),
+    f("query_times", pa.list_(pa.float64()), doc="seconds; one per answer; answerable from [0, t]"),
+    f("answers", pa.list_(pa.string()), doc="the answer at each query time (MC: option text; VOC: integer)"),
+    f("evidence", pa.list_(pa.list_(INTERVAL)), doc="per query time: intervals (s) that suffice to answer"),
+    f("frame_indices", pa.list_(pa.int64()), True, doc="frames of the view video the question shows"),
+    f("frame_times", pa.list_(pa.float64()), True),
+    f("fps", pa.float64()),
+    f("duration_s", pa.float64()),
+    f("image_files", pa.list_(pa.string()), True, doc="VPO: rendered views, relative to the unit's folder"),
+    f("render_yaw_deg", pa.list_(pa.float64()), True, doc="VPO: absolute yaw of each render (panorama frame)"),
+    f("render_offset_deg", pa.list_(pa.float64()), True, doc="VPO: render yaw minus the view's yaw"),
+    f("render_pitch_deg", pa.float64(), True),
+    f("render_hfov_deg", pa.float64(), True),
+    f("concepts", pa.list_(pa.string()), True, doc="VOO: the 4 concepts; VOC: the concept"),
+    f("angle_deg", pa.float64(), True, doc="VMR: motion direction relative to the view's heading"),
+    f("seed", pa.int64()),
+    f("metadata_fingerprint", pa.string()),
+    f("pipeline_version", pa.string()),
+)
+
+QA_IMAGES = _schema(
+    "The rendered VPO views of one video: what was rendered from which panorama frame, and the faces "
+    "blurred in it (privacy audit trail).",
+    f("video_id", pa.string()),
+    f("file", pa.string(), doc="relative to the unit's folder (images/...)"),
+    f("frame", pa.int64(), doc="frame index of the source panorama (= of the view video)"),
+    f("time", pa.float64(), doc="that frame's decoded time"),
+    f("yaw_deg", pa.float64(), doc="absolute yaw in the panorama frame"),
+    f("pitch_deg", pa.float64()),
+    f("hfov_deg", pa.float64()),
+    f("width", pa.int64()),
+    f("height", pa.int64()),
+    f("faces_blurred", pa.list_(pa.struct([("x0", pa.float64()), ("y0", pa.float64()), ("x1", pa.float64()),
+                                            ("y1", pa.float64()), ("score", pa.float64())])),
+      doc="enlarged boxes blurred, in the image's pixels"),
+)
+
+QA_SKIPPED = _schema(
+    "Candidate questions of one video that were not asked, and why (audit trail).",
+    f("video_id", pa.string()),
+    f("task_type", pa.string()),
+    f("item", pa.string()),
+    f("reason", pa.string()),
+)
+
+QA_EXPORT = _schema(
+    "The published benchmark, rich form (exports/qa.parquet): the release row's seven fields "
+    "first, then the streaming fields and provenance.",
+    f("doc_id", pa.string()),
+    f("video_name", pa.string()),
+    f("task_type", pa.string()),
+    f("question", pa.string()),
+    f("answer", pa.string(), doc="MC: the letter; VOC: an integer as a string"),
+    f("frame_indices", pa.list_(pa.int64()), True),
+    f("options", pa.list_(pa.string()), True, doc="'A) ...' strings"),
+    f("split", pa.string(), doc="release | vpo_unrotated | voc_stream | voc_repeat"),
+    f("subtype", pa.string()),
+    f("video_id", pa.string()),
+    f("source_id", pa.string()),
+    f("view", pa.string()),
+    f("video_path", pa.string(), doc="relative to the exports folder"),
+    f("answer_text", pa.string(), doc="MC: the correct option's text; VOC: the final count"),
+    f("answer_index", pa.int64(), True, doc="MC: 0-3"),
+    f("query_times", pa.list_(pa.float64())),
+    f("answers", pa.list_(pa.string())),
+    f("evidence", pa.list_(pa.list_(INTERVAL))),
+    f("frame_times", pa.list_(pa.float64()), True),
+    f("fps", pa.float64()),
+    f("duration_s", pa.float64()),
+    f("image_paths", pa.list_(pa.string()), True, doc="VPO: rendered views, relative to the exports folder"),
+    f("render_yaw_deg", pa.list_(pa.float64()), True),
+    f("render_offset_deg", pa.list_(pa.float64()), True),
+    f("render_pitch_deg", pa.float64(), True),
+    f("render_hfov_deg", pa.float64(), True),
+    f("concepts", pa.list_(pa.string()), True),
+    f("angle_deg", pa.float64(), True),
+    f("base_doc_id", pa.string(), True, doc="controls and repeats: the release row they derive from"),
+    f("repeat", pa.int64(), True, doc="VOC-Repeat: how many times the video is concatenated"),
+    f("seed", pa.int64()),
+    f("metadata_fingerprint", pa.string()),
+    f("pipeline_version", pa.string()),
+)
+
+
+# --------------------------------------------------------------------------------------------
 # Helpers
 # --------------------------------------------------------------------------------------------
 

@@ -1,0 +1,303 @@
+"""The published benchmark: answer letters, the release file, the rich parquet, the splits.
+
+Why a global step: the correct letter of a multiple-choice question is *assigned*, balanced over a
+whole task (and within each subtype and correct-answer text), which needs every question of the
+task at once. Each video's questions arrive with their correct option and 3 distractors in a
+seeded order; here the questions of a task are ranked by (subtype, correct text, hash(seed, doc_id))
+and rank r gets letter ``perm_b[r % 4]`` for a seeded permutation per block b = r // 4. So every
+letter's count per task differs from any other's by at most 1 per stratum, and the letter carries
+no information about the subtype or the answer.
+
+Outputs (relative to the export folder; ``exports/`` under the data root mirrors it):
+- ``vsi_super_wild_qa.jsonl``  the release format, exactly: one JSON object per line with the keys
+  ``doc_id, video_name, task_type, question, answer, frame_indices, options`` (compact separators,
+  UTF-8, as the public file);
+- ``qa.parquet``  every row of every split with the streaming fields and provenance (QA_EXPORT);
+- ``splits/vpo_unrotated/vsi_super_wild_qa.jsonl``  the VPO control (same anchors and options,
+  unrotated views; its images are in ``images/``);
+- ``splits/voc_repeat/vsi_super_wild_qa.jsonl`` + ``splits/voc_repeat/videos/``  VOC-Repeat: each
+  view video concatenated with itself k times, the same final counts;
+- ``splits/voc_stream.parquet``  the streaming VOC questions (also in qa.parquet);
+- ``counts.json``  questions per split and task, and answer letters per task.
+
+The release file and the public evaluation task: the task loads it unchanged, shows VMR's pivot
+frame and VPO's four frames by reading ``frame_indices`` from the view video, and the whole video
+otherwise. So through that task a VPO row shows the *unrotated* frames of the anchors (the
+release's own shortcoming, which the task's code, not the file, decides); the rotated renders the
+question describes are ``image_paths`` in ``qa.parquet`` (and ``images/``), for evaluators that
+read them. VOC rows there are the final totals; the streaming checkpoints (``query_times`` /
+``answers``) are in ``qa.parquet`` and ``splits/voc_stream.parquet``; the checkpoint wording is the
+one the public task already rewrites into "Report the total count up to this point".
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import tempfile
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vsi_wild import schema
+from vsi_wild.stages.qa.common import LETTERS, StableRng, stable_hash
+from vsi_wild.stages.qa.params import QAParams
+
+RELEASE_KEYS = ("doc_id", "video_name", "task_type", "question", "answer", "frame_indices", "options")
+RELEASE_FILE = "vsi_super_wild_qa.jsonl"
+SPLITS = ("release", "vpo_unrotated", "voc_stream", "voc_repeat")
+_TASK_RANK = {"VOC": 0, "VPO": 1, "VMR": 2, "VOO": 3}  # the release's order within a video
+_SUBTYPE_RANK = {"first": 0, "last": 1}
+
+
+@dataclass
+class Export:
+    rows: list[dict[str, Any]]  # QA_EXPORT rows, in file order
+    repeats: list[tuple[str, str, int]]  # (source video name, repeated video name, k)
+    dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates removed
+
+    def table(self) -> pa.Table:
+        return schema.table(schema.QA_EXPORT, self.rows)
+
+    def split_rows(self, split: str) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r["split"] == split]
+
+    def counts(self) -> dict[str, Any]:
+        per_split: dict[str, dict[str, int]] = {}
+        for r in self.rows:
+            d = per_split.setdefault(r["split"], {})
+            d[r["task_type"]] = d.get(r["task_type"], 0) + 1
+        letters: dict[str, dict[str, int]] = {}
+        for r in self.split_rows("release"):
+            if r["options"]:
+                d = letters.setdefault(r["task_type"], {k: 0 for k in LETTERS})
+                d[r["answer"]] += 1
+        subtypes: dict[str, dict[str, int]] = {}
+        for r in self.split_rows("release"):
+            d = subtypes.setdefault(r["task_type"], {})
+            d[r["subtype"]] = d.get(r["subtype"], 0) + 1
+        return {
+            "release": {t: per_split.get("release", {}).get(t, 0) for t in ("VMR", "VPO", "VOO", "VOC")},
+            "release_subtypes": {t: dict(sorted(d.items())) for t, d in sorted(subtypes.items())},
+            "splits": {s: dict(sorted(per_split.get(s, {}).items())) for s in SPLITS},
+            "letters": letters,
+            "duplicates_dropped": len(self.dropped),
+        }
+
+
+# ----------------------------------------------------------------------------- letters
+def assign_letters(rows: Sequence[dict[str, Any]], seed: int) -> dict[str, int]:
+    """doc_id -> answer index (0-3) for the multiple-choice rows, balanced per task (see module)."""
+    by_task: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for r in rows:
+        by_task[r["task_type"]].append(r)
+    out: dict[str, int] = {}
+    for task, rs in sorted(by_task.items()):
+        ranked = sorted(rs, key=lambda r: (r["subtype"], r["correct"], stable_hash(seed, "letters", r["doc_id"])))
+        perm: list[int] = []
+        for rank, r in enumerate(ranked):
+            if rank % 4 == 0:
+                perm = StableRng(seed, "letters", task, rank // 4).shuffled(range(4))
+            out[r["doc_id"]] = perm[rank % 4]
+    return out
+
+
+def options_with_letters(correct: str, distractors: Sequence[str], index: int) -> list[str]:
+    texts = list(distractors)
+    texts.insert(index, correct)
+    return [f"{LETTERS[i]}) {t}" for i, t in enumerate(texts)]
+
+
+# ----------------------------------------------------------------------------- assembly
+def _doc_ids(questions: list[dict[str, Any]]) -> None:
+    """Release-style ids: ``{video_name}|{n}|{task}|{variant}``, n running over a video's questions
+    in the release's task order (VOC, VPO, VMR, VOO); variant 0 for release rows."""
+    by_video: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for q in questions:
+        by_video[q["video_name"]].append(q)
+    for name, qs in by_video.items():
+        # a question and its control / stream twin share n
+        keys = sorted({(_TASK_RANK[q["task_type"]], q["index"], _SUBTYPE_RANK.get(q["subtype"], 0)) for q in qs
+                       if q["split"] == "release" or q["task_type"] in ("VPO", "VOC")})
+        number = {k: n for n, k in enumerate(keys)}
+        for q in qs:
+            n = number[(_TASK_RANK[q["task_type"]], q["index"], _SUBTYPE_RANK.get(q["subtype"], 0))]
+            variant = {"release": "0", "vpo_unrotated": "unrotated", "voc_stream": "stream"}[q["split"]]
+            q["_n"] = n
+            q["doc_id"] = f"{name}|{n}|{q['task_type']}|{variant}"
+            q["base_doc_id"] = None if q["split"] == "release" else f"{name}|{n}|{q['task_type']}|0"
+
+
+def _content_key(q: dict[str, Any]) -> tuple:
+    opts = tuple(sorted([q["correct"], *q["distractors"]])) if q["correct"] is not None else None
+    fi = tuple(q["frame_indices"]) if q["frame_indices"] is not None else None
+    return (q["split"], q["video_name"], q["task_type"], q["question"], fi, opts, q["correct"], tuple(q["answers"]))
+
+
+def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -> Export:
+    """Every exported row from the videos' question tables (QA_QUESTIONS rows)."""
+    qs = [dict(q) for q in (questions.to_pylist() if isinstance(questions, pa.Table) else questions)]
+    _doc_ids(qs)
+    seen: dict[tuple, str] = {}
+    kept, dropped = [], []
+    for q in sorted(qs, key=lambda q: q["doc_id"]):
+        key = _content_key(q)
+        if key in seen:
+            dropped.append({"doc_id": q["doc_id"], "duplicate_of": seen[key]})
+            continue
+        seen[key] = q["doc_id"]
+        kept.append(q)
+    ids = Counter(q["doc_id"] for q in kept)
+    if any(n > 1 for n in ids.values()):
+        raise ValueError(f"duplicate doc ids: {[i for i, n in ids.items() if n > 1][:5]}")
+    # a control is dropped with its release twin, never alone
+    release_ids = {q["doc_id"] for q in kept if q["split"] == "release"}
+    kept = [q for q in kept if q["split"] == "release" or q["base_doc_id"] in release_ids]
+
+    letters = assign_letters([q for q in kept if q["split"] == "release" and q["correct"] is not None], params.seed)
+    rows: list[dict[str, Any]] = []
+    for q in kept:
+        if q["correct"] is not None:
+            idx = letters[q["doc_id"] if q["split"] == "release" else q["base_doc_id"]]
+            answer, options = LETTERS[idx], options_with_letters(q["correct"], q["distractors"], idx)
+            answer_text = q["correct"]
+        else:
+            idx, options = None, None
+            answer = answer_text = q["answers"][-1]
+        rows.append(_export_row(q, answer=answer, options=options, answer_text=answer_text, answer_index=idx))
+
+    repeats: list[tuple[str, str, int]] = []
+    for r in [r for r in rows if r["split"] == "release" and r["task_type"] == "VOC"]:
+        for k in params.repeat_times:
+            name = repeat_video_name(r["video_name"], k)
+            if (r["video_name"], name, k) not in repeats:
+                repeats.append((r["video_name"], name, k))
+            d = r["duration_s"]
+            rows.append({
+                **r,
+                "doc_id": f"{name}|{r['doc_id'].split('|', 2)[1]}|VOC|0",
+                "video_name": name,
+                "split": "voc_repeat",
+                "video_path": f"splits/voc_repeat/videos/{name}",
+                "query_times": [k * d],
+                "evidence": [[{"start": 0.0, "end": d}]],  # the first pass already shows every instance
+                "duration_s": k * d,
+                "base_doc_id": r["doc_id"],
+                "repeat": k,
+            })
+    split_rank = {s: i for i, s in enumerate(SPLITS)}
+    rows.sort(key=lambda r: (split_rank[r["split"]], r["video_name"], r["_n"]))
+    for r in rows:
+        r.pop("_n")
+    return Export(rows, sorted(repeats), dropped)
+
+
+def repeat_video_name(video_name: str, k: int) -> str:
+    stem = video_name[:-4] if video_name.endswith(".mp4") else video_name
+    return f"{stem}_repeat{k}.mp4"
+
+
+def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
+    return {
+        "doc_id": q["doc_id"],
+        "video_name": q["video_name"],
+        "task_type": q["task_type"],
+        "question": q["question"],
+        "answer": kw["answer"],
+        "frame_indices": q["frame_indices"],
+        "options": kw["options"],
+        "split": q["split"],
+        "subtype": q["subtype"],
+        "video_id": q["video_id"],
+        "source_id": q["source_id"],
+        "view": q["view"],
+        "video_path": f"videos/{q['video_name']}",
+        "answer_text": kw["answer_text"],
+        "answer_index": kw["answer_index"],
+        "query_times": q["query_times"],
+        "answers": q["answers"],
+        "evidence": q["evidence"],
+        "frame_times": q["frame_times"],
+        "fps": q["fps"],
+        "duration_s": q["duration_s"],
+        "image_paths": [image_export_path(q["video_id"], f) for f in q["image_files"]] if q["image_files"] else None,
+        "render_yaw_deg": q["render_yaw_deg"],
+        "render_offset_deg": q["render_offset_deg"],
+        "render_pitch_deg": q["render_pitch_deg"],
+        "render_hfov_deg": q["render_hfov_deg"],
+        "concepts": q["concepts"],
+        "angle_deg": q["angle_deg"],
+        "base_doc_id": q["base_doc_id"],
+        "repeat": None,
+        "seed": q["seed"],
+        "metadata_fingerprint": q["metadata_fingerprint"],
+        "pipeline_version": q["pipeline_version"],
+        "_n": q["_n"],
+    }
+
+
+def image_export_path(video_id: str, unit_file: str) -> str:
+    """``images/vpo0_f1_rot.jpg`` of a video's QA output -> ``images/<video_id>/vpo0_f1_rot.jpg``."""
+    return f"images/{video_id}/{Path(unit_file).name}"
+
+
+# ----------------------------------------------------------------------------- files
+def release_line(row: dict[str, Any]) -> str:
+    """One line of the release file: the seven keys in order, compact, UTF-8 (as the public file)."""
+    return json.dumps({k: row[k] for k in RELEASE_KEYS}, ensure_ascii=False, separators=(",", ":"))
+
+
+def release_bytes(rows: Iterable[dict[str, Any]]) -> bytes:
+    return "".join(release_line(r) + "\n" for r in rows).encode("utf-8")
+
+
+def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
+    """Write the export's tables; ``dest(relative path)`` gives where (videos and images are the
+    caller's). Returns the counts."""
+    def put(rel: str, data: bytes) -> None:
+        dest(rel).write_bytes(data)
+
+    put(RELEASE_FILE, release_bytes(export.split_rows("release")))
+    put("qa.parquet", table_bytes(export.table()))
+    put(f"splits/vpo_unrotated/{RELEASE_FILE}", release_bytes(export.split_rows("vpo_unrotated")))
+    put(f"splits/voc_repeat/{RELEASE_FILE}", release_bytes(export.split_rows("voc_repeat")))
+    put("splits/voc_stream.parquet", table_bytes(schema.table(schema.QA_EXPORT, export.split_rows("voc_stream"))))
+    counts = export.counts()
+    put("counts.json", (json.dumps(counts, indent=1, sort_keys=True) + "\n").encode())
+    return counts
+
+
+def ffconcat_list(path: str, k: int) -> str:
+    """An ffconcat playlist playing ``path`` k times (a relative path is relative to the list)."""
+    return "ffconcat version 1.0\n" + "".join(f"file '{_ffconcat_escape(path)}'\n" for _ in range(k))
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    """Parquet bytes written the same way every time (deterministic for one pyarrow version)."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd", write_statistics=True)
+    return buf.getvalue()
+
+
+def concat_video(src: str | Path, k: int, dst: str | Path, ffmpeg: str = "ffmpeg") -> None:
+    """``src`` played ``k`` times in a row, by stream copy (no re-encode: the same frames k times)."""
+    src = os.path.abspath(src)
+    with tempfile.TemporaryDirectory() as tmp:
+        lst = Path(tmp) / "list.ffconcat"
+        lst.write_text(ffconcat_list(src, k))
+        cmd = [ffmpeg, "-v", "error", "-y", "-f", "concat", "-safe", "0", "-i", str(lst), "-map", "0:v:0",
+               "-c", "copy", "-map_metadata", "-1", "-fflags", "+bitexact", "-movflags", "+faststart", str(dst)]
+        res = subprocess.run(cmd, capture_output=True, text=True)
+    if res.returncode != 0:
+        raise RuntimeError(f"ffmpeg could not concatenate {src} x{k}: {res.stderr.strip()[-500:]}")
+
+
+def _ffconcat_escape(path: str) -> str:
+    return path.replace("'", "'\\''")

@@ -1,0 +1,73 @@
+"""Parameters of the rule-based QA generation (config section ``qa``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class QAParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    seed: int = Field(0, description="every random choice is seeded by hash(seed, video, task, index)")
+    clip_seconds: float = Field(
+        300.0, gt=0, description="the paper's clip length: VMR asks one question per clip; "
+        "the default VOC checkpoint interval"
+    )
+
+    # VMR
+    vmr_evidence_s: float = Field(
+        1.0, ge=0, description="half-width of the pose window the motion direction was measured on: "
+        "evidence [pivot - w, pivot + w], query time pivot + w"
+    )
+
+    # VPO
+    vpo_per_video: int = Field(3, ge=0, description="VPO questions per view video")
+    vpo_min_gap_s: float = Field(30.0, ge=0, description="any two anchors at least this far apart in time")
+    vpo_min_position_frac: float = Field(
+        0.1, ge=0, description="where poses exist, any two anchors at least this fraction of the "
+        "trajectory's extent (bounding-box diagonal) apart; scale-free, as pose scale is arbitrary"
+    )
+    vpo_edge_margin_s: float = Field(1.0, ge=0, description="no anchor closer than this to either end")
+    vpo_offset_min_deg: float = Field(30.0, ge=0, le=180)
+    vpo_offset_max_deg: float = Field(60.0, ge=0, le=180)
+    vpo_pitch_deg: float = 0.0
+    vpo_attempts: int = Field(64, ge=1, description="random restarts when searching anchor sets")
+    image_width: int | None = Field(None, ge=16, description="rendered VPO views; None = the view's size")
+    image_height: int | None = Field(None, ge=16)
+    image_format: Literal["jpg", "png"] = "jpg"
+    jpeg_quality: int = Field(95, ge=1, le=100)
+
+    # VOO
+    voo_first: int = Field(5, ge=0, description="first-appearance questions per view video")
+    voo_last: int = Field(5, ge=0, description="last-appearance questions per view video")
+    voo_min_gap_s: float = Field(2.0, ge=0, description="the 4 concepts' times pairwise at least this far apart")
+
+    # VOC
+    voc_checkpoint_s: float | None = Field(
+        None, gt=0, description="streaming checkpoint interval; None = clip_seconds"
+    )
+    voc_max_per_video: int | None = Field(
+        None, ge=1, description="cap on VOC concepts per view video (seeded choice); None = all retained"
+    )
+
+    # invariance splits (export)
+    repeat_times: list[int] = Field(default_factory=lambda: [2, 3, 4, 5], description="VOC-Repeat factors")
+    repeat_materialize: bool = Field(
+        True, description="write the repeated videos (stream copy); off: only the rows and ffconcat lists"
+    )
+
+    @model_validator(mode="after")
+    def _check(self) -> QAParams:
+        if self.vpo_offset_min_deg > self.vpo_offset_max_deg:
+            raise ValueError("vpo_offset_min_deg must not exceed vpo_offset_max_deg")
+        if (self.image_width is None) != (self.image_height is None):
+            raise ValueError("set both image_width and image_height, or neither")
+        if any(k < 2 for k in self.repeat_times):
+            raise ValueError("repeat_times are factors >= 2")
+        return self
+
+    @property
+    def checkpoint_s(self) -> float:
+        return self.voc_checkpoint_s if self.voc_checkpoint_s is not None else self.clip_seconds

@@ -1,0 +1,115 @@
+"""VOO (object appearance order): order 4 concepts by first or by last appearance.
+
+Per view video: ``voo_first`` first-appearance and ``voo_last`` last-appearance questions. The 4
+concepts of a question have appearance times pairwise at least ``voo_min_gap_s`` apart (so the order
+is visible, not a coin toss between near-simultaneous appearances), and no 4-concept set repeats
+within a (video, subtype). Sets are drawn uniformly from all valid sets, seeded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import pyarrow as pa
+
+from vsi_wild.stages.qa.common import (
+    Provenance,
+    Question,
+    StableRng,
+    VideoInfo,
+    base_fields,
+    interval,
+    ordering_text,
+    permutation_distractors,
+    voo_question,
+)
+from vsi_wild.stages.qa.params import QAParams
+
+SUBTYPES = ("first", "last")
+_ENUMERATE_MAX = 100_000  # above this many 4-sets, sample instead of enumerating
+
+
+def concept_times(instances: pa.Table, video_id: str, which: str) -> dict[str, float]:
+    """concept -> its first appearance (min first_time) or last appearance (max last_time)."""
+    out: dict[str, float] = {}
+    col = "first_time" if which == "first" else "last_time"
+    pick = min if which == "first" else max
+    for r in instances.select(["video_id", "concept", col]).to_pylist():
+        if r["video_id"] != video_id:
+            continue
+        t = float(r[col])
+        out[r["concept"]] = pick(out.get(r["concept"], t), t)
+    return out
+
+
+def is_separated(times: list[float], gap: float) -> bool:
+    s = sorted(times)
+    return all(b - a >= gap and b > a for a, b in zip(s, s[1:]))
+
+
+def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng) -> list[tuple[str, ...]]:
+    """Up to ``count`` distinct 4-concept sets whose times are pairwise >= gap apart."""
+    names = sorted(times, key=lambda c: (times[c], c))
+    if len(names) < 4 or count <= 0:
+        return []
+    if math.comb(len(names), 4) <= _ENUMERATE_MAX:
+        valid = [s for s in itertools.combinations(names, 4) if is_separated([times[c] for c in s], gap)]
+        return [tuple(s) for s in rng.sample(valid, min(count, len(valid)))]
+    found: list[tuple[str, ...]] = []
+    seen: set[frozenset[str]] = set()
+    for _ in range(500 * count):
+        s = rng.sample(names, 4)
+        key = frozenset(s)
+        if key in seen:
+            continue
+        seen.add(key)
+        if is_separated([times[c] for c in s], gap):
+            found.append(tuple(sorted(s, key=lambda c: (times[c], c))))
+            if len(found) == count:
+                break
+    return found
+
+
+def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance) -> tuple[list[Question], list[dict]]:
+    questions: list[Question] = []
+    skipped: list[dict] = []
+    for which, count in (("first", params.voo_first), ("last", params.voo_last)):
+        times = concept_times(instances, video.video_id, which)
+        sets = choose_sets(times, count, params.voo_min_gap_s, StableRng(params.seed, video.video_id, "VOO", which, "sets"))
+        if len(sets) < count:
+            skipped.append({
+                "video_id": video.video_id, "task_type": "VOO", "item": which,
+                "reason": f"{len(sets)} of {count} concept sets with times >= {params.voo_min_gap_s:g}s apart "
+                          f"({len(times)} concepts)",
+            })
+        for i, concepts in enumerate(sets):
+            order = tuple(sorted(concepts, key=lambda c: (times[c], c)))
+            ts = [times[c] for c in order]
+            rng = StableRng(params.seed, video.video_id, "VOO", which, i)
+            # The options list the concepts in a seeded order, not in time order (no leak).
+            distractors = [ordering_text(p) for p in permutation_distractors(order, rng)]
+            if which == "first":
+                qt = ts[-1]  # all four have appeared: the first-appearance order is settled
+                evidence = [interval(0.0, qt)]
+            else:
+                qt = video.duration_s  # a later reappearance would change it: needs the whole video
+                evidence = [interval(ts[0], video.duration_s)]
+            questions.append(
+                Question(
+                    **base_fields(video, prov),
+                    task_type="VOO",
+                    subtype=which,
+                    split="release",
+                    index=i,
+                    item="|".join(sorted(order)),
+                    question=voo_question(which),
+                    correct=ordering_text(order),
+                    distractors=distractors,
+                    query_times=[float(qt)],
+                    answers=[ordering_text(order)],
+                    evidence=[evidence],
+                    concepts=list(order),
+                )
+            )
+    return questions, skipped

@@ -1,0 +1,287 @@
+"""VPO (place order): order 4 views of the scene, shown from rotated viewpoints, by capture time.
+
+Per view video, ``vpo_per_video`` questions of 4 anchors each. Repairs over the release:
+- any two anchors of a question are at least ``vpo_min_gap_s`` apart in time and, where poses
+  exist, ``vpo_min_position_frac`` of the trajectory's extent apart in place (the release had pairs
+  1 frame apart);
+- each anchor is really rendered from the *panorama* at the view's yaw plus a signed offset drawn
+  from [offset_min, offset_max] degrees (the release's evaluation read the unrotated frames), blurred
+  by the face backend like every published frame, and shipped as an image file;
+- an unrotated control (same anchors, same options, offset 0) for the rotation analysis.
+
+The plan (anchors, labels, offsets, options) is pure data; rendering is a separate pass over the
+panorama that holds one decoded frame at a time.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pyarrow as pa
+
+from vsi_wild.errors import UnitError
+from vsi_wild.stages import geometry
+from vsi_wild.stages.faces import FaceDetector, FaceParams, blur_rgb, enlarge_boxes
+from vsi_wild.stages.project import render_view
+from vsi_wild.stages.qa.common import (
+    Provenance,
+    Question,
+    StableRng,
+    VideoInfo,
+    base_fields,
+    interval,
+    ordering_text,
+    permutation_distractors,
+    vpo_question,
+)
+from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.video_io import VideoReader
+
+
+@dataclass(frozen=True)
+class Candidate:
+    time: float  # time of the frame shown (the sample time until rendering reads the frame's own)
+    frame: int
+    pos: tuple[float, float, float] | None  # camera centre when a valid pose exists
+
+
+@dataclass(frozen=True)
+class RenderJob:
+    frame: int  # frame index of the source panorama (= of the view video)
+    yaw_deg: float
+    pitch_deg: float
+    file: str  # output path relative to the image folder's parent (e.g. "images/vpo0_f1_rot.jpg")
+
+
+def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> list[Candidate]:
+    """Anchor candidates: the 2 FPS pose timestamps (or a 2 FPS grid when there are no poses),
+    away from both ends of the video."""
+    lo, hi = params.vpo_edge_margin_s, video.duration_s - params.vpo_edge_margin_s
+    out: dict[int, Candidate] = {}
+    cols = ["video_id", "time", "frame", "x", "y", "z", "valid"]
+    rows = poses.select(cols).to_pylist() if poses is not None and poses.num_rows else []
+    rows = [r for r in rows if r["video_id"] == video.video_id]
+    if rows:  # the 2 FPS sampler's (t_k, nearest frame) pairs: right for variable frame rates too
+        for r in sorted(rows, key=lambda r: r["time"]):
+            frame = int(r["frame"])
+            if not 0 <= frame < video.n_frames:
+                continue
+            pos = (float(r["x"]), float(r["y"]), float(r["z"])) if r["valid"] and all(
+                math.isfinite(float(r[k])) for k in "xyz") else None
+            out.setdefault(frame, Candidate(float(r["time"]), frame, pos))
+    else:
+        k = 0
+        while k / 2.0 <= video.duration_s:
+            frame = video.frame_at(k / 2.0)
+            out.setdefault(frame, Candidate(video.time_of(frame), frame, None))
+            k += 1
+    return [c for c in sorted(out.values(), key=lambda c: c.frame) if lo <= c.time <= hi]
+
+
+def trajectory_extent(cands: Sequence[Candidate]) -> float:
+    pts = np.array([c.pos for c in cands if c.pos is not None], dtype=np.float64)
+    if len(pts) < 2:
+        return 0.0
+    return float(np.linalg.norm(pts.max(axis=0) - pts.min(axis=0)))
+
+
+def compatible(a: Candidate, b: Candidate, min_gap_s: float, min_dist: float) -> bool:
+    if abs(a.time - b.time) < min_gap_s or a.frame == b.frame:
+        return False
+    if min_dist > 0 and a.pos is not None and b.pos is not None:
+        return math.dist(a.pos, b.pos) >= min_dist
+    return True
+
+
+def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams, video_id: str) -> list[tuple[Candidate, ...]]:
+    """``count`` sets of 4 pairwise-compatible anchors, seeded per question; anchors are not reused
+    across a video's questions unless there is no other way."""
+    min_dist = params.vpo_min_position_frac * trajectory_extent(cands)
+    sets: list[tuple[Candidate, ...]] = []
+    used: set[int] = set()
+    for q in range(count):
+        rng = StableRng(params.seed, video_id, "VPO", q)
+        found = None
+        for allow_reuse in (False, True):
+            for _ in range(params.vpo_attempts):
+                picked: list[Candidate] = []
+                for c in rng.shuffled(cands):
+                    if not allow_reuse and c.frame in used:
+                        continue
+                    if all(compatible(c, p, params.vpo_min_gap_s, min_dist) for p in picked):
+                        picked.append(c)
+                        if len(picked) == 4:
+                            break
+                if len(picked) == 4:
+                    key = tuple(sorted(p.frame for p in picked))
+                    if all(key != tuple(sorted(p.frame for p in s)) for s in sets):
+                        found = tuple(sorted(picked, key=lambda c: c.time))
+                        break
+            if found:
+                break
+        if found is None:
+            break  # a later question would not find room either
+        sets.append(found)
+        used.update(c.frame for c in found)
+    return sets
+
+
+def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: Provenance) -> tuple[list[Question], list[RenderJob], list[dict]]:
+    """The questions (rotated + unrotated control) and the images to render for them."""
+    cands = candidates(poses, video, params)
+    sets = choose_anchor_sets(cands, params.vpo_per_video, params, video.video_id)
+    skipped = []
+    if len(sets) < params.vpo_per_video:
+        skipped.append({
+            "video_id": video.video_id, "task_type": "VPO", "item": "anchors",
+            "reason": f"{len(sets)} of {params.vpo_per_video} anchor sets fit (gap {params.vpo_min_gap_s:g}s, "
+                      f"position {params.vpo_min_position_frac:g} of the extent, {len(cands)} candidates)",
+        })
+    ext = "jpg" if params.image_format == "jpg" else "png"
+    questions: list[Question] = []
+    jobs: list[RenderJob] = []
+    for q, anchors in enumerate(sets):  # anchors sorted by time
+        rng = StableRng(params.seed, video.video_id, "VPO", q, "present")
+        shown = rng.shuffled(range(4))  # shown[p] = time rank of the anchor shown as "Frame p+1"
+        label_of_rank = {rank: p + 1 for p, rank in enumerate(shown)}
+        correct_labels = tuple(f"Frame {label_of_rank[r]}" for r in range(4))
+        distractors = [ordering_text(p) for p in permutation_distractors(correct_labels, rng)]
+        offsets = []
+        for _ in range(4):
+            sign = 1.0 if rng.below(2) else -1.0
+            offsets.append(sign * rng.uniform(params.vpo_offset_min_deg, params.vpo_offset_max_deg))
+        frames = [anchors[shown[p]].frame for p in range(4)]
+        times = [anchors[shown[p]].time for p in range(4)]
+        qt = max(times)
+        evidence = [[interval(anchors[r].time, anchors[r].time) for r in range(4)]]
+        for subtype, offs, split, text in (
+            ("rotated", offsets, "release", vpo_question(params.vpo_offset_min_deg, params.vpo_offset_max_deg)),
+            ("unrotated", [0.0] * 4, "vpo_unrotated", vpo_question(None)),
+        ):
+            tag = "rot" if subtype == "rotated" else "unrot"
+            files = [f"images/vpo{q}_f{p + 1}_{tag}.{ext}" for p in range(4)]
+            yaws = [float(geometry.wrap_deg(video.yaw_deg + o)) for o in offs]
+            jobs += [RenderJob(frames[p], yaws[p], params.vpo_pitch_deg, files[p]) for p in range(4)]
+            questions.append(
+                Question(
+                    **base_fields(video, prov),
+                    task_type="VPO",
+                    subtype=subtype,
+                    split=split,
+                    index=q,
+                    item="frames " + ",".join(str(a.frame) for a in anchors),
+                    question=text,
+                    correct=ordering_text(correct_labels),
+                    distractors=distractors,
+                    query_times=[qt],
+                    answers=[ordering_text(correct_labels)],
+                    evidence=evidence,
+                    frame_indices=frames,
+                    frame_times=times,
+                    image_files=files,
+                    render_yaw_deg=yaws,
+                    render_offset_deg=[float(o) for o in offs],
+                    render_pitch_deg=params.vpo_pitch_deg,
+                    render_hfov_deg=video.hfov_deg,
+                )
+            )
+    return questions, jobs, skipped
+
+
+# ----------------------------------------------------------------------------- rendering
+def face_blurrer(detector: FaceDetector, fp: FaceParams) -> Callable[[np.ndarray], tuple[np.ndarray, list[dict]]]:
+    """Detect faces in a rendered image and blur them as the projection blurs every view frame
+    (same detector, detection width, box margin and low-pass cells). Returns the blurred image
+    and the boxes blurred."""
+
+    def blur(rgb: np.ndarray) -> tuple[np.ndarray, list[dict]]:
+        h, w = rgb.shape[:2]
+        small, sx, sy = rgb, 1.0, 1.0
+        if fp.detect_width and fp.detect_width < w:
+            dw = max(2, int(round(fp.detect_width / 2)) * 2)
+            dh = max(2, int(round(h * dw / w / 2)) * 2)
+            small = cv2.resize(rgb, (dw, dh), interpolation=cv2.INTER_AREA)
+            sx, sy = w / dw, h / dh
+        boxes, scores = detector.detect(small)
+        boxes = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
+        boxes[:, 0::2] *= sx
+        boxes[:, 1::2] *= sy
+        big = enlarge_boxes(boxes, fp.margin, w, h)
+        out = blur_rgb(rgb.copy(), big, fp.blur_cells)
+        found = [{"x0": b[0], "y0": b[1], "x1": b[2], "y1": b[3], "score": float(sc)}
+                 for b, sc in zip(big.tolist(), np.asarray(scores, np.float64).reshape(-1).tolist())]
+        return out, found
+
+    return blur
+
+
+def iter_frames(path: str | Path, wanted: Sequence[int]) -> Iterator[tuple[int, float, np.ndarray]]:
+    """Decode ``path`` once (the shared reader: indices and times as every stage counts them),
+    yielding (index, time, RGB) of the wanted frames only; stops after the last one."""
+    want = sorted(set(int(i) for i in wanted))
+    if not want:
+        return
+    k = 0
+    with VideoReader(path) as reader:
+        for fr in reader.frames():
+            if fr.index == want[k]:
+                yield fr.index, fr.time, fr.frame.to_ndarray(format="rgb24")
+                k += 1
+                if k == len(want):
+                    return
+    raise UnitError(f"{path}: frames {want[k:][:5]} not found (the video ended first)")
+
+
+def encode_image(rgb: np.ndarray, fmt: str, jpeg_quality: int) -> bytes:
+    bgr = cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR)
+    if fmt == "png":
+        ok, buf = cv2.imencode(".png", bgr, [cv2.IMWRITE_PNG_COMPRESSION, 3])
+    else:
+        ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, jpeg_quality])
+    if not ok:
+        raise RuntimeError(f"could not encode a {fmt} image")
+    return buf.tobytes()
+
+
+def render_jobs(pano_path: str | Path, jobs: Sequence[RenderJob], dest: Callable[[str], Path], video: VideoInfo,
+                params: QAParams, blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
+                frames: Iterable[tuple[int, float, np.ndarray]] | None = None) -> list[dict]:
+    """Render every job from the panorama, blur its faces, write it to ``dest(job.file)``.
+    Returns one QA_IMAGES row per image (with the frame's decoded time)."""
+    width = params.image_width or video.width
+    height = params.image_height or video.height
+    by_frame: dict[int, list[RenderJob]] = {}
+    for j in jobs:
+        by_frame.setdefault(j.frame, []).append(j)
+    rows = []
+    stream = frames if frames is not None else iter_frames(pano_path, list(by_frame))
+    for index, time, pano in stream:
+        for j in by_frame.get(index, ()):
+            img = render_view(pano, j.yaw_deg, j.pitch_deg, video.hfov_deg, width, height)
+            boxes: list[dict] = []
+            if blur is not None:
+                img, boxes = blur(img)
+            dest(j.file).write_bytes(encode_image(img, params.image_format, params.jpeg_quality))
+            rows.append({"video_id": video.video_id, "file": j.file, "frame": index, "time": float(time),
+                         "yaw_deg": j.yaw_deg, "pitch_deg": j.pitch_deg, "hfov_deg": video.hfov_deg,
+                         "width": width, "height": height, "faces_blurred": boxes})
+    missing = sorted(set(by_frame) - {r["frame"] for r in rows})
+    if missing:
+        raise UnitError(f"{pano_path}: frames {missing[:5]} were not decoded")
+    return sorted(rows, key=lambda r: r["file"])
+
+
+def refine_times(questions: Sequence[Question], frame_time: dict[int, float]) -> None:
+    """Replace the VPO questions' sample times by the shown frames' own decoded times."""
+    for q in questions:
+        if q.task_type != "VPO":
+            continue
+        q.frame_times = [float(frame_time[f]) for f in q.frame_indices]
+        ts = sorted(q.frame_times)
+        q.query_times = [ts[-1]]
+        q.evidence = [[interval(t, t) for t in ts]]

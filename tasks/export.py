@@ -1,0 +1,123 @@
+"""The `export` stage (one unit, "all"): letters, the release file, the rich parquet, the splits,
+and their publication under ``<data root>/exports/``.
+
+The export's own files live in its artifact folder like every output. ``exports/`` is the
+published view of the current export: links (copies when the data root is remote) to the export's
+files, to the view videos the rows name (the project stage's outputs) and to the rendered images
+(the qa stage's outputs). It is rebuilt beside the old one and swapped in, so a reader sees the
+old or the new benchmark, not a mix. Layout: see ``vsi_wild.stages.export``; plus
+``videos/<video_name>`` and ``images/<video_id>/...``.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import uuid
+from pathlib import Path
+
+import pyarrow as pa
+
+from vsi_wild import schema
+from vsi_wild.errors import UnitError
+from vsi_wild.stages.export import assemble, concat_video, ffconcat_list, image_export_path, write_export
+from vsi_wild.stages.qa import QAParams
+from vsi_wild.store import Store, UnitRef
+from vsi_wild.tasks.engine import Job, Stage
+
+VIEWS_FILE = "views.parquet"
+EXPORTS = "exports"
+
+
+def _video_files(job: Job) -> dict[str, tuple[UnitRef, str]]:
+    """video_name -> (project output, file inside it) for every projected view."""
+    out = {}
+    for _, ref in sorted(job.refs("project").items()):
+        for r in job.store.read_table(ref, VIEWS_FILE).to_pylist():
+            out[f"{r['video_id']}.mp4"] = (ref, r["path"])
+    return out
+
+
+def publish(store: Store, links: dict[str, str]) -> str:
+    """Make ``exports/<rel>`` point at each target (a path under the data root); replace the old
+    ``exports/`` as a whole. Local roots get relative symlinks, remote roots copies."""
+    final = store.path(EXPORTS)
+    if store.is_local:
+        staging = store.path(f"{EXPORTS}.new-{uuid.uuid4().hex[:12]}")
+        for rel, target in sorted(links.items()):
+            link = Path(staging) / rel
+            link.parent.mkdir(parents=True, exist_ok=True)
+            # relative to where the link will live after the swap (staging is exports' sibling)
+            os.symlink(os.path.relpath(target, os.path.dirname(os.path.join(final, rel))), link)
+        old = None
+        if os.path.lexists(final):
+            old = store.path(f"{EXPORTS}.old-{uuid.uuid4().hex[:12]}")
+            os.rename(final, old)
+        os.rename(staging, final)
+        if old:
+            shutil.rmtree(old, ignore_errors=True)
+        return final
+    staging = store.path(f"{EXPORTS}.new-{uuid.uuid4().hex[:12]}")
+    for rel, target in sorted(links.items()):
+        store.fs.copy(target, f"{staging}/{rel}")
+    if store.fs.exists(final):
+        store.fs.rm(final, recursive=True)
+    store.fs.mv(staging, final, recursive=True)
+    return final
+
+
+def run(job: Job) -> None:
+    params: QAParams = job.config.qa
+    qa_refs = dict(sorted(job.refs("qa").items()))
+    tables = [schema.conform(job.store.read_table(ref, "questions.parquet"), schema.QA_QUESTIONS) for ref in qa_refs.values()]
+    questions = pa.concat_tables(tables) if tables else schema.QA_QUESTIONS.empty_table()
+    export = assemble(questions, params)
+    counts = write_export(job.out.path, export)
+
+    videos = _video_files(job)
+    final = job.store.unit_dir(UnitRef(job.stage.name, job.unit, job.key))
+    links: dict[str, str] = {}
+    for name in sorted({r["video_name"] for r in export.rows if r["split"] != "voc_repeat"}):
+        if name not in videos:
+            raise UnitError(f"no projected video {name} (project outputs: {len(videos)} views)")
+        ref, path = videos[name]
+        links[f"videos/{name}"] = f"{job.store.unit_dir(ref)}/{path}"
+    for src, rep, k in export.repeats:
+        if params.repeat_materialize:
+            ref, path = videos[src]
+            concat_video(job.store.local_file(ref, path), k, job.out.path(f"splits/voc_repeat/videos/{rep}"))
+        else:  # a playlist relative to its place under exports/: ffmpeg/ffplay read it as one video
+            job.out.path(f"splits/voc_repeat/videos/{rep[:-4]}.ffconcat").write_text(ffconcat_list(f"../../../videos/{src}", k))
+    for unit, ref in qa_refs.items():
+        for f in job.store.read_table(ref, "images.parquet")["file"].to_pylist():
+            links[image_export_path(unit, f)] = f"{job.store.unit_dir(ref)}/{f}"
+    for p in sorted(job.out.scratch.rglob("*")):
+        if p.is_file():
+            rel = p.relative_to(job.out.scratch).as_posix()
+            links[rel] = f"{final}/{rel}"
+    where = publish(job.store, links)
+
+    print(summary_line(where, counts), flush=True)
+
+
+def summary_line(where: str, counts: dict) -> str:
+    r, s, sub = counts["release"], counts["splits"], counts["release_subtypes"]
+    voo = sub.get("VOO", {})
+    vmr = sub.get("VMR", {})
+    return (f"exports: {where}\n"
+            f"  release ({sum(r.values())} rows): VMR {r['VMR']} (cardinal {vmr.get('cardinal', 0)}, diagonal "
+            f"{vmr.get('diagonal', 0)}) · VPO {r['VPO']} · VOO {r['VOO']} (first {voo.get('first', 0)}, last "
+            f"{voo.get('last', 0)}) · VOC {r['VOC']}\n"
+            f"  splits: VPO unrotated {s['vpo_unrotated'].get('VPO', 0)} · VOC stream {s['voc_stream'].get('VOC', 0)}"
+            f" · VOC-Repeat {s['voc_repeat'].get('VOC', 0)}")
+
+
+EXPORT = Stage(
+    name="export",
+    version="1",
+    unit_kind="all",
+    run=run,
+    needs=("qa", "project"),
+    sections=("qa",),
+    description="Answer letters balanced per task; the release jsonl, rich parquet, images, splits; exports/",
+)

@@ -1,0 +1,93 @@
+"""The `qa` stage (one unit per view video): its questions, before answer letters, and its VPO images.
+
+Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata/instances.parquet``,
+``metadata/motion.parquet``, ``pose/poses.parquet`` (VPO's place gap), the probed
+source row (``probe/source.parquet``) for the panorama file, and the ``qa`` and ``faces`` config
+sections. Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED),
+``images.parquet`` (QA_IMAGES) and ``images/*``.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from vsi_wild import __version__, ids
+from vsi_wild.errors import UnitError
+from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector
+from vsi_wild.stages.qa import QAParams
+from vsi_wild.stages.qa.build import build_video
+from vsi_wild.stages.qa.common import Provenance, VideoInfo
+from vsi_wild.stages.qa.vpo import face_blurrer
+from vsi_wild.tasks.engine import Job, Stage
+
+VIEWS_FILE = "views.parquet"
+SOURCE_FILE = "source.parquet"  # the probe stage's output
+
+
+def _read_optional(job: Job, stage: str, name: str) -> pa.Table | None:
+    if stage not in job.inputs:
+        return None
+    ref = job.ref(stage)
+    return job.store.read_table(ref, name) if job.store.has_file(ref, name) else None
+
+
+def _view(job: Job, vid: str) -> VideoInfo:
+    for r in job.read("project", VIEWS_FILE).to_pylist():
+        if r["video_id"] == vid:
+            return VideoInfo.from_row(r)
+    raise UnitError(f"{VIEWS_FILE} of {ids.split_video_id(vid)[0]} has no row for {vid}")
+
+
+def _poses(job: Job, vid: str) -> pa.Table | None:
+    """The view's 2 FPS poses (the pose stage writes every view of a source in one table)."""
+    for stage in ("metadata", "pose"):
+        t = _read_optional(job, stage, "poses.parquet")
+        if t is not None:
+            return t.filter(pc.equal(t["video_id"], vid))
+    return None
+
+
+def _panorama(job: Job) -> str:
+    from vsi_wild.tasks.probe import source_file
+
+    row = job.read("probe", SOURCE_FILE).to_pylist()[0]
+    return str(source_file(job.store, row))
+
+
+@functools.lru_cache(maxsize=4)
+def _detector(faces_json: str) -> FaceDetector:
+    """One face detector per process and face config (as the project stage does)."""
+    return make_detector(FaceParams.model_validate_json(faces_json))
+
+
+def run(job: Job) -> None:
+    params: QAParams = job.config.qa
+    faces: FaceParams = job.config.faces
+    vid = job.unit
+    video = _view(job, vid)
+    instances = job.read("metadata", "instances.parquet")
+    motion = job.read("metadata", "motion.parquet")
+    poses = _poses(job, vid)
+    prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
+    blur = face_blurrer(_detector(faces.model_dump_json()), faces) if params.vpo_per_video else None
+    pano = _panorama(job) if params.vpo_per_video else None
+    result = build_video(video, instances, motion, poses, params, prov, pano, job.out.path, blur)
+    questions, skipped = result.tables()
+    job.out.write_table("questions.parquet", questions)
+    job.out.write_table("skipped.parquet", skipped)
+    job.out.write_table("images.parquet", result.images_table())
+    job.progress(1, 1, f"{questions.num_rows} questions")
+
+
+QA = Stage(
+    name="qa",
+    version="1",
+    unit_kind="video",
+    run=run,
+    needs=("project", "metadata", "pose", "probe"),
+    sections=("qa", "faces"),
+    description="Rule-based questions of one view video (VMR, VPO, VOO, VOC) and its rendered VPO views",
+)
