@@ -67,6 +67,64 @@ def project_flow(config: str = "configs/sample.yaml", data_root: str | None = No
     return _run("project", config, data_root, videos, force, overrides)
 
 
+@flow(name="stage-candidates", description="Candidate object names per view video: keyframes, the human seed list and proposals, normalised.")
+@with_doc(STAGE_DOC)
+def candidates_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("candidates", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-detect", description="Open-vocabulary detection at 2 FPS and the frequency filter: which concepts are kept, and why.")
+@with_doc(STAGE_DOC)
+def detect_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("detect", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-segment", description="Instance masks per 5-minute clip (COCO RLE) with clip-local ids.")
+@with_doc(STAGE_DOC)
+def segment_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("segment", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-pose", description="Camera poses per 2 FPS timestamp of each source, and each view's motion.")
+@with_doc(STAGE_DOC)
+def pose_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("pose", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-reconcile", description="Cross-clip reconciliation: global instance ids, every merge decision recorded.")
+@with_doc(STAGE_DOC)
+def reconcile_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("reconcile", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-metadata", description="Derived instances and motion per view video, with human fixes applied.")
+@with_doc(STAGE_DOC)
+def metadata_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("metadata", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-qa", description="Questions for VMR, VPO, VOO and VOC per view video (VPO views rendered from the panorama).")
+@with_doc(STAGE_DOC)
+def qa_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("qa", config, data_root, videos, force, overrides)
+
+
+@flow(name="stage-export", description="The published benchmark: release jsonl, rich parquet, rendered images, invariance splits.")
+@with_doc(STAGE_DOC)
+def export_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("export", config, data_root, videos, force, overrides)
+
+
 FLOWS = {"sample": sample_flow, "search": search_flow, "download": download_flow, "probe": probe_flow,
-         "review": review_flow, "project": project_flow}
+         "review": review_flow, "project": project_flow,
+         "candidates": candidates_flow, "detect": detect_flow, "segment": segment_flow, "pose": pose_flow,
+         "reconcile": reconcile_flow, "metadata": metadata_flow, "qa": qa_flow, "export": export_flow}
 

@@ -7,12 +7,15 @@ from __future__ import annotations
 
 from vsi_wild.tasks.crawl import DOWNLOAD, SEARCH
 from vsi_wild.tasks.engine import Stage
+from vsi_wild.tasks.export import EXPORT
+from vsi_wild.tasks.metadata import STAGES as METADATA_STAGES
 from vsi_wild.tasks.probe import PROBE
 from vsi_wild.tasks.project import PROJECT
+from vsi_wild.tasks.qa import QA
 from vsi_wild.tasks.review import REVIEW
 from vsi_wild.tasks.sample import SAMPLE
 
-STAGES: list[Stage] = [SAMPLE, SEARCH, DOWNLOAD, PROBE, REVIEW, PROJECT]
+STAGES: list[Stage] = [SAMPLE, SEARCH, DOWNLOAD, PROBE, REVIEW, PROJECT, *METADATA_STAGES, QA, EXPORT]
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 
 

@@ -20,6 +20,12 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vsi_wild.stages.backends.params import ModelsParams
+from vsi_wild.stages.candidates import CandidatesParams
+from vsi_wild.stages.detect import DetectParams
+from vsi_wild.stages.metadata import MetadataParams
+from vsi_wild.stages.pose import PoseParams
+from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.segment import ReconcileParams, SegmentParams
 from vsi_wild.stages.crawl import CrawlParams
 from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.project import ProjectParams
@@ -89,6 +95,13 @@ class Config(Section):
     project: ProjectParams = Field(ProjectParams(), description="panorama -> perspective views (stages/project)")
     faces: FaceParams = Field(FaceParams(), description="face detection and blurring (stages/faces)")
     models: ModelsParams = Field(ModelsParams(), description="model weights and devices (stages/backends)")
+    candidates: CandidatesParams = Field(CandidatesParams(), description="candidate object names (stages/candidates)")
+    detect: DetectParams = Field(DetectParams(), description="open-vocabulary frequency filter (stages/detect)")
+    segment: SegmentParams = Field(SegmentParams(), description="instance masks per clip (stages/segment)")
+    reconcile: ReconcileParams = Field(ReconcileParams(), description="cross-clip instance merging (stages/segment)")
+    pose: PoseParams = Field(PoseParams(), description="camera poses (stages/pose)")
+    metadata: MetadataParams = Field(MetadataParams(), description="derived instances and motion, fixes (stages/metadata)")
+    qa: QAParams = Field(QAParams(), description="question generation and export (stages/qa, stages/export)")
 
     def section_json(self, name: str) -> str:
         """Canonical JSON of one section: what a stage's cache key depends on. A dotted name
