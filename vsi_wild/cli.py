@@ -38,9 +38,14 @@ CONFIG_HELP = "YAML config file (see configs/): sample.yaml runs the embedded sa
 
 
 def _prefect_env() -> None:
-    """Defaults that make Prefect's ephemeral mode quiet and patient on small machines; a value the
-    user set wins."""
+    """Defaults that make Prefect's ephemeral mode quiet and patient on small machines, and keep
+    model libraries offline and free of their own progress bars; a value the user set wins."""
     for k, v in {
+        "HF_HUB_OFFLINE": "1",
+        "YOLO_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "TQDM_DISABLE": "1",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
         "DO_NOT_TRACK": "1",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -150,13 +155,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for r, n in sorted(reasons.items()):
         out.print(f"[yellow]skipped[/] {n} x {r}", soft_wrap=True)
     root = summary["data_root"]
-    out.print(f"outputs: {root}  (artifacts/, status/; exports/ when the export stage ran)")
-    exports = Path(root) / "exports"
-    if exports.is_dir():
-        out.print(f"exports: {exports}")
-    counts = summary.get("qa_counts")
-    if counts:
-        out.print("questions: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    out.print(f"outputs: {root}  (artifacts/, status/, logs/)", soft_wrap=True)
+    counts_file = Path(root) / "exports" / "counts.json"
+    if "export" in {s["stage"] for s in summary["stages"]} and counts_file.is_file():
+        from vsi_wild.tasks.export import summary_line
+
+        out.print(summary_line(str(counts_file.parent), json.loads(counts_file.read_text())), soft_wrap=True)
 
 
 class _Progress:
