@@ -333,6 +333,56 @@ def sample(
     out.print(f"wrote {out_dir / 'sample.mp4'} and truth_*.parquet")
 
 
+@app.command()
+def evaluate(
+    qa: Path = typer.Option(Path("data/out/exports/qa.parquet"), "--qa",
+                            help="The questions: exports/qa.parquet (rich: per-bin results) or a release-format .jsonl."),
+    predictions: Optional[Path] = typer.Option(None, "--predictions", "-p",
+                                               help='JSONL of {"doc_id": ..., "prediction": ...}; a letter for MC, a number for VOC.'),
+    blind: bool = typer.Option(False, "--blind", help="Score the blind baselines (no video) and flag leaking tasks."),
+    write_shuffle24: Optional[Path] = typer.Option(None, "--write-shuffle24",
+                                                   help="Write every MC question in its 24 option orders (for Shuffle24) to this JSONL."),
+) -> None:
+    """Score predictions on the benchmark (accuracy for MC, MRA for VOC; per task, subtype and
+    duration bin), run the blind baselines, or write the Shuffle24 variant of the questions.
+
+    Predictions for Shuffle24 use the doc ids of `--write-shuffle24` (`<doc_id>|perm00`..`|perm23`);
+    Top-K, Pass@K and option-order bias are then reported too.
+    """
+    from vsi_wild.stages import evaluate as ev
+
+    if qa.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = [r for r in pq.read_table(qa).to_pylist() if r.get("split", "release") == "release"]
+    else:
+        rows = ev.load_jsonl(qa)
+    if write_shuffle24:
+        with open(write_shuffle24, "w", encoding="utf-8") as fh:
+            for r in rows:
+                if r["task_type"] in ev.MC_TASKS:
+                    for c in ev.shuffle24(r):
+                        fh.write(json.dumps({k: c[k] for k in ("doc_id", "video_name", "task_type", "question", "answer",
+                                                               "frame_indices", "options")}, ensure_ascii=False) + "\n")
+        out.print(f"wrote {write_shuffle24}")
+    if blind:
+        rep = ev.blind_report(rows)
+        out.print_json(json.dumps(rep))
+    if predictions:
+        preds = {p["doc_id"]: p.get("prediction") for p in ev.load_jsonl(predictions)}
+        t = Table(title=f"scores ({len(rows)} questions)")
+        for c in ("group", "score", "n"):
+            t.add_column(c)
+        for g, v in ev.evaluate(rows, preds).items():
+            t.add_row(g, f"{v['score']:.4f}", str(v["n"]))
+        out.print(t)
+        if any(k.endswith("|perm00") for k in preds):
+            out.print_json(json.dumps(ev.shuffle24_metrics(rows, preds)))
+    if not (blind or predictions or write_shuffle24):
+        console.print("nothing to do: give --predictions, --blind or --write-shuffle24")
+        raise typer.Exit(2)
+
+
 def _mount_sources_commands() -> None:
     from vsi_wild.cli_sources import crawl, review_app
 
