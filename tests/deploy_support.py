@@ -1,4 +1,4 @@
-"""Helpers of the deployment tests: commands read from docs/cluster.md, a copy of the project, a
+"""Helpers of the deployment tests: commands read from README.md ("Run on a cluster"), a copy of the project, a
 config for the pipeline's current stages, artifact digests, and process hygiene."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import psutil
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "cluster.md"
+DOC = REPO / "README.md"  # its "Run on a cluster" section
 BIN = Path(sys.executable).parent
 
 

@@ -1,5 +1,5 @@
 """Fan-out on a Dask `distributed` cluster (a scheduler and 2 single-threaded workers on loopback,
-started with the commands of docs/cluster.md) gives byte-identical artifacts to a sequential run."""
+started with the commands of README.md, "Run on a cluster") gives byte-identical artifacts to a sequential run."""
 
 from __future__ import annotations
 

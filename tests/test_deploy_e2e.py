@@ -1,6 +1,6 @@
 """The pipeline as its users run it: `make deploy` (a real Prefect server on loopback, work pools,
 `prefect deploy`, process workers), `prefect deployment run ...`, `make deploy-stop` - the commands of
-docs/cluster.md, run as written, in a copy of the project.
+README.md, "Run on a cluster", run as written, in a copy of the project.
 
 Until the embedded sample renders (its generator is built on another branch), the copy's
 configs/sample.yaml is replaced by a config of small local videos; from then on the real sample runs.
