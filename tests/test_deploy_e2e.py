@@ -170,7 +170,17 @@ def _change_one_source(proj: Path, env: dict[str, str], videos: list[Path], loca
 # How the single-stage check of the doc's `prefect deployment run stage-<stage>/...` line changes one
 # unit's input, per stage. When the doc's line becomes `stage-metadata/sample` (fix files), add
 # "metadata": a function that edits one video's fix file.
-CHANGE_ONE_INPUT = {"probe": _change_one_source}
+def _fix_one_video(proj: Path, env: dict[str, str], videos: list[Path], local: bool) -> None:
+    """A reviewer's fix file for one view video of the sample: its first motion clip has no
+    meaningful motion (docs/fixes.md). Only that video's metadata unit depends on it."""
+    assert not local, "fix files need the embedded sample's metadata"
+    fixes = proj / "data" / "out" / "fixes"
+    fixes.mkdir(parents=True, exist_ok=True)
+    (fixes / "sample-walk_front.yaml").write_text(
+        "video_id: sample-walk_front\nfixes:\n  - op: motion\n    clip: 0\n    state: none\n")
+
+
+CHANGE_ONE_INPUT = {"probe": _change_one_source, "metadata": _fix_one_video}
 
 
 def yaml_deployments(proj: Path) -> list[dict]:
