@@ -9,7 +9,7 @@ from vsi_wild import schema
 from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.probe import probe_video
-from vsi_wild.store import Store, sha256_file
+from vsi_wild.store import Store, UnitRef, sha256_file
 from vsi_wild.tasks.engine import Job, Plan, Stage
 
 OUTPUT = "source.parquet"
@@ -39,13 +39,28 @@ def _units(plan: Plan, stage: Stage) -> list[str]:
 
 
 def _raw_inputs(config: Config, store: Store, unit: str) -> dict[str, str]:
+    """The registry row, and the file: by content for files the store made (a sample, a download:
+    their manifest has the hash, so the key is the same in every data root), by size and mtime for
+    files outside the store (hashing every source on every run would cost minutes per hour of video)."""
     row = registry_row(store, unit)
+    return {"registry": repr(schema.table(schema.SOURCE, [row]).to_pylist()), "file": _file_fingerprint(store, row)}
+
+
+def _file_fingerprint(store: Store, row: dict) -> str:
+    path = row["path"] or ""
+    parts = path.split("/")
+    if not os.path.isabs(path) and len(parts) >= 5 and parts[0] == "artifacts":
+        ref = UnitRef(parts[1], parts[2], parts[3])
+        if store.is_complete(ref):
+            digests = dict(zip(*store.manifest(ref).select(["file", "sha256"]).to_pydict().values()))
+            if "/".join(parts[4:]) in digests:
+                return "sha256:" + digests["/".join(parts[4:])]
+        return "missing"
     try:
         st = source_file(store, row).stat()
-        stat = f"{st.st_size}:{st.st_mtime_ns}"
     except (OSError, UnitError):
-        stat = "missing"
-    return {"registry": schema.table(schema.SOURCE, [row]).to_pylist().__repr__(), "file": stat}
+        return "missing"
+    return f"stat:{st.st_size}:{st.st_mtime_ns}"
 
 
 def run(job: Job) -> None:
