@@ -74,7 +74,7 @@ def run(job: Job) -> None:
     tables = [schema.conform(job.store.read_table(ref, "questions.parquet"), schema.QA_QUESTIONS) for ref in qa_refs.values()]
     questions = pa.concat_tables(tables) if tables else schema.QA_QUESTIONS.empty_table()
     export = assemble(questions, params)
-    counts = write_export(job.out.path, export)
+    write_export(job.out.path, export)  # also writes counts.json (printed by the CLI summary)
 
     videos = _video_files(job)
     links: dict[str, str] = {}
