@@ -229,24 +229,41 @@ def status(
     if not rows:
         console.print(f"no status under {store.url} yet: run `vsi-wild run` first")
         return
+    from vsi_wild import ids
+
+    kinds = {s.name: s.unit_kind for s in registry.STAGES}
     stages = [s.name for s in registry.STAGES if any(r["stage"] == s.name for r in rows)]
-    grid: dict[str, dict[str, dict]] = {}
+    # One row per source, view video and "all"; a clip stage's cell on a video row counts its clips.
+    grid: dict[str, dict[str, list[str]]] = {}
     for r in rows:
-        grid.setdefault(r["unit"], {})[r["stage"]] = r
-    marks = {"done": "[green]done[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]", "running": "[blue]running[/]"}
-    t = Table(title=f"status of {store.url}")
-    t.add_column("unit")
-    for s in stages:
-        t.add_column(s)
-    for unit in sorted(grid):
+        unit = ids.split_clip_id(r["unit"])[0] if kinds.get(r["stage"]) == "clip" else r["unit"]
+        grid.setdefault(unit, {}).setdefault(r["stage"], []).append(r["state"])
+    sym = {"done": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]", "running": "[blue]…[/]"}
+
+    def cell(states: list[str] | None, clips: bool) -> str:
+        if not states:
+            return ""
+        if not clips:
+            return sym.get(states[0], states[0])
+        n = {k: states.count(k) for k in sym if k in states}
+        return " ".join(f"{v}{sym[k]}" for k, v in n.items())
+
+    t = Table(title=f"status of {store.url}  (✓ done, ✗ failed, - skipped, … running or interrupted)")
+    t.add_column("unit", no_wrap=True)
+    for name in stages:
+        t.add_column(name[:4] if len(name) > 5 else name, justify="center", no_wrap=True)
+    for unit in sorted(grid, key=lambda u: (u != "all", ids.unit_source(u) if u != "all" else "", "_" in u, u)):
         cells = grid[unit]
-        if failed and not any(c["state"] == "failed" for c in cells.values()):
+        if failed and not any("failed" in v for v in cells.values()):
             continue
-        t.add_row(unit, *(marks.get(cells[s]["state"], cells[s]["state"]) if s in cells else "" for s in stages))
-    out.print(t)
+        t.add_row(unit, *(cell(cells.get(name), kinds[name] == "clip") for name in stages))
+    wide = Console(width=max(out.width, 40 + 6 * len(stages))) if not out.is_terminal else out
+    wide.print(t)
+    wide.print("columns: " + ", ".join(f"{n[:4]}={n}" for n in stages if len(n) > 5))
     for r in rows:
-        if r["state"] in ("failed",) or (failed and r["state"] == "skipped"):
-            out.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}")
+        if r["state"] == "failed" or (failed and r["state"] == "skipped"):
+            wide.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}",
+                       soft_wrap=True)
 
 
 @app.command()
