@@ -59,12 +59,12 @@ def publish(store: Store, links: dict[str, str]) -> str:
         if old:
             shutil.rmtree(old, ignore_errors=True)
         return final
-    staging = store.path(f"{EXPORTS}.new-{uuid.uuid4().hex[:12]}")
-    for rel, target in sorted(links.items()):
-        store.fs.copy(target, f"{staging}/{rel}")
+    # An object store has no atomic folder swap: replace the objects one by one; `publish_export`
+    # writes the marker naming the export last, so a reader can tell a complete publication.
     if store.fs.exists(final):
         store.fs.rm(final, recursive=True)
-    store.fs.mv(staging, final, recursive=True)
+    for rel, target in sorted(links.items()):
+        store.fs.copy(target, f"{final}/{rel}")
     return final
 
 

@@ -9,7 +9,7 @@ from vsi_wild import schema
 from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.probe import probe_video
-from vsi_wild.store import Store, UnitRef, sha256_file
+from vsi_wild.store import Store, sha256_file
 from vsi_wild.tasks.engine import Job, Plan, Stage
 
 OUTPUT = "source.parquet"
@@ -48,14 +48,9 @@ def _raw_inputs(config: Config, store: Store, unit: str) -> dict[str, str]:
 
 def _file_fingerprint(store: Store, row: dict) -> str:
     path = row["path"] or ""
-    parts = path.split("/")
-    if not os.path.isabs(path) and len(parts) >= 5 and parts[0] == "artifacts":
-        ref = UnitRef(parts[1], parts[2], parts[3])
-        if store.is_complete(ref):
-            digests = dict(zip(*store.manifest(ref).select(["file", "sha256"]).to_pydict().values()))
-            if "/".join(parts[4:]) in digests:
-                return "sha256:" + digests["/".join(parts[4:])]
-        return "missing"
+    if not os.path.isabs(path) and path.startswith("artifacts/"):
+        digest = store.manifest_sha256(path)
+        return f"sha256:{digest}" if digest else "missing"
     try:
         st = source_file(store, row).stat()
     except (OSError, UnitError):
