@@ -93,7 +93,10 @@ def test_truncated_video_beside_the_sample_fails_alone(copy_of, tmp_path):
     assert "truncated" in store.read_status("probe", bad_id)["error"]
     assert all(x["state"] == "done" for x in rows if x["unit"] != bad_id)
     counts = table_counts(r.output)
-    assert counts["probe"] == [0, 1, 0, 1] and all(c[0] == 0 for c in counts.values())
+    assert counts["probe"] == [0, 1, 0, 1], r.output
+    # nothing is recomputed but the report, whose cache key holds the losses it lists
+    assert {s for s, c in counts.items() if c[0]} == {"report"}, r.output
+    assert bad_id in (root / "report.md").read_text()
     st = cli("status", "-c", str(cfg), "--failed")
     assert bad_id in st.output and "truncated" in st.output
 
@@ -115,7 +118,8 @@ def test_removed_bad_file_is_retried_alone_with_a_clear_error(copy_of, tmp_path)
     assert r.exit_code == 1
     assert "file not found" in r.output and "vsi-wild remove" in r.output
     counts = table_counts(r.output)
-    assert counts["probe"] == [0, 1, 0, 1] and all(c[0] == 0 for c in counts.values())
+    assert counts["probe"] == [0, 1, 0, 1], r.output
+    assert {s for s, c in counts.items() if c[0]} <= {"report"}, r.output
     bad_id = next(s for s in Store(root).registry()["source_id"].to_pylist() if s.startswith("local-bad"))
     assert cli("remove", bad_id, "-c", str(cfg)).exit_code == 0
     assert cli("run", "-c", str(cfg), "-q").exit_code == 0
