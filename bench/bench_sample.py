@@ -8,7 +8,6 @@ because these machines are shared and wall times say little.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import tempfile

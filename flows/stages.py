@@ -123,8 +123,16 @@ def export_flow(config: str = "configs/sample.yaml", data_root: str | None = Non
     return _run("export", config, data_root, videos, force, overrides)
 
 
+@flow(name="stage-report", description="The build report: contents, answer spreads, blind baselines, what was lost.")
+@with_doc(STAGE_DOC)
+def report_flow(config: str = "configs/sample.yaml", data_root: str | None = None, videos: list[str] | None = None,
+                force: bool = False, overrides: dict[str, Any] | None = None) -> Any:
+    return _run("report", config, data_root, videos, force, overrides)
+
+
 FLOWS = {"sample": sample_flow, "search": search_flow, "download": download_flow, "probe": probe_flow,
          "review": review_flow, "project": project_flow,
          "candidates": candidates_flow, "detect": detect_flow, "segment": segment_flow, "pose": pose_flow,
-         "reconcile": reconcile_flow, "metadata": metadata_flow, "qa": qa_flow, "export": export_flow}
+         "reconcile": reconcile_flow, "metadata": metadata_flow, "qa": qa_flow, "export": export_flow,
+         "report": report_flow}
 

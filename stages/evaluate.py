@@ -33,7 +33,11 @@ from typing import Any
 LETTERS = "ABCD"
 MC_TASKS = ("VMR", "VPO", "VOO")
 DURATION_BINS_MIN = ((0, 10), (10, 30), (30, 60), (60, 120), (120, math.inf))
-PERMUTATIONS = list(itertools.permutations(range(4)))  # Shuffle24: order p shows option p[i] at slot i
+# Shuffle24's 24 orders, in the order they are tried: first the 4 cyclic shifts (each option once
+# in each slot, so Top-4 of a model that always answers "A" is 1), then the rest. Order p shows
+# the original option p[i] at slot i.
+_CYCLIC = [tuple((i + s) % 4 for i in range(4)) for s in range(4)]
+PERMUTATIONS = _CYCLIC + [p for p in itertools.permutations(range(4)) if p not in _CYCLIC]
 _OPTION = re.compile(r"^([A-D])\) (.*)$", re.S)
 _ARROW = " → "
 
@@ -235,14 +239,20 @@ BASELINES: dict[str, Callable[[Sequence[Mapping[str, Any]]], dict[str, str]]] = 
 }
 
 
-def blind_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10) -> dict[str, Any]:
-    """Each blind baseline's score per task; a multiple-choice task whose best blind score is above
-    chance (25%) by more than ``margin`` is flagged as leaking."""
-    out: dict[str, Any] = {"chance": 0.25, "margin": margin, "baselines": {}, "leaks": []}
+def blind_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n: int = 30) -> dict[str, Any]:
+    """Each blind baseline's score per task; a multiple-choice task of at least ``min_n`` questions
+    whose best blind score is above chance (25%) by more than ``margin`` is flagged as leaking
+    (fewer questions cannot tell a leak from luck)."""
+    out: dict[str, Any] = {"chance": 0.25, "margin": margin, "min_n": min_n, "baselines": {}, "leaks": [],
+                           "too_few": []}
     for name, fn in BASELINES.items():
         res = evaluate(rows, fn(rows), groups=lambda r: [r["task_type"]])
         out["baselines"][name] = {k: v["score"] for k, v in res.items() if not k.startswith("_")}
+    n = Counter(r["task_type"] for r in rows)
     for task in MC_TASKS:
+        if 0 < n[task] < min_n:
+            out["too_few"].append(task)
+            continue
         best = max((b.get(task, 0.0) for b in out["baselines"].values()), default=0.0)
         if best > 0.25 + margin:
             out["leaks"].append({"task": task, "best_blind_accuracy": best})

@@ -212,11 +212,10 @@ class Plan:
         for name in stage.needs:
             up = self.stages[name]
             cur = self.current.get(name, {})
-            if up.unit_kind == "all" or stage.unit_kind == "all":
-                wanted = sorted(cur) if stage.unit_kind == "all" else [ALL]
-                wanted = [u for u in wanted if up.unit_kind != "all" or u == ALL]
-                if stage.unit_kind == "all":
-                    wanted = [u for u in wanted if self._still_wanted(up, u)]
+            if up.unit_kind == "all":
+                wanted = [ALL]  # a global output is always required
+            elif stage.unit_kind == "all":
+                wanted = [u for u in sorted(cur) if self._still_wanted(up, u)]  # every current output
             elif _RANK[up.unit_kind] <= _RANK[stage.unit_kind]:
                 wanted = [unit_ancestor(unit, stage.unit_kind, up.unit_kind)]
             else:

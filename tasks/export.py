@@ -27,6 +27,8 @@ from vsi_wild.tasks.engine import Job, Stage
 
 VIEWS_FILE = "views.parquet"
 EXPORTS = "exports"
+LINKS_FILE = "links.parquet"  # exports/<path> -> the file under the data root it shows
+COUNTS_FILE = "counts.json"
 
 
 def _video_files(job: Job) -> dict[str, tuple[UnitRef, str]]:
@@ -57,12 +59,12 @@ def publish(store: Store, links: dict[str, str]) -> str:
         if old:
             shutil.rmtree(old, ignore_errors=True)
         return final
-    staging = store.path(f"{EXPORTS}.new-{uuid.uuid4().hex[:12]}")
-    for rel, target in sorted(links.items()):
-        store.fs.copy(target, f"{staging}/{rel}")
+    # An object store has no atomic folder swap: replace the objects one by one; `publish_export`
+    # writes the marker naming the export last, so a reader can tell a complete publication.
     if store.fs.exists(final):
         store.fs.rm(final, recursive=True)
-    store.fs.mv(staging, final, recursive=True)
+    for rel, target in sorted(links.items()):
+        store.fs.copy(target, f"{final}/{rel}")
     return final
 
 
@@ -72,10 +74,9 @@ def run(job: Job) -> None:
     tables = [schema.conform(job.store.read_table(ref, "questions.parquet"), schema.QA_QUESTIONS) for ref in qa_refs.values()]
     questions = pa.concat_tables(tables) if tables else schema.QA_QUESTIONS.empty_table()
     export = assemble(questions, params)
-    counts = write_export(job.out.path, export)
+    write_export(job.out.path, export)  # also writes counts.json (printed by the CLI summary)
 
     videos = _video_files(job)
-    final = job.store.unit_dir(UnitRef(job.stage.name, job.unit, job.key))
     links: dict[str, str] = {}
     for name in sorted({r["video_name"] for r in export.rows if r["split"] != "voc_repeat"}):
         if name not in videos:
@@ -91,13 +92,26 @@ def run(job: Job) -> None:
     for unit, ref in qa_refs.items():
         for f in job.store.read_table(ref, "images.parquet")["file"].to_pylist():
             links[image_export_path(unit, f)] = f"{job.store.unit_dir(ref)}/{f}"
-    for p in sorted(job.out.scratch.rglob("*")):
-        if p.is_file():
-            rel = p.relative_to(job.out.scratch).as_posix()
-            links[rel] = f"{final}/{rel}"
-    where = publish(job.store, links)
+    # The export's own files are linked by `publish_export`, once they are in their final place.
+    root = job.store.path("")
+    targets = [t[len(root):] if t.startswith(root) else t for t in links.values()]  # relative to the root
+    job.out.write_table(LINKS_FILE, pa.table({"path": list(links), "target": targets},
+                                             schema=pa.schema([("path", pa.string()), ("target", pa.string())])))
 
-    print(summary_line(where, counts), flush=True)
+
+def publish_export(store: Store, config: object, ref: UnitRef) -> None:
+    """After the export is complete (computed or cached): make ``exports/`` show it."""
+    want = store.read_table(ref, LINKS_FILE).to_pylist()
+    links = {r["path"]: store.path(r["target"]) for r in want}
+    for rel in store.files(ref):
+        if rel != LINKS_FILE:
+            links[rel] = f"{store.unit_dir(ref)}/{rel}"
+    marker = store.path(EXPORTS, ".export-key")
+    if store.exists(marker) and store.fs.cat_file(marker).decode() == ref.key and all(
+            store.exists(store.path(EXPORTS, rel)) for rel in links):
+        return  # exports/ already shows this export
+    publish(store, {**links})
+    store.write_bytes_atomic(marker, ref.key.encode())
 
 
 def summary_line(where: str, counts: dict) -> str:
@@ -119,5 +133,6 @@ EXPORT = Stage(
     run=run,
     needs=("qa", "project"),
     sections=("qa",),
+    publish=publish_export,
     description="Answer letters balanced per task; the release jsonl, rich parquet, images, splits; exports/",
 )

@@ -92,7 +92,7 @@ def _backend(kind: str, name: str, job: Job, source_id: str, **cpu_kw) -> object
         return backends.create(kind, name, **cpu_kw)
     import vsi_wild.stages.backends  # noqa: F401  (production backends register on import)
 
-    return backends.create(kind, name, params=getattr(job.config, "models", None))
+    return backends.create(kind, name, params=job.config.models)
 
 
 def _frames(path: Path, start: float | None = None, end: float | None = None,

@@ -39,13 +39,23 @@ def _units(plan: Plan, stage: Stage) -> list[str]:
 
 
 def _raw_inputs(config: Config, store: Store, unit: str) -> dict[str, str]:
+    """The registry row, and the file: by content for files the store made (a sample, a download:
+    their manifest has the hash, so the key is the same in every data root), by size and mtime for
+    files outside the store (hashing every source on every run would cost minutes per hour of video)."""
     row = registry_row(store, unit)
+    return {"registry": repr(schema.table(schema.SOURCE, [row]).to_pylist()), "file": _file_fingerprint(store, row)}
+
+
+def _file_fingerprint(store: Store, row: dict) -> str:
+    path = row["path"] or ""
+    if not os.path.isabs(path) and path.startswith("artifacts/"):
+        digest = store.manifest_sha256(path)
+        return f"sha256:{digest}" if digest else "missing"
     try:
         st = source_file(store, row).stat()
-        stat = f"{st.st_size}:{st.st_mtime_ns}"
     except (OSError, UnitError):
-        stat = "missing"
-    return {"registry": schema.table(schema.SOURCE, [row]).to_pylist().__repr__(), "file": stat}
+        return "missing"
+    return f"stat:{st.st_size}:{st.st_mtime_ns}"
 
 
 def run(job: Job) -> None:

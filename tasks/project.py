@@ -4,8 +4,6 @@ face-blur audit trail faces.parquet (one unit per source)."""
 from __future__ import annotations
 
 import functools
-import os
-from pathlib import Path
 
 from vsi_wild import schema
 from vsi_wild.errors import UnitError
@@ -26,19 +24,14 @@ def _detector(faces_json: str) -> FaceDetector:
     return make_detector(FaceParams.model_validate_json(faces_json))
 
 
-def _section(job: Job, name: str, default):
-    value = getattr(job.config, name, None)
-    return default if value is None else value
-
-
 def run(job: Job) -> None:
     rows = job.read("probe", PROBE_OUTPUT).to_pylist()
     if len(rows) != 1:
         raise UnitError(f"{job.unit}: probe output has {len(rows)} rows, expected 1", kind="internal")
     row = rows[0]
-    path = Path(row["path"]) if row["path"] and os.path.isabs(row["path"]) else source_file(job.store, row)
-    params: ProjectParams = _section(job, "project", ProjectParams())
-    faces: FaceParams = _section(job, "faces", FaceParams())
+    path = source_file(job.store, row)
+    params: ProjectParams = job.config.project
+    faces: FaceParams = job.config.faces
     detector = _detector(faces.model_dump_json())
     out_dir = job.out.path(VIEWS).parent  # the unit's scratch folder: committed as a whole on success
     views, blurred = project_source(

@@ -12,10 +12,11 @@ from vsi_wild.tasks.metadata import STAGES as METADATA_STAGES
 from vsi_wild.tasks.probe import PROBE
 from vsi_wild.tasks.project import PROJECT
 from vsi_wild.tasks.qa import QA
+from vsi_wild.tasks.report import REPORT
 from vsi_wild.tasks.review import REVIEW
 from vsi_wild.tasks.sample import SAMPLE
 
-STAGES: list[Stage] = [SAMPLE, SEARCH, DOWNLOAD, PROBE, REVIEW, PROJECT, *METADATA_STAGES, QA, EXPORT]
+STAGES: list[Stage] = [SAMPLE, SEARCH, DOWNLOAD, PROBE, REVIEW, PROJECT, *METADATA_STAGES, QA, EXPORT, REPORT]
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
 
 

@@ -38,6 +38,26 @@ def make_video(path: Path, width: int = 256, height: int = 128, fps: float = 8, 
     return path
 
 
+# A short, small sample through the whole DAG on CPU backends: several units per stage (4 views,
+# 2 clips each), about a minute or two of work. Tests format it with their own data root.
+SMALL_SAMPLE_CONFIG = """
+run: {{data_root: {root}, workers: 2}}
+sample: {{source_id: sample-small, duration_s: 16, width: 512, fps: 8}}
+project: {{width: 320, height: 180}}
+candidates: {{embedder: minilm}}
+detect: {{backend: groundtruth}}
+segment: {{backend: groundtruth, clip_seconds: 8}}
+pose: {{backend: twoview}}
+metadata: {{motion_clip_seconds: 8}}
+qa: {{clip_seconds: 8}}
+"""
+
+
+def small_sample_config(path: Path, root: Path) -> Path:
+    path.write_text(SMALL_SAMPLE_CONFIG.format(root=root))
+    return path
+
+
 def vsi_wild(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
     """Run the installed CLI as a user would (a separate process)."""
     exe = Path(sys.executable).with_name("vsi-wild")

@@ -1,4 +1,4 @@
-"""Helpers of the deployment tests: commands read from docs/cluster.md, a copy of the project, a
+"""Helpers of the deployment tests: commands read from README.md ("Run on a cluster"), a copy of the project, a
 config for the pipeline's current stages, artifact digests, and process hygiene."""
 
 from __future__ import annotations
@@ -13,10 +13,9 @@ import sys
 from pathlib import Path
 
 import psutil
-import yaml
 
 REPO = Path(__file__).resolve().parents[1]
-DOC = REPO / "docs" / "cluster.md"
+DOC = REPO / "README.md"  # its "Run on a cluster" section
 BIN = Path(sys.executable).parent
 
 
@@ -35,13 +34,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def sample_works() -> bool:
-    """Whether the embedded sample's generator exists yet (it is built on another branch)."""
-    from vsi_wild.stages import sample
-
-    return hasattr(sample, "generate_sample")
-
-
 def copy_project(dst: Path) -> Path:
     """The project's files as git sees them (tracked and new, not ignored), mtimes kept."""
     files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
@@ -54,23 +46,12 @@ def copy_project(dst: Path) -> Path:
     return dst
 
 
-def make_videos(folder: Path, n: int = 2) -> list[Path]:
-    """Small 2:1 equirectangular-shaped test videos (ffmpeg testsrc2), different content each."""
-    from conftest import make_video
+def small_sample_yaml(data_root: str = "data/out") -> str:
+    """The small generated sample through the whole DAG on CPU backends (tests/conftest.py): the
+    deployment tests exercise the machinery, not the sample's length, and stay within CI's time."""
+    from conftest import SMALL_SAMPLE_CONFIG
 
-    folder.mkdir(parents=True, exist_ok=True)
-    return [make_video(folder / f"walk{i}.mp4", seconds=2 + i) for i in range(n)]
-
-
-def local_config(videos: list[Path], data_root: str | None = None) -> str:
-    """A config for the stages that exist, on local videos (until the embedded sample renders):
-    every registered video is kept without review so that it flows through the whole DAG."""
-    cfg = {"run": {"workers": 2, "task_runner": "thread"},
-           "sources": {"paths": [str(v) for v in videos]},
-           "review": {"require_decision": False, "auto_keep_origins": ["sample", "local"]}}
-    if data_root:
-        cfg["run"]["data_root"] = data_root
-    return yaml.safe_dump(cfg)
+    return SMALL_SAMPLE_CONFIG.format(root=data_root)
 
 
 def artifact_digests(root: Path) -> dict[tuple[str, str, str], str]:

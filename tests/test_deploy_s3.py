@@ -14,7 +14,7 @@ import uuid
 
 import pyarrow as pa
 import pytest
-from deploy_support import BIN, free_port, local_config, make_videos, status_rows
+from deploy_support import BIN, free_port, small_sample_yaml, status_rows
 
 from vsi_wild import schema
 from vsi_wild.store import MANIFEST_NAME, Store, StoreError, UnitRef, table_bytes
@@ -131,7 +131,7 @@ def test_downloads_are_checked_against_the_manifest(s3, tmp_path):
 @pytest.mark.slow
 def test_pipeline_on_s3_matches_a_local_run(s3, tmp_path):
     cfg = tmp_path / "local.yaml"
-    cfg.write_text(local_config(make_videos(tmp_path / "videos", 2)))
+    cfg.write_text(small_sample_yaml())
     env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "TMPDIR": str(tmp_path)}
     local_root, s3_root = tmp_path / "local", _root()
 

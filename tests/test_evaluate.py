@@ -43,11 +43,13 @@ def test_shuffle24_metrics_for_an_always_a_model():
     # The answer is at slot A in exactly the 6 orders whose first element is the answer.
     row = mc("d1", ["w", "x", "y", "z"], "B")
     preds = {c["doc_id"]: "A" for c in ev.shuffle24(row)}
-    m = ev.shuffle24_metrics([row], preds, ks=(1, 6, 7))
+    m = ev.shuffle24_metrics([row], preds, ks=(1, 2, 6, 7))
     first_slot = [p[0] for p in itertools.permutations(range(4))]
     assert sum(1 for x in first_slot if x == 1) == 6
     assert m["pass@6"] == 1.0 and m["pass@7"] == 0.0
     assert m["top1"] == 0.0  # the identity order keeps B at slot B
+    assert m["top2"] == 1.0  # the cyclic shifts come first: the second try shows B in slot A
+    assert sorted(ev.PERMUTATIONS) == sorted(itertools.permutations(range(4)))
     assert m["best_order_acc"] == 1.0 and m["worst_order_acc"] == 0.0
     oracle = {c["doc_id"]: c["answer"] for c in ev.shuffle24(row)}
     m = ev.shuffle24_metrics([row], oracle, ks=(1, 24))

@@ -38,7 +38,7 @@ CATEGORIES = ["traffic cone", "trash can", "fire hydrant", "vending machine", "b
 
 
 class MetaConfig(Config):
-    """Config with the sections these stages read (until the lead adds them to ``Config``)."""
+    """Config with this test's defaults (small views, CPU backends)."""
 
     project: ProjectParams = ProjectParams(width=320, height=180, preset="ultrafast")
     faces: FaceParams = FaceParams(detect_every=8)

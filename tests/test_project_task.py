@@ -19,7 +19,7 @@ from vsi_wild.tasks.project import FACES, PROJECT, VIEWS
 
 
 class ProjectConfig(Config):
-    """Config with this stage's sections (until the lead adds them to ``Config``)."""
+    """Config with small, fast defaults for this test."""
 
     project: ProjectParams = ProjectParams(width=64, height=36, preset="ultrafast")
     faces: FaceParams = FaceParams()

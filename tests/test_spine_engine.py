@@ -203,3 +203,22 @@ def test_skip_reason_names_the_missing_input(tmp_path):
     outcome = engine.prepare(plan, sts[1], "local-a-1_front")
     assert outcome.state == "skipped" and "needs src:local-a-1" in outcome.error
     assert store.read_status("vid", "local-a-1_front")["state"] == "skipped"
+
+
+def test_global_stage_after_a_failed_global_stage_is_skipped(tmp_path):
+    def broken_all(job):
+        raise UnitError("export broke")
+
+    def report(job):
+        CALLS.append(("report", job.unit))
+        job.out.write_table("t.parquet", job.read("all", "t.parquet"))
+
+    sts = stages()
+    sts[2] = Stage("all", "1", "all", broken_all, needs=("vid",))
+    sts.append(Stage("report", "1", "all", report, needs=("all", "src")))
+    store = Store(tmp_path)
+    _register(store, "local-a-1")
+    plan = run(store, sts=sts)
+    assert counts(plan, "all") == {"failed": 1}
+    assert counts(plan, "report") == {"skipped": 1} and ("report", "all") not in CALLS
+    assert "needs all:all" in plan.outcomes["report"]["all"].error

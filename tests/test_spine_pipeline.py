@@ -1,4 +1,8 @@
-"""The pipeline as a user runs it: the CLI, the Prefect flow, caching, bad input, help texts."""
+"""The pipeline as a user runs it: the CLI, the Prefect flow, caching, bad input, help texts.
+
+The whole DAG runs once per module on a small generated sample (CPU backends); each test works on
+its own copy of that data root, so tests do not disturb each other.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +13,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from conftest import make_video
+from conftest import make_video, small_sample_config
 from vsi_wild.cli import app
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry
@@ -18,87 +22,109 @@ runner = CliRunner()
 
 
 def cli(*args: str):
-    result = runner.invoke(app, list(args), catch_exceptions=False)
-    return result
+    return runner.invoke(app, list(args), catch_exceptions=False)
+
+
+def table_counts(output: str) -> dict[str, list[int]]:
+    """stage -> [computed, cached, skipped, failed] from the run summary table."""
+    rows = {}
+    for line in output.splitlines():
+        cells = line.replace("│", " ").split()
+        if len(cells) == 6 and cells[0] in registry.BY_NAME:
+            rows[cells[0]] = [int(x) for x in cells[1:5]]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    """A data root where the whole DAG has run on the small sample."""
+    base = tmp_path_factory.mktemp("built")
+    cfg = small_sample_config(base / "c.yaml", base / "out")
+    r = cli("run", "-c", str(cfg), "-q")
+    assert r.exit_code == 0, r.output
+    counts = table_counts(r.output)
+    assert {s.name for s in registry.STAGES} - {"search", "download"} <= set(counts), counts
+    assert all(c[3] == 0 and c[2] == 0 for c in counts.values()), counts
+    return base / "out"
 
 
 @pytest.fixture
-def local_sources(tmp_path: Path):
-    """A config with no sample, and three local 2:1 videos, one of them truncated."""
-    cfg = tmp_path / "c.yaml"
-    # local files need no human review in these tests (the review gate has its own tests)
-    cfg.write_text(f"run: {{data_root: {tmp_path / 'out'}, workers: 2}}\nsample: null\n"
-                   "review: {require_decision: false}\n")
-    good = [make_video(tmp_path / f"good{i}.mp4", 256, 128, 8, 2 + i) for i in range(2)]
-    full = make_video(tmp_path / "bad_full.mp4", 256, 128, 8, 4, extra=["-movflags", "+faststart"])
-    bad = tmp_path / "bad.mp4"
-    bad.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
-    return cfg, good, bad, full
+def copy_of(built, tmp_path) -> tuple[Path, Path]:
+    root = tmp_path / "out"
+    shutil.copytree(built, root, symlinks=True)
+    return small_sample_config(tmp_path / "c.yaml", root), root
 
 
-def test_truncated_video_fails_alone_and_only_it_is_retried(local_sources, tmp_path):
-    cfg, good, bad, full = local_sources
-    assert cli("add", *map(str, good), str(bad), "-c", str(cfg)).exit_code == 0
-    r = cli("run", "-c", str(cfg), "-q")
-    assert r.exit_code == 1, r.output
-    assert "truncated" in r.output and "bad.mp4" in r.output
-    store = Store(tmp_path / "out")
-    rows = {r["unit"]: r for r in store.status_table().to_pylist() if r["stage"] == "probe"}
-    bad_id = next(u for u in rows if "bad" in u)
-    assert rows[bad_id]["state"] == "failed" and "truncated" in rows[bad_id]["error"]
-    assert all(r["state"] == "done" for u, r in rows.items() if u != bad_id)
-    # `vsi-wild status` shows it
-    st = cli("status", "-c", str(cfg), "--failed")
-    assert bad_id in st.output and "truncated" in st.output
-    # the bad file is replaced: the re-run retries only that unit, and it passes
-    shutil.copyfile(full, bad)
-    r = cli("run", "-c", str(cfg))
-    assert r.exit_code == 0, r.output
-    line = next(l for l in r.output.splitlines() if "probe" in l)
-    assert [int(x) for x in line.replace("│", " ").split()[1:5]] == [1, 2, 0, 0]  # computed, cached, skipped, failed
-    assert store.read_status("probe", bad_id)["attempts"] == 2
-
-
-def test_removed_bad_file_is_retried_alone_with_a_clear_error(local_sources, tmp_path):
-    cfg, good, bad, _ = local_sources
-    cli("add", str(good[0]), str(bad), "-c", str(cfg))
-    assert cli("run", "-c", str(cfg), "-q").exit_code == 1
-    bad.unlink()
-    r = cli("run", "-c", str(cfg), "-q")
-    assert r.exit_code == 1
-    assert "file not found" in r.output and "vsi-wild remove" in r.output
-    line = next(l for l in r.output.splitlines() if "probe" in l)
-    assert [int(x) for x in line.replace("│", " ").split()[1:5]] == [0, 1, 0, 1]
-    # unregistering it makes the run clean
-    bad_id = next(r["source_id"] for r in Store(tmp_path / "out").registry().to_pylist() if "bad" in r["source_id"])
-    assert cli("remove", bad_id, "-c", str(cfg)).exit_code == 0
-    assert cli("run", "-c", str(cfg), "-q").exit_code == 0
-
-
-def test_second_run_executes_no_stage_function(local_sources, monkeypatch):
-    cfg, good, _, _ = local_sources
-    cli("add", *map(str, good), "-c", str(cfg))
-    first = cli("run", "-c", str(cfg), "-q")
-    assert first.exit_code == 0, first.output
+def test_second_run_executes_no_stage_function(copy_of, monkeypatch):
+    cfg, _ = copy_of
 
     def forbidden(job):
         raise AssertionError(f"stage function executed: {job.stage.name}:{job.unit}")
 
     for name, st in list(registry.BY_NAME.items()):
         monkeypatch.setitem(registry.BY_NAME, name, dataclasses.replace(st, run=forbidden))
-    second = cli("run", "-c", str(cfg), "-q")
-    assert second.exit_code == 0, second.output
-    for line in second.output.splitlines():
-        cells = line.replace("│", " ").split()
-        if cells and cells[0] in registry.BY_NAME and len(cells) == 6:
-            computed, cached, skipped, failed = map(int, cells[1:5])
-            assert computed == 0 and failed == 0 and skipped == 0, line
+    r = cli("run", "-c", str(cfg), "-q")
+    assert r.exit_code == 0, r.output
+    counts = table_counts(r.output)
+    assert counts and all(computed == 0 and cached > 0 and skipped == 0 and failed == 0
+                          for computed, cached, skipped, failed in counts.values()), counts
+    assert "exports:" in r.output and "VMR" in r.output
+
+
+def _truncated(tmp_path: Path) -> tuple[Path, Path]:
+    full = make_video(tmp_path / "full.mp4", 256, 128, 8, 4, extra=["-movflags", "+faststart"])
+    bad = tmp_path / "bad.mp4"
+    bad.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    return bad, full
+
+
+def test_truncated_video_beside_the_sample_fails_alone(copy_of, tmp_path):
+    cfg, root = copy_of
+    bad, full = _truncated(tmp_path)
+    assert cli("add", str(bad), "-c", str(cfg)).exit_code == 0
+    r = cli("run", "-c", str(cfg), "-q")
+    assert r.exit_code == 1, r.output
+    assert "truncated" in r.output and "bad.mp4" in r.output
+    store = Store(root)
+    bad_id = next(s for s in store.registry()["source_id"].to_pylist() if s.startswith("local-bad"))
+    rows = store.status_table().to_pylist()
+    failed = [(x["stage"], x["unit"]) for x in rows if x["state"] == "failed"]
+    assert failed == [("probe", bad_id)]
+    assert "truncated" in store.read_status("probe", bad_id)["error"]
+    assert all(x["state"] == "done" for x in rows if x["unit"] != bad_id)
+    counts = table_counts(r.output)
+    assert counts["probe"] == [0, 1, 0, 1] and all(c[0] == 0 for c in counts.values())
+    st = cli("status", "-c", str(cfg), "--failed")
+    assert bad_id in st.output and "truncated" in st.output
+
+    # replaced by a good file: the probe retries only that unit, and it passes
+    shutil.copyfile(full, bad)
+    r = cli("run", "-c", str(cfg), "-q", "--only", "probe")
+    assert r.exit_code == 0, r.output
+    assert table_counts(r.output)["probe"] == [1, 1, 0, 0]
+    assert store.read_status("probe", bad_id)["attempts"] == 2
+
+
+def test_removed_bad_file_is_retried_alone_with_a_clear_error(copy_of, tmp_path):
+    cfg, root = copy_of
+    bad, _ = _truncated(tmp_path)
+    cli("add", str(bad), "-c", str(cfg))
+    assert cli("run", "-c", str(cfg), "-q").exit_code == 1
+    bad.unlink()
+    r = cli("run", "-c", str(cfg), "-q")
+    assert r.exit_code == 1
+    assert "file not found" in r.output and "vsi-wild remove" in r.output
+    counts = table_counts(r.output)
+    assert counts["probe"] == [0, 1, 0, 1] and all(c[0] == 0 for c in counts.values())
+    bad_id = next(s for s in Store(root).registry()["source_id"].to_pylist() if s.startswith("local-bad"))
+    assert cli("remove", bad_id, "-c", str(cfg)).exit_code == 0
+    assert cli("run", "-c", str(cfg), "-q").exit_code == 0
 
 
 def test_help_explains_every_command():
     top = cli("--help")
     assert top.exit_code == 0
-    for word in ("run", "status", "add", "sample", "360"):
+    for word in ("run", "status", "add", "sample", "crawl", "review", "360"):
         assert word in top.output
     for cmd, words in {
         "run": ("--only", "--from", "--videos", "--force", "--data-root", "cached"),

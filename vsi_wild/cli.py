@@ -38,9 +38,14 @@ CONFIG_HELP = "YAML config file (see configs/): sample.yaml runs the embedded sa
 
 
 def _prefect_env() -> None:
-    """Defaults that make Prefect's ephemeral mode quiet and patient on small machines; a value the
-    user set wins."""
+    """Defaults that make Prefect's ephemeral mode quiet and patient on small machines, and keep
+    model libraries offline and free of their own progress bars; a value the user set wins."""
     for k, v in {
+        "HF_HUB_OFFLINE": "1",
+        "YOLO_OFFLINE": "1",
+        "HF_HUB_DISABLE_PROGRESS_BARS": "1",
+        "TRANSFORMERS_VERBOSITY": "error",
+        "TQDM_DISABLE": "1",
         "PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS": "90",
         "DO_NOT_TRACK": "1",
         "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
@@ -150,13 +155,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for r, n in sorted(reasons.items()):
         out.print(f"[yellow]skipped[/] {n} x {r}", soft_wrap=True)
     root = summary["data_root"]
-    out.print(f"outputs: {root}  (artifacts/, status/; exports/ when the export stage ran)")
-    exports = Path(root) / "exports"
-    if exports.is_dir():
-        out.print(f"exports: {exports}")
-    counts = summary.get("qa_counts")
-    if counts:
-        out.print("questions: " + ", ".join(f"{k} {v}" for k, v in counts.items()))
+    out.print(f"outputs: {root}  (artifacts/, status/, logs/)", soft_wrap=True)
+    counts_file = Path(root) / "exports" / "counts.json"
+    if "export" in {s["stage"] for s in summary["stages"]} and counts_file.is_file():
+        from vsi_wild.tasks.export import summary_line
+
+        out.print(summary_line(str(counts_file.parent), json.loads(counts_file.read_text())), soft_wrap=True)
 
 
 class _Progress:
@@ -225,24 +229,41 @@ def status(
     if not rows:
         console.print(f"no status under {store.url} yet: run `vsi-wild run` first")
         return
+    from vsi_wild import ids
+
+    kinds = {s.name: s.unit_kind for s in registry.STAGES}
     stages = [s.name for s in registry.STAGES if any(r["stage"] == s.name for r in rows)]
-    grid: dict[str, dict[str, dict]] = {}
+    # One row per source, view video and "all"; a clip stage's cell on a video row counts its clips.
+    grid: dict[str, dict[str, list[str]]] = {}
     for r in rows:
-        grid.setdefault(r["unit"], {})[r["stage"]] = r
-    marks = {"done": "[green]done[/]", "failed": "[red]FAILED[/]", "skipped": "[yellow]skipped[/]", "running": "[blue]running[/]"}
-    t = Table(title=f"status of {store.url}")
-    t.add_column("unit")
-    for s in stages:
-        t.add_column(s)
-    for unit in sorted(grid):
+        unit = ids.split_clip_id(r["unit"])[0] if kinds.get(r["stage"]) == "clip" else r["unit"]
+        grid.setdefault(unit, {}).setdefault(r["stage"], []).append(r["state"])
+    sym = {"done": "[green]✓[/]", "failed": "[red]✗[/]", "skipped": "[yellow]-[/]", "running": "[blue]…[/]"}
+
+    def cell(states: list[str] | None, clips: bool) -> str:
+        if not states:
+            return ""
+        if not clips:
+            return sym.get(states[0], states[0])
+        n = {k: states.count(k) for k in sym if k in states}
+        return " ".join(f"{v}{sym[k]}" for k, v in n.items())
+
+    t = Table(title=f"status of {store.url}  (✓ done, ✗ failed, - skipped, … running or interrupted)")
+    t.add_column("unit", no_wrap=True)
+    for name in stages:
+        t.add_column(name[:4] if len(name) > 5 else name, justify="center", no_wrap=True)
+    for unit in sorted(grid, key=lambda u: (u != "all", ids.unit_source(u) if u != "all" else "", "_" in u, u)):
         cells = grid[unit]
-        if failed and not any(c["state"] == "failed" for c in cells.values()):
+        if failed and not any("failed" in v for v in cells.values()):
             continue
-        t.add_row(unit, *(marks.get(cells[s]["state"], cells[s]["state"]) if s in cells else "" for s in stages))
-    out.print(t)
+        t.add_row(unit, *(cell(cells.get(name), kinds[name] == "clip") for name in stages))
+    wide = Console(width=max(out.width, 40 + 6 * len(stages))) if not out.is_terminal else out
+    wide.print(t)
+    wide.print("columns: " + ", ".join(f"{n[:4]}={n}" for n in stages if len(n) > 5))
     for r in rows:
-        if r["state"] in ("failed",) or (failed and r["state"] == "skipped"):
-            out.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}")
+        if r["state"] == "failed" or (failed and r["state"] == "skipped"):
+            wide.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}",
+                       soft_wrap=True)
 
 
 @app.command()
@@ -327,6 +348,56 @@ def sample(
     for name in ("poses", "objects", "visibility", "faces", "places"):
         (out_dir / f"truth_{name}.parquet").write_bytes(table_bytes(getattr(truth, name)))
     out.print(f"wrote {out_dir / 'sample.mp4'} and truth_*.parquet")
+
+
+@app.command()
+def evaluate(
+    qa: Path = typer.Option(Path("data/out/exports/qa.parquet"), "--qa",
+                            help="The questions: exports/qa.parquet (rich: per-bin results) or a release-format .jsonl."),
+    predictions: Optional[Path] = typer.Option(None, "--predictions", "-p",
+                                               help='JSONL of {"doc_id": ..., "prediction": ...}; a letter for MC, a number for VOC.'),
+    blind: bool = typer.Option(False, "--blind", help="Score the blind baselines (no video) and flag leaking tasks."),
+    write_shuffle24: Optional[Path] = typer.Option(None, "--write-shuffle24",
+                                                   help="Write every MC question in its 24 option orders (for Shuffle24) to this JSONL."),
+) -> None:
+    """Score predictions on the benchmark (accuracy for MC, MRA for VOC; per task, subtype and
+    duration bin), run the blind baselines, or write the Shuffle24 variant of the questions.
+
+    Predictions for Shuffle24 use the doc ids of `--write-shuffle24` (`<doc_id>|perm00`..`|perm23`);
+    Top-K, Pass@K and option-order bias are then reported too.
+    """
+    from vsi_wild.stages import evaluate as ev
+
+    if qa.suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        rows = [r for r in pq.read_table(qa).to_pylist() if r.get("split", "release") == "release"]
+    else:
+        rows = ev.load_jsonl(qa)
+    if write_shuffle24:
+        with open(write_shuffle24, "w", encoding="utf-8") as fh:
+            for r in rows:
+                if r["task_type"] in ev.MC_TASKS:
+                    for c in ev.shuffle24(r):
+                        fh.write(json.dumps({k: c[k] for k in ("doc_id", "video_name", "task_type", "question", "answer",
+                                                               "frame_indices", "options")}, ensure_ascii=False) + "\n")
+        out.print(f"wrote {write_shuffle24}")
+    if blind:
+        rep = ev.blind_report(rows)
+        out.print_json(json.dumps(rep))
+    if predictions:
+        preds = {p["doc_id"]: p.get("prediction") for p in ev.load_jsonl(predictions)}
+        t = Table(title=f"scores ({len(rows)} questions)")
+        for c in ("group", "score", "n"):
+            t.add_column(c)
+        for g, v in ev.evaluate(rows, preds).items():
+            t.add_row(g, f"{v['score']:.4f}", str(v["n"]))
+        out.print(t)
+        if any(k.endswith("|perm00") for k in preds):
+            out.print_json(json.dumps(ev.shuffle24_metrics(rows, preds)))
+    if not (blind or predictions or write_shuffle24):
+        console.print("nothing to do: give --predictions, --blind or --write-shuffle24")
+        raise typer.Exit(2)
 
 
 def _mount_sources_commands() -> None:

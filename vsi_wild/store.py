@@ -164,7 +164,7 @@ class Store:
             tmp = local.with_name(local.name + f".tmp-{uuid.uuid4().hex}")
             try:
                 self.fs.get_file(remote, str(tmp))
-                expected = self._manifest_sha256(relative)
+                expected = self.manifest_sha256(relative)
                 if expected is not None and sha256_file(tmp) != expected:
                     raise StoreError(f"{self.url}/{relative}: content differs from its unit's manifest "
                                      "(changed after the unit was completed): re-run that stage with --force")
@@ -173,7 +173,7 @@ class Store:
                 tmp.unlink(missing_ok=True)
         return local
 
-    def _manifest_sha256(self, relative: str) -> str | None:
+    def manifest_sha256(self, relative: str) -> str | None:
         """The manifest's sha256 of a file of a completed output (None for files outside outputs)."""
         parts = relative.split("/")
         if len(parts) < 5 or parts[0] != "artifacts":
