@@ -6,8 +6,8 @@ views of a source are one camera turned by fixed yaws, so:
 1. a pose backend estimates each configured view independently (long videos in overlapping
    chunks, stitched: ``estimate_chunked``);
 2. the per-step motions of the views are rotated into the source camera's axes by their yaws and
-   fused (``fuse_views``): rotations by their chordal mean, translation directions by a robust
-   mean, step lengths by the median of each view's normalised step;
+   fused (``fuse_views``): rotations by their chordal L1 median, translation directions by a
+   robust mean, step lengths by the median of each view's normalised step;
 3. each view's poses are derived from the fused source poses by its yaw (``derive_view``), so the
    four views' motions agree by construction; the independent estimates are kept to flag clips
    where the views disagree (``view_agreement``).
@@ -112,12 +112,31 @@ def _project_so3(M: np.ndarray) -> np.ndarray:
     return U @ D @ Vt
 
 
+def rotation_median(Rs: Sequence[np.ndarray], iters: int = 20, eps_deg: float = 0.05) -> np.ndarray:
+    """The chordal L1 median of rotations (Weiszfeld: the chordal mean reweighted by 1 / distance).
+    Unlike the mean, one view's failed estimate does not pull the result: on the sample, single
+    views' step rotations were off by 3-6° now and then, and the mean let that add up to 11-19° of
+    heading drift over two minutes (the median: 5-8°)."""
+    R = _project_so3(sum(Rs))
+    if len(Rs) < 3:
+        return R
+    eps = math.radians(eps_deg)
+    for _ in range(iters):
+        d = [math.acos(max(-1.0, min(1.0, (float(np.trace(R.T @ Q)) - 1.0) / 2.0))) for Q in Rs]
+        R2 = _project_so3(sum(Q / max(x, eps) for Q, x in zip(Rs, d)))
+        if np.allclose(R2, R, atol=1e-12):
+            break
+        R = R2
+    return R
+
+
 # ------------------------------------------------------------------------------ chunking
 def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarray]], video_id: str, fps: float,
                      chunk: int) -> Track:
     """Run ``estimator`` over a stream of (k, t_k, frame_index, rgb) in chunks of ``chunk`` frames
-    overlapping by two, and stitch the chunks into one track (rigid alignment on the first shared
-    frame, scale from the shared step). Holds at most one chunk of images."""
+    overlapping by two, and stitch the chunks into one track (rigid alignment on the last shared
+    frame; scale from the shared step, unless the backend measured the chunk's lengths in its
+    common unit: ``last_metric``). Holds at most one chunk of images."""
     assert chunk >= 3
     ks, ts, fs = [], [], []
     Rs, Cs, Ks, valid, metric = [], [], [], [], []
@@ -141,16 +160,22 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
             R_al, C_al, s = np.eye(3), np.zeros(3), 1.0
         else:
             # Previous track's poses of the two shared frames: P_a, P_b (world), chunk's: Q_a, Q_b.
-            Ra, Ca, Cb = Rs[-2], Cs[-2], Cs[-1]
+            Ca, Rb, Cb = Cs[-2], Rs[-1], Cs[-1]
             qa, qb = tr.C[0], tr.C[1]
             prev_step = np.linalg.norm(Cb - Ca)
             new_step = np.linalg.norm(qb - qa)
-            if prev_step > 1e-9 and new_step > 1e-9:
+            if m is not None and m.any():
+                # The backend measured this chunk's lengths (twoview: against the ground plane): it
+                # is in the common unit already. Rescaling it by its shared step would multiply all
+                # of its measured lengths by that one step's error (seen: x0.35 over 32 s).
+                scale = 1.0
+            elif prev_step > 1e-9 and new_step > 1e-9:
                 scale = prev_step / new_step
             s = scale
-            # world = R_al^T-free form: X_world = A (X_chunk * s) + b with A = Ra^T tr.R[0]
-            A = Ra.T @ tr.R[0]
-            b = Ca - A @ (s * tr.C[0])
+            # X_world = A (X_chunk * s) + b, anchored at the last shared frame (A = Rb^T tr.R[1]), so
+            # that the chunk's next steps continue from where the previous chunk ended
+            A = Rb.T @ tr.R[1]
+            b = Cb - A @ (s * tr.C[1])
             R_al, C_al = A, b
             start = 2
         for i in range(start, len(items)):
@@ -228,7 +253,7 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
             R[k + 1], C[k + 1] = R[k], C[k]
             continue
         valid[k + 1] = True
-        dR = _project_so3(sum(steps[v][0][k] for v in oks))
+        dR = rotation_median([steps[v][0][k] for v in oks])
         mags = np.array([steps[v][3][k] for v in oks])
         movers = [v for v in oks if steps[v][3][k] > 1e-9]
         d = np.zeros(3)

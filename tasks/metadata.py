@@ -290,7 +290,7 @@ def run_pose(job: Job) -> None:
 
 
 POSE = Stage(
-    name="pose", version="1", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
+    name="pose", version="2", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
     raw_inputs=_model_raw("pose"),
     description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
 )

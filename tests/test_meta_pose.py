@@ -131,3 +131,123 @@ def test_twoview_motion_directions_and_scale(rendered):
     est_steps = np.linalg.norm(np.diff(fused.C, axis=0), axis=1)
     m = true_steps > 0.1
     assert np.median(est_steps[m] / true_steps[m]) == pytest.approx(1.0, abs=0.1)
+
+
+class MetricPoses:
+    """A metric pose estimator for testing the stitching (as twoview is): each call in a rigid world
+    frame of its own, the lengths of the steps it measured (``last_metric``) exact, the others in a
+    unit of the call's own (twoview scales them by the chunk's median measured/parallax ratio)."""
+
+    name = "metric"
+
+    def __init__(self, path, unmeasured: set[int], seed=0):
+        self.E = truth_extrinsics(path, 0.0)
+        self.unmeasured = unmeasured  # steps k-1 -> k whose length the backend could not measure
+        self.rng = np.random.default_rng(seed)
+        self.last_metric = None
+
+    def estimate(self, batch):
+        ks = list(batch.sample_indices)
+        G = geometry.rotation_yaw_pitch(self.rng.uniform(0, 360), 0.0, 0.0)
+        a = self.rng.uniform(-3, 3, 3)
+        unit = self.rng.uniform(0.3, 3.0)  # this call's unit for the lengths it did not measure
+        out, C_prev, C_est = [], None, None
+        metric = []
+        for i, k in enumerate(ks):
+            R, t = self.E[k][:, :3], self.E[k][:, 3]
+            C = -R.T @ t
+            if i == 0:
+                C_est = C.copy()
+            else:
+                step = C - C_prev
+                C_est = C_est + (step * unit if k in self.unmeasured else step)
+            C_prev = C
+            metric.append(i > 0 and k not in self.unmeasured)
+            R2 = R @ G.T
+            C2 = G @ C_est + a
+            out.append(np.c_[R2, -R2 @ C2])
+        self.last_metric = np.array(metric)
+        n = len(ks)
+        return PoseResult(np.array(out), np.repeat(np.eye(3)[None], n, 0), np.ones(n, bool))
+
+
+def test_chunks_of_a_metric_backend_keep_their_measured_lengths():
+    """A chunk whose lengths the backend measured is stitched without rescaling: scaling it by its
+    shared step (a step the backend could not measure, in a unit of that chunk's own) multiplied
+    every measured length of the chunk by that step's error."""
+    path = walk(40)
+    chunk = 7
+    # the shared step of every chunk (its first step) and one more were not measured
+    unmeasured = {k for k in range(1, 40) if (k - 1) % (chunk - 2) == 0} | {10}
+    frames = [(k, k * 0.5, 4 * k, np.zeros((4, 4, 3), np.uint8)) for k in range(len(path))]
+    tr = po.estimate_chunked(MetricPoses(path, unmeasured), iter(frames), "sample-x_front", 8.0, chunk=chunk)
+    assert tr.metric is not None
+    true_steps = np.linalg.norm(np.diff([(p[0], p[1]) for p in path], axis=0), axis=1)
+    est_steps = np.linalg.norm(np.diff(tr.C, axis=0), axis=1)
+    measured = np.array([k not in unmeasured and true_steps[k - 1] > 0.1 for k in range(1, 40)])
+    assert measured.sum() >= 20
+    assert np.allclose(est_steps[measured], true_steps[measured], rtol=1e-6)
+    # the directions are right everywhere
+    a, _, _ = po.motion_vectors(tr)
+    ta, moving = truth_angles(path, 0.0)
+    assert np.nanmax(np.abs(po.wrap(a[moving] - ta[moving]))) < 1e-6
+
+
+def _facade_matches(seed: int, ground: bool):
+    """Matches between two frames of a camera stepping 0.6 m sideways along a facade 3 m ahead whose
+    features below the horizon lie on two horizontal edges (sills, lintels: 0.55 m and 1.1 m below
+    the eye), with the wall's texture above; with ``ground``, also points on the ground 1.6 m below."""
+    rng = np.random.default_rng(seed)
+    K = geometry.view_intrinsics(640, 360, 90.0)
+    parts = [np.c_[rng.uniform(-3, 3, n), np.full(n, y), np.full(n, 3.0)] for n, y in ((60, 0.55), (25, 1.1))]
+    parts.append(np.c_[rng.uniform(-3, 3, 80), rng.uniform(-1.5, 0.3, 80), np.full(80, 3.0)])
+    if ground:
+        parts = parts[2:] + [np.c_[rng.uniform(-3, 3, 80), np.full(80, 1.6), rng.uniform(2, 10, 80)]]
+    X = np.concatenate(parts)
+    t = np.array([-0.6, 0.0, 0.0])  # camera 2 = camera 1 moved 0.6 m right, same orientation
+
+    def project(P):
+        x = P @ K.T
+        return x[:, :2] / x[:, 2:] + rng.normal(0, 0.3, (len(P), 2))
+
+    return project(X), project(X + t), K, np.eye(3), t / np.linalg.norm(t)
+
+
+def test_twoview_ground_plane_is_not_a_line_of_facade_features():
+    est = twoview.TwoViewPoseEstimator(hfov_deg=90.0)
+    for seed in range(8):
+        # points along a line lie in a level plane through it at any height: not the ground
+        assert est._ground_height(*_facade_matches(seed, ground=False)) is None, seed
+        # the real ground: 1.6 m below, in units of the 0.6 m baseline
+        h = est._ground_height(*_facade_matches(seed, ground=True))
+        assert h is not None and h * 0.6 == pytest.approx(1.6, rel=0.03), seed
+
+
+def test_fused_rotation_is_not_pulled_by_one_failed_view():
+    """Each view estimates the rig's step rotations; now and then one of them fails by a few
+    degrees. The fused rotation is their chordal L1 median: the heading stays right (the chordal
+    mean would drift by a quarter of every failure, and those add up over a walk)."""
+    path = walk(40)
+    tracks = {}
+    for i, (view, yaw) in enumerate(VIEWS.items()):
+        E = truth_extrinsics(path, yaw)
+        R_true, C = E[:, :, :3], -np.einsum("nji,nj->ni", E[:, :, :3], E[:, :, 3])
+        # the view's chained estimate: its step rotations are right, except at every 4th step (each
+        # view at other steps), where it is 5° off (a turn or a tilt)
+        R = R_true.copy()
+        for k in range(1, len(path)):
+            step = R_true[k] @ R_true[k - 1].T
+            if k % 4 == i:
+                err = geometry.rotation_yaw_pitch(5.0, 0.0, 0.0) if k % 8 < 4 else geometry.rotation_yaw_pitch(0.0, 5.0, 0.0)
+                step = (CV @ err @ CV.T) @ step
+            R[k] = step @ R[k - 1]
+        tracks[view] = po.Track(np.arange(len(path)), np.arange(len(path)) * 0.5, np.arange(len(path)) * 4, 8.0, R, C,
+                                np.repeat(np.eye(3)[None], len(path), 0), np.ones(len(path), bool))
+    fused = po.fuse_views(tracks, VIEWS)
+    truth = truth_extrinsics(path, 0.0)[:, :, :3]
+    # compare the rig's rotation relative to its first pose with the truth's
+    for k in range(len(path)):
+        rel_est = fused.R[k] @ fused.R[0].T
+        rel_true = truth[k] @ truth[0].T
+        cos = (np.trace(rel_est @ rel_true.T) - 1) / 2
+        assert math.degrees(math.acos(min(1.0, cos))) < 0.5, k

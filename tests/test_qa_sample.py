@@ -5,8 +5,12 @@ Two levels:
 - ``qa_on_truth``: the real sample (generator at a small resolution), its metadata taken from the
   truth as a perfect metadata stage would give it, the real QA stage functions (VPO images
   rendered from the sample's panorama video) and the export;
-- ``built``: the real DAG (``vsi-wild run`` on ``configs/sample.yaml``, groundtruth backends), the
-  exports checked the same way (skips until the DAG has every stage).
+- ``built``: the real DAG (``vsi-wild run`` on ``configs/sample.yaml``, the default sample at its
+  640x360 views, groundtruth detect/segment, twoview poses, 30 s clips reconciled), the exports
+  checked the same way, plus: reconciled counts per view and category equal the truth's, and VOO
+  asks every valid concept set it can. An instance counts as seen from its first mask of at least
+  ``segment.min_area`` pixels (the segment stage drops smaller ones, as a segmenter misses a few
+  pixels at the horizon). Several minutes: it renders and projects the sample.
 """
 
 from __future__ import annotations
@@ -135,7 +139,7 @@ def qa_on_truth(tmp_path_factory):
 
 def test_qa_on_the_sample_truth(qa_on_truth):
     truths, rows, images = qa_on_truth
-    _check_rows(truths, rows)
+    _check_rows(truths, rows, min_pixels=1)  # the oracle metadata keeps every visible pixel
     for r in rows:
         if r["task_type"] == "VPO":
             for p in r["image_paths"]:
@@ -165,9 +169,44 @@ def built(tmp_path_factory):
     return root, truths, result.output
 
 
-def _vis(truth, view):
+@pytest.fixture(scope="module")
+def sample_config():
+    from vsi_wild.config import load_config
+
+    return load_config(REPO / "configs" / "sample.yaml")
+
+
+def _min_pixels(config, truth) -> float:
+    """segment.min_area (view pixels) in the truth's pixels."""
     v = truth["visibility"]
-    return v.filter(pc.equal(v["view"], view)).select(["time", "instance_id", "category"]).to_pylist()
+    tw, th = v["image_width"][0].as_py(), v["image_height"][0].as_py()
+    return config.segment.min_area * (tw * th) / (config.project.width * config.project.height)
+
+
+def _vis(truth, view, min_pixels: float = 1):
+    v = truth["visibility"]
+    v = v.filter(pc.and_(pc.equal(v["view"], view), pc.greater_equal(v["pixels"], min_pixels)))
+    return v.select(["time", "instance_id", "category"]).to_pylist()
+
+
+def _appearance_times(vis: list[dict], which: str) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for v in vis:
+        c, t = v["category"], v["time"]
+        out[c] = (min if which == "first" else max)(out.get(c, t), t)
+    return out
+
+
+def _kept(truth, view, config) -> set[str]:
+    """The detect stage's frequency filter on the truth (the groundtruth detector sees every pixel)."""
+    d = config.detect
+    v = truth["visibility"]
+    v = v.filter(pc.equal(v["view"], view)).to_pylist()
+    n = math.ceil(config.sample.duration_s * 2 - 1e-9)  # 2 FPS timestamps k / 2 < duration
+    present: dict[str, set[int]] = {}
+    for r in v:
+        present.setdefault(r["category"], set()).add(r["sample_index"])
+    return {c for c, ks in present.items() if len(ks) >= d.min_frames and d.min_fraction <= len(ks) / n <= d.max_fraction}
 
 
 def _pose_at(poses: list[dict], t: float) -> dict:
@@ -188,12 +227,57 @@ def test_exports_exist_and_counts_are_printed(built):
         assert (ex / "videos" / json.loads(line)["video_name"]).exists()
 
 
-def test_every_answer_matches_the_truth(built):
+def test_every_answer_matches_the_truth(built, sample_config):
     root, truths, _ = built
-    _check_rows(truths, pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist())
+    (truth,) = truths.values()
+    _check_rows(truths, pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist(),
+                min_pixels=_min_pixels(sample_config, truth))
 
 
-def _check_rows(truths, rows):
+def test_reconciled_counts_equal_the_truth_in_every_view(built, sample_config):
+    """The release's VOC totals: one per view and kept concept, each the number of distinct truth
+    instances of that category seen in that view (30 s clips, reconciled across them, the plaza
+    revisited at the end), and a count for every concept the frequency filter keeps."""
+    root, truths, _ = built
+    (truth,) = truths.values()
+    min_px = _min_pixels(sample_config, truth)
+    rows = pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist()
+    got = {(r["view"], r["concepts"][0]): int(r["answers"][-1]) for r in rows
+           if r["split"] == "release" and r["task_type"] == "VOC"}
+    want = {}
+    for view in VIEW_YAW:
+        kept = _kept(truth, view, sample_config)
+        for v in _vis(truth, view, min_px):
+            if v["category"] in kept:
+                want.setdefault((view, v["category"]), set()).add(v["instance_id"])
+    want = {k: len(v) for k, v in want.items()}
+    assert got == want, {k: (want.get(k), got.get(k)) for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k)}
+    assert len(got) >= 16  # the sample config keeps >= 4 concepts in every view
+
+
+def test_voo_asks_every_valid_concept_set(built, sample_config):
+    """Per view and subtype: as many VOO questions as the truth allows (sets of 4 concepts whose
+    first or last appearances are pairwise >= voo_min_gap_s apart), up to voo_first / voo_last."""
+    import itertools
+
+    root, truths, _ = built
+    (truth,) = truths.values()
+    qa = sample_config.qa
+    rows = pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist()
+    for view in VIEW_YAW:
+        vis = _vis(truth, view, _min_pixels(sample_config, truth))
+        kept = _kept(truth, view, sample_config)
+        for which, count in (("first", qa.voo_first), ("last", qa.voo_last)):
+            t = {c: x for c, x in _appearance_times(vis, which).items() if c in kept}
+            valid = {frozenset(s) for s in itertools.combinations(sorted(t), 4)
+                     if all(abs(t[a] - t[b]) >= qa.voo_min_gap_s - 1e-9 for a, b in itertools.combinations(s, 2))}
+            asked = [frozenset(r["concepts"]) for r in rows
+                     if r["task_type"] == "VOO" and r["view"] == view and r["subtype"] == which]
+            assert len(asked) == len(set(asked)) == min(count, len(valid)), (view, which, len(valid))
+            assert set(asked) <= valid, (view, which)
+
+
+def _check_rows(truths, rows, min_pixels: float):
     checked = {"VMR": 0, "VPO": 0, "VOO": 0, "VOC": 0}
     for r in rows:
         if r["split"] == "voc_repeat":
@@ -202,15 +286,13 @@ def _check_rows(truths, rows):
         view = r["view"]
         task = r["task_type"]
         if task == "VOC":
-            vis = _vis(truth, view)
+            vis = _vis(truth, view, min_pixels)
             for qt, ans in zip(r["query_times"], r["answers"]):
                 expect = len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0] and v["time"] <= qt + 1e-9})
                 assert int(ans) == expect, (r["doc_id"], qt)
         elif task == "VOO":
-            vis = _vis(truth, view)
-            which = r["subtype"]
-            t = {c: [v["time"] for v in vis if v["category"] == c] for c in r["concepts"]}
-            key = {c: (min(ts) if which == "first" else max(ts)) for c, ts in t.items()}
+            times = _appearance_times(_vis(truth, view, min_pixels), r["subtype"])
+            key = {c: times[c] for c in r["concepts"]}
             assert r["answer_text"] == " → ".join(sorted(r["concepts"], key=key.get)), r["doc_id"]
             assert all(abs(key[a] - key[b]) >= 2.0 - 1e-9 for a in key for b in key if a != b)
         elif task == "VPO":
