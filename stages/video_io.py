@@ -14,6 +14,8 @@ Bad input (unreadable, no video stream, truncated, not 2:1 where that is require
 
 from __future__ import annotations
 
+import itertools
+import math
 import os
 import queue
 import threading
@@ -178,8 +180,8 @@ def yuv420_planes(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 # ------------------------------------------------------------------------------------ sampler
-def sample_frames(path: str | os.PathLike[str], fps: float = 2.0
-                  ) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
+def sample_frames(path: str | os.PathLike[str], fps: float = 2.0, start: float | None = None,
+                  end: float | None = None) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
     """The frames nearest to t_k = k / fps, streamed: ``(k, t_k, frame_index, frame_time, rgb)``.
 
     Every stage that samples a video at 2 FPS uses this, so that "the frame at t_k" is the same
@@ -189,33 +191,121 @@ def sample_frames(path: str | os.PathLike[str], fps: float = 2.0
     average frame interval (a 10 s video at any rate gives k = 0..19). A frame nearest to several
     t_k (a source slower than ``fps``) is yielded for each of them. Only the chosen frames are
     converted to RGB.
+
+    ``start`` / ``end`` (seconds) keep the t_k in [start, end) and seek there instead of decoding
+    the prefix: a 5-minute clip of a 2-hour view decodes from the keyframe before it, not from 0.
+    The frames, indices and times are those of the whole-video pass (frame indices come from the
+    container's packet timestamps; a file without them is decoded from the start).
     """
     if fps <= 0:
         raise ValueError("fps must be positive")
-    k = 0
-    prev: DecodedFrame | None = None
-    first_time = None
+    if start is None and end is None:
+        with VideoReader(path) as reader:
+            yield from _nearest_frames(reader.frames(), fps, 0, None, reader.info)
+        return
+    k0 = max(0, math.ceil((start or 0.0) * fps - 1e-9))
+    stop = float("inf") if end is None else end
+    table = None
+    if k0 > 0:
+        with VideoReader(path) as reader:
+            table = _pts_table(reader)
     with VideoReader(path) as reader:
-        for cur in reader.frames():
-            if first_time is None:
-                first_time = cur.time
-            # every t_k before the current frame's time is decided: prev or cur, whichever is nearer
-            while k / fps <= cur.time:
-                t = k / fps
-                pick = prev if prev is not None and (t - prev.time) < (cur.time - t) else cur
-                yield k, t, pick.index, pick.time, pick.frame.to_ndarray(format="rgb24")
-                k += 1
-            prev = cur
-        if prev is None:
+        if table is None:
+            yield from _nearest_frames(reader.frames(), fps, k0, stop, reader.info)
             return
-        if prev.index > 0:
-            interval = (prev.time - first_time) / prev.index
-        else:
-            interval = 1.0 / reader.info.fps if reader.info.fps else 1.0 / fps
-        end = prev.time + interval
-        while k / fps < end - 1e-9:
-            yield k, k / fps, prev.index, prev.time, prev.frame.to_ndarray(format="rgb24")
+        times = (table - table[0]) * float(reader.info.time_base)
+        # the frame before t_k0 may be the nearest: decode from the keyframe at or before it
+        j = max(0, int(np.searchsorted(times, k0 / fps, side="left")) - 1)
+        yield from _nearest_frames(_frames_from(reader, table, j), fps, k0, stop, reader.info)
+
+
+def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: float | None,
+                    info: VideoInfo) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
+    """The nearest-frame rule over decoded frames that start at or before t_k (or at frame 0)."""
+    stop = float("inf") if stop is None else stop
+    prev: DecodedFrame | None = None
+    for cur in frames:
+        # every t_k before the current frame's time is decided: prev or cur, whichever is nearer
+        while k / fps <= cur.time:
+            t = k / fps
+            if t >= stop - 1e-9:
+                return
+            pick = prev if prev is not None and (t - prev.time) < (cur.time - t) else cur
+            yield k, t, pick.index, pick.time, pick.frame.to_ndarray(format="rgb24")
             k += 1
+        prev = cur
+    if prev is None:
+        return
+    if prev.index > 0:
+        interval = prev.time / prev.index  # times count from the first frame
+    else:
+        interval = 1.0 / info.fps if info.fps else 1.0 / fps
+    last = min(prev.time + interval, stop)
+    while k / fps < last - 1e-9:
+        yield k, k / fps, prev.index, prev.time, prev.frame.to_ndarray(format="rgb24")
+        k += 1
+
+
+_PTS_TABLES: dict[tuple[str, int, int], np.ndarray | None] = {}
+
+
+def _pts_table(reader: VideoReader) -> np.ndarray | None:
+    """Every video packet's pts, sorted: frame i (presentation order) has pts table[i]. Read by
+    demuxing, not decoding (cheap); kept per file version, so a video's clips share it."""
+    st = reader.path.stat()
+    key = (str(reader.path.resolve()), st.st_size, st.st_mtime_ns)
+    if key not in _PTS_TABLES:
+        pts = []
+        try:
+            for packet in reader.container.demux(reader.stream):
+                if packet.size == 0:
+                    continue  # the demuxer's flush packet
+                if packet.pts is None:
+                    pts = None
+                    break
+                pts.append(packet.pts)
+        except av.error.FFmpegError:
+            pts = None  # the whole-video pass reports what is wrong with the file
+        if len(_PTS_TABLES) >= 16:
+            _PTS_TABLES.pop(next(iter(_PTS_TABLES)))
+        _PTS_TABLES[key] = np.sort(np.asarray(pts, dtype=np.int64)) if pts else None
+    return _PTS_TABLES[key]
+
+
+def _frames_from(reader: VideoReader, table: np.ndarray, j: int) -> Iterator[DecodedFrame]:
+    """Decoded frames from the keyframe at or before frame j, with the whole pass's index and time
+    (decoding from the start when the seek lands past frame j)."""
+    tb = reader.info.time_base
+    target = int(table[j])
+    reader.container.seek(target, stream=reader.stream, backward=True, any_frame=False)
+    frames = _decode(reader)
+    # leading frames of an open GOP may lack their references: start at a keyframe
+    first = next((f for f in frames if f.key_frame), None)
+    if first is None or first.pts is None or first.pts > target:
+        frames.close()
+        reader.container.seek(int(table[0]), stream=reader.stream, backward=True, any_frame=False)
+        frames = _decode(reader)
+        first = next(frames, None)
+    if first is None:
+        return
+    for frame in itertools.chain([first], frames):
+        index = int(np.searchsorted(table, frame.pts)) if frame.pts is not None else len(table)
+        if index >= len(table) or table[index] != frame.pts:
+            raise UnitError(f"{reader.path}: decoded a frame (pts {frame.pts}) that no packet announced",
+                            retryable=False)
+        yield DecodedFrame(index, int(frame.pts - table[0]), float((frame.pts - table[0]) * tb), frame)
+
+
+def _decode(reader: VideoReader) -> Iterator[av.VideoFrame]:
+    n = 0
+    try:
+        for packet in reader.container.demux(reader.stream):
+            for frame in packet.decode():
+                n += 1
+                yield frame
+    except av.error.FFmpegError as e:
+        raise UnitError(f"{reader.path}: truncated or corrupt: decoding failed {n} frames after the seek "
+                        f"({e.strerror or e})", retryable=False) from e
 
 
 # ------------------------------------------------------------------------------------ encoder

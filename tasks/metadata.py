@@ -16,7 +16,6 @@ recomputes that video's metadata and what depends on it, and nothing else.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -97,18 +96,11 @@ def _backend(kind: str, name: str, job: Job, source_id: str, **cpu_kw) -> object
 
 def _frames(path: Path, start: float | None = None, end: float | None = None,
             max_width: int | None = None) -> Iterator[tuple[int, float, int, np.ndarray]]:
-    """(k, t_k, frame index, rgb) of the shared 2 FPS sampler, optionally within [start, end)."""
+    """(k, t_k, frame index, rgb) of the shared 2 FPS sampler, optionally within [start, end)
+    (seeking there: a clip decodes from the keyframe before it, not from the video's start)."""
     from vsi_wild.stages.video_io import sample_frames
 
-    kw = {}
-    sig = inspect.signature(sample_frames).parameters
-    if start is not None and "start" in sig:  # a sampler that can seek saves decoding the prefix
-        kw = {"start": start, "end": end}
-    for k, t, idx, _ft, rgb in sample_frames(path, SAMPLE_FPS, **kw):
-        if start is not None and t < start - 1e-9:
-            continue
-        if end is not None and t >= end - 1e-9:
-            break
+    for k, t, idx, _ft, rgb in sample_frames(path, SAMPLE_FPS, start=start, end=end):
         if max_width and rgb.shape[1] > max_width:
             s = max_width / rgb.shape[1]
             rgb = cv2.resize(rgb, (max_width, max(2, round(rgb.shape[0] * s))), interpolation=cv2.INTER_AREA)

@@ -67,7 +67,7 @@ def sam3_checkpoint(tmp_path_factory: pytest.TempPathFactory):
 THRESHOLD = 0.18395
 
 
-def test_sam3_segments_through_our_adapter(sam3_checkpoint) -> None:
+def test_sam3_segments_through_our_adapter(sam3_checkpoint, tmp_path) -> None:
     import torch
 
     path, extra_buffers = sam3_checkpoint
@@ -107,6 +107,29 @@ def test_sam3_segments_through_our_adapter(sam3_checkpoint) -> None:
     # at most one record per (frame, local id)
     keys = [(r.frame_pos, r.local_id) for r in records]
     assert len(keys) == len(set(keys))
+
+    # the segment stage's clip folder: sam3 reads the JPEGs itself (no copy of the clip in memory)
+    import cv2
+
+    from vsi_wild.stages.segment import JpegFrames
+
+    paths = [tmp_path / f"{i:05d}.jpg" for i in range(2)]
+    for p, img in zip(paths, batch.images):
+        cv2.imwrite(str(p), cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 100])
+    seen = []
+    real_init = seg.model.init_state
+
+    def spy(resource_path, **kw):
+        seen.append(resource_path)
+        return real_init(resource_path=resource_path, **kw)
+
+    seg.model.init_state = spy
+    try:
+        from_folder = seg.segment(FrameBatch("vid_front", JpegFrames(paths), [0.0, 0.5], [0, 15], [0, 1], 30.0), ["chair"])
+    finally:
+        del seg.model.init_state
+    assert seen == [str(tmp_path)]
+    assert all(r.frame_pos in (0, 1) and r.mask.shape == (H, W) for r in from_folder)
 
 
 def test_sam3_checkpoint_errors_name_the_config_key(tmp_path) -> None:

@@ -178,3 +178,32 @@ def test_without_poses_only_the_cuts_are_bridged():
     assert all(truth_of[(d["clip_a"], d["local_a"])] == truth_of[(d["clip_b"], d["local_b"])] for d in bridged)
     # the revisits stay unlinked: more instances than objects
     assert len(groups) > len(set(truth_of.values()))
+
+
+def test_sam3_reads_the_clip_folder_when_the_frames_are_its_files(tmp_path):
+    """The segment stage's JPEG folder goes to sam3 as a folder (decoded one frame at a time);
+    anything else (arrays, a folder with other files, names out of order) as images."""
+    import cv2
+
+    from vsi_wild.errors import UnitError
+    from vsi_wild.stages.backends.segment import sam3_frames
+
+    rgb = np.zeros((12, 20, 3), np.uint8)
+    paths = []
+    for i in range(3):
+        paths.append(tmp_path / f"{i:05d}.jpg")
+        cv2.imwrite(str(paths[-1]), rgb)
+
+    def batch(images):
+        return FrameBatch("v_front", images, [0.0, 0.5, 1.0], [0, 4, 8], [0, 1, 2], 8.0)
+
+    assert sam3_frames(batch(seg.JpegFrames(paths))) == str(tmp_path)
+    as_images = sam3_frames(batch([rgb] * 3))
+    assert [im.size for im in as_images] == [(20, 12)] * 3
+    assert isinstance(sam3_frames(batch(seg.JpegFrames(paths[::-1]))), list)  # sam3 would reorder them
+    (tmp_path / "00007.jpg").write_bytes(paths[0].read_bytes())  # a stray frame sam3 would also read
+    assert isinstance(sam3_frames(batch(seg.JpegFrames(paths))), list)
+    (tmp_path / "00007.jpg").unlink()
+    cv2.imwrite(str(paths[1]), np.zeros((14, 20, 3), np.uint8))
+    with pytest.raises(UnitError, match="different sizes"):
+        sam3_frames(batch(seg.JpegFrames(paths)))

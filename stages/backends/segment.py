@@ -11,8 +11,9 @@ hub), then the state dict of ``models.sam3_checkpoint`` (facebook/sam3 ``sam3.pt
 memory-mapped. The wheel lacks the BPE vocabulary; open_clip ships the same file
 (``bpe_simple_vocab_16e6.txt.gz``), so ``bpe_path`` points there. We drive the model directly
 (``init_state`` / ``add_prompt`` / ``propagate_in_video``) rather than ``Sam3VideoPredictor``,
-which calls ``.cuda()`` and keeps a global session table; frames go in as PIL images (no JPEG
-round trip).
+which calls ``.cuda()`` and keeps a global session table. A clip's frames go in as the folder of
+JPEGs the segment stage writes (sam3 decodes them one at a time), or as PIL images when they are
+arrays (``sam3_frames``).
 
 On CPU (tests, no GPU) sam3 0.1.4 hard-codes CUDA in places (``device="cuda"`` in
 position_encoding/decoder, ``.cuda()``, ``pin_memory()``, bf16 casts); ``cpu_shim()`` is a
@@ -29,6 +30,7 @@ ultralytics' boxes: the mask's pixel bounds, max + 1.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -209,6 +211,33 @@ def mask_box(mask: np.ndarray) -> tuple[float, float, float, float]:
     return (float(xs[0]), float(ys[0]), float(xs[-1] + 1), float(ys[-1] + 1))
 
 
+def sam3_frames(batch: FrameBatch) -> str | list[Any]:
+    """What sam3's ``init_state`` reads: the clip's JPEG folder when the frames are exactly the
+    files of one folder, named by their position (sam3 sorts them by that number and decodes them
+    one by one: no copy of the clip in memory); otherwise the frames as PIL images."""
+    from PIL import Image
+
+    paths = getattr(batch.images, "paths", None)
+    folder = getattr(batch.images, "folder", None)
+    if paths and folder is not None and all(p.stem.isdigit() for p in paths) \
+            and [int(p.stem) for p in paths] == sorted({int(p.stem) for p in paths}) \
+            and sorted(os.listdir(folder)) == sorted(p.name for p in paths):
+        sizes = set()
+        for p in paths:
+            with Image.open(p) as img:  # the header only
+                if img.mode != "RGB":
+                    raise UnitError(f"video {batch.video_id}: frame {p} is {img.mode}, not RGB")
+                sizes.add(img.size[::-1])
+        if len(sizes) != 1:
+            raise UnitError(f"video {batch.video_id}: frames of different sizes in one clip: {sorted(sizes)}")
+        return str(folder)
+    check_rgb_frames(batch)
+    sizes = {img.shape[:2] for img in batch.images}
+    if len(sizes) != 1:
+        raise UnitError(f"video {batch.video_id}: frames of different sizes in one clip: {sorted(sizes)}")
+    return [Image.fromarray(img) for img in batch.images]
+
+
 class Sam3Segmenter:
     name = "sam3"
 
@@ -234,13 +263,7 @@ class Sam3Segmenter:
         n = len(batch.images)
         if not concepts or n == 0:
             return
-        check_rgb_frames(batch)
-        sizes = {img.shape[:2] for img in batch.images}
-        if len(sizes) != 1:
-            raise UnitError(f"video {batch.video_id}: frames of different sizes in one clip: {sorted(sizes)}")
-        from PIL import Image
-
-        images = [Image.fromarray(img) for img in batch.images]
+        images = sam3_frames(batch)
         model, p = self._loaded.model, self.params
         next_id = 0
         with self._loaded.lock:
