@@ -254,7 +254,7 @@ def test_rich_parquet_loads_with_pyarrow_and_datasets(tmp_path, export):
     assert t.column_names[:7] == list(ex.RELEASE_KEYS)
     for col in ("query_times", "answers", "evidence", "image_paths", "seed", "metadata_fingerprint", "pipeline_version"):
         assert col in t.column_names
-    datasets = pytest.importorskip("datasets")
+    import datasets  # the dev extra installs it: a missing install fails here, not skips
     ds = datasets.load_dataset("parquet", data_files={"test": str(out / "qa.parquet")}, split="test",
                                cache_dir=str(tmp_path / "hf"))
     assert len(ds) == len(export.rows)
