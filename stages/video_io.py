@@ -204,19 +204,15 @@ def sample_frames(path: str | os.PathLike[str], fps: float = 2.0, start: float |
             yield from _nearest_frames(reader.frames(), fps, 0, None, reader.info)
         return
     k0 = max(0, math.ceil((start or 0.0) * fps - 1e-9))
-    stop = float("inf") if end is None else end
-    table = None
-    if k0 > 0:
-        with VideoReader(path) as reader:
-            table = _pts_table(reader)
     with VideoReader(path) as reader:
+        table = _pts_table(reader.path) if k0 > 0 else None
         if table is None:
-            yield from _nearest_frames(reader.frames(), fps, k0, stop, reader.info)
+            yield from _nearest_frames(reader.frames(), fps, k0, end, reader.info)
             return
         times = (table - table[0]) * float(reader.info.time_base)
         # the frame before t_k0 may be the nearest: decode from the keyframe at or before it
         j = max(0, int(np.searchsorted(times, k0 / fps, side="left")) - 1)
-        yield from _nearest_frames(_frames_from(reader, table, j), fps, k0, stop, reader.info)
+        yield from _nearest_frames(_frames_from(reader, table, j), fps, k0, end, reader.info)
 
 
 def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: float | None,
@@ -249,21 +245,23 @@ def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: fl
 _PTS_TABLES: dict[tuple[str, int, int], np.ndarray | None] = {}
 
 
-def _pts_table(reader: VideoReader) -> np.ndarray | None:
+def _pts_table(path: Path) -> np.ndarray | None:
     """Every video packet's pts, sorted: frame i (presentation order) has pts table[i]. Read by
-    demuxing, not decoding (cheap); kept per file version, so a video's clips share it."""
-    st = reader.path.stat()
-    key = (str(reader.path.resolve()), st.st_size, st.st_mtime_ns)
+    demuxing, not decoding (cheap); kept per file version, so a video's clips share it (the file
+    is opened for this only the first time)."""
+    st = path.stat()
+    key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _PTS_TABLES:
         pts = []
         try:
-            for packet in reader.container.demux(reader.stream):
-                if packet.size == 0:
-                    continue  # the demuxer's flush packet
-                if packet.pts is None:
-                    pts = None
-                    break
-                pts.append(packet.pts)
+            with VideoReader(path, threads=False) as reader:
+                for packet in reader.container.demux(reader.stream):
+                    if packet.size == 0:
+                        continue  # the demuxer's flush packet
+                    if packet.pts is None:
+                        pts = None
+                        break
+                    pts.append(packet.pts)
         except av.error.FFmpegError:
             pts = None  # the whole-video pass reports what is wrong with the file
         if len(_PTS_TABLES) >= 16:
