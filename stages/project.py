@@ -13,9 +13,10 @@ i.e. py360convert's (pinned by tests against ``py360convert.e2p`` and ffmpeg's `
 Speed: the sampling maps are built once per geometry (cached) and applied to the decoder's own
 YUV 4:2:0 planes, so the panorama is never converted to RGB and the views go to the encoder
 without a conversion either. For pitch 0 a view's source column depends only on the output
-column, which a small numba kernel exploits (``_remap_plane``: resample the needed rows at the
-view's columns, then blend rows; ~2.5x ``cv2.remap`` with fixed-point maps); other geometries use
-``cv2.remap`` on py360convert-style padded planes. Chroma samples are
+column, which a small numba kernel exploits (``_remap_plane``: per output column, blend its two
+source columns over the rows it reads, then resample down the column, reading a transposed strip
+of the source that the views share; several times ``cv2.remap`` with fixed-point maps); other
+geometries use ``cv2.remap`` on py360convert-style padded planes. Chroma samples are
 sited as H.264/MPEG-2 4:2:0 defines them ("left": co-sited with even luma columns, between luma
 rows), in the source and in the views.
 
@@ -53,7 +54,6 @@ from vsi_wild.stages.faces import FaceBlurrer, FaceDetector, FaceParams, auto_de
 from vsi_wild.stages.video_io import EncoderSettings, ThreadedWriter, VideoReader, VideoWriter, inspect_written, yuv420_planes
 
 ViewName = Literal["front", "right", "back", "left"]
-TILE = 256  # output columns per tile of the fast remap: a tile's pass-1 rows (<= ~330 KB) stay in L2
 
 
 class ProjectParams(BaseModel):
@@ -134,8 +134,9 @@ class PlaneMaps:
     the 8-bit weight of x1; rows (uint16): (h, w) the source row relative to ``rmin`` (high 10
     bits) and the 6-bit weight of the row below it (low 6 bits), shared by the views (turning
     about the vertical axis changes longitude only). Rows rmin .. rmin + nrows - 1 are all a view
-    reads; a tile of ``TILE`` output columns reads rows tile_lo .. tile_hi (fewer towards the
-    view's sides). (6 bits: 1/64 px, finer than OpenCV's and so py360convert's 1/32.)
+    reads; output column i reads rows col_lo[i] .. col_hi[i] of them (fewer towards the view's
+    sides). rows_t is rows transposed (the kernel runs down columns). (6 bits: 1/64 px, finer than
+    OpenCV's and so py360convert's 1/32.)
     """
 
     x0: np.ndarray
@@ -144,8 +145,9 @@ class PlaneMaps:
     rows: np.ndarray
     rmin: int
     nrows: int
-    tile_lo: np.ndarray  # (n_tiles,) int32: first tmp row (relative to rmin) that a column tile reads
-    tile_hi: np.ndarray  # (n_tiles,) int32: last one
+    rows_t: np.ndarray  # (w, h) uint16
+    col_lo: np.ndarray  # (w,) int32: first source row (relative to rmin) that an output column reads
+    col_hi: np.ndarray  # (w,) int32: last one
 
     def row_coords(self) -> np.ndarray:
         """The source row coordinate each output pixel samples (float)."""
@@ -182,16 +184,17 @@ def _plane_maps(us: list[np.ndarray], v: np.ndarray, src_w: int, src_h: int) -> 
     if y0.max() - rmin >= 1023:
         return None  # a view this tall does not fit the packed rows (the generic path copes)
     rel = y0 - rmin
-    tiles = range(0, rel.shape[1], TILE)
+    rows = ((rel << 6) | wy).astype(np.uint16)
     return PlaneMaps(
         x0=np.ascontiguousarray(x0 % src_w, dtype=np.int32),
         x1=np.ascontiguousarray((x0 + 1) % src_w, dtype=np.int32),
         wx=np.ascontiguousarray(wx, dtype=np.uint16),
-        rows=np.ascontiguousarray((rel << 6) | wy, dtype=np.uint16),
+        rows=np.ascontiguousarray(rows),
         rmin=rmin,
         nrows=int(y0.max()) + 2 - rmin,
-        tile_lo=np.asarray([rel[:, i : i + TILE].min() for i in tiles], np.int32),
-        tile_hi=np.asarray([rel[:, i : i + TILE].max() + 1 for i in tiles], np.int32),
+        rows_t=np.ascontiguousarray(rows.T),
+        col_lo=np.ascontiguousarray(rel.min(axis=0), dtype=np.int32),
+        col_hi=np.ascontiguousarray(rel.max(axis=0) + 1, dtype=np.int32),
     )
 
 
@@ -226,39 +229,28 @@ def build_yuv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: fl
 
 
 @numba.njit(nogil=True, fastmath=True, cache=True, boundscheck=False)
-def _remap_plane(src, rmin, x0, x1, wx, rows, tile_lo, tile_hi, tmp, out):  # pragma: no cover - numba
-    """Bilinear remap of one plane into one view in two passes per tile of ``TILE`` output
-    columns (the source column of an output column is fixed at pitch 0): tmp[r, i] = source row
-    rmin + r resampled at the tile's columns (x 256), for the rows the tile reads; then
-    out[j, i] = the two tmp rows that ``rows[j, i]`` names, blended. Fewer gathers than a one-pass
-    remap, and a tile's tmp stays in cache. Indices are unsigned (no negative-index wrap code in
-    the inner loops: ~1.5x). Runs without the GIL: callers run views in threads."""
-    h, w = rows.shape
-    tw = np.uint64(tmp.shape[1])
-    ww = np.uint64(w)
-    rf, of, tf = rows.ravel(), out.ravel(), tmp.ravel()
-    for t in range(tile_lo.shape[0]):
-        i0 = t * tmp.shape[1]
-        n = min(w, i0 + tmp.shape[1]) - i0
-        lo = tile_lo[t]
-        for r in range(lo, tile_hi[t] + 1):
-            s = src[rmin + r]
-            base = np.uint64(r - lo) * tw
-            for i in range(n):
-                c = np.uint64(i0 + i)
-                b = np.uint16(wx[c])
-                tf[base + np.uint64(i)] = (np.uint16(s[np.uint64(x0[c])]) * (np.uint16(256) - b)
-                                           + np.uint16(s[np.uint64(x1[c])]) * b)
-        lo64 = np.uint64(lo)
+def _remap_plane(strip_t, x0, x1, wx, rows_t, col_lo, col_hi, col, out):  # pragma: no cover - numba
+    """Bilinear remap of one plane into one view, one output column at a time (the source
+    column of an output column is fixed at pitch 0). ``strip_t`` is the source rows a view reads,
+    transposed (one row per source column, shared by the views). Per output column i: col[r] = the
+    two source columns blended (x 256) for the rows it reads (contiguous loads); then
+    out[j, i] = col[r], col[r + 1] blended as ``rows_t[i, j]`` says: lookups in a ~2.5 KB column
+    that stays in L1 (row-major passes gathered from L2: ~1.6x slower). Indices are unsigned (no
+    negative-index wrap code in the inner loops). Runs without the GIL: views run in threads."""
+    w, h = rows_t.shape
+    for i in range(w):
+        b = np.uint32(wx[i])
+        nb = np.uint32(256) - b
+        sa, sb = strip_t[x0[i]], strip_t[x1[i]]
+        for r in range(col_lo[i], col_hi[i] + 1):
+            col[r] = np.uint32(sa[r]) * nb + np.uint32(sb[r]) * b
+        rt = rows_t[i]
         for j in range(h):
-            base = np.uint64(j) * ww + np.uint64(i0)
-            for i in range(n):
-                ii = np.uint64(i)
-                v = np.uint64(rf[base + ii])
-                a = np.uint32(v & np.uint64(63))
-                k = ((v >> np.uint64(6)) - lo64) * tw + ii
-                of[base + ii] = np.uint8((np.uint32(tf[k]) * (np.uint32(64) - a) + np.uint32(tf[k + tw]) * a
-                                          + np.uint32(8192)) >> np.uint32(14))
+            v = np.uint32(rt[j])
+            r = np.uint64(v >> np.uint32(6))
+            a = v & np.uint32(63)
+            out[j, i] = np.uint8((col[r] * (np.uint32(64) - a) + col[r + np.uint64(1)] * a
+                                  + np.uint32(8192)) >> np.uint32(14))
 
 
 def _pad_like_py360(img: np.ndarray) -> np.ndarray:
@@ -317,30 +309,35 @@ class Projector:
             self.fast = build_yuv_maps(src_w, src_h, self.w, self.h, float(params.hfov_deg), self.yaws)
         self.threads = max(1, min(params.threads, self.n))
         self.pool = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="project") if self.threads > 1 else None
-        self._tmp: dict[tuple[int, bool], np.ndarray] = {}  # per thread, luma or chroma: pass-1 rows
+        self._col: dict[tuple[int, bool], np.ndarray] = {}  # per thread, luma or chroma: the kernel's column
+        self._strips: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # Y, U, V rows read, transposed
+        if self.fast is not None:
+            lm, cm = self.fast.luma, self.fast.chroma
+            self._strips = (np.empty((src_w, lm.nrows), np.uint8), np.empty((src_w // 2, cm.nrows), np.uint8),
+                            np.empty((src_w // 2, cm.nrows), np.uint8))
         self.cpu_s = 0.0  # CPU time spent projecting (fast path), all threads
         self._lock = threading.Lock()
 
-    def _views_fast(self, t: int, k0: int, k1: int, Y, U, V, out: np.ndarray) -> None:
+    def _views_fast(self, t: int, k0: int, k1: int, strips, out: np.ndarray) -> None:
         t0 = time.thread_time()
-        self._views_fast_inner(t, k0, k1, Y, U, V, out)
+        self._views_fast_inner(t, k0, k1, strips, out)
         with self._lock:
             self.cpu_s += time.thread_time() - t0
 
-    def _views_fast_inner(self, t: int, k0: int, k1: int, Y, U, V, out: np.ndarray) -> None:
+    def _views_fast_inner(self, t: int, k0: int, k1: int, strips, out: np.ndarray) -> None:
         m = self.fast
         ysz, csz = self.w * self.h, (self.w // 2) * (self.h // 2)
         for k in range(k0, k1):
             dst = out[k]
-            for plane, src, pm, o, (pw, ph) in (
-                ("y", Y, m.luma, 0, (self.w, self.h)),
-                ("u", U, m.chroma, ysz, (self.w // 2, self.h // 2)),
-                ("v", V, m.chroma, ysz + csz, (self.w // 2, self.h // 2)),
+            for strip, pm, o, (pw, ph) in (
+                (strips[0], m.luma, 0, (self.w, self.h)),
+                (strips[1], m.chroma, ysz, (self.w // 2, self.h // 2)),
+                (strips[2], m.chroma, ysz + csz, (self.w // 2, self.h // 2)),
             ):
-                tmp = self._tmp.get((t, pm is m.luma))
-                if tmp is None:
-                    tmp = self._tmp[(t, pm is m.luma)] = np.empty((pm.nrows, min(TILE, pw)), np.uint16)
-                _remap_plane(src, pm.rmin, pm.x0[k], pm.x1[k], pm.wx[k], pm.rows, pm.tile_lo, pm.tile_hi, tmp,
+                col = self._col.get((t, pm is m.luma))
+                if col is None:
+                    col = self._col[(t, pm is m.luma)] = np.zeros(pm.nrows + 1, np.uint32)
+                _remap_plane(strip, pm.x0[k], pm.x1[k], pm.wx[k], pm.rows_t, pm.col_lo, pm.col_hi, col,
                              dst[o : o + pw * ph].reshape(ph, pw))
 
     def close(self) -> None:
@@ -353,10 +350,17 @@ class Projector:
         out = np.empty((self.n, self.frame_size), np.uint8)
         m = self.fast
         if m is not None:
+            t0 = time.thread_time()
+            cw = self.src_w // 2
+            strips = (cv2.transpose(Y[m.luma.rmin : m.luma.rmin + m.luma.nrows, : self.src_w], self._strips[0]),
+                      cv2.transpose(U[m.chroma.rmin : m.chroma.rmin + m.chroma.nrows, :cw], self._strips[1]),
+                      cv2.transpose(V[m.chroma.rmin : m.chroma.rmin + m.chroma.nrows, :cw], self._strips[2]))
+            with self._lock:
+                self.cpu_s += time.thread_time() - t0
             cuts = [self.n * t // self.threads for t in range(self.threads + 1)]
-            futures = [self.pool.submit(self._views_fast, t, cuts[t], cuts[t + 1], Y, U, V, out)
+            futures = [self.pool.submit(self._views_fast, t, cuts[t], cuts[t + 1], strips, out)
                        for t in range(1, self.threads)] if self.pool is not None else []
-            self._views_fast(0, cuts[0], cuts[1], Y, U, V, out)
+            self._views_fast(0, cuts[0], cuts[1], strips, out)
             for f in futures:
                 f.result()
             return out
