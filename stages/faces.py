@@ -73,7 +73,11 @@ class FaceParams(BaseModel):
     detect_width: int | None = Field(
         None, ge=0, description="views are downscaled to this width for detection; 0: as they are; None (auto): "
         "to the source's own resolution (a view's centre then has as many pixels per degree as the panorama), "
-        "at least 640")
+        "at least 640 and at most detect_max_width")
+    detect_max_width: int = Field(
+        960, ge=16, description="the automatic detection width's cap (CPU cost grows with its square): at 960 of a "
+        "1920 view, CenterFace's smallest reliable face (~25 px) is 50 view px, ~32 px of a 3840 source at the "
+        "view's centre and ~16 at its sides; set detect_width for finer")
     detect_every: int | None = Field(None, ge=1, description="N: detect on every Nth frame and the last (the rule "
                                      "above); None: N = detect_interval_s x the source's frame rate")
     detect_interval_s: float = Field(1.0, gt=0, description="seconds between detections when detect_every is None "
@@ -263,13 +267,16 @@ except ImportError:  # pragma: no cover
 
 
 # ------------------------------------------------------------------------------------ blurring
-def auto_detect_width(src_width: int, view_width: int, hfov_deg: float, floor: int = 640) -> int:
+def auto_detect_width(src_width: int, view_width: int, hfov_deg: float, floor: int = 640,
+                      cap: int | None = None) -> int:
     """The view width whose centre has the panorama's own pixels per radian (1222 for a 3840
     source and 90°): downscaling a view to it for detection loses no detail the source had (the
     view's edges are magnified more). Never below ``floor`` (CenterFace misses faces under ~24
-    px, so low-resolution sources are searched at a larger scale) nor above the view's width."""
+    px, so low-resolution sources are searched at a larger scale), above ``cap`` (the CPU
+    budget: ``FaceParams.detect_max_width``) or above the view's width."""
     w = math.tan(math.radians(hfov_deg) / 2.0) * src_width / math.pi
-    return int(min(view_width, max(min(floor, view_width), round(w / 2) * 2)))
+    w = max(min(floor, view_width), round(w / 2) * 2)
+    return int(min(view_width, w if cap is None else min(w, max(cap, min(floor, view_width)))))
 
 
 def enlarge_boxes(boxes: np.ndarray, margin: float, width: int, height: int) -> np.ndarray:

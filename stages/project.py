@@ -419,7 +419,7 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
         projector = Projector(info.width, info.height, params)
         dw = fparams.detect_width
         if dw is None:
-            dw = auto_detect_width(info.width, params.width, params.hfov_deg)
+            dw = auto_detect_width(info.width, params.width, params.hfov_deg, cap=fparams.detect_max_width)
         every = fparams.detect_every
         if every is None:
             every = max(1, int(round(fparams.detect_interval_s * info.fps))) if info.fps else 1

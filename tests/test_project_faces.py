@@ -21,6 +21,7 @@ from vsi_wild.stages.faces import (
     FaceBlurrer,
     FaceParams,
     ScrfdDetector,
+    auto_detect_width,
     blur_i420,
     blur_rgb,
     enlarge_boxes,
@@ -275,6 +276,16 @@ def test_scrfd_without_weights_names_the_config_key(tmp_path):
         make_detector(FaceParams(backend="scrfd", scrfd_weights=str(missing)))
     assert str(missing) in str(e.value) and "faces.scrfd_weights" in str(e.value)
     assert not missing.exists()  # nothing was downloaded
+
+
+def test_automatic_detection_width():
+    """The source's own density at a 90° view's centre (tan 45° x W / pi), at least 640, at most
+    the cap and the view's width."""
+    assert auto_detect_width(3840, 1920, 90.0) == 1222
+    assert auto_detect_width(3840, 1920, 90.0, cap=FaceParams().detect_max_width) == 960
+    assert auto_detect_width(2560, 1920, 90.0, cap=960) == 814  # under the cap: the source's density
+    assert auto_detect_width(1024, 1920, 90.0, cap=960) == 640  # a small source: the floor
+    assert auto_detect_width(1024, 480, 90.0, cap=960) == 480  # never wider than the view
 
 
 def test_production_config_reads_scrfd_under_the_weights_dir(tmp_path, monkeypatch):
