@@ -20,7 +20,7 @@ Blurring (``FaceBlurrer``), the rule (per view):
    a. a face appears, leaves or jumps (the faces do not match one to one): the detector runs on
       the whole middle frame;
    b. they match but a face moved more than that: the detector runs on a crop around that face's
-      path only (both boxes' hull grown by a face size, ~5% of a view's cost), steady faces are
+      path only (both boxes' hull grown by a face size: a few % of a view's pixels), steady faces are
       interpolated; a face not found in its crop makes the halves mismatch, so they fall to (a).
    A still scene costs one detection per N frames; each change costs up to log2(N) more whole
    detections per interval, each fast face up to log2(N) crops.
@@ -34,8 +34,9 @@ Blurring (``FaceBlurrer``), the rule (per view):
 Frames wait in memory until their boxes are known (at most N + 1 frames per view), so no
 unblurred frame ever leaves ``FaceBlurrer``. Every blurred box becomes a row of
 ``faces.parquet`` (``schema.FACES``; ``detected`` is true for a box the detector returned, on the
-whole view or a crop, false for interpolated and neighbours' boxes): the audit trail. A face visible only between two detected frames that match is missed:
-N trades detection cost against that.
+whole view or a crop, false for interpolated and neighbours' boxes): the audit trail. A face
+visible only between two detected frames that match is missed: N trades detection cost against
+that.
 """
 
 from __future__ import annotations
@@ -423,7 +424,7 @@ class FaceBlurrer:
     ``push(index, pts, time, views)`` takes one frame's unblurred views, (n_views, I420 size)
     uint8, and returns the frames that are now blurred and ready to encode, in order;
     ``finish()`` returns the rest. ``faces_table()`` is the audit trail; ``detector_calls``
-    counts detector runs (one per view).
+    counts detector runs on whole views, ``crop_calls`` those on crops (rule 2b).
     """
 
     def __init__(self, detector: FaceDetector, params: FaceParams, video_ids: Sequence[str], width: int, height: int,
@@ -447,7 +448,7 @@ class FaceBlurrer:
         self.left: list[Dets] | None = None  # own boxes of the last released frame, per view
         self.n_pushed = 0
         self.detector_calls = 0
-        self.crop_calls = 0  # detector runs on a crop around a moving face (rule 2b), ~5% of a view's cost
+        self.crop_calls = 0  # detector runs on a crop around a fast face (rule 2b)
         self.detect_cpu_s = 0.0  # CPU time of the detector (and its colour conversion), this thread
         self.rows: dict[str, list] = {n: [] for n in schema.FACES.names}
 
@@ -512,7 +513,7 @@ class FaceBlurrer:
             got = self._detect_crop(buf, hull)
             if len(got.boxes) == 0:
                 continue
-            mine = {g for g, e in match_boxes(got.boxes, expect.boxes[n : n + 1])}
+            mine = {g for g, _ in match_boxes(got.boxes, expect.boxes[n : n + 1])}
             others = {g for g, _ in match_boxes(got.boxes, np.delete(expect.boxes, n, axis=0))}
             for g in range(len(got.boxes)):
                 if g in mine or g not in others:

@@ -15,8 +15,8 @@ YUV 4:2:0 planes, so the panorama is never converted to RGB and the views go to 
 without a conversion either. For pitch 0 a view's source column depends only on the output
 column, which a small numba kernel exploits (``_remap_plane``: per output column, blend its two
 source columns over the rows it reads, then resample down the column, reading a transposed strip
-of the source that the views share; several times ``cv2.remap`` with fixed-point maps); other
-geometries use ``cv2.remap`` on py360convert-style padded planes. Chroma samples are
+of the source that the views share); other geometries use ``cv2.remap`` on py360convert-style
+padded planes. Chroma samples are
 sited as H.264/MPEG-2 4:2:0 defines them ("left": co-sited with even luma columns, between luma
 rows), in the source and in the views.
 
