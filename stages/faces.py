@@ -85,6 +85,8 @@ class FaceParams(BaseModel):
                                      "(faces entering, leaving or moving in between are caught by the rule's bisection)")
     margin: float = Field(0.4, ge=0, description="box enlargement on each side, as a fraction of its size (0.4: the "
                           "head around the face box too; at 0.25 a blurred face in its hair still read as a face)")
+    crop_search: bool = Field(True, description="rule 2b: look for a fast face in a crop around its path; False: "
+                              "bisect with whole-view detections only")
     blur_cells: int = Field(3, ge=1, description="cells kept along a blurred box's longer side (3: no face shape left)")
     threads: int = Field(1, ge=1, description="onnxruntime intra-op threads")
 
@@ -542,7 +544,7 @@ class FaceBlurrer:
                 else:  # a face moves fast (2b), or appears, leaves or jumps (2a): look at the middle frame
                     m = (a + b) // 2
                     views = self.buf[m].ready.views[k]
-                    if len(pairs) == len(da.boxes) == len(db.boxes):
+                    if self.params.crop_search and len(pairs) == len(da.boxes) == len(db.boxes):
                         self.buf[m].dets[k] = self._track(views, da, db, pairs, (m - a) / (b - a))
                     else:
                         self.buf[m].dets[k] = self._detect_view(views)
