@@ -204,6 +204,20 @@ def test_a_face_missed_once_is_covered_by_its_neighbours(centerface, face_patch)
     assert len(centerface.detect(i420_to_rgb(ready[2].views[0], W, H))[0]) == 0
 
 
+def test_without_crop_search_a_fast_face_is_bisected_with_whole_frames(centerface, face_patch):
+    """``crop_search: false``: rule 2b off, every bisection looks at the whole view."""
+    face, inside = face_patch
+    bufs, truth = moving_face_frames(12, face, 0, inside, 14.0)
+    blurrer = FaceBlurrer(centerface, FaceParams(detect_every=4, detect_width=0, crop_search=False),
+                          ["local-x_front"], W, H)
+    for i, b in enumerate(bufs):
+        blurrer.push(i, i, i / 10, b[None, :].copy())
+    blurrer.finish()
+    assert (blurrer.detector_calls, blurrer.crop_calls) == (12, 0)
+    t = blurrer.faces_table().to_pylist()
+    assert sorted({r["frame"] for r in t if r["detected"]}) == list(range(12))
+
+
 def test_a_fast_face_lost_in_its_crop_falls_back_to_whole_frames(centerface, face_patch):
     """Rule 2b's fallback: when the crop around a fast face finds nothing, the halves on either
     side no longer match and are bisected with whole-view detections; the crop's frame is
