@@ -314,13 +314,19 @@ def blur_rgb(rgb: np.ndarray, boxes: np.ndarray, cells: int = 3) -> np.ndarray:
     return rgb
 
 
+def i420_planes(buf: np.ndarray, width: int, height: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Views of the Y, U and V planes of one I420 picture held in a flat buffer."""
+    cs = (width // 2) * (height // 2)
+    y = buf[: width * height].reshape(height, width)
+    u = buf[width * height : width * height + cs].reshape(height // 2, width // 2)
+    v = buf[width * height + cs : width * height + 2 * cs].reshape(height // 2, width // 2)
+    return y, u, v
+
+
 def blur_i420(buf: np.ndarray, width: int, height: int, boxes: np.ndarray, cells: int = 3) -> None:
     """Blur boxes (already enlarged) of one I420 picture (flat buffer) in place; a box is widened
     to even coordinates so that its chroma is blurred with its luma."""
-    y = buf[: width * height].reshape(height, width)
-    cs = (width // 2) * (height // 2)
-    u = buf[width * height : width * height + cs].reshape(height // 2, width // 2)
-    v = buf[width * height + cs : width * height + 2 * cs].reshape(height // 2, width // 2)
+    y, u, v = i420_planes(buf, width, height)
     for x0, y0, x1, y1 in np.asarray(boxes).reshape(-1, 4):
         xa, ya = int(math.floor(x0 / 2)) * 2, int(math.floor(y0 / 2)) * 2
         xb, yb = min(width, int(math.ceil(x1 / 2)) * 2), min(height, int(math.ceil(y1 / 2)) * 2)
@@ -335,10 +341,7 @@ def i420_small_rgb(buf: np.ndarray, width: int, height: int, dw: int, dh: int) -
     """An RGB copy of an I420 picture at (dw, dh), both even (downscaled before conversion)."""
     if (dw, dh) == (width, height):
         return cv2.cvtColor(buf.reshape(height * 3 // 2, width), cv2.COLOR_YUV2RGB_I420)
-    cs = (width // 2) * (height // 2)
-    y = buf[: width * height].reshape(height, width)
-    u = buf[width * height : width * height + cs].reshape(height // 2, width // 2)
-    v = buf[width * height + cs : width * height + 2 * cs].reshape(height // 2, width // 2)
+    y, u, v = i420_planes(buf, width, height)
     small = np.empty(dw * dh * 3 // 2, np.uint8)
     small[: dw * dh] = cv2.resize(y, (dw, dh), interpolation=cv2.INTER_AREA).reshape(-1)
     c = (dw // 2) * (dh // 2)
@@ -478,10 +481,7 @@ class FaceBlurrer:
         xa, xb = max(0, int(math.floor((cx - hx) / 2)) * 2), min(self.w, int(math.ceil((cx + hx) / 2)) * 2)
         ya, yb = max(0, int(math.floor((cy - hy) / 2)) * 2), min(self.h, int(math.ceil((cy + hy) / 2)) * 2)
         cw, ch = xb - xa, yb - ya
-        y = buf[: self.w * self.h].reshape(self.h, self.w)
-        cs = (self.w // 2) * (self.h // 2)
-        u = buf[self.w * self.h : self.w * self.h + cs].reshape(self.h // 2, self.w // 2)
-        v = buf[self.w * self.h + cs :].reshape(self.h // 2, self.w // 2)
+        y, u, v = i420_planes(buf, self.w, self.h)
         crop = np.concatenate([y[ya:yb, xa:xb].reshape(-1), u[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1),
                                v[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1)])
         dcw, dch = max(2, int(round(cw * self.scale / 2)) * 2), max(2, int(round(ch * self.scale / 2)) * 2)
