@@ -13,19 +13,23 @@ DEPLOY_PORT ?= 4200
 SETUP ?= setup  # `make run SETUP=` uses an existing $(VENV) as it is (the deployment tests do)
 export HF_HUB_OFFLINE ?= 1
 export YOLO_OFFLINE ?= 1
+PIP_INSTALL = $(BIN)/pip install -q --no-cache-dir
 
 .PHONY: setup run test test-fast bench deploy deploy-stop clean help
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*##/\t/'
 
+# The venv takes ~9 GB (torch's CUDA build alone 5.5 GB); pip's download cache would add a second
+# copy of every wheel fetched from the network, so it is off: a fresh CI disk ran out with it on.
 $(BIN)/.installed: pyproject.toml
 	@command -v ffmpeg >/dev/null || (apt-get update -qq && apt-get install -y -qq ffmpeg)
+	@echo "disk free before install: $$(df -h --output=avail "$(CURDIR)" | tail -1)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
-	$(BIN)/pip install -q -U pip
+	$(PIP_INSTALL) -U pip
 	# torch first, pinned: pip finds this build on the local wheel cache (no multi-GB download here)
-	$(BIN)/pip install -q torch==2.14.1 torchvision==0.29.1
-	$(BIN)/pip install -q -e ".[models,cluster,dev]"
+	$(PIP_INSTALL) torch==2.14.1 torchvision==0.29.1
+	$(PIP_INSTALL) -e ".[models,cluster,dev]"
 	touch $@
 
 setup: $(BIN)/.installed   ## create .venv with everything (idempotent)
