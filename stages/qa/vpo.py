@@ -196,8 +196,9 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
 # ----------------------------------------------------------------------------- rendering
 def face_blurrer(detector: FaceDetector, fp: FaceParams) -> Callable[[np.ndarray], tuple[np.ndarray, list[dict]]]:
     """Detect faces in a rendered image and blur them as the projection blurs every view frame
-    (same detector, detection width, box margin and low-pass cells). Returns the blurred image
-    and the boxes blurred."""
+    (same detector, box margin and low-pass cells; a fixed ``detect_width`` is honoured, while the
+    automatic one searches the image at full size: a few images per video, so the exhaustive search
+    is affordable). Returns the blurred image and the boxes blurred."""
 
     def blur(rgb: np.ndarray) -> tuple[np.ndarray, list[dict]]:
         h, w = rgb.shape[:2]
