@@ -31,7 +31,8 @@ Blurring (``FaceBlurrer``), the rule (per view):
    pixels are replaced by a low-pass copy that keeps at most ``blur_cells`` cells along the box's
    longer side (a face becomes a few smooth colour patches: the same detector no longer finds it).
 
-Frames wait in memory until their boxes are known (at most N + 1 frames per view), so no
+Frames wait in memory until their boxes are known (at most N + 1 frames per view; the automatic
+N is capped by ``max_buffer_mib``: ``detection_every``), so no
 unblurred frame ever leaves ``FaceBlurrer``. Every blurred box becomes a row of
 ``faces.parquet`` (``schema.FACES``; ``detected`` is true for a box the detector returned, on the
 whole view or a crop, false for interpolated and neighbours' boxes): the audit trail. A face
@@ -83,6 +84,9 @@ class FaceParams(BaseModel):
                                      "above); None: N = detect_interval_s x the source's frame rate")
     detect_interval_s: float = Field(1.0, gt=0, description="seconds between detections when detect_every is None "
                                      "(faces entering, leaving or moving in between are caught by the rule's bisection)")
+    max_buffer_mib: float = Field(512, gt=0, description="memory for the frames that wait for their boxes (N + 1 "
+                                 "frames of every view): the automatic N is lowered to fit (1 s of 30 fps 1080p x 4 "
+                                 "views is 368 MiB; at 60 fps N becomes 42)")
     margin: float = Field(0.4, ge=0, description="box enlargement on each side, as a fraction of its size (0.4: the "
                           "head around the face box too; at 0.25 a blurred face in its hair still read as a face)")
     crop_search: bool = Field(True, description="rule 2b: look for a fast face in a crop around its path; False: "
@@ -270,6 +274,17 @@ except ImportError:  # pragma: no cover
 
 
 # ------------------------------------------------------------------------------------ blurring
+def detection_every(params: FaceParams, fps: float | None, frame_bytes: int) -> int:
+    """N of the rule: ``detect_every`` when set; else ``detect_interval_s`` x ``fps`` (1 when the
+    rate is unknown), lowered so that the N + 1 frames waiting for their boxes (``frame_bytes``
+    each, all views together) fit in ``max_buffer_mib``."""
+    if params.detect_every is not None:
+        return params.detect_every
+    every = max(1, int(round(params.detect_interval_s * fps))) if fps else 1
+    fits = int(params.max_buffer_mib * 2**20) // max(1, frame_bytes) - 1
+    return max(1, min(every, fits))
+
+
 def auto_detect_width(src_width: int, view_width: int, hfov_deg: float, floor: int = 640,
                       cap: int | None = None) -> int:
     """The view width whose centre has the panorama's own pixels per radian (1222 for a 3840

@@ -50,7 +50,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from vsi_wild import ids, schema
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
-from vsi_wild.stages.faces import FaceBlurrer, FaceDetector, FaceParams, auto_detect_width
+from vsi_wild.stages.faces import FaceBlurrer, FaceDetector, FaceParams, auto_detect_width, detection_every
 from vsi_wild.stages.video_io import EncoderSettings, ThreadedWriter, VideoReader, VideoWriter, inspect_written, yuv420_planes
 
 ViewName = Literal["front", "right", "back", "left"]
@@ -420,9 +420,7 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
         dw = fparams.detect_width
         if dw is None:
             dw = auto_detect_width(info.width, params.width, params.hfov_deg, cap=fparams.detect_max_width)
-        every = fparams.detect_every
-        if every is None:
-            every = max(1, int(round(fparams.detect_interval_s * info.fps))) if info.fps else 1
+        every = detection_every(fparams, info.fps, len(params.views) * params.width * params.height * 3 // 2)
         blurrer = FaceBlurrer(face_detector, fparams, vids, params.width, params.height, detect_width=dw,
                               detect_every=every)
         rate = reader.stream.average_rate or (Fraction(info.fps).limit_denominator(100000) if info.fps else None)

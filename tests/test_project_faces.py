@@ -25,6 +25,7 @@ from vsi_wild.stages.faces import (
     auto_detect_width,
     blur_i420,
     blur_rgb,
+    detection_every,
     enlarge_boxes,
     make_detector,
     with_weights_dir,
@@ -280,6 +281,35 @@ def test_project_source_blurs_the_face_in_the_view_that_sees_it(tmp_path, center
         with av.open(str(tmp_path / "out" / r["path"])) as c:
             for f in c.decode(video=0):
                 assert len(centerface.detect(f.to_ndarray(format="rgb24"))[0]) == 0, r["view"]
+
+
+def test_detection_spacing_is_lowered_to_fit_the_frame_buffer(tmp_path, centerface, monkeypatch):
+    """The automatic N (detect_interval_s x fps) is lowered so that the N + 1 frames waiting for
+    their boxes fit in max_buffer_mib; an explicit detect_every is kept. In a run, the blurrer
+    never holds more than N + 1 frames."""
+    hd4 = 4 * 1920 * 1080 * 3 // 2  # one frame of four 1080p I420 views: 12,441,600 bytes
+    assert detection_every(FaceParams(), 30.0, hd4) == 30  # 31 frames = 369 MiB <= 512
+    assert detection_every(FaceParams(), 60.0, hd4) == 42  # 43 frames = 510 MiB, 44 would be 522
+    assert detection_every(FaceParams(max_buffer_mib=10_000), 60.0, hd4) == 60
+    assert detection_every(FaceParams(detect_every=100), 60.0, hd4) == 100
+    assert detection_every(FaceParams(), None, hd4) == 1
+    assert detection_every(FaceParams(max_buffer_mib=1), 30.0, hd4) == 1  # never below 1
+
+    held = []  # frames waiting at each detection (the buffer's peak: it is resolved then released)
+    resolve = FaceBlurrer._resolve
+
+    def counting_resolve(self):
+        held.append(len(self.buf))
+        return resolve(self)
+
+    monkeypatch.setattr(FaceBlurrer, "_resolve", counting_resolve)
+    src = write_video(tmp_path / "pano.mp4", lambda i: np.full((256, 512, 3), 90, np.uint8), [i / 10 for i in range(12)])
+    stats: dict = {}
+    params = ProjectParams(width=160, height=90, preset="ultrafast")  # 4 views: 86,400 bytes a frame
+    project_source(src, tmp_path / "out", params, centerface, face_params=FaceParams(max_buffer_mib=0.25),
+                   source_id="local-buf", stats=stats)
+    assert stats["detect_every"] == 2  # 10 fps x 1 s = 10, but 262,144 // 86,400 = 3 frames fit
+    assert max(held) == 3
 
 
 # ------------------------------------------------------------------------------------ SCRFD
