@@ -13,7 +13,9 @@ every decision (``schema.MERGE_DECISIONS``) so that a human can overrule it with
 
 Constraint: a global instance holds at most one clip-local instance per clip (the segmenter said
 those are different objects), so two objects seen together are never merged. Revisits of a place
-link back to the first visit by position and appearance, so they do not inflate counts.
+link back to the first visit by position and appearance, so they do not inflate counts. Merges go
+strongest evidence first, except that between two clips a concept's instances are paired one to
+one by the best total score (``best_pairings``) before the other matches are tried.
 """
 
 from __future__ import annotations
@@ -554,6 +556,38 @@ def ground_contact(samples: dict[int, Obs], poses: Poses, height: float, down: n
     return np.median(np.array(pts)[order], axis=0), float(np.median(np.array(ranges)[order]))
 
 
+def best_pairings(proposals: Iterable[tuple[float, ClipInstance, ClipInstance, bool]]) -> set[tuple]:
+    """The (a.key, b.key) of merge proposals (score, a, b, continues; a in the earlier clip) to
+    make first: every object that continues across a cut, then, per concept and pair of clips, the
+    position matches that pair the remaining instances one to one with the highest total score.
+    Taken one at a time by score, the single closest pair can take the partner of another instance
+    and leave both others unpaired (two trash cans side by side, with the poses off by a few % of
+    the range: each a near match for either)."""
+    chosen: set[tuple] = set()
+    groups: dict[tuple, list[tuple[float, ClipInstance, ClipInstance]]] = {}
+    for score, a, b, continues in proposals:
+        if continues:
+            chosen.add((a.key, b.key))
+        elif score > 0:
+            groups.setdefault((a.concept, a.clip, b.clip), []).append((score, a, b))
+    from scipy.optimize import linear_sum_assignment
+
+    linked = {k for pair in chosen for k in pair}
+    for _, group in sorted(groups.items()):
+        group = [(score, a, b) for score, a, b in group if a.key not in linked and b.key not in linked]
+        if len(group) <= 1:
+            chosen |= {(a.key, b.key) for _, a, b in group}
+            continue
+        rows = sorted({a.key for _, a, _ in group})
+        cols = sorted({b.key for _, _, b in group})
+        gain = np.zeros((len(rows), len(cols)))
+        for score, a, b in group:
+            gain[rows.index(a.key), cols.index(b.key)] = score
+        r_, c_ = linear_sum_assignment(gain, maximize=True)
+        chosen |= {(rows[r], cols[c]) for r, c in zip(r_, c_) if gain[r, c] > 0}
+    return chosen
+
+
 def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[ClipSpan], params: ReconcileParams,
               poses: Poses | None = None, camera_height: float | None = None) -> Reconciled:
     """Link clip-local instances across clips into global instances (see the module docstring).
@@ -680,14 +714,19 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
             "score": float(score), "decision": decision, "reason": why,
         })
 
-    for score, a, b, boundary, iou, app, dist, why in sorted(proposals, key=lambda p: (-p[0], p[1].key, p[2].key)):
+    paired = best_pairings([(score, a, b, bool(boundary and iou >= params.boundary_iou))
+                            for score, a, b, boundary, iou, *_ in proposals])
+    for score, a, b, boundary, iou, app, dist, why in sorted(
+            proposals, key=lambda p: ((p[1].key, p[2].key) not in paired, -p[0], p[1].key, p[2].key)):
         ra, rb = find(a.key), find(b.key)
         if score <= 0:
             decision = "apart"
         elif ra == rb:
             decision, why = "merge", why + " (already joined)"
         elif clips_of[ra] & clips_of[rb]:
-            decision, why = "blocked", why + "; would join two instances of one clip"
+            decision, why = "blocked", why + "; would join two instances of one clip" + (
+                "" if (a.key, b.key) in paired else
+                f" (the best one-to-one pairing of clips {a.clip} and {b.clip} pairs them otherwise)")
         else:
             decision = "merge"
             union(ra, rb)

@@ -330,7 +330,7 @@ def run_reconcile(job: Job) -> None:
 
 
 RECONCILE = Stage(
-    name="reconcile", version="1", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    name="reconcile", version="2", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
     sections=("segment", "reconcile", "metadata", "pose"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )

@@ -41,11 +41,7 @@ class MetaConfig(Config):
     """Config with this test's defaults (small views, CPU backends)."""
 
     project: ProjectParams = ProjectParams(width=320, height=180, preset="ultrafast")
-    # The twoview poses of these 320x180 views move with the blurred pixels: with the default blur
-    # (margin 0.4, crops around fast faces) one trash can of the back view is no longer linked
-    # across the revisit (5 counted, truth 4). Pinned to the blur this test was built on; the
-    # fragility is noted in the closing note of stop 10.
-    faces: FaceParams = FaceParams(detect_every=8, margin=0.25, crop_search=False)
+    faces: FaceParams = FaceParams(detect_every=8)
     models: ModelsParams = ModelsParams(device="cpu")
     candidates: CandidatesParams = CandidatesParams(embedder="minilm", seeds=CATEGORIES + ["sofa"])
     detect: DetectParams = DetectParams(backend="groundtruth", max_fraction=0.8)

@@ -165,6 +165,25 @@ def test_reconciliation_recovers_the_objects_across_cuts_and_revisits(drift_deg)
     assert firsts == sorted(firsts)
 
 
+def test_revisit_pairs_instances_one_to_one_by_total_score():
+    """Two bins side by side, seen in clips 0 and 3 with drifted poses: bin A of clip 0 is a near
+    match for both bins of clip 3 and its best single score is with the wrong one (the scores of
+    the sample's back view). Pairing by total score links each bin once; taken one at a time, the
+    wrong pair would go first and leave the other two unpaired. An object continuing across a cut
+    is paired first and takes no part in the matching."""
+    def ci(clip, local, concept="bin"):
+        return seg.ClipInstance(clip, local, concept, 0.0, 1.0, np.ones(72))
+
+    a1, a6, b8, b10, c9 = ci(0, 1), ci(0, 6), ci(3, 8), ci(3, 10), ci(2, 9)
+    proposals = [(2.478, a6, b8, False), (2.450, a1, b8, False), (2.443, a6, b10, False),
+                 (2.272, c9, b10, False), (2.145, c9, b8, False), (0.0, a1, b10, False)]
+    assert seg.best_pairings(proposals) == {(a1.key, b8.key), (a6.key, b10.key), (c9.key, b10.key)}
+    # a cone continuing across the cut from clip 2 to 3 stays paired though a rival scores more in total
+    d1, d2, e1, e2 = ci(2, 1, "cone"), ci(2, 2, "cone"), ci(3, 1, "cone"), ci(3, 2, "cone")
+    cut = [(3.4, d1, e1, True), (2.4, d1, e2, False), (2.4, d2, e1, False), (2.1, d2, e2, False)]
+    assert seg.best_pairings(cut) == {(d1.key, e1.key), (d2.key, e2.key)}
+
+
 def test_without_poses_only_the_cuts_are_bridged():
     clips, inst_rows, seg_rows, truth_of, _ = scene(0.0, clip_s=20.0)
     res = seg.reconcile("sample-x_front", seg.load_clip_instances(inst_rows, seg_rows), clips, seg.ReconcileParams())
