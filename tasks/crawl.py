@@ -150,16 +150,18 @@ SEARCH = Stage(
 
 
 def download_units(plan: Plan, stage: Stage) -> list[str]:
+    """The ids to download: those asked for (``crawl.ids``, a release file) or the search's
+    accepted candidates; never a source a person removed (``vsi-wild remove``)."""
     asked = requested_ids(plan.config)
-    if asked is not None:
-        return asked
-    if not plan.config.crawl.enabled:
-        return []
-    cur = plan.current.get("search", {}).get("all")
-    if cur is None:
-        return []
-    t = plan.store.read_table(UnitRef("search", "all", cur[0]), "candidates.parquet")
-    return t.filter(t["accepted"])["source_id"].to_pylist()
+    if asked is None:
+        if not plan.config.crawl.enabled:
+            return []
+        cur = plan.current.get("search", {}).get("all")
+        if cur is None:
+            return []
+        t = plan.store.read_table(UnitRef("search", "all", cur[0]), "candidates.parquet")
+        asked = t.filter(t["accepted"])["source_id"].to_pylist()
+    return [sid for sid in asked if not plan.store.is_removed(sid)]
 
 
 @functools.lru_cache(maxsize=4)
@@ -270,8 +272,11 @@ def run_download(job: Job) -> None:
 
 
 def publish_download(store: Store, config: Config, ref: UnitRef) -> None:
-    """Register the downloaded source (idempotent: an unchanged row is not rewritten)."""
+    """Register the downloaded source (idempotent: an unchanged row is not rewritten; a source a
+    person removed stays removed)."""
     row = store.read_table(ref, "registration.parquet").to_pylist()[0]
+    if store.is_removed(row["source_id"]):
+        return
     if store.registry_row(row["source_id"]) != row:
         store.register_source(row)
 

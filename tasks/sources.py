@@ -32,6 +32,7 @@ def register_local(store: Store, paths: list[str]) -> list[str]:
     for path in expand_paths(paths):
         path = path.resolve()
         sid = ids.local_source_id(path.stem, str(path))
+        store.undo_remove(sid)  # adding a file again is the person's own word: it overrides a removal
         if store.registry_row(sid) is None:
             store.register_source(_local_row(sid, path))
         added.append(sid)

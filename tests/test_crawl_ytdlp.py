@@ -160,6 +160,33 @@ def test_search_filters_download_register_and_the_archive(env):
     assert json.loads(reg2[A]["provenance"])["reused_from"] == a["path"]
 
 
+def test_a_removed_source_stays_removed_until_undone(env):
+    """`vsi-wild remove` of a crawled source: the next crawl neither registers it from the cached
+    download nor downloads it again; `--undo` brings it back from the cache with nothing fetched."""
+    from vsi_wild.cli import app
+
+    search_fixtures(env)
+    cfg, store = env["config"](), Store(env["root"])
+    tc.run_crawl(cfg, store)
+    assert {r["source_id"] for r in store.registry().to_pylist()} == {A, H}
+    cli = CliRunner()
+    bad = cli.invoke(app, ["remove", "../registry/x", "--data-root", str(env["root"])])
+    assert bad.exit_code == 2 and "bad source id '../registry/x'" in bad.output
+    r = cli.invoke(app, ["remove", A, "--reason", "faces too close", "--data-root", str(env["root"])])
+    assert r.exit_code == 0, r.output
+    again = tc.run_crawl(cfg, store)
+    assert {(o.stage, o.unit) for o in again.outcomes} == {("search", "all"), ("download", H)}
+    assert {r["source_id"] for r in store.registry().to_pylist()} == {H}
+    listing = cli.invoke(app, ["sources", "--data-root", str(env["root"])])
+    assert listing.exit_code == 0 and f"{A} (faces too close)" in listing.output.replace("\n", "")
+    for p in env["work"].iterdir():  # nothing may be fetched to bring it back
+        p.unlink()
+    assert cli.invoke(app, ["remove", A, "--undo", "--data-root", str(env["root"])]).exit_code == 0
+    back = tc.run_crawl(cfg, store)
+    assert {(o.unit, o.state) for o in back.outcomes if o.stage == "download"} == {(A, "cached"), (H, "cached")}
+    assert {r["source_id"] for r in store.registry().to_pylist()} == {A, H}
+
+
 def test_archive_without_the_file_downloads_again(env):
     search_fixtures(env)
     cfg = env["config"](**{"crawl.net.archive": str(env["tmp"] / "shared-archive.txt"), "crawl.ids": [A]})

@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -90,6 +91,34 @@ def test_status_and_registry_tables(tmp_path):
     store.register_source(src)
     assert store.registry()["source_id"].to_pylist() == ["local-a-1"]
     assert store.unregister_source("local-a-1") and store.registry().num_rows == 0
+
+
+def test_removed_sources_are_not_registered_again_by_the_sample_and_add_overrides(tmp_path):
+    """A removal leaves a tombstone: the sample stage's publish (run on every cached run) does not
+    register the sample again; `add` of a local file is a person's own word and lifts its removal."""
+    from vsi_wild.config import load_config
+    from vsi_wild.tasks import sample as ts
+    from vsi_wild.tasks.sources import register_local
+
+    store = Store(tmp_path / "root")
+    config = load_config(Path(__file__).resolve().parents[1] / "configs" / "sample.yaml")
+    ref = UnitRef("sample", "sample-walk", "k1")
+    ts.publish(store, config, ref)
+    assert store.registry()["source_id"].to_pylist() == ["sample-walk"]
+    assert store.remove_source("sample-walk", "not needed") and store.is_removed("sample-walk")
+    ts.publish(store, config, ref)
+    assert store.registry().num_rows == 0
+    assert store.removed_sources().to_pylist()[0]["reason"] == "not needed"
+    assert store.undo_remove("sample-walk") and not store.undo_remove("sample-walk")
+    ts.publish(store, config, ref)
+    assert store.registry()["source_id"].to_pylist() == ["sample-walk"]
+
+    video = tmp_path / "walk.mp4"
+    video.write_bytes(b"not probed yet")
+    [sid] = register_local(store, [str(video)])
+    assert store.remove_source(sid) and store.registry_row(sid) is None
+    assert register_local(store, [str(video)]) == [sid]
+    assert store.registry_row(sid) is not None and not store.is_removed(sid)
 
 
 def test_kill_during_write_leaves_no_trusted_output(tmp_path):

@@ -287,14 +287,30 @@ def add(
 @app.command()
 def remove(
     source_ids: list[str] = typer.Argument(..., help="Source ids to unregister (see `vsi-wild sources`)."),
+    reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept with the removal)."),
+    undo: bool = typer.Option(False, "--undo", help="Take removals back: the next run registers the "
+                              "sources again (a crawled or sample source from its cached output)."),
     config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
     data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
 ) -> None:
-    """Unregister sources (their cached outputs stay until deleted by hand)."""
+    """Unregister sources, for good: a later crawl or sample run does not register them again
+    (`--undo` takes it back; `vsi-wild add` of a local file does too). Their cached outputs stay
+    until deleted by hand."""
+    from vsi_wild import ids
+
+    try:
+        for sid in source_ids:
+            ids.check_source_id(sid)
+    except ids.BadId as e:
+        console.print(f"[red]error:[/] {e}")
+        raise typer.Exit(2) from None
     _, store = _store(config, data_root)
     for sid in source_ids:
-        if not store.unregister_source(sid):
-            console.print(f"[yellow]not registered:[/] {sid}")
+        if undo:
+            if not store.undo_remove(sid):
+                console.print(f"[yellow]not removed:[/] {sid}")
+        elif not store.remove_source(sid, reason):
+            console.print(f"[yellow]not registered (kept out of later runs all the same):[/] {sid}")
 
 
 @app.command()
@@ -322,6 +338,10 @@ def sources(
             (st["state"] + (f": {st['error']}" if st and st["error"] else "")) if st else "not probed",
         )
     out.print(t)
+    removed = store.removed_sources().to_pylist()
+    if removed:
+        out.print("removed (kept out of runs; `vsi-wild remove --undo ID` takes it back): "
+                  + ", ".join(r["source_id"] + (f" ({r['reason']})" if r["reason"] else "") for r in removed))
 
 
 @app.command()

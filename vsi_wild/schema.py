@@ -91,6 +91,14 @@ SOURCE = _schema(
     f("provenance", pa.string(), True, doc="JSON: generator parameters, info-dict path, ..."),
 )
 
+REMOVED_SOURCE = _schema(
+    "A source a person removed (`vsi-wild remove`, removed/<source_id>.parquet): the crawl and the "
+    "sample stage do not register it again; `vsi-wild add` of the file or `vsi-wild remove --undo` does.",
+    f("source_id", pa.string()),
+    f("removed_at", TIMESTAMP),
+    f("reason", pa.string(), True),
+)
+
 CRAWL_QUERIES = _schema(
     "The search stage's queries (queries.parquet): what was asked and what came back.",
     f("query", pa.string()),

@@ -255,6 +255,32 @@ class Store:
             return True
         return False
 
+    def remove_source(self, source_id: str, reason: str | None = None) -> bool:
+        """Unregister a source and leave a tombstone, so that a cached crawl download or sample does
+        not register it again on the next run. True if it was registered."""
+        from datetime import datetime, timezone
+
+        row = {"source_id": source_id, "removed_at": datetime.now(timezone.utc), "reason": reason}
+        self.write_table_atomic(self._removed_path(source_id), schema.table(schema.REMOVED_SOURCE, [row]))
+        return self.unregister_source(source_id)
+
+    def is_removed(self, source_id: str) -> bool:
+        return self.fs.exists(self._removed_path(source_id))
+
+    def undo_remove(self, source_id: str) -> bool:
+        """Drop a source's tombstone (the next run registers it again); True if there was one."""
+        p = self._removed_path(source_id)
+        if self.fs.exists(p):
+            self.fs.rm(p)
+            return True
+        return False
+
+    def removed_sources(self) -> pa.Table:
+        return self._concat_dir(self.path("removed"), schema.REMOVED_SOURCE, "*.parquet").sort_by("source_id")
+
+    def _removed_path(self, source_id: str) -> str:
+        return self.path("removed", f"{source_id}.parquet")
+
     def registry(self) -> pa.Table:
         return self._concat_dir(self.path("registry"), schema.SOURCE, "*.parquet").sort_by("source_id")
 
