@@ -31,7 +31,7 @@ import os
 import shutil
 import tempfile
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -149,19 +149,23 @@ SEARCH = Stage(
 # ----------------------------------------------------------------------------------- download
 
 
-def download_units(plan: Plan, stage: Stage) -> list[str]:
-    """The ids to download: those asked for (``crawl.ids``, a release file) or the search's
-    accepted candidates; never a source a person removed (``vsi-wild remove``)."""
+def wanted_ids(plan: Plan) -> list[str]:
+    """The ids asked for (``crawl.ids``, a release file) or the search's accepted candidates."""
     asked = requested_ids(plan.config)
-    if asked is None:
-        if not plan.config.crawl.enabled:
-            return []
-        cur = plan.current.get("search", {}).get("all")
-        if cur is None:
-            return []
-        t = plan.store.read_table(UnitRef("search", "all", cur[0]), "candidates.parquet")
-        asked = t.filter(t["accepted"])["source_id"].to_pylist()
-    return [sid for sid in asked if not plan.store.is_removed(sid)]
+    if asked is not None:
+        return asked
+    if not plan.config.crawl.enabled:
+        return []
+    cur = plan.current.get("search", {}).get("all")
+    if cur is None:
+        return []
+    t = plan.store.read_table(UnitRef("search", "all", cur[0]), "candidates.parquet")
+    return t.filter(t["accepted"])["source_id"].to_pylist()
+
+
+def download_units(plan: Plan, stage: Stage) -> list[str]:
+    """The wanted ids but those a person removed (``vsi-wild remove``): the report lists them."""
+    return [sid for sid in wanted_ids(plan) if not plan.store.is_removed(sid)]
 
 
 @functools.lru_cache(maxsize=4)
@@ -314,10 +318,12 @@ class CrawlSummary:
 REPORT_COLUMNS = ("source_id", "state", "error_class", "retryable", "attempts", "error", "title", "path")
 
 
-def crawl_report(store: Store, units: list[str]) -> list[dict[str, Any]]:
-    """One row per download unit: done, or failed with its class and whether a re-run can help."""
+def crawl_report(store: Store, units: list[str], removed: Sequence[str] = ()) -> list[dict[str, Any]]:
+    """One row per download unit: done, or failed with its class and whether a re-run can help;
+    then one per wanted id a person removed (state ``removed``, the reason as its error)."""
     reg = store.registry()
     by_id = {r["source_id"]: r for r in reg.select(["source_id", "title", "path"]).to_pylist()}
+    reasons = {r["source_id"]: r["reason"] for r in store.removed_sources().to_pylist()}
     rows = []
     for u in units:
         st = store.read_status("download", u) or {}
@@ -332,6 +338,9 @@ def crawl_report(store: Store, units: list[str]) -> list[dict[str, Any]]:
             "title": r.get("title"),
             "path": r.get("path") if st.get("state") == "done" else None,
         })
+    for u in removed:
+        rows.append({"source_id": u, "state": "removed", "error_class": None, "retryable": None, "attempts": None,
+                     "error": reasons.get(u), "title": None, "path": None})
     return rows
 
 
@@ -363,7 +372,8 @@ def run_crawl(config: Config, store: Store, *, force: bool = False,
     finally:
         remove_listener(listen)
     outcomes = [o for s in STAGES for o in plan.outcomes.get(s.name, {}).values()]
-    rows = crawl_report(store, plan.enumerated.get("download", []))
+    rows = crawl_report(store, plan.enumerated.get("download", []),
+                        [sid for sid in wanted_ids(plan) if store.is_removed(sid)])
     report_path = None
     if rows:
         report_path = store.path("crawl", "report.csv")
@@ -380,5 +390,5 @@ def status_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 __all__ = [
     "SEARCH", "DOWNLOAD", "STAGES", "run_crawl", "crawl_report", "report_csv", "CrawlSummary",
-    "download_units", "search_units", "publish_download", "archive_path", "status_counts",
+    "download_units", "wanted_ids", "search_units", "publish_download", "archive_path", "status_counts",
 ]

@@ -176,6 +176,10 @@ def test_a_removed_source_stays_removed_until_undone(env):
     assert r.exit_code == 0, r.output
     again = tc.run_crawl(cfg, store)
     assert {(o.stage, o.unit) for o in again.outcomes} == {("search", "all"), ("download", H)}
+    # the report still accounts for every accepted id, the removed one with its reason
+    assert {(r["source_id"], r["state"], r["error"]) for r in again.report} == {
+        (H, "done", None), (A, "removed", "faces too close")}
+    assert f"{A},removed," in (Path(env["root"]) / "crawl" / "report.csv").read_text()
     assert {r["source_id"] for r in store.registry().to_pylist()} == {H}
     listing = cli.invoke(app, ["sources", "--data-root", str(env["root"])])
     assert listing.exit_code == 0 and f"{A} (faces too close)" in listing.output.replace("\n", "")
