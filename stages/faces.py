@@ -292,9 +292,11 @@ def auto_detect_width(src_width: int, view_width: int, hfov_deg: float, floor: i
     view's edges are magnified more). Never below ``floor`` (CenterFace misses faces under ~24
     px, so low-resolution sources are searched at a larger scale), above ``cap`` (the CPU
     budget: ``FaceParams.detect_max_width``) or above the view's width."""
-    w = math.tan(math.radians(hfov_deg) / 2.0) * src_width / math.pi
-    w = max(min(floor, view_width), round(w / 2) * 2)
-    return int(min(view_width, w if cap is None else min(w, max(cap, min(floor, view_width)))))
+    lowest = min(floor, view_width)
+    w = max(lowest, round(math.tan(math.radians(hfov_deg) / 2.0) * src_width / math.pi / 2) * 2)
+    if cap is not None:
+        w = min(w, max(cap, lowest))
+    return int(min(view_width, w))
 
 
 def enlarge_boxes(boxes: np.ndarray, margin: float, width: int, height: int) -> np.ndarray:

@@ -131,18 +131,17 @@ class PlaneMaps:
     """Separable fixed-point bilinear maps of one plane for several views of pitch 0.
 
     x0, x1 (int32), wx (uint16): (n_views, w) the two source columns of each output column and
-    the 8-bit weight of x1; rows (uint16): (h, w) the source row relative to ``rmin`` (high 10
-    bits) and the 6-bit weight of the row below it (low 6 bits), shared by the views (turning
-    about the vertical axis changes longitude only). Rows rmin .. rmin + nrows - 1 are all a view
-    reads; output column i reads rows col_lo[i] .. col_hi[i] of them (fewer towards the view's
-    sides). rows_t is rows transposed (the kernel runs down columns). (6 bits: 1/64 px, finer than
-    OpenCV's and so py360convert's 1/32.)
+    the 8-bit weight of x1; rows_t (uint16): (w, h), transposed because the kernel runs down
+    columns: the source row of output pixel (j, i) relative to ``rmin`` (high 10 bits) and the
+    6-bit weight of the row below it (low 6 bits), shared by the views (turning about the vertical
+    axis changes longitude only). Rows rmin .. rmin + nrows - 1 are all a view reads; output column
+    i reads rows col_lo[i] .. col_hi[i] of them (fewer towards the view's sides). (6 bits: 1/64
+    px, finer than OpenCV's and so py360convert's 1/32.)
     """
 
     x0: np.ndarray
     x1: np.ndarray
     wx: np.ndarray
-    rows: np.ndarray
     rmin: int
     nrows: int
     rows_t: np.ndarray  # (w, h) uint16
@@ -150,8 +149,9 @@ class PlaneMaps:
     col_hi: np.ndarray  # (w,) int32: last one
 
     def row_coords(self) -> np.ndarray:
-        """The source row coordinate each output pixel samples (float)."""
-        return self.rmin + (self.rows >> 6) + (self.rows & 63) / 64.0
+        """The source row coordinate each output pixel samples (float, (h, w))."""
+        rows = self.rows_t.T
+        return self.rmin + (rows >> 6) + (rows & 63) / 64.0
 
 
 @dataclass(frozen=True)
@@ -189,7 +189,6 @@ def _plane_maps(us: list[np.ndarray], v: np.ndarray, src_w: int, src_h: int) -> 
         x0=np.ascontiguousarray(x0 % src_w, dtype=np.int32),
         x1=np.ascontiguousarray((x0 + 1) % src_w, dtype=np.int32),
         wx=np.ascontiguousarray(wx, dtype=np.uint16),
-        rows=np.ascontiguousarray(rows),
         rmin=rmin,
         nrows=int(y0.max()) + 2 - rmin,
         rows_t=np.ascontiguousarray(rows.T),
@@ -420,7 +419,7 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
         dw = fparams.detect_width
         if dw is None:
             dw = auto_detect_width(info.width, params.width, params.hfov_deg, cap=fparams.detect_max_width)
-        every = detection_every(fparams, info.fps, len(params.views) * params.width * params.height * 3 // 2)
+        every = detection_every(fparams, info.fps, projector.n * projector.frame_size)
         blurrer = FaceBlurrer(face_detector, fparams, vids, params.width, params.height, detect_width=dw,
                               detect_every=every)
         rate = reader.stream.average_rate or (Fraction(info.fps).limit_denominator(100000) if info.fps else None)
