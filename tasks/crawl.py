@@ -279,8 +279,6 @@ def publish_download(store: Store, config: Config, ref: UnitRef) -> None:
     """Register the downloaded source (idempotent: an unchanged row is not rewritten; a source a
     person removed stays removed)."""
     row = store.read_table(ref, "registration.parquet").to_pylist()[0]
-    if store.is_removed(row["source_id"]):
-        return
     if store.registry_row(row["source_id"]) != row:
         store.register_source(row)
 

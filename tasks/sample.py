@@ -40,8 +40,6 @@ def run(job: Job) -> None:
 
 
 def publish(store: Store, config: Config, ref: UnitRef) -> None:
-    if store.is_removed(ref.unit):  # a person removed it (`vsi-wild remove`): it stays removed
-        return
     params = config.sample
     store.register_source(
         {

@@ -239,8 +239,13 @@ class Store:
         return self._concat_dir(self.path("status"), schema.STATUS, "*/*.parquet")
 
     # ---------------------------------------------------------------- registry and review
-    def register_source(self, row: dict[str, Any]) -> None:
+    def register_source(self, row: dict[str, Any]) -> bool:
+        """Write a source's registry row; a source a person removed (``remove_source``) is not
+        registered again (False) until its removal is undone (``undo_remove``)."""
+        if self.is_removed(row["source_id"]):
+            return False
         self.write_table_atomic(self.path("registry", f"{row['source_id']}.parquet"), schema.table(schema.SOURCE, [row]))
+        return True
 
     def registry_row(self, source_id: str) -> dict[str, Any] | None:
         p = self.path("registry", f"{source_id}.parquet")
@@ -256,8 +261,8 @@ class Store:
         return False
 
     def remove_source(self, source_id: str, reason: str | None = None) -> bool:
-        """Unregister a source and leave a tombstone, so that a cached crawl download or sample does
-        not register it again on the next run. True if it was registered."""
+        """Unregister a source and leave a tombstone, so that nothing registers it again (a cached
+        crawl download or sample is published on every run). True if it was registered."""
         from datetime import datetime, timezone
 
         row = {"source_id": source_id, "removed_at": datetime.now(timezone.utc), "reason": reason}
