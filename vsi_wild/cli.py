@@ -16,8 +16,22 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-console = Console(stderr=True)
-out = Console()
+# Into a pipe or a file, rich would fold lines and squeeze tables to $COLUMNS or to the width of
+# whatever terminal stdin is attached to: `vsi-wild status | grep` and `... --json | jq` broke.
+_UNWRAPPED_WIDTH = 1 << 20
+
+
+def _console(stderr: bool = False) -> Console:
+    """The console for results (stdout) or messages (stderr): fitted to the width on a terminal,
+    never wrapping anything elsewhere."""
+    c = Console(stderr=stderr)
+    return c if c.is_terminal else Console(stderr=stderr, width=_UNWRAPPED_WIDTH, soft_wrap=True)
+
+
+def emit_json(record: dict[str, Any]) -> None:
+    """Machine-readable output: one JSON object on one line of stdout, whatever the terminal
+    (written directly: no console wraps it, highlights it or reads markup in its strings)."""
+    sys.stdout.write(json.dumps(record, default=str) + "\n")
 
 app = typer.Typer(
     name="vsi-wild",
@@ -80,7 +94,7 @@ def _store(config: Optional[Path], data_root: Optional[str]):
     try:
         cfg = load_config(config)
     except ConfigError as e:
-        console.print(f"[red]error:[/] {e}")
+        _console(stderr=True).print(f"[red]error:[/] {e}")
         raise typer.Exit(2) from None
     return cfg, Store(data_root or cfg.run.data_root)
 
@@ -110,13 +124,13 @@ def run(
         cfg = load_config(config, overrides)
         registry.select(_split(only), from_stage)
     except (ConfigError, ValueError) as e:
-        console.print(f"[red]error:[/] {e}")
+        _console(stderr=True).print(f"[red]error:[/] {e}")
         raise typer.Exit(2) from None
     root = data_root or cfg.run.data_root  # the flow registers the config's sources.paths
 
     from vsi_wild.flows.build import PipelineFailed, build_vsi_wild
 
-    progress = None if quiet or not console.is_terminal and os.environ.get("VSI_WILD_PROGRESS") != "1" else _Progress()
+    progress = None if quiet or not Console(stderr=True).is_terminal and os.environ.get("VSI_WILD_PROGRESS") != "1" else _Progress()
     try:
         if progress:
             progress.start()
@@ -133,13 +147,14 @@ def run(
     elif isinstance(result, dict) and "stages" in result:
         summary = result
     else:
-        console.print(f"[red]the run broke:[/] {type(result).__name__}: {result}", soft_wrap=True)
+        _console(stderr=True).print(f"[red]the run broke:[/] {type(result).__name__}: {result}", soft_wrap=True)
         raise typer.Exit(1)
     _print_summary(summary)
     raise typer.Exit(1 if summary["failed"] else 0)
 
 
 def _print_summary(summary: dict[str, Any]) -> None:
+    out = _console()
     t = Table(title="vsi-wild run", show_lines=False)
     for col in ("stage", "computed", "cached", "skipped", "failed", "seconds"):
         t.add_column(col, justify="left" if col == "stage" else "right")
@@ -170,7 +185,7 @@ class _Progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
         self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=console, transient=False)
+                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
         self.stage_bars: dict[str, Any] = {}
         self.unit_bars: dict[tuple[str, str], Any] = {}
         self.lock = threading.Lock()
@@ -224,10 +239,10 @@ def status(
     rows = store.status_table().to_pylist()
     if as_json:
         for r in rows:
-            out.print(json.dumps(r, default=str))
+            emit_json(r)
         return
     if not rows:
-        console.print(f"no status under {store.url} yet: run `vsi-wild run` first")
+        _console(stderr=True).print(f"no status under {store.url} yet: run `vsi-wild run` first")
         return
     from vsi_wild import ids
 
@@ -257,12 +272,12 @@ def status(
         if failed and not any("failed" in v for v in cells.values()):
             continue
         t.add_row(unit, *(cell(cells.get(name), kinds[name] == "clip") for name in stages))
-    wide = Console(width=max(out.width, 40 + 6 * len(stages))) if not out.is_terminal else out
-    wide.print(t)
-    wide.print("columns: " + ", ".join(f"{n[:4]}={n}" for n in stages if len(n) > 5))
+    out = _console()
+    out.print(t)
+    out.print("columns: " + ", ".join(f"{n[:4]}={n}" for n in stages if len(n) > 5))
     for r in rows:
         if r["state"] == "failed" or (failed and r["state"] == "skipped"):
-            wide.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}",
+            out.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}",
                        soft_wrap=True)
 
 
@@ -278,10 +293,10 @@ def add(
 
     missing = [str(p) for p in expand_paths(paths) if not p.is_file()]
     if missing:
-        console.print(f"[red]error:[/] not a file: {', '.join(missing)}")
+        _console(stderr=True).print(f"[red]error:[/] not a file: {', '.join(missing)}")
         raise typer.Exit(2)
     for sid in register_local(store, paths):
-        out.print(sid)
+        _console().print(sid)
 
 
 @app.command()
@@ -302,15 +317,15 @@ def remove(
         for sid in source_ids:
             ids.check_source_id(sid)
     except ids.BadId as e:
-        console.print(f"[red]error:[/] {e}")
+        _console(stderr=True).print(f"[red]error:[/] {e}")
         raise typer.Exit(2) from None
     _, store = _store(config, data_root)
     for sid in source_ids:
         if undo:
             if not store.undo_remove(sid):
-                console.print(f"[yellow]not removed:[/] {sid}")
+                _console(stderr=True).print(f"[yellow]not removed:[/] {sid}")
         elif not store.remove_source(sid, reason):
-            console.print(f"[yellow]not registered (kept out of later runs all the same):[/] {sid}")
+            _console(stderr=True).print(f"[yellow]not registered (kept out of later runs all the same):[/] {sid}")
 
 
 @app.command()
@@ -337,6 +352,7 @@ def sources(
             f"{probed['fps']:.2f}" if probed else "",
             (st["state"] + (f": {st['error']}" if st and st["error"] else "")) if st else "not probed",
         )
+    out = _console()
     out.print(t)
     removed = store.removed_sources().to_pylist()
     if removed:
@@ -361,13 +377,13 @@ def sample(
     out_dir.mkdir(parents=True, exist_ok=True)
     from rich.progress import Progress
 
-    with Progress(console=console) as bar:
+    with Progress(console=Console(stderr=True)) as bar:
         task_id = bar.add_task("rendering", total=None)
         truth = generate_sample(params, out_dir / "sample.mp4",
                                 progress=lambda d, t: bar.update(task_id, completed=d, total=t))
     for name in ("poses", "objects", "visibility", "faces", "places"):
         (out_dir / f"truth_{name}.parquet").write_bytes(table_bytes(getattr(truth, name)))
-    out.print(f"wrote {out_dir / 'sample.mp4'} and truth_*.parquet")
+    _console().print(f"wrote {out_dir / 'sample.mp4'} and truth_*.parquet")
 
 
 @app.command()
@@ -388,6 +404,7 @@ def evaluate(
     """
     from vsi_wild.stages import evaluate as ev
 
+    out = _console()
     if qa.suffix == ".parquet":
         import pyarrow.parquet as pq
 
@@ -416,7 +433,7 @@ def evaluate(
         if any(k.endswith("|perm00") for k in preds):
             out.print_json(json.dumps(ev.shuffle24_metrics(rows, preds)))
     if not (blind or predictions or write_shuffle24):
-        console.print("nothing to do: give --predictions, --blind or --write-shuffle24")
+        _console(stderr=True).print("nothing to do: give --predictions, --blind or --write-shuffle24")
         raise typer.Exit(2)
 
 
@@ -434,7 +451,7 @@ def main() -> None:
     try:
         app()
     except KeyboardInterrupt:
-        console.print("interrupted")
+        _console(stderr=True).print("interrupted")
         sys.exit(130)
 
 

@@ -1,0 +1,68 @@
+"""The CLI's output into a pipe: `--json` is one JSON object per line and nothing is wrapped, however
+narrow the terminal ($COLUMNS) is. Runs the installed `vsi-wild` as a separate process."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+
+import pytest
+
+from conftest import vsi_wild
+from vsi_wild import schema
+from vsi_wild.store import Store
+
+NARROW = {"COLUMNS": "20", "LINES": "10"}
+# Longer than any terminal; ends in what rich would read as markup (JSON keeps it as text).
+LONG_TEXT = "truncated: moov atom not found " + "x" * 300
+LONG_ERROR = LONG_TEXT + " [red]text[/]"
+GOOD, BAD = "local-good-0123456789abcdef", "local-bad-0123456789abcdef0123456789"
+
+
+@pytest.fixture
+def root(tmp_path: Path) -> Path:
+    """A data root with two registered sources, a running and a failed probe, a done review."""
+    store = Store(tmp_path / "out")
+    for sid in (GOOD, BAD):
+        row = {n: None for n in schema.SOURCE.names}
+        row.update(source_id=sid, origin="local", path=f"/nonexistent/{sid}.mp4")
+        store.register_source(row)
+    t = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    for stage, unit, state, error in (("probe", GOOD, "running", None), ("probe", BAD, "failed", LONG_ERROR),
+                                      ("review", GOOD, "done", None)):
+        store.write_status({"stage": stage, "unit": unit, "state": state, "key": "k" * 32, "fingerprint": None,
+                            "error": error, "error_class": "bad_input" if error else None, "retryable": None,
+                            "attempts": 1, "started_at": t, "ended_at": t, "duration_s": 0.5, "host": "h",
+                            "pipeline_version": "0"})
+    return tmp_path / "out"
+
+
+def test_status_json_is_one_object_per_line_into_a_narrow_pipe(root):
+    r = vsi_wild("status", "--data-root", str(root), "--json", env=NARROW)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    rows = [json.loads(line) for line in lines]
+    want = [json.loads(json.dumps(x, default=str)) for x in Store(root).status_table().to_pylist()]
+    assert rows == want and len(rows) == 3
+    assert LONG_ERROR in [x["error"] for x in rows]
+
+
+def test_status_table_is_not_wrapped_into_a_narrow_pipe(root):
+    r = vsi_wild("status", "--data-root", str(root), env=NARROW)
+    assert r.returncode == 0, r.stderr
+    lines = r.stdout.splitlines()
+    header = next(line for line in lines if "unit" in line)
+    assert "probe" in header and "revi" in header, r.stdout
+    assert [line.split()[1] for line in lines if line.startswith("│")] == [BAD, GOOD], r.stdout
+    assert any(line.startswith(f"failed probe:{BAD} (attempts 1): {LONG_TEXT}") for line in lines), r.stdout
+
+
+def test_sources_table_is_not_wrapped_into_a_narrow_pipe(root):
+    r = vsi_wild("sources", "--data-root", str(root), env=NARROW)
+    assert r.returncode == 0, r.stderr
+    rows = [line.split("│")[1:-1] for line in r.stdout.splitlines() if line.startswith("│")]
+    assert [[c.strip() for c in row] for row in rows] == [
+        [BAD, "local", "", "", "", f"failed: {LONG_TEXT} text"],
+        [GOOD, "local", "", "", "", "running"],
+    ], r.stdout
