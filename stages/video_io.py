@@ -19,7 +19,7 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -130,26 +130,18 @@ class VideoReader:
         first_pts: int | None = None
         last_pts: int | None = None
         index = -1
-        try:
-            for packet in self.container.demux(self.stream):
-                for frame in packet.decode():
-                    index += 1
-                    pts = frame.pts
-                    if pts is None:  # no timestamp: continue at the average rate
-                        step = int(round(1 / (self.info.fps * tb))) if self.info.fps else 1
-                        pts = (last_pts + step) if last_pts is not None else 0
-                    if first_pts is None:
-                        first_pts = pts
-                    last_pts = pts
-                    rel = pts - first_pts
-                    yield DecodedFrame(index, rel, float(rel * tb), frame)
-        except av.error.FFmpegError as e:
-            n = index + 1
-            raise UnitError(
-                f"{self.path}: truncated or corrupt: decoding failed after {n} frames"
-                f"{f' of {self.info.n_frames}' if self.info.n_frames else ''} ({e.strerror or e})",
-                retryable=False,
-            ) from e
+        of = f" of {self.info.n_frames}" if self.info.n_frames else ""
+        for frame in _decode(self, lambda n: f"decoding failed after {n} frames{of}"):
+            index += 1
+            pts = frame.pts
+            if pts is None:  # no timestamp: continue at the average rate
+                step = int(round(1 / (self.info.fps * tb))) if self.info.fps else 1
+                pts = (last_pts + step) if last_pts is not None else 0
+            if first_pts is None:
+                first_pts = pts
+            last_pts = pts
+            rel = pts - first_pts
+            yield DecodedFrame(index, rel, float(rel * tb), frame)
         n = index + 1
         if n == 0:
             raise UnitError(f"{self.path}: no decodable video frames", retryable=False)
@@ -276,13 +268,17 @@ def _frames_from(reader: VideoReader, table: np.ndarray, j: int) -> Iterator[Dec
     tb = reader.info.time_base
     target = int(table[j])
     reader.container.seek(target, stream=reader.stream, backward=True, any_frame=False)
-    frames = _decode(reader)
+
+    def after_seek(n: int) -> str:
+        return f"decoding failed {n} frames after the seek"
+
+    frames = _decode(reader, after_seek)
     # leading frames of an open GOP may lack their references: start at a keyframe
     first = next((f for f in frames if f.key_frame), None)
     if first is None or first.pts is None or first.pts > target:
         frames.close()
         reader.container.seek(int(table[0]), stream=reader.stream, backward=True, any_frame=False)
-        frames = _decode(reader)
+        frames = _decode(reader, after_seek)
         first = next(frames, None)
     if first is None:
         return
@@ -294,7 +290,10 @@ def _frames_from(reader: VideoReader, table: np.ndarray, j: int) -> Iterator[Dec
         yield DecodedFrame(index, int(frame.pts - table[0]), float((frame.pts - table[0]) * tb), frame)
 
 
-def _decode(reader: VideoReader) -> Iterator[av.VideoFrame]:
+def _decode(reader: VideoReader, failed: Callable[[int], str]) -> Iterator[av.VideoFrame]:
+    """The frames of ``reader``'s stream from where its container stands (the whole pass and the
+    seeking one): a decoding error is ``UnitError("<path>: truncated or corrupt: <failed(n)> (<error>)")``,
+    n the frames decoded before it."""
     n = 0
     try:
         for packet in reader.container.demux(reader.stream):
@@ -302,8 +301,8 @@ def _decode(reader: VideoReader) -> Iterator[av.VideoFrame]:
                 n += 1
                 yield frame
     except av.error.FFmpegError as e:
-        raise UnitError(f"{reader.path}: truncated or corrupt: decoding failed {n} frames after the seek "
-                        f"({e.strerror or e})", retryable=False) from e
+        raise UnitError(f"{reader.path}: truncated or corrupt: {failed(n)} ({e.strerror or e})",
+                        retryable=False) from e
 
 
 # ------------------------------------------------------------------------------------ encoder

@@ -61,8 +61,8 @@ def test_a_late_range_decodes_only_its_neighbourhood(tmp_path, monkeypatch):
     decoded = []
     real = video_io._decode
 
-    def counting(reader):
-        for f in real(reader):
+    def counting(reader, failed):
+        for f in real(reader, failed):
             decoded.append(f.pts)
             yield f
 
