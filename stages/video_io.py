@@ -19,15 +19,17 @@ import math
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 
 import av
+import cv2
 import numpy as np
 
 from vsi_wild.errors import UnitError
+from vsi_wild.stages.backends.base import FrameBatch
 
 # Frames whose decoding fails at the very end of a file that announces its frame count are
 # "truncated"; a stream that announces nothing is checked against its announced duration.
@@ -205,6 +207,50 @@ def sample_frames(path: str | os.PathLike[str], fps: float = 2.0, start: float |
         # the frame before t_k0 may be the nearest: decode from the keyframe at or before it
         j = max(0, int(np.searchsorted(times, k0 / fps, side="left")) - 1)
         yield from _nearest_frames(_frames_from(reader, table, j), fps, k0, end, reader.info)
+
+
+def sampled_frames(path: str | os.PathLike[str], fps: float = 2.0, start: float | None = None,
+                   end: float | None = None, max_width: int | None = None
+                   ) -> Iterator[tuple[int, float, int, np.ndarray]]:
+    """``(k, t_k, frame_index, rgb)`` of ``sample_frames``, each frame wider than ``max_width``
+    downscaled to it (area interpolation, aspect kept): what the model stages read. The pose
+    stage chunks this stream itself (its chunks overlap); the others take ``frame_batches``."""
+    for k, t, idx, _ft, rgb in sample_frames(path, fps, start=start, end=end):
+        if max_width and rgb.shape[1] > max_width:
+            s = max_width / rgb.shape[1]
+            rgb = cv2.resize(rgb, (max_width, max(2, round(rgb.shape[0] * s))), interpolation=cv2.INTER_AREA)
+        yield k, t, idx, rgb
+
+
+def frame_batches(path: str | os.PathLike[str], video_id: str, video_fps: float, batch_size: int | None,
+                  fps: float = 2.0, start: float | None = None, end: float | None = None,
+                  max_width: int | None = None,
+                  images: Callable[[Iterator[np.ndarray]], Sequence[np.ndarray]] = list) -> Iterator[FrameBatch]:
+    """The ``FrameBatch`` es the backends take: ``sampled_frames`` in consecutive batches of
+    ``batch_size`` frames (the last may be shorter; None: one batch of every frame, even if none).
+
+    ``images`` builds a batch's images from its frames as they are decoded: ``list`` holds them in
+    memory; a whole clip's batch can put them on disk instead (the segment stage's JPEG files).
+    """
+    frames = sampled_frames(path, fps, start, end, max_width)
+    while True:
+        ks: list[int] = []
+        times: list[float] = []
+        indices: list[int] = []
+
+        def rgbs(chunk=itertools.islice(frames, batch_size), ks=ks, times=times, indices=indices):
+            for k, t, idx, rgb in chunk:
+                ks.append(k)
+                times.append(t)
+                indices.append(idx)
+                yield rgb
+
+        batch_images = images(rgbs())
+        if batch_size is not None and not ks:
+            return
+        yield FrameBatch(video_id, batch_images, times, indices, ks, video_fps)
+        if batch_size is None:
+            return
 
 
 def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: float | None,

@@ -35,6 +35,7 @@ from vsi_wild.stages import segment as seg
 from vsi_wild.stages.backends import base as backends
 from vsi_wild.stages.backends import groundtruth as _groundtruth  # noqa: F401  (registers "groundtruth")
 from vsi_wild.stages.backends import twoview as _twoview  # noqa: F401  (registers "twoview")
+from vsi_wild.stages.video_io import frame_batches, sampled_frames
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import Job, Plan, Stage
 
@@ -94,19 +95,6 @@ def _backend(kind: str, name: str, job: Job, source_id: str, **cpu_kw) -> object
     return backends.create(kind, name, params=job.config.models)
 
 
-def _frames(path: Path, start: float | None = None, end: float | None = None,
-            max_width: int | None = None) -> Iterator[tuple[int, float, int, np.ndarray]]:
-    """(k, t_k, frame index, rgb) of the shared 2 FPS sampler, optionally within [start, end)
-    (seeking there: a clip decodes from the keyframe before it, not from the video's start)."""
-    from vsi_wild.stages.video_io import sample_frames
-
-    for k, t, idx, _ft, rgb in sample_frames(path, SAMPLE_FPS, start=start, end=end):
-        if max_width and rgb.shape[1] > max_width:
-            s = max_width / rgb.shape[1]
-            rgb = cv2.resize(rgb, (max_width, max(2, round(rgb.shape[0] * s))), interpolation=cv2.INTER_AREA)
-        yield k, t, idx, rgb
-
-
 # ------------------------------------------------------------------------------ candidates
 def _candidates_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
     return {"proposals": _digest(_proposals_file(store, config, unit)),
@@ -155,7 +143,8 @@ def run_candidates(job: Job) -> None:
 
 
 CANDIDATES = Stage(
-    name="candidates", version="1", unit_kind="video", run=run_candidates, needs=("project",),
+    name="candidates",
+    outputs=schema.ARTIFACTS["candidates"], version="1", unit_kind="video", run=run_candidates, needs=("project",),
     sections=("candidates",), raw_inputs=_candidates_raw,
     description="Candidate objects: seed list + per-video proposals, normalised by text-embedding similarity",
 )
@@ -171,31 +160,22 @@ def run_detect(job: Job) -> None:
     detector = _backend("open_vocab_detector", p.backend, job, source_id)
     rows: list[dict] = []
     n = 0
-    buf: list = []
     total = seg.n_samples(float(view["duration_s"]))
-
-    def flush() -> None:
-        batch = backends.FrameBatch(vid, [b[3] for b in buf], [b[1] for b in buf], [b[2] for b in buf],
-                                    [b[0] for b in buf], float(view["fps"]))
+    for batch in frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), p.batch_frames,
+                               SAMPLE_FPS):
         rows.extend(det.detection_rows(vid, batch, detector.detect(batch, concepts) if concepts else
-                                       [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in buf], p.backend))
-        buf.clear()
-
-    for item in _frames(job.file("project", f"{vid}.mp4")):
-        buf.append(item)
-        n += 1
-        if len(buf) == p.batch_frames:
-            flush()
-            job.progress(n, total, "frames")
-    if buf:
-        flush()
+                                       [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in batch.images],
+                                       p.backend))
+        n += len(batch.images)
+        job.progress(n, total, "frames")
     stats = det.occurrence_stats(concepts, rows, n, p)
     job.out.write_table("detections.parquet", schema.table(schema.DETECTIONS, rows))
     job.out.write_table("concept_stats.parquet", schema.table(schema.CONCEPT_STATS, det.stats_rows(vid, stats)))
 
 
 DETECT = Stage(
-    name="detect", version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
+    name="detect",
+    outputs=schema.ARTIFACTS["detect"], version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
     sections=("detect",), gpu=True, raw_inputs=_model_raw("detect"),
     description="Open-vocabulary detection at 2 FPS, occurrence statistics and the frequency filter",
 )
@@ -230,16 +210,18 @@ def run_segment(job: Job) -> None:
     if concepts:
         segmenter = _backend("segmenter", p.backend, job, source_id)
         with tempfile.TemporaryDirectory(prefix="vsi-clip-") as tmp:
-            paths, ks, ts, fs = [], [], [], []
-            for k, t, idx, rgb in _frames(job.file("project", f"{vid}.mp4"), span.start, span.end, p.frame_max_width):
-                path = Path(tmp) / f"{len(paths):05d}.jpg"
-                cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
-                paths.append(path)
-                ks.append(k)
-                ts.append(t)
-                fs.append(idx)
-                job.progress(len(paths), span.n_samples, "frames")
-            batch = backends.FrameBatch(vid, seg.JpegFrames(paths), ts, fs, ks, float(view["fps"]))
+
+            def jpeg_files(rgbs: Iterator[np.ndarray]) -> seg.JpegFrames:  # a whole clip stays on disk, not in memory
+                paths = []
+                for rgb in rgbs:
+                    path = Path(tmp) / f"{len(paths):05d}.jpg"
+                    cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
+                    paths.append(path)
+                    job.progress(len(paths), span.n_samples, "frames")
+                return seg.JpegFrames(paths)
+
+            (batch,) = frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), None, SAMPLE_FPS,
+                                     span.start, span.end, p.frame_max_width, images=jpeg_files)
             records = segmenter.segment(batch, concepts)
             seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
     job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
@@ -247,7 +229,8 @@ def run_segment(job: Job) -> None:
 
 
 SEGMENT = Stage(
-    name="segment", version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
+    name="segment",
+    outputs=schema.ARTIFACTS["segment"], version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
     sections=("segment",), gpu=True, units=_segment_units, raw_inputs=_model_raw("segment"),
     description="Instance masks of the kept concepts, one clip at a time (COCO RLE, clip-local ids)",
 )
@@ -264,7 +247,8 @@ def run_pose(job: Job) -> None:
     inputs = {
         v: po.ViewInput(views[v]["video_id"], float(views[v]["yaw_deg"]), float(views[v]["hfov_deg"]),
                         float(views[v]["fps"]), int(views[v]["width"]),
-                        lambda path=job.file("project", views[v]["path"]): _frames(path, max_width=p.frame_max_width))
+                        lambda path=job.file("project", views[v]["path"]):
+                            sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width))
         for v in wanted}
     fused, tracks = po.estimate_source(
         inputs,
@@ -282,7 +266,8 @@ def run_pose(job: Job) -> None:
 
 
 POSE = Stage(
-    name="pose", version="2", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
+    name="pose",
+    outputs=schema.ARTIFACTS["pose"], version="2", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
     raw_inputs=_model_raw("pose"),
     description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
 )
@@ -330,7 +315,8 @@ def run_reconcile(job: Job) -> None:
 
 
 RECONCILE = Stage(
-    name="reconcile", version="2", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    name="reconcile",
+    outputs=schema.ARTIFACTS["reconcile"], version="2", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
     sections=("segment", "reconcile", "metadata", "pose"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
@@ -381,7 +367,8 @@ def run_metadata(job: Job) -> None:
 
 
 METADATA = Stage(
-    name="metadata", version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
+    name="metadata",
+    outputs=schema.ARTIFACTS["metadata"], version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
     sections=("metadata", "segment", "pose", "reconcile"), raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )

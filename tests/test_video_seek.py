@@ -7,13 +7,14 @@ one-keyframe GOPs) and on a variable-rate one.
 
 from __future__ import annotations
 
+import cv2
 import numpy as np
 import pytest
 from conftest import make_video
 from project_media import write_video
 
 from vsi_wild.stages import video_io
-from vsi_wild.stages.video_io import sample_frames
+from vsi_wild.stages.video_io import frame_batches, sample_frames, sampled_frames
 
 RANGES = [(0.0, 3.0), (2.5, 7.0), (5.25, None), (None, 4.0), (10.9, 20.0), (11.5, 11.6), (40.0, 50.0)]
 
@@ -70,3 +71,33 @@ def test_a_late_range_decodes_only_its_neighbourhood(tmp_path, monkeypatch):
     got = list(sample_frames(path, 2.0, start=10.0, end=11.0))
     assert [g[0] for g in got] == [20, 21]
     assert 0 < len(decoded) <= 2 * 25 + 5  # one GOP before 10 s and what follows up to 11 s; 300 in all
+
+
+def test_frame_batches_are_the_sampled_frames_in_consecutive_batches(tmp_path):
+    path = make_video(tmp_path / "batches.mp4", 96, 48, 25, 12, extra=["-g", "25"])
+    # the frames the model stages read: the sampler's, downscaled to max_width
+    want = [(k, t, i, cv2.resize(rgb, (64, 32), interpolation=cv2.INTER_AREA))
+            for k, t, i, _ft, rgb in sample_frames(path, 2.0)]
+    got = list(sampled_frames(path, 2.0, max_width=64))
+    assert [g[:3] for g in got] == [w[:3] for w in want]
+    assert all(np.array_equal(g[3], w[3]) for g, w in zip(got, want))
+
+    batches = list(frame_batches(path, "v_front", 25.0, 5, max_width=64))
+    assert [len(b.images) for b in batches] == [5, 5, 5, 5, 4]  # 12 s at 2 FPS: 24 frames
+    assert all(b.video_id == "v_front" and b.fps == 25.0 for b in batches)
+    flat = [(k, t, i) for b in batches for k, t, i in zip(b.sample_indices, b.times, b.frame_indices)]
+    assert flat == [w[:3] for w in want]
+    assert all(np.array_equal(a, w[3]) for a, w in zip((a for b in batches for a in b.images), want))
+
+    # one batch of a whole range, its images made as the frames stream (the segment stage's JPEG files)
+    streamed = []
+
+    def keep(rgbs):
+        return [streamed.append(r.shape) or r for r in rgbs]
+
+    (clip,) = frame_batches(path, "v_front", 25.0, None, start=2.5, end=7.0, images=keep)
+    assert list(clip.sample_indices) == [k for k, *_ in sampled_frames(path, 2.0, 2.5, 7.0)] == list(range(5, 14))
+    assert len(streamed) == len(clip.images) == 9
+    (empty,) = frame_batches(path, "v_front", 25.0, None, start=40.0, end=50.0)
+    assert list(empty.images) == [] and list(empty.times) == [] and list(empty.sample_indices) == []
+    assert list(frame_batches(path, "v_front", 25.0, 5, start=40.0, end=50.0)) == []
