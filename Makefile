@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export YOLO_OFFLINE ?= 1
 PIP_INSTALL = $(BIN)/pip install -q --no-cache-dir
 
-.PHONY: setup run test test-fast bench deploy deploy-stop clean help
+.PHONY: setup run test lint-imports test-fast bench deploy deploy-stop clean help
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*##/\t/'
@@ -37,8 +37,19 @@ setup: $(BIN)/.installed   ## create .venv with everything (idempotent)
 run: $(SETUP)    ## run the whole pipeline on the embedded sample (outputs under data/out)
 	$(BIN)/vsi-wild run --config $(CONFIG) --data-root $(DATA_ROOT)
 
-test: setup      ## the full test suite (what CI runs)
+test: setup lint-imports ## the layering contracts, then the full test suite (what CI runs)
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
+
+# import-linter finds a package's modules by walking its folder, but vsi_wild.stages, .tasks and
+# .flows live beside vsi_wild/ (package-dir in pyproject.toml): it walks a tree of links laid out as
+# installed, run from inside that tree (in the repository root ./vsi_wild would shadow it).
+LINT_TREE := build/lint-imports
+lint-imports: setup ## the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md)
+	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/vsi_wild
+	ln -s $(CURDIR)/vsi_wild/* $(LINT_TREE)/vsi_wild/
+	for m in $$($(BIN)/python -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"]; print(*(k.partition(".")[2] + "=" + v for k, v in d.items() if "." in k))'); do \
+	  ln -s $(CURDIR)/$${m#*=} $(LINT_TREE)/vsi_wild/$${m%%=*}; done
+	cd $(LINT_TREE) && PYTHONPATH=. $(abspath $(BIN))/lint-imports --no-cache --no-logo $(CURDIR)/pyproject.toml
 
 test-fast: setup ## tests without the slow and model-heavy ones
 	$(BIN)/python -m pytest -ra -m "not slow and not models" $(PYTEST_ARGS)
