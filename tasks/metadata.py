@@ -143,8 +143,7 @@ def run_candidates(job: Job) -> None:
 
 
 CANDIDATES = Stage(
-    name="candidates",
-    outputs=schema.ARTIFACTS["candidates"], version="1", unit_kind="video", run=run_candidates, needs=("project",),
+    name="candidates", version="1", unit_kind="video", run=run_candidates, needs=("project",),
     sections=("candidates",), raw_inputs=_candidates_raw,
     description="Candidate objects: seed list + per-video proposals, normalised by text-embedding similarity",
 )
@@ -174,8 +173,7 @@ def run_detect(job: Job) -> None:
 
 
 DETECT = Stage(
-    name="detect",
-    outputs=schema.ARTIFACTS["detect"], version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
+    name="detect", version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
     sections=("detect",), gpu=True, raw_inputs=_model_raw("detect"),
     description="Open-vocabulary detection at 2 FPS, occurrence statistics and the frequency filter",
 )
@@ -229,8 +227,7 @@ def run_segment(job: Job) -> None:
 
 
 SEGMENT = Stage(
-    name="segment",
-    outputs=schema.ARTIFACTS["segment"], version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
+    name="segment", version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
     sections=("segment",), gpu=True, units=_segment_units, raw_inputs=_model_raw("segment"),
     description="Instance masks of the kept concepts, one clip at a time (COCO RLE, clip-local ids)",
 )
@@ -266,8 +263,7 @@ def run_pose(job: Job) -> None:
 
 
 POSE = Stage(
-    name="pose",
-    outputs=schema.ARTIFACTS["pose"], version="2", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
+    name="pose", version="2", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
     raw_inputs=_model_raw("pose"),
     description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
 )
@@ -315,8 +311,7 @@ def run_reconcile(job: Job) -> None:
 
 
 RECONCILE = Stage(
-    name="reconcile",
-    outputs=schema.ARTIFACTS["reconcile"], version="2", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    name="reconcile", version="2", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
     sections=("segment", "reconcile", "metadata", "pose"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
@@ -367,8 +362,7 @@ def run_metadata(job: Job) -> None:
 
 
 METADATA = Stage(
-    name="metadata",
-    outputs=schema.ARTIFACTS["metadata"], version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
+    name="metadata", version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
     sections=("metadata", "segment", "pose", "reconcile"), raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )
