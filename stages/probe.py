@@ -3,13 +3,19 @@
 A usable source has a video stream, decodes to its end (a truncated file does not: ffprobe's
 demuxer reads fewer packets than the container announces, or cannot find the index at all) and
 is equirectangular, i.e. 2:1. Every rejection is a ``UnitError`` naming the file and the reason.
+
+``ffprobe`` is the one place that runs ffprobe: ``probe_video`` (the `probe` stage's check) and
+``describe_video`` (the quick look a crawl download records) both ask through it.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
 from typing import Any
@@ -17,15 +23,16 @@ from typing import Any
 from vsi_wild.errors import UnitError
 
 
-def _ffprobe(path: Path, timeout_s: float) -> tuple[dict[str, Any], str]:
-    cmd = [
-        "ffprobe", "-v", "error", "-count_packets",
-        "-show_entries",
-        "stream=index,codec_type,codec_name,width,height,avg_frame_rate,r_frame_rate,nb_frames,"
-        "nb_read_packets,duration:stream_side_data=side_data_type,projection"
-        ":format=duration,size,format_name",
-        "-of", "json", str(path),
-    ]
+@dataclass(frozen=True)
+class FFprobeAnswer:
+    info: dict[str, Any]  # ffprobe's JSON; {} when it printed none
+    stderr: str
+    returncode: int
+
+
+def ffprobe(path: str | os.PathLike[str], args: Sequence[str], timeout_s: float) -> FFprobeAnswer:
+    """ffprobe's JSON answer about ``path``; ``args`` choose what it reads and shows."""
+    cmd = ["ffprobe", "-v", "error", *args, "-of", "json", os.fspath(path)]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
     except FileNotFoundError as e:
@@ -36,7 +43,7 @@ def _ffprobe(path: Path, timeout_s: float) -> tuple[dict[str, Any], str]:
         info = json.loads(proc.stdout or "{}")
     except json.JSONDecodeError:
         info = {}
-    return info, proc.stderr.strip()
+    return FFprobeAnswer(info, proc.stderr.strip(), proc.returncode)
 
 
 def _rate(s: str | None) -> float | None:
@@ -47,6 +54,16 @@ def _rate(s: str | None) -> float | None:
     except (ValueError, ZeroDivisionError):
         return None
     return r if r > 0 else None
+
+
+# Every stream's size, rate and packet count (read to the end: a truncated file shows), and the format.
+PROBE_ARGS = (
+    "-count_packets",
+    "-show_entries",
+    "stream=index,codec_type,codec_name,width,height,avg_frame_rate,r_frame_rate,nb_frames,"
+    "nb_read_packets,duration:stream_side_data=side_data_type,projection"
+    ":format=duration,size,format_name",
+)
 
 
 def probe_video(path: str | os.PathLike[str], *, min_aspect: float = 1.98, max_aspect: float = 2.02,
@@ -64,7 +81,8 @@ def probe_video(path: str | os.PathLike[str], *, min_aspect: float = 1.98, max_a
     size = p.stat().st_size
     if size == 0:
         raise UnitError(f"{p}: empty file")
-    info, err = _ffprobe(p, timeout_s)
+    answer = ffprobe(p, PROBE_ARGS, timeout_s)
+    info, err = answer.info, answer.stderr
     if not info.get("format"):
         reason = err.splitlines()[-1] if err else "not a media file"
         raise UnitError(f"{p}: unreadable ({_clean(reason, p)})")
@@ -119,3 +137,36 @@ def _clean(msg: str, p: Path) -> str:
     if msg.startswith("[") and "]" in msg:
         msg = msg.split("]", 1)[1].strip()
     return msg.strip()
+
+
+def describe_video(path: str | os.PathLike[str], timeout_s: float = 120.0) -> dict[str, Any]:
+    """Width, height, fps, duration, codec and spherical metadata of a file's first video stream
+    (its headers only: nothing is counted or checked, ``probe_video`` does that)."""
+    answer = ffprobe(path, ("-select_streams", "v:0", "-show_streams", "-show_format"), timeout_s)
+    if answer.returncode != 0:
+        raise UnitError(f"{path}: not a readable video: {answer.stderr[:300]}", kind="bad_input", retryable=False)
+    streams = answer.info.get("streams") or []
+    if not streams:
+        raise UnitError(f"{path}: no video stream", kind="bad_input", retryable=False)
+    s = streams[0]
+    spherical = None
+    stereo = None
+    for sd in s.get("side_data_list") or []:
+        t = sd.get("side_data_type", "")
+        if t == "Spherical Mapping":
+            spherical = {k: v for k, v in sd.items() if k != "side_data_type"}
+        elif t == "Stereo 3D":
+            stereo = sd.get("type")
+    if spherical is not None and stereo:
+        spherical["stereo_mode"] = stereo
+    duration = _seconds(s.get("duration")) or _seconds((answer.info.get("format") or {}).get("duration"))
+    return {"width": s.get("width"), "height": s.get("height"), "fps": _rate(s.get("avg_frame_rate")),
+            "duration_s": duration, "codec": s.get("codec_name"), "spherical": spherical}
+
+
+def _seconds(x: Any) -> float | None:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None

@@ -42,6 +42,7 @@ from vsi_wild import ids, schema
 from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import crawl
+from vsi_wild.stages.probe import describe_video
 from vsi_wild.store import MANIFEST_NAME, Store, UnitRef, sha256_file
 from vsi_wild.tasks.engine import (Job, Outcome, Plan, Stage, add_listener, remove_listener, run_inline,
                                    run_stages)
@@ -267,7 +268,7 @@ def run_download(job: Job) -> None:
     ref = UnitRef(job.stage.name, vid, job.key)
     if info_file is not None:
         provenance["info_json"] = output_relpath(ref, info_file.name)
-    probe = crawl.ffprobe_video(media)
+    probe = describe_video(media)
     row = crawl.source_row(
         vid, info, path=output_relpath(ref, media.name), size_bytes=media.stat().st_size,
         sha256=sha256_file(media), probe=probe, context=context, crawl_time=crawl_time, provenance=provenance,
