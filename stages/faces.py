@@ -46,7 +46,7 @@ import contextlib
 import io
 import math
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
@@ -367,6 +367,37 @@ def i420_small_rgb(buf: np.ndarray, width: int, height: int, dw: int, dh: int) -
     return cv2.cvtColor(small.reshape(dh * 3 // 2, dw), cv2.COLOR_YUV2RGB_I420)
 
 
+def i420_crop(buf: np.ndarray, width: int, height: int, xa: int, ya: int, xb: int, yb: int) -> np.ndarray:
+    """The region [xa, xb) x [ya, yb) (even coordinates) of an I420 picture, as its own I420 buffer."""
+    y, u, v = i420_planes(buf, width, height)
+    return np.concatenate([y[ya:yb, xa:xb].reshape(-1), u[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1),
+                           v[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1)])
+
+
+def rgb_small(rgb: np.ndarray, width: int, height: int, dw: int, dh: int) -> np.ndarray:
+    """An RGB image at (dw, dh): itself at its own size, else downscaled (area interpolation)."""
+    return rgb if (dw, dh) == (width, height) else cv2.resize(rgb, (dw, dh), interpolation=cv2.INTER_AREA)
+
+
+def rgb_crop(rgb: np.ndarray, width: int, height: int, xa: int, ya: int, xb: int, yb: int) -> np.ndarray:
+    return np.ascontiguousarray(rgb[ya:yb, xa:xb])
+
+
+@dataclass(frozen=True)
+class PictureLayout:
+    """How ``FaceBlurrer`` reads and blurs the pictures it is given: ``small_rgb(pic, w, h, dw, dh)``
+    is the RGB image the detector sees, ``crop(pic, w, h, xa, ya, xb, yb)`` a region as a picture
+    of the same layout, ``blur(pic, w, h, boxes, cells)`` blurs enlarged boxes in place."""
+
+    small_rgb: Callable[[np.ndarray, int, int, int, int], np.ndarray]
+    crop: Callable[[np.ndarray, int, int, int, int, int, int], np.ndarray]
+    blur: Callable[[np.ndarray, int, int, np.ndarray, int], object]
+
+
+I420 = PictureLayout(i420_small_rgb, i420_crop, blur_i420)  # flat I420 buffers: the views as the encoders take them
+RGB = PictureLayout(rgb_small, rgb_crop, lambda rgb, _w, _h, boxes, cells: blur_rgb(rgb, boxes, cells))  # (h, w, 3)
+
+
 def match_boxes(a: np.ndarray, b: np.ndarray, max_dist: float = 1.5) -> list[tuple[int, int]]:
     """Greedy pairs (i, j) of boxes of the same face in two detections: closest centres first,
     at most ``max_dist`` face sizes apart."""
@@ -441,19 +472,21 @@ def interpolate(d0: Dets, d1: Dets, pairs: list[tuple[int, int]], alpha: float) 
 
 class FaceBlurrer:
     """Detects and blurs faces in the views of a stream of frames (the rule is in the module
-    docstring).
+    docstring); the one blurring mechanism: the projection's view frames and, as streams of one
+    frame, VPO's rendered images (``image_blurrer``).
 
-    ``push(index, pts, time, views)`` takes one frame's unblurred views, (n_views, I420 size)
-    uint8, and returns the frames that are now blurred and ready to encode, in order;
-    ``finish()`` returns the rest. ``faces_table()`` is the audit trail; ``detector_calls``
-    counts detector runs on whole views, ``crop_calls`` those on crops (rule 2b).
+    ``push(index, pts, time, views)`` takes one frame's unblurred views, (n_views, picture) uint8
+    in ``layout`` (``I420``: flat buffers, the projection's; ``RGB``: (h, w, 3) images), and
+    returns the frames that are now blurred and ready to encode, in order; ``finish()`` returns
+    the rest. ``faces_table()`` is the audit trail; ``detector_calls`` counts detector runs on
+    whole views, ``crop_calls`` those on crops (rule 2b).
     """
 
     def __init__(self, detector: FaceDetector, params: FaceParams, video_ids: Sequence[str], width: int, height: int,
-                 detect_width: int | None = None, detect_every: int | None = None):
+                 detect_width: int | None = None, detect_every: int | None = None, layout: PictureLayout = I420):
         """``detect_width`` and ``detect_every`` override ``params`` (``project_source`` resolves
         their automatic values from the source)."""
-        self.detector, self.params = detector, params
+        self.detector, self.params, self.layout = detector, params, layout
         self.every = detect_every or params.detect_every or 1
         self.video_ids = list(video_ids)
         self.n_views = len(self.video_ids)
@@ -477,7 +510,7 @@ class FaceBlurrer:
     # ------------------------------------------------------------------ detection
     def _detect_view(self, buf: np.ndarray) -> Dets:
         t0 = time.thread_time()
-        rgb = i420_small_rgb(buf, self.w, self.h, self.dw, self.dh)
+        rgb = self.layout.small_rgb(buf, self.w, self.h, self.dw, self.dh)
         boxes, scores = self.detector.detect(rgb)
         self.detector_calls += 1
         self.detect_cpu_s += time.thread_time() - t0
@@ -498,11 +531,9 @@ class FaceBlurrer:
         xa, xb = max(0, int(math.floor((cx - hx) / 2)) * 2), min(self.w, int(math.ceil((cx + hx) / 2)) * 2)
         ya, yb = max(0, int(math.floor((cy - hy) / 2)) * 2), min(self.h, int(math.ceil((cy + hy) / 2)) * 2)
         cw, ch = xb - xa, yb - ya
-        y, u, v = i420_planes(buf, self.w, self.h)
-        crop = np.concatenate([y[ya:yb, xa:xb].reshape(-1), u[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1),
-                               v[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1)])
+        crop = self.layout.crop(buf, self.w, self.h, xa, ya, xb, yb)
         dcw, dch = max(2, int(round(cw * self.scale / 2)) * 2), max(2, int(round(ch * self.scale / 2)) * 2)
-        boxes, scores = self.detector.detect(i420_small_rgb(crop, cw, ch, dcw, dch))
+        boxes, scores = self.detector.detect(self.layout.small_rgb(crop, cw, ch, dcw, dch))
         self.crop_calls += 1
         self.detect_cpu_s += time.thread_time() - t0
         boxes = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
@@ -603,7 +634,7 @@ class FaceBlurrer:
                     if len(d.boxes) == 0:
                         continue
                     big = enlarge_boxes(d.boxes, p.margin, self.w, self.h)
-                    blur_i420(fr.ready.views[k], self.w, self.h, big, p.blur_cells)
+                    self.layout.blur(fr.ready.views[k], self.w, self.h, big, p.blur_cells)
                     for b, sc in zip(big, d.scores):
                         for name, val in (("video_id", self.video_ids[k]), ("frame", fr.ready.index),
                                           ("time", fr.ready.time), ("x0", b[0]), ("y0", b[1]), ("x1", b[2]),
@@ -639,3 +670,24 @@ class FaceBlurrer:
 
     def faces_table(self) -> pa.Table:
         return schema.table(schema.FACES, self.rows)
+
+
+def image_blurrer(detector: FaceDetector, params: FaceParams) -> Callable[[np.ndarray], tuple[np.ndarray, list[dict]]]:
+    """Blur single RGB images (VPO's rendered views) by the rule of the view frames: each image is
+    a stream of one frame, so its faces are detected once and every box blurred with the same
+    margin and low-pass cells. A fixed ``detect_width`` is honoured, while the automatic one
+    searches the image at full size (a few images per video: the exhaustive search is
+    affordable). The callable returns a blurred copy and the boxes blurred (enlarged, with
+    their scores)."""
+
+    def blur(rgb: np.ndarray) -> tuple[np.ndarray, list[dict]]:
+        h, w = rgb.shape[:2]
+        out = rgb.copy()
+        blurrer = FaceBlurrer(detector, params, [""], w, h, layout=RGB)
+        blurrer.push(0, 0, 0.0, out[None])
+        blurrer.finish()
+        r = blurrer.rows
+        return out, [{"x0": float(x0), "y0": float(y0), "x1": float(x1), "y1": float(y1), "score": score}
+                     for x0, y0, x1, y1, score in zip(r["x0"], r["y0"], r["x1"], r["y1"], r["score"])]
+
+    return blur

@@ -14,10 +14,10 @@ import pyarrow.compute as pc
 
 from vsi_wild import __version__, ids
 from vsi_wild.errors import UnitError
+from vsi_wild.stages.faces import image_blurrer
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import build_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
-from vsi_wild.stages.qa.vpo import face_blurrer
 from vsi_wild.tasks.engine import Job, Stage
 from vsi_wild.tasks.project import face_model_raw, face_setup
 
@@ -63,7 +63,7 @@ def run(job: Job) -> None:
     motion = job.read("metadata", "motion.parquet")
     poses = _poses(job, vid)
     prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
-    blur = face_blurrer(*face_setup(job.config)) if params.vpo_per_video else None
+    blur = image_blurrer(*face_setup(job.config)) if params.vpo_per_video else None
     pano = _panorama(job) if params.vpo_per_video else None
     result = build_video(video, instances, motion, poses, params, prov, pano, job.out.path, blur)
     questions, skipped = result.tables()

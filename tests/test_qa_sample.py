@@ -103,11 +103,10 @@ def qa_on_truth(tmp_path_factory):
     import pyarrow as pa
 
     from vsi_wild.stages import export as ex
-    from vsi_wild.stages.faces import FaceParams, make_detector
+    from vsi_wild.stages.faces import FaceParams, image_blurrer, make_detector
     from vsi_wild.stages.qa import QAParams
     from vsi_wild.stages.qa.build import build_video
     from vsi_wild.stages.qa.common import Provenance, VideoInfo, questions_table
-    from vsi_wild.stages.qa.vpo import face_blurrer
     from vsi_wild.stages.sample import SampleParams, generate_sample
 
     tmp = tmp_path_factory.mktemp("sample-qa")
@@ -116,7 +115,7 @@ def qa_on_truth(tmp_path_factory):
     t = generate_sample(params, video_path)
     truth = {"poses": t.poses, "visibility": t.visibility}
     qa = QAParams(clip_seconds=30.0, image_width=96, image_height=54, image_format="png")
-    blur = face_blurrer(make_detector(FaceParams()), FaceParams())
+    blur = image_blurrer(make_detector(FaceParams()), FaceParams())
     tables, images = [], {}
     n = int(round(params.duration_s * params.fps))
     for view, yaw in VIEW_YAW.items():

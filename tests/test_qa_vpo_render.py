@@ -13,11 +13,11 @@ import pytest
 from project_media import astronaut_face, paste, write_video
 from qa_world import instances_table, make_world, motion_table, poses_table, views_table
 
-from vsi_wild.stages.faces import FaceParams, make_detector
+from vsi_wild.stages.faces import FaceParams, image_blurrer, make_detector
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import build_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
-from vsi_wild.stages.qa.vpo import RenderJob, face_blurrer, render_jobs
+from vsi_wild.stages.qa.vpo import RenderJob, render_jobs
 
 PW, PH = 512, 256
 FPS = 10.0
@@ -84,7 +84,7 @@ def test_rendered_views_match_py360convert_at_the_recorded_yaw(tmp_path, pano, c
         return written[rel]
 
     res = build_video(video, instances_table(w, view), motion_table(w, view, 10), poses_table(w, view), params,
-                      Provenance(0, "fp", "t"), pano, dest, face_blurrer(centerface, FaceParams()))
+                      Provenance(0, "fp", "t"), pano, dest, image_blurrer(centerface, FaceParams()))
     vpo = [q for q in res.questions if q.task_type == "VPO"]
     assert len(vpo) == 4  # 2 rotated + 2 unrotated controls
     frames = decode(pano, {f for q in vpo for f in q.frame_indices})
@@ -136,6 +136,6 @@ def test_faces_in_rendered_views_are_blurred(tmp_path, centerface):
     bare = render_jobs(src, jobs, dest, video, params, None)
     assert len(centerface.detect(read_image(out["images/face_rot.png"]))[0]) == 1, "the test face is not visible"
     assert bare[0]["faces_blurred"] == []
-    rows = render_jobs(src, jobs, dest, video, params, face_blurrer(centerface, FaceParams()))
+    rows = render_jobs(src, jobs, dest, video, params, image_blurrer(centerface, FaceParams()))
     assert len(rows[0]["faces_blurred"]) == 1
     assert len(centerface.detect(read_image(out["images/face_rot.png"]))[0]) == 0

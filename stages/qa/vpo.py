@@ -26,7 +26,6 @@ import pyarrow as pa
 
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
-from vsi_wild.stages.faces import FaceDetector, FaceParams, blur_rgb, enlarge_boxes
 from vsi_wild.stages.project import render_view
 from vsi_wild.stages.qa.common import (
     Provenance,
@@ -194,33 +193,6 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
 
 
 # ----------------------------------------------------------------------------- rendering
-def face_blurrer(detector: FaceDetector, fp: FaceParams) -> Callable[[np.ndarray], tuple[np.ndarray, list[dict]]]:
-    """Detect faces in a rendered image and blur them as the projection blurs every view frame
-    (same detector, box margin and low-pass cells; a fixed ``detect_width`` is honoured, while the
-    automatic one searches the image at full size: a few images per video, so the exhaustive search
-    is affordable). Returns the blurred image and the boxes blurred."""
-
-    def blur(rgb: np.ndarray) -> tuple[np.ndarray, list[dict]]:
-        h, w = rgb.shape[:2]
-        small, sx, sy = rgb, 1.0, 1.0
-        if fp.detect_width and fp.detect_width < w:
-            dw = max(2, int(round(fp.detect_width / 2)) * 2)
-            dh = max(2, int(round(h * dw / w / 2)) * 2)
-            small = cv2.resize(rgb, (dw, dh), interpolation=cv2.INTER_AREA)
-            sx, sy = w / dw, h / dh
-        boxes, scores = detector.detect(small)
-        boxes = np.asarray(boxes, np.float64).reshape(-1, 4).copy()
-        boxes[:, 0::2] *= sx
-        boxes[:, 1::2] *= sy
-        big = enlarge_boxes(boxes, fp.margin, w, h)
-        out = blur_rgb(rgb.copy(), big, fp.blur_cells)
-        found = [{"x0": b[0], "y0": b[1], "x1": b[2], "y1": b[3], "score": float(sc)}
-                 for b, sc in zip(big.tolist(), np.asarray(scores, np.float64).reshape(-1).tolist())]
-        return out, found
-
-    return blur
-
-
 def iter_frames(path: str | Path, wanted: Sequence[int]) -> Iterator[tuple[int, float, np.ndarray]]:
     """Decode ``path`` once (the shared reader: indices and times as every stage counts them),
     yielding (index, time, RGB) of the wanted frames only; stops after the last one."""
