@@ -32,7 +32,6 @@ one the public task already rewrites into "Report the total count up to this poi
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -44,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from vsi_wild import schema
+from vsi_wild.digest import table_bytes
 from vsi_wild.stages.qa.common import LETTERS, StableRng, stable_hash
 from vsi_wild.stages.qa.params import QAParams
 
@@ -277,13 +276,6 @@ def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
 def ffconcat_list(path: str, k: int) -> str:
     """An ffconcat playlist playing ``path`` k times (a relative path is relative to the list)."""
     return "ffconcat version 1.0\n" + "".join(f"file '{_ffconcat_escape(path)}'\n" for _ in range(k))
-
-
-def table_bytes(table: pa.Table) -> bytes:
-    """Parquet bytes written the same way every time (deterministic for one pyarrow version)."""
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd", write_statistics=True)
-    return buf.getvalue()
 
 
 def concat_video(src: str | Path, k: int, dst: str | Path, ffmpeg: str = "ffmpeg") -> None:

@@ -29,7 +29,6 @@ is ever written anywhere. Memory is a few frames, whatever the video's length.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 import os
 import threading
@@ -48,6 +47,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from vsi_wild import ids, schema
+from vsi_wild.digest import sha256_file
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
 from vsi_wild.stages.faces import FaceBlurrer, FaceDetector, FaceParams, auto_detect_width, detection_every
@@ -470,17 +470,9 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
             "video_id": vid, "source_id": sid, "view": view, "yaw_deg": ids.VIEWS[view],
             "pitch_deg": float(params.pitch_deg), "hfov_deg": float(params.hfov_deg), "vfov_deg": vfov,
             "width": params.width, "height": params.height, "fps": got.fps, "n_frames": got.n_frames,
-            "duration_s": got.duration_s, "path": p.name, "sha256": _sha256(p),
+            "duration_s": got.duration_s, "path": p.name, "sha256": sha256_file(p),
         })
     return schema.table(schema.VIEWS_TABLE, rows), blurrer.faces_table()
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 __all__ = [

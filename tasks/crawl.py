@@ -40,10 +40,11 @@ import pyarrow.parquet as pq
 
 from vsi_wild import ids, schema
 from vsi_wild.config import Config
+from vsi_wild.digest import sha256_file
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import crawl
 from vsi_wild.stages.probe import describe_video
-from vsi_wild.store import MANIFEST_NAME, Store, UnitRef, sha256_file
+from vsi_wild.store import MANIFEST_NAME, Store, UnitRef
 from vsi_wild.tasks.engine import (Job, Outcome, Plan, Stage, add_listener, remove_listener, run_inline,
                                    run_stages)
 

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from vsi_wild import schema
 from vsi_wild.config import Config
+from vsi_wild.digest import sha256_file
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.probe import probe_video
-from vsi_wild.store import Store, sha256_file
+from vsi_wild.store import Store
 from vsi_wild.tasks.engine import Job, Plan, Stage
 
 OUTPUT = "source.parquet"
@@ -20,18 +20,6 @@ def registry_row(store: Store, source_id: str) -> dict:
     if row is None:
         raise UnitError(f"source {source_id} is not registered")
     return row
-
-
-def source_file(store: Store, row: dict) -> Path:
-    """The local file of a registered source: absolute paths as given, relative ones in the store."""
-    path = row["path"]
-    if not path:
-        raise UnitError(f"source {row['source_id']} has no file yet (not downloaded)")
-    if os.path.isabs(path):
-        return Path(path)
-    if store.is_local:
-        return Path(store.path(path))
-    return store.local_path_of(path)
 
 
 def _units(plan: Plan, stage: Stage) -> list[str]:
@@ -52,7 +40,7 @@ def _file_fingerprint(store: Store, row: dict) -> str:
         digest = store.manifest_sha256(path)
         return f"sha256:{digest}" if digest else "missing"
     try:
-        st = source_file(store, row).stat()
+        st = store.source_file(row).stat()
     except (OSError, UnitError):
         return "missing"
     return f"stat:{st.st_size}:{st.st_mtime_ns}"
@@ -60,7 +48,7 @@ def _file_fingerprint(store: Store, row: dict) -> str:
 
 def run(job: Job) -> None:
     row = registry_row(job.store, job.unit)
-    path = source_file(job.store, row)
+    path = job.store.source_file(row)
     cfg = job.config.probe
     measured = probe_video(path, min_aspect=cfg.min_aspect, max_aspect=cfg.max_aspect, timeout_s=cfg.timeout_s)
     measured["content_sha256"] = sha256_file(path)

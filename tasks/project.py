@@ -14,7 +14,6 @@ from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector, with_
 from vsi_wild.stages.project import ProjectParams, project_source
 from vsi_wild.tasks.engine import Job, Stage
 from vsi_wild.tasks.probe import OUTPUT as PROBE_OUTPUT
-from vsi_wild.tasks.probe import source_file
 from vsi_wild.store import Store
 
 VIEWS = "views.parquet"
@@ -53,7 +52,7 @@ def run(job: Job) -> None:
     if len(rows) != 1:
         raise UnitError(f"{job.unit}: probe output has {len(rows)} rows, expected 1", kind="internal")
     row = rows[0]
-    path = source_file(job.store, row)
+    path = job.store.source_file(row)
     params: ProjectParams = job.config.project
     detector, faces = face_setup(job.config)
     out_dir = job.out.path(VIEWS).parent  # the unit's scratch folder: committed as a whole on success

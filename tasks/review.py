@@ -29,7 +29,7 @@ from vsi_wild.errors import Skip, UnitError
 from vsi_wild.stages import review as rv
 from vsi_wild.store import Store
 from vsi_wild.tasks.engine import Job, Stage
-from vsi_wild.tasks.probe import registry_row, source_file
+from vsi_wild.tasks.probe import registry_row
 
 # ----------------------------------------------------------------------------------- records
 
@@ -133,7 +133,7 @@ def export_review(config: Config, store: Store, out_dir: str | os.PathLike[str] 
         if old is not None:
             row.update(decision=old["decision"], reason=old["reason"] or "", reviewer=old["reviewer"])
         try:
-            path = source_file(store, src)
+            path = store.source_file(src)
             duration = src.get("duration_s") or rv.video_duration(path)
             row["duration_s"] = round(float(duration), 3)
             samples = rv.sample_frames(path, rv.sample_times(duration, params.frames), params.tile_width)

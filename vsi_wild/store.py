@@ -19,7 +19,6 @@ without a manifest, which no reader trusts and the next writer replaces.
 from __future__ import annotations
 
 import hashlib
-import io
 import os
 import shutil
 import socket
@@ -37,24 +36,10 @@ import pyarrow.parquet as pq
 from fsspec.implementations.local import LocalFileSystem
 
 from vsi_wild import schema
+from vsi_wild.digest import sha256_file, table_bytes
+from vsi_wild.errors import UnitError
 
 MANIFEST_NAME = "_manifest.parquet"
-_CHUNK = 1 << 20
-
-
-def sha256_file(path: str | os.PathLike[str]) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        while chunk := fh.read(_CHUNK):
-            h.update(chunk)
-    return h.hexdigest()
-
-
-def table_bytes(table: pa.Table) -> bytes:
-    """Parquet bytes of a table, written the same way everywhere (deterministic for one pyarrow)."""
-    buf = io.BytesIO()
-    pq.write_table(table, buf, compression="zstd", write_statistics=True)
-    return buf.getvalue()
 
 
 def manifest_fingerprint(manifest: pa.Table) -> str:
@@ -252,6 +237,17 @@ class Store:
         if not self.fs.exists(p):
             return None
         return schema.conform(self.read_table_at(p), schema.SOURCE).to_pylist()[0]
+
+    def source_file(self, row: dict[str, Any]) -> Path:
+        """The local file of a registered source: absolute paths as given, relative ones in the store."""
+        path = row["path"]
+        if not path:
+            raise UnitError(f"source {row['source_id']} has no file yet (not downloaded)")
+        if os.path.isabs(path):
+            return Path(path)
+        if self.is_local:
+            return Path(self.path(path))
+        return self.local_path_of(path)
 
     def unregister_source(self, source_id: str) -> bool:
         p = self.path("registry", f"{source_id}.parquet")
