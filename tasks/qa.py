@@ -49,10 +49,8 @@ def _poses(job: Job, vid: str) -> pa.Table | None:
 
 
 def _panorama(job: Job) -> str:
-    from vsi_wild.tasks.probe import source_file
-
     row = job.read("probe", SOURCE_FILE).to_pylist()[0]
-    return str(source_file(job.store, row))
+    return str(job.store.source_file(row))
 
 
 def run(job: Job) -> None:
