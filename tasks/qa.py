@@ -12,24 +12,18 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vsi_wild import __version__, ids
+from vsi_wild import schema, __version__, ids
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.faces import image_blurrer
 from vsi_wild.stages.qa import QAParams
-from vsi_wild.stages.qa.build import build_video
+from vsi_wild.stages.qa.build import plan_video, render_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
 from vsi_wild.tasks.engine import Job, Stage
-from vsi_wild.tasks.project import face_model_raw, face_setup
+from vsi_wild.tasks.project import FACE_DETECTOR, face_setup
 
 VIEWS_FILE = "views.parquet"
 SOURCE_FILE = "source.parquet"  # the probe stage's output
-
-
-def _read_optional(job: Job, stage: str, name: str) -> pa.Table | None:
-    if stage not in job.inputs:
-        return None
-    ref = job.ref(stage)
-    return job.store.read_table(ref, name) if job.store.has_file(ref, name) else None
+POSES_FILE = "poses.parquet"  # the pose stage's output
 
 
 def _view(job: Job, vid: str) -> VideoInfo:
@@ -39,13 +33,10 @@ def _view(job: Job, vid: str) -> VideoInfo:
     raise UnitError(f"{VIEWS_FILE} of {ids.split_video_id(vid)[0]} has no row for {vid}")
 
 
-def _poses(job: Job, vid: str) -> pa.Table | None:
+def _poses(job: Job, vid: str) -> pa.Table:
     """The view's 2 FPS poses (the pose stage writes every view of a source in one table)."""
-    for stage in ("metadata", "pose"):
-        t = _read_optional(job, stage, "poses.parquet")
-        if t is not None:
-            return t.filter(pc.equal(t["video_id"], vid))
-    return None
+    t = job.read("pose", POSES_FILE)
+    return t.filter(pc.equal(t["video_id"], vid))
 
 
 def _panorama(job: Job) -> str:
@@ -61,9 +52,10 @@ def run(job: Job) -> None:
     motion = job.read("metadata", "motion.parquet")
     poses = _poses(job, vid)
     prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
-    blur = image_blurrer(*face_setup(job.config)) if params.vpo_per_video else None
-    pano = _panorama(job) if params.vpo_per_video else None
-    result = build_video(video, instances, motion, poses, params, prov, pano, job.out.path, blur)
+    result = plan_video(video, instances, motion, poses, params, prov)
+    if result.renders:  # the face model and the panorama only for a video with images to render
+        blur = image_blurrer(*face_setup(job.config))
+        render_video(result, video, params, _panorama(job), job.out.path, blur)
     questions, skipped = result.tables()
     job.out.write_table("questions.parquet", questions)
     job.out.write_table("skipped.parquet", skipped)
@@ -73,10 +65,11 @@ def run(job: Job) -> None:
 
 QA = Stage(
     name="qa",
+    outputs=schema.ARTIFACTS["qa"],
     version="1",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),
-    sections=("qa", "faces"), raw_inputs=face_model_raw,
+    sections=("qa", "faces"), backends=(FACE_DETECTOR,),
     description="Rule-based questions of one view video (VMR, VPO, VOO, VOC) and its rendered VPO views",
 )

@@ -6,7 +6,7 @@ A stage is listed here only once it is really built; nothing is faked to fill th
 from __future__ import annotations
 
 from vsi_wild.tasks.crawl import DOWNLOAD, SEARCH
-from vsi_wild.tasks.engine import Stage
+from vsi_wild.tasks.engine import Stage, register_stages
 from vsi_wild.tasks.export import EXPORT
 from vsi_wild.tasks.metadata import STAGES as METADATA_STAGES
 from vsi_wild.tasks.probe import PROBE
@@ -18,6 +18,7 @@ from vsi_wild.tasks.sample import SAMPLE
 
 STAGES: list[Stage] = [SAMPLE, SEARCH, DOWNLOAD, PROBE, REVIEW, PROJECT, *METADATA_STAGES, QA, EXPORT, REPORT]
 BY_NAME: dict[str, Stage] = {s.name: s for s in STAGES}
+register_stages(STAGES)
 
 
 def stage(name: str) -> Stage:

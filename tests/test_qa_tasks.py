@@ -29,6 +29,8 @@ from vsi_wild.tasks.export import EXPORT, summary_line
 from vsi_wild.tasks.qa import QA
 from test_qa_vpo_render import pano_frame
 
+ANY_OUTPUT = (schema.Artifact("*"),)  # these test stages write whatever they test
+
 DURATION, FPS = 20.0, 10.0
 SOURCES = ("sample-qa-a", "sample-qa-b")
 
@@ -72,10 +74,10 @@ def _probe(job):
 
 def upstream() -> list[Stage]:
     return [
-        Stage("probe", "1", "source", _probe, units=lambda plan, st: plan.sources()),
-        Stage("project", "1", "source", _project, needs=("probe",)),
-        Stage("pose", "1", "source", _pose, needs=("project",)),
-        Stage("metadata", "1", "video", _metadata, needs=("project", "pose")),
+        Stage("probe", "1", "source", _probe, outputs=ANY_OUTPUT, units=lambda plan, st: plan.sources()),
+        Stage("project", "1", "source", _project, outputs=ANY_OUTPUT, needs=("probe",)),
+        Stage("pose", "1", "source", _pose, outputs=ANY_OUTPUT, needs=("project",)),
+        Stage("metadata", "1", "video", _metadata, outputs=ANY_OUTPUT, needs=("project", "pose")),
     ]
 
 

@@ -19,9 +19,12 @@ from vsi_wild.config import load_config
 from vsi_wild.stages import review as rv
 from vsi_wild.store import Store
 from vsi_wild.tasks import review as tr
+from vsi_wild import schema
 from vsi_wild.tasks.engine import Plan, Stage, run_inline, run_stages
 from vsi_wild.tasks.probe import PROBE
 from vsi_wild.tasks.sources import register_local
+
+ANY_OUTPUT = (schema.Artifact("*"),)  # these test stages write whatever they test
 
 # ------------------------------------------------------------------------------------ decision files
 
@@ -124,7 +127,7 @@ def _project_run(job):
     job.out.write_table("seen.parquet", pa.table({"source_id": [job.unit], "decision": [d["decision"]]}))
 
 
-PROJECT = Stage(name="project", version="t", unit_kind="source", run=_project_run, needs=("review",))
+PROJECT = Stage(name="project", version="t", unit_kind="source", run=_project_run, outputs=ANY_OUTPUT, needs=("review",))
 
 
 def run_dag(config, store):

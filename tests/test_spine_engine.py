@@ -16,6 +16,8 @@ from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks import engine
 from vsi_wild.tasks.engine import Plan, Selection, Stage
 
+ANY_OUTPUT = (schema.Artifact("*"),)  # these test stages write whatever they test
+
 CALLS: list[tuple[str, str]] = []
 
 
@@ -47,10 +49,10 @@ def _all_run(job):
 
 def stages(src_version: str = "1", raw: dict | None = None) -> list[Stage]:
     return [
-        Stage("src", src_version, "source", _src_run, units=lambda plan, st: plan.sources(),
+        Stage("src", src_version, "source", _src_run, outputs=ANY_OUTPUT, units=lambda plan, st: plan.sources(),
               sections=("review",), raw_inputs=(lambda c, s, u: raw or {})),
-        Stage("vid", "1", "video", _vid_run, needs=("src",)),
-        Stage("all", "1", "all", _all_run, needs=("vid",)),
+        Stage("vid", "1", "video", _vid_run, outputs=ANY_OUTPUT, needs=("src",)),
+        Stage("all", "1", "all", _all_run, outputs=ANY_OUTPUT, needs=("vid",)),
     ]
 
 
@@ -114,7 +116,7 @@ def test_non_retryable_failure_is_not_retried_unless_forced(tmp_path):
         raise UnitError("video removed by uploader", kind="removed", retryable=False)
 
     sts = stages()
-    sts[0] = Stage("src", "1", "source", src_run, units=lambda plan, st: plan.sources())
+    sts[0] = Stage("src", "1", "source", src_run, outputs=ANY_OUTPUT, units=lambda plan, st: plan.sources())
     store = Store(tmp_path)
     _register(store, "local-a-1")
     run(store, sts=sts, only=["src"])
@@ -157,7 +159,7 @@ def test_changed_upstream_content_recomputes_only_its_dependents(tmp_path):
         job.out.write_table("t.parquet", pa.table({"unit": [job.unit], "v": [extra]}))
 
     sts = stages()
-    sts[0] = Stage("src", "1", "source", src_run, units=lambda plan, st: plan.sources(), sections=("run",))
+    sts[0] = Stage("src", "1", "source", src_run, outputs=ANY_OUTPUT, units=lambda plan, st: plan.sources(), sections=("run",))
     store = Store(tmp_path)
     _register(store, "local-a-1", "local-b-2")
     run(store, sts=sts)
@@ -214,8 +216,8 @@ def test_global_stage_after_a_failed_global_stage_is_skipped(tmp_path):
         job.out.write_table("t.parquet", job.read("all", "t.parquet"))
 
     sts = stages()
-    sts[2] = Stage("all", "1", "all", broken_all, needs=("vid",))
-    sts.append(Stage("report", "1", "all", report, needs=("all", "src")))
+    sts[2] = Stage("all", "1", "all", broken_all, outputs=ANY_OUTPUT, needs=("vid",))
+    sts.append(Stage("report", "1", "all", report, outputs=ANY_OUTPUT, needs=("all", "src")))
     store = Store(tmp_path)
     _register(store, "local-a-1")
     plan = run(store, sts=sts)

@@ -9,13 +9,15 @@ videos are files referenced from parquet by path). Conventions:
 - world coordinates are metres, right-handed, z up; yaw in degrees, positive turns right
   (clockwise seen from above), 0 = +y.
 
-Add a new artifact by adding its schema here and, if a stage writes it, listing it in
-``ARTIFACTS`` so that ``vsi-wild`` can describe it.
+Add a new artifact by adding its schema here and listing it in ``ARTIFACTS`` under the stage
+that writes it: the engine refuses outputs that do not match their stage's declarations.
 """
 
 from __future__ import annotations
 
+import fnmatch
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -631,6 +633,10 @@ QA_EXPORT = _schema(
     f("pipeline_version", pa.string()),
 )
 
+# The export's links: exports/<path> -> the file under the data root it shows (``target``, relative
+# to the root). Written without field docs or nullability flags, as it always was (same bytes).
+EXPORT_LINKS = pa.schema([("path", pa.string()), ("target", pa.string())])
+
 
 # --------------------------------------------------------------------------------------------
 # Helpers
@@ -666,3 +672,142 @@ def conform(t: pa.Table, schema: pa.Schema) -> pa.Table:
     if missing or extra:
         raise KeyError(f"columns missing {missing}, unexpected {extra}")
     return t.select(schema.names).cast(schema)
+
+
+# --------------------------------------------------------------------------------------------
+# The artifacts: what each stage writes into one unit's output folder
+# --------------------------------------------------------------------------------------------
+# A stage declares exactly these (tasks/*.py: ``Stage.outputs = ARTIFACTS[name]``); the engine
+# refuses to commit an output with a file no declaration matches, without a required file, or
+# with a parquet file whose schema differs from its declaration, and checks tables again when a
+# downstream stage reads them (``Job.read``). ``vsi-wild artifacts`` lists them.
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """One file of a unit's output, or a family of files named by a glob pattern."""
+
+    name: str  # relative path, or an fnmatch pattern ("*.mp4", "images/*"; '*' crosses '/')
+    schema: pa.Schema | None = None  # parquet files: the schema every such file conforms to
+    doc: str = ""
+    optional: bool = False  # may be absent (a pattern may always match nothing)
+
+    @property
+    def is_pattern(self) -> bool:
+        return any(c in self.name for c in "*?[")
+
+    def matches(self, file: str) -> bool:
+        return fnmatch.fnmatchcase(file, self.name) if self.is_pattern else file == self.name
+
+
+def schema_difference(actual: pa.Schema, expected: pa.Schema) -> str | None:
+    """None when ``actual`` is ``expected`` (field names, order, types, nullability; docs are
+    not compared); else what differs, first difference first."""
+    if actual.equals(expected, check_metadata=False):
+        return None
+    missing = [n for n in expected.names if n not in actual.names]
+    extra = [n for n in actual.names if n not in expected.names]
+    if missing or extra:
+        return f"columns missing {missing}, unexpected {extra}"
+    if actual.names != expected.names:
+        return f"column order {actual.names} != {expected.names}"
+    for a, e in zip(actual, expected):
+        if not a.type.equals(e.type):
+            return f"column {e.name!r}: type {a.type} != {e.type}"
+        if a.nullable != e.nullable:
+            return f"column {e.name!r}: nullable {a.nullable} != {e.nullable}"
+    return "schemas differ"
+
+
+def _parquet(name: str, sch: pa.Schema, optional: bool = False) -> Artifact:
+    return Artifact(name, sch, sch.metadata.get(b"doc", b"").decode() if sch.metadata else "", optional)
+
+
+VIEWS_FILE = "views.parquet"  # the project stage's table of a source's views (read by most stages)
+
+ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
+    "sample": (
+        Artifact("video.mp4", doc="the rendered 360° equirectangular video"),
+        _parquet("truth_poses.parquet", TRUTH_POSES),
+        _parquet("truth_objects.parquet", TRUTH_OBJECTS),
+        _parquet("truth_visibility.parquet", TRUTH_VISIBILITY),
+        _parquet("truth_faces.parquet", TRUTH_FACES),
+        _parquet("truth_places.parquet", TRUTH_PLACES),
+    ),
+    "search": (
+        _parquet("queries.parquet", CRAWL_QUERIES),
+        _parquet("candidates.parquet", CRAWL_CANDIDATES),
+    ),
+    "download": (
+        _parquet("registration.parquet", SOURCE),
+        Artifact("*.mp4", doc="the downloaded 360° video"),
+        Artifact("*.info.json", doc="yt-dlp's metadata of the video"),
+    ),
+    "probe": (_parquet("source.parquet", SOURCE),),
+    "review": (_parquet("review.parquet", REVIEW_DECISION),),
+    "project": (
+        _parquet(VIEWS_FILE, VIEWS_TABLE),
+        _parquet("faces.parquet", FACES),
+        Artifact("*.mp4", doc="one perspective view video per view (<video_id>.mp4)"),
+    ),
+    "candidates": (
+        _parquet("keyframes.parquet", KEYFRAMES),
+        _parquet("candidates.parquet", CANDIDATES),
+        Artifact("keyframes/*.jpg", doc="the keyframes proposals are made from"),
+        Artifact("mllm_proposals.txt", doc="the proposal plug-in's terms", optional=True),
+    ),
+    "detect": (
+        _parquet("detections.parquet", DETECTIONS),
+        _parquet("concept_stats.parquet", CONCEPT_STATS),
+    ),
+    "segment": (
+        _parquet("segments.parquet", CLIP_SEGMENTS),
+        _parquet("instances.parquet", CLIP_INSTANCES),
+    ),
+    "pose": (
+        _parquet("poses.parquet", POSES),
+        _parquet("view_poses.parquet", POSES),
+    ),
+    "reconcile": (
+        _parquet("clips.parquet", CLIP_SPANS),
+        _parquet("clip_instances.parquet", CLIP_INSTANCES),
+        _parquet("merge_decisions.parquet", MERGE_DECISIONS),
+        _parquet("members.parquet", INSTANCE_MEMBERS),
+        _parquet("observations_auto.parquet", OBSERVATIONS),
+        _parquet("instances_auto.parquet", INSTANCES),
+    ),
+    "metadata": (
+        _parquet("instances.parquet", INSTANCES),
+        _parquet("observations.parquet", OBSERVATIONS),
+        _parquet("motion.parquet", MOTION),
+        _parquet("motion_samples.parquet", MOTION_SAMPLES),
+        _parquet("view_agreement.parquet", VIEW_AGREEMENT),
+        _parquet("fixes_applied.parquet", FIXES_APPLIED),
+    ),
+    "qa": (
+        _parquet("questions.parquet", QA_QUESTIONS),
+        _parquet("skipped.parquet", QA_SKIPPED),
+        _parquet("images.parquet", QA_IMAGES),
+        Artifact("images/*", doc="the rendered VPO views"),
+    ),
+    "export": (
+        _parquet("qa.parquet", QA_EXPORT),
+        Artifact("vsi_super_wild_qa.jsonl", doc="the release rows"),
+        _parquet("splits/voc_stream.parquet", QA_EXPORT),
+        Artifact("splits/*", doc="controls and invariance splits (release rows, repeated videos)"),
+        Artifact("counts.json", doc="questions per task and subtype"),
+        Artifact("links.parquet", doc="exported file -> the unit output it is linked from"),
+    ),
+    "report": (
+        Artifact("report.md", doc="the build report"),
+        Artifact("report.json", doc="the report's numbers"),
+    ),
+}
+
+
+def artifact(stage: str, name: str) -> Artifact | None:
+    """The declaration that file ``name`` of ``stage``'s output matches (None if none does)."""
+    for a in ARTIFACTS.get(stage, ()):
+        if a.matches(name):
+            return a
+    return None

