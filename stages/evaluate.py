@@ -1,8 +1,8 @@
 """Evaluation: the paper's metrics, the Shuffle24 protocol, and blind baselines that flag leaks.
 
-Metrics (SPEC.md, "Evaluation protocol"):
-- multiple choice (VMR, VPO, VOO): accuracy;
-- VOC: MRA = mean(1 - |pred - gt| / max(gt, 1)), each term clipped at 0;
+Metrics (SPEC.md, "Evaluation protocol"), each task's own (``QATask.metric``):
+- multiple choice (VMR, VPO, VOO): ``ACCURACY``;
+- VOC: ``MRA`` = mean(1 - |pred - gt| / max(gt, 1)), each term clipped at 0;
 - Shuffle24: every MC question asked under all 24 orders of its 4 options; Top-K (at least one
   correct among the first K orders), Pass@K (at least K of 24 correct), option-order bias (std of
   accuracy across the 24 orders) and the best and worst order's accuracy.
@@ -12,10 +12,11 @@ Blind baselines answer without the video, from the question's text and options a
 of seeds 001 and 003): a question set where one of them beats chance clearly leaks its answer
 through wording, priors or option asymmetry.
 - ``prior``: the option whose text was most often correct in *other* videos of the same task and
-  subtype (leave-one-source-out, so a video's own answers never inform it); VOC: the median
-  answer of the same concept in other sources (else of all).
+  subtype (leave-one-source-out, so a video's own answers never inform it); a numeric task (VOC):
+  the median answer of the same concept in other sources (else of all).
 - ``consensus``: for orderings (VOO, VPO), the option whose order agrees most with the other
-  options (a distractor built by perturbing the answer gives the answer away); else option A.
+  options (a distractor built by perturbing the answer gives the answer away); else option A
+  (a numeric task: 1).
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from vsi_wild.stages.qa.registry import MC, NUMBER, Metric, mc_tasks, task
+
 LETTERS = "ABCD"
-MC_TASKS = ("VMR", "VPO", "VOO")
 DURATION_BINS_MIN = ((0, 10), (10, 30), (30, 60), (60, 120), (120, math.inf))
 # Shuffle24's 24 orders, in the order they are tried: first the 4 cyclic shifts (each option once
 # in each slot, so Top-4 of a model that always answers "A" is 1), then the rest. Order p shows
@@ -98,11 +100,17 @@ def parse_letter(text: Any) -> str | None:
     return m.group(1) if m else None
 
 
+ACCURACY = Metric("accuracy", lambda row, prediction: float(parse_letter(prediction) == row["answer"]))
+MRA = Metric("MRA", lambda row, prediction: mra(parse_count(prediction), float(row["answer"])))
+
+
 def score(row: Mapping[str, Any], prediction: Any) -> float:
-    """1/0 for a multiple-choice row (a letter), MRA for a VOC row (a number)."""
-    if row["task_type"] == "VOC":
-        return mra(parse_count(prediction), float(row["answer"]))
-    return float(parse_letter(prediction) == row["answer"])
+    """The row's task's metric: 1/0 for a multiple-choice row (a letter), MRA for a VOC row (a number)."""
+    return task(row["task_type"]).metric.score(row, prediction)
+
+
+def is_numeric(row: Mapping[str, Any]) -> bool:
+    return task(row["task_type"]).kind == NUMBER
 
 
 def evaluate(rows: Sequence[Mapping[str, Any]], predictions: Mapping[str, Any],
@@ -153,7 +161,7 @@ def shuffle24_metrics(rows: Sequence[Mapping[str, Any]], predictions: Mapping[st
                       ks: Sequence[int] = (1, 3, 5)) -> dict[str, float]:
     """Top-K, Pass@K, option-order bias and best/worst order accuracy over MC ``rows`` (originals,
     not the shuffled copies; predictions are keyed by the shuffled doc ids)."""
-    mc = [r for r in rows if r["task_type"] in MC_TASKS]
+    mc = [r for r in rows if task(r["task_type"]).kind == MC]
     if not mc:
         return {}
     per_perm = [[0.0] * len(mc) for _ in PERMUTATIONS]
@@ -190,7 +198,7 @@ def prior_baseline(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     by_source: dict[tuple[str, str, str], Counter] = defaultdict(Counter)
     counts: dict[str, list[tuple[str, float]]] = defaultdict(list)
     for r in rows:
-        if r["task_type"] == "VOC":
+        if is_numeric(r):
             counts[_concept(r)].append((_source(r), float(r["answer"])))
             counts["*"].append((_source(r), float(r["answer"])))
         else:
@@ -201,7 +209,7 @@ def prior_baseline(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     preds = {}
     for r in rows:
         src = _source(r)
-        if r["task_type"] == "VOC":
+        if is_numeric(r):
             others = [v for s, v in counts.get(_concept(r), []) if s != src] or [v for s, v in counts["*"] if s != src]
             preds[r["doc_id"]] = str(round(statistics.median(others))) if others else "1"
             continue
@@ -224,8 +232,9 @@ def consensus_baseline(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     """For ordering questions, the option agreeing most with the others (ties: the first)."""
     preds = {}
     for r in rows:
-        if r["task_type"] not in ("VOO", "VPO"):
-            preds[r["doc_id"]] = "A" if r["task_type"] != "VOC" else "1"
+        t = task(r["task_type"])
+        if not t.ordering:
+            preds[r["doc_id"]] = "1" if t.kind == NUMBER else "A"
             continue
         orders = [t.split(_ARROW) for t in option_texts(r)]
         agree = [sum(_kendall_agreement(o, other) for other in orders if other is not o) for o in orders]
@@ -249,11 +258,11 @@ def blind_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n:
         res = evaluate(rows, fn(rows), groups=lambda r: [r["task_type"]])
         out["baselines"][name] = {k: v["score"] for k, v in res.items() if not k.startswith("_")}
     n = Counter(r["task_type"] for r in rows)
-    for task in MC_TASKS:
-        if 0 < n[task] < min_n:
-            out["too_few"].append(task)
+    for name in mc_tasks():
+        if 0 < n[name] < min_n:
+            out["too_few"].append(name)
             continue
-        best = max((b.get(task, 0.0) for b in out["baselines"].values()), default=0.0)
+        best = max((b.get(name, 0.0) for b in out["baselines"].values()), default=0.0)
         if best > 0.25 + margin:
-            out["leaks"].append({"task": task, "best_blind_accuracy": best})
+            out["leaks"].append({"task": name, "best_blind_accuracy": best})
     return out

@@ -1,5 +1,8 @@
 """The published benchmark: answer letters, the release file, the rich parquet, the splits.
 
+What is task-specific comes from the registered tasks (``vsi_wild.stages.qa.registry``): their
+order, the columns they add, their splits and derived rows.
+
 Why a global step: the correct letter of a multiple-choice question is *assigned*, balanced over a
 whole task (and within each subtype and correct-answer text), which needs every question of the
 task at once. Each video's questions arrive with their correct option and 3 distractors in a
@@ -48,12 +51,24 @@ from vsi_wild import schema
 from vsi_wild.digest import table_bytes
 from vsi_wild.stages.qa.common import LETTERS, StableRng, stable_hash
 from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.qa.registry import EXPORT_BASE_COLUMNS, MC, RELEASE, Split, task, tasks
 
 RELEASE_KEYS = ("doc_id", "video_name", "task_type", "question", "answer", "frame_indices", "options")
 RELEASE_FILE = "vsi_super_wild_qa.jsonl"
-SPLITS = ("release", "vpo_unrotated", "voc_stream", "voc_repeat")
-_TASK_RANK = {"VOC": 0, "VPO": 1, "VMR": 2, "VOO": 3}  # the release's order within a video
-_SUBTYPE_RANK = {"first": 0, "last": 1}
+
+
+def splits() -> list[Split]:
+    """Every task's splits beside the release, in task order."""
+    return [s for t in tasks() for s in t.splits]
+
+
+def split_names() -> list[str]:
+    """The file order of the rich parquet's splits: the release, then the tasks' splits."""
+    return [RELEASE, *(s.name for s in splits())]
+
+
+def split_file(split: Split) -> str:
+    return f"splits/{split.name}.parquet" if split.form == "rich" else f"splits/{split.name}/{RELEASE_FILE}"
 
 
 @dataclass
@@ -74,18 +89,18 @@ class Export:
             d = per_split.setdefault(r["split"], {})
             d[r["task_type"]] = d.get(r["task_type"], 0) + 1
         letters: dict[str, dict[str, int]] = {}
-        for r in self.split_rows("release"):
+        for r in self.split_rows(RELEASE):
             if r["options"]:
                 d = letters.setdefault(r["task_type"], {k: 0 for k in LETTERS})
                 d[r["answer"]] += 1
         subtypes: dict[str, dict[str, int]] = {}
-        for r in self.split_rows("release"):
+        for r in self.split_rows(RELEASE):
             d = subtypes.setdefault(r["task_type"], {})
             d[r["subtype"]] = d.get(r["subtype"], 0) + 1
         return {
-            "release": {t: per_split.get("release", {}).get(t, 0) for t in ("VMR", "VPO", "VOO", "VOC")},
+            "release": {t.name: per_split.get(RELEASE, {}).get(t.name, 0) for t in tasks()},
             "release_subtypes": {t: dict(sorted(d.items())) for t, d in sorted(subtypes.items())},
-            "splits": {s: dict(sorted(per_split.get(s, {}).items())) for s in SPLITS},
+            "splits": {s: dict(sorted(per_split.get(s, {}).items())) for s in split_names()},
             "letters": letters,
             "duplicates_dropped": len(self.dropped),
         }
@@ -117,21 +132,27 @@ def options_with_letters(correct: str, distractors: Sequence[str], index: int) -
 # ----------------------------------------------------------------------------- assembly
 def _doc_ids(questions: list[dict[str, Any]]) -> None:
     """Release-style ids: ``{video_name}|{n}|{task}|{variant}``, n running over a video's questions
-    in the release's task order (VOC, VPO, VMR, VOO); variant 0 for release rows."""
+    in the release's task order (``QATask.release_rank``: VOC, VPO, VMR, VOO); variant 0 for
+    release rows, the split's for twins."""
+    variants = {RELEASE: "0", **{s.name: s.variant for s in splits() if s.variant}}
+
+    def key(q: dict[str, Any]) -> tuple[int, int, int]:
+        t = task(q["task_type"])
+        return t.release_rank, q["index"], t.subtype_rank(q["subtype"])
+
     by_video: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for q in questions:
         by_video[q["video_name"]].append(q)
     for name, qs in by_video.items():
-        # a question and its control / stream twin share n
-        keys = sorted({(_TASK_RANK[q["task_type"]], q["index"], _SUBTYPE_RANK.get(q["subtype"], 0)) for q in qs
-                       if q["split"] == "release" or q["task_type"] in ("VPO", "VOC")})
+        # a question and its twins (control, stream form) share n
+        keys = sorted({key(q) for q in qs if q["split"] in variants})
         number = {k: n for n, k in enumerate(keys)}
         for q in qs:
-            n = number[(_TASK_RANK[q["task_type"]], q["index"], _SUBTYPE_RANK.get(q["subtype"], 0))]
-            variant = {"release": "0", "vpo_unrotated": "unrotated", "voc_stream": "stream"}[q["split"]]
+            n = number[key(q)]
+            variant = variants[q["split"]]
             q["_n"] = n
             q["doc_id"] = f"{name}|{n}|{q['task_type']}|{variant}"
-            q["base_doc_id"] = None if q["split"] == "release" else f"{name}|{n}|{q['task_type']}|0"
+            q["base_doc_id"] = None if q["split"] == RELEASE else f"{name}|{n}|{q['task_type']}|0"
 
 
 def _content_key(q: dict[str, Any]) -> tuple:
@@ -157,14 +178,15 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
     if any(n > 1 for n in ids.values()):
         raise ValueError(f"duplicate doc ids: {[i for i, n in ids.items() if n > 1][:5]}")
     # a control is dropped with its release twin, never alone
-    release_ids = {q["doc_id"] for q in kept if q["split"] == "release"}
-    kept = [q for q in kept if q["split"] == "release" or q["base_doc_id"] in release_ids]
+    release_ids = {q["doc_id"] for q in kept if q["split"] == RELEASE}
+    kept = [q for q in kept if q["split"] == RELEASE or q["base_doc_id"] in release_ids]
 
-    letters = assign_letters([q for q in kept if q["split"] == "release" and q["correct"] is not None], params.seed)
+    mc = {t.name for t in tasks() if t.kind == MC}  # letters are balanced over the multiple-choice tasks
+    letters = assign_letters([q for q in kept if q["split"] == RELEASE and q["task_type"] in mc], params.seed)
     rows: list[dict[str, Any]] = []
     for q in kept:
-        if q["correct"] is not None:
-            idx = letters[q["doc_id"] if q["split"] == "release" else q["base_doc_id"]]
+        if q["task_type"] in mc:
+            idx = letters[q["doc_id"] if q["split"] == RELEASE else q["base_doc_id"]]
             answer, options = LETTERS[idx], options_with_letters(q["correct"], q["distractors"], idx)
             answer_text = q["correct"]
         else:
@@ -173,38 +195,22 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
         rows.append(_export_row(q, answer=answer, options=options, answer_text=answer_text, answer_index=idx))
 
     repeats: list[tuple[str, str, int]] = []
-    for r in [r for r in rows if r["split"] == "release" and r["task_type"] == "VOC"]:
-        for k in params.repeat_times:
-            name = repeat_video_name(r["video_name"], k)
-            if (r["video_name"], name, k) not in repeats:
-                repeats.append((r["video_name"], name, k))
-            d = r["duration_s"]
-            rows.append({
-                **r,
-                "doc_id": f"{name}|{r['doc_id'].split('|', 2)[1]}|VOC|0",
-                "video_name": name,
-                "split": "voc_repeat",
-                "video_path": f"splits/voc_repeat/videos/{name}",
-                "query_times": [k * d],
-                "evidence": [[{"start": 0.0, "end": d}]],  # the first pass already shows every instance
-                "duration_s": k * d,
-                "base_doc_id": r["doc_id"],
-                "repeat": k,
-            })
-    split_rank = {s: i for i, s in enumerate(SPLITS)}
+    for t in tasks():
+        if t.derive:
+            derived, videos = t.derive([r for r in rows if r["split"] == RELEASE and r["task_type"] == t.name], params)
+            rows += derived
+            repeats += videos
+    split_rank = {s: i for i, s in enumerate(split_names())}
     rows.sort(key=lambda r: (split_rank[r["split"]], r["video_name"], r["_n"]))
     for r in rows:
         r.pop("_n")
     return Export(rows, sorted(repeats), dropped)
 
 
-def repeat_video_name(video_name: str, k: int) -> str:
-    stem = video_name[:-4] if video_name.endswith(".mp4") else video_name
-    return f"{stem}_repeat{k}.mp4"
-
-
 def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    return {
+    """The QA_EXPORT row of question row ``q``: the export's own columns, then every task's columns
+    (filled by ``q``'s task, None for the others)."""
+    row = {
         "doc_id": q["doc_id"],
         "video_name": q["video_name"],
         "task_type": q["task_type"],
@@ -226,20 +232,17 @@ def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
         "frame_times": q["frame_times"],
         "fps": q["fps"],
         "duration_s": q["duration_s"],
-        "image_paths": [image_export_path(q["video_id"], f) for f in q["image_files"]] if q["image_files"] else None,
-        "render_yaw_deg": q["render_yaw_deg"],
-        "render_offset_deg": q["render_offset_deg"],
-        "render_pitch_deg": q["render_pitch_deg"],
-        "render_hfov_deg": q["render_hfov_deg"],
-        "concepts": q["concepts"],
-        "angle_deg": q["angle_deg"],
         "base_doc_id": q["base_doc_id"],
         "repeat": None,
         "seed": q["seed"],
         "metadata_fingerprint": q["metadata_fingerprint"],
         "pipeline_version": q["pipeline_version"],
-        "_n": q["_n"],
     }
+    for t in tasks():
+        row.update({c: None for c in t.export_columns})
+    row.update({c: value(q) for c, value in task(q["task_type"]).export_columns.items()})
+    row["_n"] = q["_n"]
+    return row
 
 
 def image_export_path(video_id: str, unit_file: str) -> str:
@@ -263,11 +266,11 @@ def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
     def put(rel: str, data: bytes) -> None:
         dest(rel).write_bytes(data)
 
-    put(RELEASE_FILE, release_bytes(export.split_rows("release")))
+    put(RELEASE_FILE, release_bytes(export.split_rows(RELEASE)))
     put("qa.parquet", table_bytes(export.table()))
-    put(f"splits/vpo_unrotated/{RELEASE_FILE}", release_bytes(export.split_rows("vpo_unrotated")))
-    put(f"splits/voc_repeat/{RELEASE_FILE}", release_bytes(export.split_rows("voc_repeat")))
-    put("splits/voc_stream.parquet", table_bytes(schema.table(schema.QA_EXPORT, export.split_rows("voc_stream"))))
+    for s in splits():
+        rows = export.split_rows(s.name)
+        put(split_file(s), table_bytes(schema.table(schema.QA_EXPORT, rows)) if s.form == "rich" else release_bytes(rows))
     counts = export.counts()
     put("counts.json", (json.dumps(counts, indent=1, sort_keys=True) + "\n").encode())
     return counts

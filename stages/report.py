@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vsi_wild.stages import evaluate as ev
+from vsi_wild.stages.qa.registry import NUMBER, task, tasks
 
 
 def build_report(rows: Sequence[Mapping[str, Any]], status: Sequence[Mapping[str, Any]],
@@ -20,21 +21,20 @@ def build_report(rows: Sequence[Mapping[str, Any]], status: Sequence[Mapping[str
     by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in release:
         by_task[r["task_type"]].append(r)
-    for task, rs in sorted(by_task.items()):
+    for name, rs in sorted(by_task.items()):
+        t = task(name)
         entry: dict[str, Any] = {"n": len(rs), "subtypes": dict(Counter(r["subtype"] for r in rs)),
                                  "videos": len({r["video_name"] for r in rs})}
-        if task == "VOC":
+        if t.kind == NUMBER:
             answers = sorted(int(r["answer"]) for r in rs)
             entry["answers"] = {"min": answers[0], "median": statistics.median(answers), "max": answers[-1]}
         else:
             entry["letters"] = dict(sorted(Counter(r["answer"] for r in rs).items()))
             entry["answer_texts"] = dict(Counter(r["answer_text"] for r in rs).most_common(8))
-        if task == "VPO":
-            gaps = [min(b - a for a, b in zip(sorted(r["frame_times"]), sorted(r["frame_times"])[1:]))
-                    for r in rs if r.get("frame_times")]
-            entry["min_anchor_gap_s"] = min(gaps) if gaps else None
+        if t.summarise:
+            entry.update(t.summarise(rs))
         entry["duration_bins"] = dict(Counter(ev.duration_bin(r["duration_s"] / 60) for r in rs))
-        rep["questions"][task] = entry
+        rep["questions"][name] = entry
     rep["blind"] = ev.blind_report(release) if release else {}
     durations = [s["duration_s"] for s in sources if s.get("duration_s")]
     rep["sources"] = {"n": len(sources), "hours": sum(durations) / 3600 if durations else 0.0,
@@ -60,9 +60,9 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
                    if "answers" in e else "letters " + " ".join(f"{k}:{v}" for k, v in e["letters"].items()))
         out.append(f"| {task} | {e['n']} | {e['videos']} | {subtypes} | {answers} |")
     out += ["", "Splits: " + ", ".join(f"{k} {v}" for k, v in rep["splits"].items())]
-    vpo = rep["questions"].get("VPO", {})
-    if vpo.get("min_anchor_gap_s") is not None:
-        out += [f"VPO: the closest two anchors of any question are {vpo['min_anchor_gap_s']:.1f} s apart."]
+    for t in tasks():  # each task's own section
+        if t.report_section and t.name in rep["questions"]:
+            out += t.report_section(rep["questions"][t.name])
     out += [""]
     if rep.get("blind"):
         b = rep["blind"]
@@ -76,7 +76,8 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
                 if b["leaks"] else "No task is answerable blind beyond the margin.", ""]
         if b.get("too_few"):
             out += [f"Too few questions to judge ({b['min_n']} needed): {', '.join(b['too_few'])}.", ""]
-        out += ["(VOC is scored with MRA: the median-count prior's score, not an accuracy.)", ""]
+        out += [f"({t.name} is scored with {t.metric.name}: the median-count prior's score, not an accuracy.)"
+                for t in tasks() if t.kind == NUMBER] + [""]
     out += ["## Lost on the way", ""]
     if rep["lost"]:
         for stage, classes in rep["lost"].items():

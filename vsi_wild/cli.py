@@ -414,7 +414,7 @@ def evaluate(
     if write_shuffle24:
         with open(write_shuffle24, "w", encoding="utf-8") as fh:
             for r in rows:
-                if r["task_type"] in ev.MC_TASKS:
+                if r["task_type"] in ev.mc_tasks():
                     for c in ev.shuffle24(r):
                         fh.write(json.dumps({k: c[k] for k in ("doc_id", "video_name", "task_type", "question", "answer",
                                                                "frame_indices", "options")}, ensure_ascii=False) + "\n")

@@ -1,4 +1,7 @@
-"""All questions of one view video: the per-video half of the QA stage (letters come at export)."""
+"""All questions of one view video: the per-video half of the QA stage (letters come at export).
+
+Every registered task (``registry.tasks()``) builds its questions from the same inputs; they are
+checked against the streaming rule and sorted by (task order, subtype, index)."""
 
 from __future__ import annotations
 
@@ -11,14 +14,10 @@ import pyarrow as pa
 
 from vsi_wild import schema
 
-from vsi_wild.stages.qa.common import Provenance, Question, VideoInfo, check_distinct_options, questions_table, skipped_table
+from vsi_wild.stages.qa.common import Provenance, Question, RenderJob, VideoInfo, check_distinct_options, questions_table, skipped_table
 from vsi_wild.stages.qa.params import QAParams
-from vsi_wild.stages.qa.vmr import vmr_questions
-from vsi_wild.stages.qa.voc import voc_questions
-from vsi_wild.stages.qa.voo import voo_questions
-from vsi_wild.stages.qa.vpo import RenderJob, refine_times, render_jobs, vpo_plan
-
-_ORDER = {"VMR": 0, "VPO": 1, "VOO": 2, "VOC": 3}
+from vsi_wild.stages.qa.registry import MC, RELEASE, QATask, VideoInputs, tasks
+from vsi_wild.stages.qa.vpo import render_jobs
 
 
 @dataclass
@@ -35,43 +34,63 @@ class VideoQA:
         return schema.table(schema.QA_IMAGES, self.images)
 
 
+def _check(task: QATask, q: Question) -> None:
+    where = f"{q.video_id} {q.task_type} {q.index}"
+    if q.task_type != task.name:
+        raise ValueError(f"{where}: built by task {task.name}")
+    if q.split != RELEASE and q.split not in {s.name for s in task.splits if s.variant}:
+        raise ValueError(f"{where}: split {q.split!r} is not one of the task's")
+    if (q.correct is not None) != (task.kind == MC):
+        raise ValueError(f"{where}: a {task.kind} question {'without' if task.kind == MC else 'with'} a correct option")
+    if q.correct is not None:
+        check_distinct_options(q.correct, q.distractors or [])
+    if len(q.query_times) != len(q.answers) or len(q.evidence) != len(q.query_times):
+        raise ValueError(f"{where}: query times, answers and evidence differ in length")
+    for qt, ev in zip(q.query_times, q.evidence):
+        if any(iv["end"] > qt + 1e-9 for iv in ev):  # the streaming rule
+            raise ValueError(f"{where}: evidence after its query time {qt}")
+
+
 def plan_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: pa.Table | None,
                params: QAParams, prov: Provenance) -> VideoQA:
-    """Every question of one video (pure: no pixels); VPO images to render are listed."""
+    """Every question of one video (pure: no pixels); the images to render are listed."""
+    inputs = VideoInputs(video, instances, motion, poses)
     qs: list[Question] = []
+    jobs: list[RenderJob] = []
     skipped: list[dict] = []
-    a, s = vmr_questions(motion, video, params, prov)
-    qs += a
-    skipped += s
-    a, jobs, s = vpo_plan(poses, video, params, prov)
-    qs += a
-    skipped += s
-    a, s = voo_questions(instances, video, params, prov)
-    qs += a
-    skipped += s
-    a, s = voc_questions(instances, video, params, prov)
-    qs += a
-    skipped += s
-    for q in qs:
-        if q.correct is not None:
-            check_distinct_options(q.correct, q.distractors or [])
-        if len(q.query_times) != len(q.answers) or len(q.evidence) != len(q.query_times):
-            raise ValueError(f"{q.video_id} {q.task_type} {q.index}: query times, answers and evidence differ in length")
-        for qt, ev in zip(q.query_times, q.evidence):
-            if any(iv["end"] > qt + 1e-9 for iv in ev):  # the streaming rule
-                raise ValueError(f"{q.video_id} {q.task_type} {q.index}: evidence after its query time {qt}")
-    qs.sort(key=lambda q: (_ORDER[q.task_type], q.subtype, q.index))
+    order: dict[str, int] = {}
+    for task in tasks():
+        built = task.questions(inputs, params, prov)
+        for q in built.questions:
+            _check(task, q)
+        qs += built.questions
+        jobs += built.renders
+        skipped += built.skipped
+        order[task.name] = task.order
+    qs.sort(key=lambda q: (order[q.task_type], q.subtype, q.index))
     return VideoQA(qs, jobs, skipped)
+
+
+def render_video(result: VideoQA, video: VideoInfo, params: QAParams, pano_path: str | Path | None,
+                 dest: Callable[[str], Path], blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None) -> None:
+    """Render the planned images (written to ``dest(relative path)``) and let each task refine its
+    questions by the shown frames' decoded times."""
+    if not result.renders:
+        return
+    if pano_path is None:
+        who = sorted({q.task_type for q in result.questions if q.image_files})
+        raise ValueError(f"{video.video_id}: {', '.join(who)} needs the source panorama, and none is known")
+    result.images = render_jobs(pano_path, result.renders, dest, video, params, blur)
+    frame_time = {r["frame"]: r["time"] for r in result.images}
+    for task in tasks():
+        if task.after_render:
+            task.after_render([q for q in result.questions if q.task_type == task.name], frame_time)
 
 
 def build_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: pa.Table | None,
                 params: QAParams, prov: Provenance, pano_path: str | Path | None, dest: Callable[[str], Path],
                 blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None) -> VideoQA:
-    """Plan the video's questions and render its VPO images (written to ``dest(relative path)``)."""
+    """Plan the video's questions and render their images (written to ``dest(relative path)``)."""
     result = plan_video(video, instances, motion, poses, params, prov)
-    if result.renders:
-        if pano_path is None:
-            raise ValueError(f"{video.video_id}: VPO needs the source panorama, and none is known")
-        result.images = render_jobs(pano_path, result.renders, dest, video, params, blur)
-        refine_times(result.questions, {r["frame"]: r["time"] for r in result.images})
+    render_video(result, video, params, pano_path, dest, blur)
     return result

@@ -1,5 +1,5 @@
-"""What the four QA tasks share: seeding, the video they are asked about, question wording,
-option helpers and the per-video question table.
+"""What the QA tasks share: seeding, the video they are asked about, question wording,
+option helpers, the images to render and the per-video question table.
 
 Question wording is the public release's, word for word, so that the public evaluation task's
 prompts (and its answer parsing) match.
@@ -21,7 +21,6 @@ from vsi_wild import schema
 
 T = TypeVar("T")
 
-TASKS = ("VMR", "VPO", "VOO", "VOC")
 ARROW = " → "  # the release joins orderings with a spaced right arrow
 LETTERS = "ABCD"
 
@@ -173,6 +172,16 @@ class Question:
     render_hfov_deg: float | None = None
     concepts: list[str] | None = None
     angle_deg: float | None = None
+
+
+@dataclass(frozen=True)
+class RenderJob:
+    """One image a question shows, to be rendered from the source panorama."""
+
+    frame: int  # frame index of the source panorama (= of the view video)
+    yaw_deg: float
+    pitch_deg: float
+    file: str  # output path relative to the image folder's parent (e.g. "images/vpo0_f1_rot.jpg")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,9 @@ from vsi_wild.stages.qa.common import (
     finite,
     interval,
 )
+from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.qa.registry import MC, QATask, TaskQuestions, VideoInputs, copied
 
 # Sector k covers [45k - 22.5, 45k + 22.5) degrees, clockwise from forward.
 SECTORS = (
@@ -120,3 +122,12 @@ def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Pr
         )
     return questions, skipped
 
+
+def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
+    return TaskQuestions(*vmr_questions(inputs.motion, inputs.video, params, prov))
+
+
+TASK = QATask(
+    name="VMR", order=0, release_rank=2, kind=MC, metric=ACCURACY, questions=_build,
+    subtypes=("cardinal", "diagonal"), export_columns=copied("angle_deg"),
+)

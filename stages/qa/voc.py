@@ -3,14 +3,19 @@
 Per view video and retained concept: checkpoints every ``checkpoint_s`` seconds and at the end;
 the answer at a checkpoint is the number of unique (reconciled) instances of the concept first
 seen up to then. Two questions per concept: the stream (all checkpoints) and the final total (the
-release's form, a single count for the whole video).
+release's form, a single count for the whole video). At export, VOC-Repeat: each release row
+again on its video concatenated with itself k times (the same final count).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Sequence
+from typing import Any
 
 import pyarrow as pa
+
+from vsi_wild.stages.evaluate import MRA
 
 from vsi_wild.stages.qa.common import (
     VOC_STREAM_QUESTION,
@@ -23,6 +28,7 @@ from vsi_wild.stages.qa.common import (
     interval,
 )
 from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.qa.registry import NUMBER, QATask, Split, TaskQuestions, VideoInputs, copied
 
 
 def checkpoints(duration_s: float, every_s: float) -> list[float]:
@@ -96,3 +102,46 @@ def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
             )
         )
     return questions, skipped
+
+
+def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
+    return TaskQuestions(*voc_questions(inputs.instances, inputs.video, params, prov))
+
+
+def repeat_video_name(video_name: str, k: int) -> str:
+    stem = video_name[:-4] if video_name.endswith(".mp4") else video_name
+    return f"{stem}_repeat{k}.mp4"
+
+
+def repeat_rows(release: Sequence[dict[str, Any]], params: QAParams) -> tuple[list[dict[str, Any]], list[tuple[str, str, int]]]:
+    """VOC-Repeat: each release row on its video played ``k`` times (``params.repeat_times``), and
+    the repeated videos to make."""
+    rows: list[dict[str, Any]] = []
+    repeats: list[tuple[str, str, int]] = []
+    for r in release:
+        for k in params.repeat_times:
+            name = repeat_video_name(r["video_name"], k)
+            if (r["video_name"], name, k) not in repeats:
+                repeats.append((r["video_name"], name, k))
+            d = r["duration_s"]
+            rows.append({
+                **r,
+                "doc_id": f"{name}|{r['doc_id'].split('|', 2)[1]}|VOC|0",
+                "video_name": name,
+                "split": "voc_repeat",
+                "video_path": f"splits/voc_repeat/videos/{name}",
+                "query_times": [k * d],
+                "evidence": [[{"start": 0.0, "end": d}]],  # the first pass already shows every instance
+                "duration_s": k * d,
+                "base_doc_id": r["doc_id"],
+                "repeat": k,
+            })
+    return rows, repeats
+
+
+TASK = QATask(
+    name="VOC", order=3, release_rank=0, kind=NUMBER, metric=MRA, questions=_build,
+    export_columns=copied("concepts"),
+    splits=(Split("voc_stream", "VOC stream", "rich", variant="stream"), Split("voc_repeat", "VOC-Repeat", "release")),
+    derive=repeat_rows,
+)

@@ -24,7 +24,9 @@ from vsi_wild.stages.qa.common import (
     permutation_distractors,
     voo_question,
 )
+from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.qa.registry import MC, QATask, TaskQuestions, VideoInputs, copied
 
 SUBTYPES = ("first", "last")
 _ENUMERATE_MAX = 100_000  # above this many 4-sets, sample instead of enumerating
@@ -113,3 +115,13 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
                 )
             )
     return questions, skipped
+
+
+def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
+    return TaskQuestions(*voo_questions(inputs.instances, inputs.video, params, prov))
+
+
+TASK = QATask(
+    name="VOO", order=2, release_rank=3, kind=MC, metric=ACCURACY, questions=_build,
+    subtypes=SUBTYPES, ordering=True, export_columns=copied("concepts"),
+)

@@ -26,10 +26,13 @@ import pyarrow as pa
 
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
+from vsi_wild.stages.evaluate import ACCURACY
+from vsi_wild.stages.export import image_export_path
 from vsi_wild.stages.project import render_view
 from vsi_wild.stages.qa.common import (
     Provenance,
     Question,
+    RenderJob,
     StableRng,
     VideoInfo,
     base_fields,
@@ -39,6 +42,7 @@ from vsi_wild.stages.qa.common import (
     vpo_question,
 )
 from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.qa.registry import MC, QATask, Split, TaskQuestions, VideoInputs, copied
 from vsi_wild.stages.video_io import VideoReader
 
 
@@ -47,14 +51,6 @@ class Candidate:
     time: float  # time of the frame shown (the sample time until rendering reads the frame's own)
     frame: int
     pos: tuple[float, float, float] | None  # camera centre when a valid pose exists
-
-
-@dataclass(frozen=True)
-class RenderJob:
-    frame: int  # frame index of the source panorama (= of the view video)
-    yaw_deg: float
-    pitch_deg: float
-    file: str  # output path relative to the image folder's parent (e.g. "images/vpo0_f1_rot.jpg")
 
 
 def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> list[Candidate]:
@@ -252,9 +248,38 @@ def render_jobs(pano_path: str | Path, jobs: Sequence[RenderJob], dest: Callable
 def refine_times(questions: Sequence[Question], frame_time: dict[int, float]) -> None:
     """Replace the VPO questions' sample times by the shown frames' own decoded times."""
     for q in questions:
-        if q.task_type != "VPO":
-            continue
         q.frame_times = [float(frame_time[f]) for f in q.frame_indices]
         ts = sorted(q.frame_times)
         q.query_times = [ts[-1]]
         q.evidence = [[interval(t, t) for t in ts]]
+
+
+# ----------------------------------------------------------------------------- the task
+def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
+    questions, jobs, skipped = vpo_plan(inputs.poses, inputs.video, params, prov)
+    return TaskQuestions(questions, skipped, jobs)
+
+
+def _image_paths(q: dict) -> list[str] | None:
+    return [image_export_path(q["video_id"], f) for f in q["image_files"]] if q["image_files"] else None
+
+
+def _anchor_gap(rows: Sequence[dict]) -> dict:
+    gaps = [min(b - a for a, b in zip(sorted(r["frame_times"]), sorted(r["frame_times"])[1:]))
+            for r in rows if r.get("frame_times")]
+    return {"min_anchor_gap_s": min(gaps) if gaps else None}
+
+
+def _report_section(entry: dict) -> list[str]:
+    if entry.get("min_anchor_gap_s") is None:
+        return []
+    return [f"VPO: the closest two anchors of any question are {entry['min_anchor_gap_s']:.1f} s apart."]
+
+
+TASK = QATask(
+    name="VPO", order=1, release_rank=1, kind=MC, metric=ACCURACY, questions=_build, ordering=True,
+    export_columns={"image_paths": _image_paths,
+                    **copied("render_yaw_deg", "render_offset_deg", "render_pitch_deg", "render_hfov_deg")},
+    splits=(Split("vpo_unrotated", "VPO unrotated", "release", variant="unrotated"),),
+    after_render=refine_times, summarise=_anchor_gap, report_section=_report_section,
+)
