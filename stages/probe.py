@@ -159,12 +159,13 @@ def describe_video(path: str | os.PathLike[str], timeout_s: float = 120.0) -> di
             stereo = sd.get("type")
     if spherical is not None and stereo:
         spherical["stereo_mode"] = stereo
-    duration = _seconds(s.get("duration")) or _seconds((answer.info.get("format") or {}).get("duration"))
+    duration = finite_float(s.get("duration")) or finite_float((answer.info.get("format") or {}).get("duration"))
     return {"width": s.get("width"), "height": s.get("height"), "fps": _rate(s.get("avg_frame_rate")),
             "duration_s": duration, "codec": s.get("codec_name"), "spherical": spherical}
 
 
-def _seconds(x: Any) -> float | None:
+def finite_float(x: Any) -> float | None:
+    """A number of a media description (ffprobe's, yt-dlp's JSON), or None for junk, NaN or infinity."""
     try:
         v = float(x)
     except (TypeError, ValueError):

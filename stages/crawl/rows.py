@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 from vsi_wild.stages.crawl.client import watch_url, ytdlp_version
 from vsi_wild.stages.crawl.filters import best_video_format, detect_projection
 from vsi_wild.stages.crawl.queries import Query
+from vsi_wild.stages.probe import finite_float
 
 
 def candidate_row(vid: str, entry: Mapping[str, Any], info: Mapping[str, Any] | None, q: Query, rank: int,
@@ -23,10 +23,10 @@ def candidate_row(vid: str, entry: Mapping[str, Any], info: Mapping[str, Any] | 
         "url": str(src.get("webpage_url") or watch_url(vid)),
         "title": src.get("title"),
         "channel": src.get("channel") or src.get("uploader"),
-        "duration_s": _float(src.get("duration")),
+        "duration_s": finite_float(src.get("duration")),
         "width": _int(best.get("width")) if best else None,
         "height": _int(best.get("height")) if best else None,
-        "fps": _float(best.get("fps")) if best else None,
+        "fps": finite_float(best.get("fps")) if best else None,
         "live_status": src.get("live_status"),
         "media_type": src.get("media_type"),
         "projection": proj.kind if proj else None,
@@ -49,7 +49,7 @@ def source_row(video_id: str, info: Mapping[str, Any], *, path: str, size_bytes:
                provenance: Mapping[str, Any]) -> dict[str, Any]:
     """The registry row (schema.SOURCE) of a downloaded YouTube video."""
     proj = detect_projection(info, probe.get("spherical"), probe.get("width"), probe.get("height"))
-    fmt_fps = _float(info.get("fps"))
+    fmt_fps = finite_float(info.get("fps"))
     return {
         "source_id": video_id,
         "origin": "youtube",
@@ -65,7 +65,7 @@ def source_row(video_id: str, info: Mapping[str, Any], *, path: str, size_bytes:
         "crawl_time": crawl_time,
         "ytdlp_version": ytdlp_version(),
         "projection": proj.kind,
-        "duration_s": _float(info.get("duration")) or probe.get("duration_s"),
+        "duration_s": finite_float(info.get("duration")) or probe.get("duration_s"),
         "width": probe.get("width") or _int(info.get("width")),
         "height": probe.get("height") or _int(info.get("height")),
         "fps": probe.get("fps") or fmt_fps,
@@ -79,14 +79,6 @@ def source_row(video_id: str, info: Mapping[str, Any], *, path: str, size_bytes:
     }
 
 
-def _float(x: Any) -> float | None:
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None
-
-
 def _int(x: Any) -> int | None:
-    v = _float(x)
+    v = finite_float(x)
     return int(v) if v is not None else None
