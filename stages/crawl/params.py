@@ -34,7 +34,7 @@ class SearchParams(StrictModel):
     """What to search for and which results to keep (the `search` stage's cache key)."""
 
     queries_file: str = Field(
-        "configs/queries.yaml", description="the query table (relative: to the working folder, then the repo)"
+        "configs/queries.yaml", description="the query table (relative: to the working folder, then the project folder)"
     )
     categories: list[str] = Field(default_factory=lambda: list(SCENE_CATEGORIES), description="categories to search")
     languages: list[str] = Field(default_factory=lambda: ["en"], description="languages of the table to use; ['*'] = all")
