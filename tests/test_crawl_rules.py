@@ -245,3 +245,17 @@ def test_crawl_config_validates_ids_and_categories():
         load_config(None, {"crawl.search.categories": ["offices"]})
     c = load_config(None, {"crawl.ids": ["-lg61evVFn4"]})
     assert c.section_json("crawl.download") != c.section_json("crawl.search")
+
+
+def test_config_paths_resolve_in_the_project_folder(tmp_path, monkeypatch):
+    """A relative config path not found from the working folder is in $VSI_WILD_HOME, else in the
+    repo checkout this code runs from (never in the installed package's folder)."""
+    elsewhere, home = tmp_path / "elsewhere", tmp_path / "home"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    monkeypatch.setenv("VSI_WILD_HOME", str(home))
+    assert crawl.resolve_path("configs/queries.yaml") == home / "configs" / "queries.yaml"
+    monkeypatch.delenv("VSI_WILD_HOME")
+    assert crawl.resolve_path("configs/queries.yaml") == REPO / "configs" / "queries.yaml"
+    (elsewhere / "q.yaml").write_text("languages: {}")
+    assert crawl.resolve_path("q.yaml") == Path("q.yaml")
