@@ -1,6 +1,6 @@
 """Derived metadata of one video: instances (VOO, VOC) and motion (VMR), with human fixes applied.
 
-Instances come from the reconciled observations (``stages.segment.reconcile``): concept, global
+Instances come from the reconciled observations (``stages.reconcile``): concept, global
 id, first and last time, visible spans (runs of 2 FPS observations; gaps up to ``span_gap_s``
 do not split a span), world position where poses allow.
 
@@ -11,13 +11,14 @@ pivot = the candidate timestamp (moving, stability >= ``min_stability``) with th
 direction, or state "none" when the clip has no steady motion, or "failed" when the views'
 independent estimates disagree in that clip (see ``view_agreement``).
 
-Fixes (``stages.fixes``) are applied last, in file order; see docs/fixes.md.
+Fixes (``stages.fixes``) are applied last, in file order, each op by its handler (``FIX_HANDLERS``);
+see docs/fixes.md.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -25,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap
-from vsi_wild.stages.segment import SAMPLE_STEP, Obs, Poses, clip_of_sample, locate
+from vsi_wild.stages.reconcile import Obs, locate
+from vsi_wild.stages.segment import SAMPLE_STEP, clip_of_sample
 
 
 class MetadataParams(BaseModel):
@@ -74,10 +76,10 @@ def spans_of(times: Sequence[float], gap_s: float) -> list[tuple[float, float]]:
 
 
 def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: MetadataParams,
-                  poses: Poses | None = None, camera_height: float | None = None,
+                  poses: Track | None = None, camera_height: float | None = None,
                   image_size: tuple[int, int] | None = None, level: bool = True) -> list[dict]:
     """schema.INSTANCES rows, ordered by first appearance. Positions (when ``poses`` are given)
-    as in reconciliation (``stages.segment.locate``); ``image_size`` is the view's (w, h), the
+    as in reconciliation (``stages.reconcile.locate``); ``image_size`` is the view's (w, h), the
     pixels of the observation boxes."""
     rows = []
     for ins in insts:
@@ -98,7 +100,7 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
                 spans[-1] = (spans[-1][0], last)
         by_time = {o["time"]: o for o in ins.obs.values()}
         pos = None
-        if poses is not None and poses.R:
+        if poses is not None and poses.valid.any():
             sightings = {k: Obs(o["time"], (o["x0"], o["y0"], o["x1"], o["y1"]), o["area"] or 0, o["frame"], o["fps"],
                                 image_size or (0, 0))
                          for k, o in ins.obs.items() if o["x0"] is not None}
@@ -268,189 +270,235 @@ class Derived:
     applied: list[dict]
 
 
-def apply_fixes(video_id: str, fixset: fx.FixSet, observations: Sequence[dict], members: Sequence[dict],
-                motion: Sequence[dict], motion_samples_rows: Sequence[dict], duration_s: float, fps: float,
-                params: MetadataParams, poses: Poses | None = None, clip_seconds: float | None = None,
-                camera_height: float | None = None, image_size: tuple[int, int] | None = None,
-                level: bool = True) -> Derived:
-    """Apply a video's fixes to its automatic metadata; a problem raises ``FixError`` (file, line,
-    field) before anything is returned, so a bad file changes nothing.
+@dataclass(frozen=True, kw_only=True)
+class FixInputs:
+    """One video's automatic metadata, which ``apply_fixes`` corrects, and what locating its
+    instances needs (as in ``instance_rows``)."""
 
-    ``clip_seconds`` is the segmentation clip length (``split`` finds a member's observations by
-    its clip)."""
-    file = fixset.file or f"<fixes of {video_id}>"
-    insts = instances_from_observations(observations)
-    auto_ids = set(insts)
-    next_id = max(auto_ids, default=0) + 1
-    alias: dict[int, int] = {}
-    removed: dict[int, int] = {}  # id -> line of its removal
-    member_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
-    motion_by_clip = {int(r["clip_index"]): dict(r) for r in motion}
-    samples_by_time = {round(float(s["time"]), 6): s for s in motion_samples_rows}
-    applied = []
+    video_id: str
+    observations: Sequence[dict]  # schema.OBSERVATIONS rows of the reconcile stage
+    members: Sequence[dict]  # schema.INSTANCE_MEMBERS rows
+    motion: Sequence[dict]  # schema.MOTION rows
+    motion_samples: Sequence[dict]  # schema.MOTION_SAMPLES rows
+    duration_s: float
+    fps: float
+    params: MetadataParams
+    poses: Track | None = None
+    clip_seconds: float | None = None  # the segmentation clip length: split finds a member's observations by it
+    camera_height: float | None = None
+    image_size: tuple[int, int] | None = None  # the view's (w, h), the pixels of the observation boxes
+    level: bool = True
 
-    def resolve(i: int, f: fx.Fix, name: str) -> int:
+
+class _Fixing:
+    """One video's metadata while its fixes are applied in file order (the handlers' shared state)."""
+
+    def __init__(self, fixset: fx.FixSet, inputs: FixInputs):
+        self.inputs = inputs
+        self.file = fixset.file or f"<fixes of {inputs.video_id}>"
+        self.insts = instances_from_observations(inputs.observations)
+        self.next_id = max(self.insts, default=0) + 1
+        self.alias: dict[int, int] = {}  # merged id -> the id it was merged into
+        self.removed: dict[int, int] = {}  # id -> line of its removal
+        self.member_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in inputs.members}
+        self.motion_by_clip = {int(r["clip_index"]): dict(r) for r in inputs.motion}
+        self.samples_by_time = {round(float(s["time"]), 6): s for s in inputs.motion_samples}
+
+    def error(self, f: fx.Fix, field_name: str, message: str, line: int | None = None) -> fx.FixError:
+        """The error of fix ``f`` at ``field_name`` (at that field's line unless ``line`` is given)."""
+        return fx.FixError(self.file, f.line_of(field_name) if line is None else line, field_name, message)
+
+    def resolve(self, i: int, f: fx.Fix, name: str) -> int:
+        """The current id of instance ``i`` (following merges); an error if it was removed or never was."""
         seen = set()
-        while i in alias and i not in seen:
+        while i in self.alias and i not in seen:
             seen.add(i)
-            i = alias[i]
-        if i in removed:
-            raise fx.FixError(file, f.line_of(name), name, f"instance {i} was removed by the fix at line {removed[i]}")
-        if i not in insts:
-            known = sorted(insts)
-            raise fx.FixError(file, f.line_of(name), name,
-                              f"no instance {i} in {video_id} (ids: {known[:12]}{' ...' if len(known) > 12 else ''})")
+            i = self.alias[i]
+        if i in self.removed:
+            raise self.error(f, name, f"instance {i} was removed by the fix at line {self.removed[i]}")
+        if i not in self.insts:
+            known = sorted(self.insts)
+            raise self.error(f, name, f"no instance {i} in {self.inputs.video_id} "
+                                      f"(ids: {known[:12]}{' ...' if len(known) > 12 else ''})")
         return i
 
-    for f in fixset.fixes:
-        op = f.op
-        kind = op.op
-        if kind == "rename_concept":
-            targets = [resolve(i, f, "instances") for i in op.instances] if op.instances is not None else \
-                [i for i, ins in insts.items() if ins.concept == op.from_]
-            if not targets:
-                raise fx.FixError(file, f.line_of("from"), "from", f"no instance has concept {op.from_!r}")
-            for i in targets:
-                if insts[i].concept != op.from_:
-                    raise fx.FixError(file, f.line_of("instances"), "instances",
-                                      f"instance {i} is a {insts[i].concept!r}, not a {op.from_!r}")
-                insts[i].concept = op.to
-                insts[i].origin = "fix"
-                for o in insts[i].obs.values():
-                    o["concept"] = op.to
-            summary = f"renamed {len(targets)} instance(s) {op.from_!r} -> {op.to!r}"
-        elif kind == "merge":
-            ids = [resolve(i, f, "instances") for i in op.instances]
-            ids = sorted(set(ids))
-            if len(ids) < 2:
-                raise fx.FixError(file, f.line_of("instances"), "instances", f"instances {op.instances} are already one")
-            concepts = {insts[i].concept for i in ids}
-            if len(concepts) > 1:
-                raise fx.FixError(file, f.line_of("instances"), "instances",
-                                  f"different concepts {sorted(concepts)}: rename first")
-            keep = ids[0]
-            if any(insts[i].spans_override is not None for i in ids):  # an added instance among them
-                spans: list[tuple[float, float]] = []
-                for i in ids:
-                    spans += insts[i].spans_override if insts[i].spans_override is not None else spans_of(
-                        [o["time"] for o in insts[i].obs.values()], params.span_gap_s)
-                insts[keep].spans_override = sorted(spans)
-            for i in ids[1:]:
-                for k, o in insts[i].obs.items():
-                    if k not in insts[keep].obs or (o["area"] or 0) > (insts[keep].obs[k]["area"] or 0):
-                        insts[keep].obs[k] = {**o, "instance_id": keep}
-                alias[i] = keep
-                for name, pick in (("first_override", min), ("last_override", max)):
-                    theirs, ours = getattr(insts[i], name), getattr(insts[keep], name)
-                    if theirs is not None:
-                        setattr(insts[keep], name, theirs if ours is None else pick(theirs, ours))
-                del insts[i]
-            insts[keep].origin = "fix"
-            summary = f"merged {ids} into {keep}"
-        elif kind == "split":
-            key = (op.clip, op.local_id)
-            if key not in member_of:
-                raise fx.FixError(file, f.line_of("local_id"), "local_id",
-                                  f"no clip-local instance {op.local_id} in clip {op.clip}")
-            if clip_seconds is None:
-                raise fx.FixError(file, f.line, "op", "split needs the segmentation clip length")
-            src = resolve(member_of[key], f, "local_id")
-            moved = {k: o for k, o in insts[src].obs.items() if clip_of_sample(k, clip_seconds) == op.clip}
-            if len(moved) == len(insts[src].obs):
-                raise fx.FixError(file, f.line_of("local_id"), "local_id",
-                                  f"clip {op.clip} local {op.local_id} is all of instance {src}: nothing to split")
-            new = Inst(next_id, insts[src].concept, origin="fix")
-            next_id += 1
-            for k, o in moved.items():
-                new.obs[k] = {**o, "instance_id": new.id, "origin": "fix"}
-                del insts[src].obs[k]
-            insts[src].origin = "fix"
-            insts[new.id] = new
-            summary = f"split clip {op.clip} local {op.local_id} out of {src} as {new.id}"
-        elif kind == "add_instance":
-            for s, e in op.spans:
-                if e > duration_s + 1e-6:
-                    raise fx.FixError(file, f.line_of("spans"), "spans", f"span [{s}, {e}] ends after the video ({duration_s:.1f} s)")
-            new = Inst(next_id, op.concept, origin="fix")
-            next_id += 1
-            for s, e in op.spans:
-                for k in range(math.ceil(s / SAMPLE_STEP - 1e-9), math.floor(e / SAMPLE_STEP + 1e-9) + 1):
-                    t = k * SAMPLE_STEP
-                    new.obs[k] = {"video_id": video_id, "instance_id": new.id, "concept": op.concept, "sample_index": k,
-                                  "time": t, "frame": int(round(t * fps)), "fps": float(fps), "x0": None, "y0": None,
-                                  "x1": None, "y1": None, "area": None, "origin": "fix"}
-            # the spans as given (a span between two samples still marks an appearance)
-            new.spans_override = sorted((float(s), float(e)) for s, e in op.spans)
-            new.first_override = min(s for s, _ in op.spans)
-            new.last_override = max(e for _, e in op.spans)
-            insts[new.id] = new
-            summary = f"added {op.concept!r} as {new.id} ({len(new.obs)} timestamps)"
-        elif kind == "remove_instance":
-            i = resolve(op.instance, f, "instance")
-            del insts[i]
-            removed[i] = f.line
-            summary = f"removed instance {i}"
-        elif kind == "set_appearance":
-            i = resolve(op.instance, f, "instance")
-            for name in ("first_time", "last_time"):
-                v = getattr(op, name)
-                if v is not None and v > duration_s + 1e-6:
-                    raise fx.FixError(file, f.line_of(name), name, f"{v} is after the end of the video ({duration_s:.1f} s)")
-            times = [o["time"] for o in insts[i].obs.values()]
-            first = op.first_time if op.first_time is not None else (
-                insts[i].first_override if insts[i].first_override is not None else min(times, default=0.0))
-            last = op.last_time if op.last_time is not None else (
-                insts[i].last_override if insts[i].last_override is not None else max(times, default=first))
-            if last < first:
-                raise fx.FixError(file, f.line_of("first_time" if op.first_time is not None else "last_time"),
-                                  "first_time" if op.first_time is not None else "last_time",
-                                  f"would put the first appearance ({first}) after the last ({last})")
-            insts[i].first_override, insts[i].last_override = first, last
-            insts[i].origin = "fix"
-            summary = f"instance {i} appears {first:.1f}-{last:.1f} s"
-        elif kind == "motion":
-            if op.clip not in motion_by_clip:
-                raise fx.FixError(file, f.line_of("clip"), "clip",
-                                  f"no motion clip {op.clip} (clips 0..{max(motion_by_clip, default=-1)})")
-            row = motion_by_clip[op.clip]
-            note = f" ({op.note})" if op.note else ""
-            if op.state == "none":
-                row.update(state="none", pivot_time=None, pivot_frame=None, angle_deg=None, speed=None, stability=None,
-                           reason=f"fix at line {f.line}: no meaningful motion{note}", origin="fix")
-                summary = f"clip {op.clip}: none"
-            else:
-                pivot = op.pivot_time if op.pivot_time is not None else row["pivot_time"]
-                if pivot is None:
-                    raise fx.FixError(file, f.line_of("angle_deg"), "pivot_time",
-                                      f"clip {op.clip} has no automatic pivot: give pivot_time with the angle")
-                if not row["clip_start"] - 1e-6 <= pivot < row["clip_end"] + 1e-6:
-                    raise fx.FixError(file, f.line_of("pivot_time"), "pivot_time",
-                                      f"{pivot} is outside clip {op.clip} [{row['clip_start']}, {row['clip_end']})")
-                k = round(pivot / SAMPLE_STEP)
-                snapped = k * SAMPLE_STEP
-                s = samples_by_time.get(round(snapped, 6))
-                angle = op.angle_deg
-                if angle is None:
-                    if s is None or s["angle_deg"] is None:
-                        raise fx.FixError(file, f.line_of("pivot_time"), "angle_deg",
-                                          f"no estimated direction at {snapped} s: give angle_deg")
-                    angle = s["angle_deg"]
-                row.update(state="ok", pivot_time=float(snapped),
-                           pivot_frame=int(s["frame"]) if s is not None else int(round(snapped * fps)),
-                           angle_deg=float(wrap(angle)), speed=s["speed"] if s is not None else None,
-                           stability=s["stability"] if s is not None else None,
-                           reason=f"fix at line {f.line}{note}", origin="fix")
-                summary = f"clip {op.clip}: pivot {snapped:.1f} s, angle {float(wrap(angle)):.0f}°"
-        else:  # pragma: no cover - parse_fix_text admits only the ops above
-            raise fx.FixError(file, f.line, "op", f"unknown op {kind!r}")
-        applied.append({"video_id": video_id, "file": file, "line": f.line, "op": kind, "summary": summary,
-                        "sha256": fixset.sha256})
+    def new_instance(self, concept: str) -> Inst:
+        """An instance with the next free id (not yet among ``insts``)."""
+        new = Inst(self.next_id, concept, origin="fix")
+        self.next_id += 1
+        return new
 
-    inst_rows = instance_rows(video_id, insts.values(), fps, params, poses, camera_height, image_size, level)
+
+def _rename_concept(st: _Fixing, f: fx.Fix) -> str:
+    op, insts = f.op, st.insts
+    targets = [st.resolve(i, f, "instances") for i in op.instances] if op.instances is not None else \
+        [i for i, ins in insts.items() if ins.concept == op.from_]
+    if not targets:
+        raise st.error(f, "from", f"no instance has concept {op.from_!r}")
+    for i in targets:
+        if insts[i].concept != op.from_:
+            raise st.error(f, "instances", f"instance {i} is a {insts[i].concept!r}, not a {op.from_!r}")
+        insts[i].concept = op.to
+        insts[i].origin = "fix"
+        for o in insts[i].obs.values():
+            o["concept"] = op.to
+    return f"renamed {len(targets)} instance(s) {op.from_!r} -> {op.to!r}"
+
+
+def _merge(st: _Fixing, f: fx.Fix) -> str:
+    op, insts = f.op, st.insts
+    ids = sorted({st.resolve(i, f, "instances") for i in op.instances})
+    if len(ids) < 2:
+        raise st.error(f, "instances", f"instances {op.instances} are already one")
+    concepts = {insts[i].concept for i in ids}
+    if len(concepts) > 1:
+        raise st.error(f, "instances", f"different concepts {sorted(concepts)}: rename first")
+    keep = ids[0]
+    if any(insts[i].spans_override is not None for i in ids):  # an added instance among them
+        spans: list[tuple[float, float]] = []
+        for i in ids:
+            spans += insts[i].spans_override if insts[i].spans_override is not None else spans_of(
+                [o["time"] for o in insts[i].obs.values()], st.inputs.params.span_gap_s)
+        insts[keep].spans_override = sorted(spans)
+    for i in ids[1:]:
+        for k, o in insts[i].obs.items():
+            if k not in insts[keep].obs or (o["area"] or 0) > (insts[keep].obs[k]["area"] or 0):
+                insts[keep].obs[k] = {**o, "instance_id": keep}
+        st.alias[i] = keep
+        for name, pick in (("first_override", min), ("last_override", max)):
+            theirs, ours = getattr(insts[i], name), getattr(insts[keep], name)
+            if theirs is not None:
+                setattr(insts[keep], name, theirs if ours is None else pick(theirs, ours))
+        del insts[i]
+    insts[keep].origin = "fix"
+    return f"merged {ids} into {keep}"
+
+
+def _split(st: _Fixing, f: fx.Fix) -> str:
+    op, insts = f.op, st.insts
+    key = (op.clip, op.local_id)
+    if key not in st.member_of:
+        raise st.error(f, "local_id", f"no clip-local instance {op.local_id} in clip {op.clip}")
+    clip_seconds = st.inputs.clip_seconds
+    if clip_seconds is None:
+        raise st.error(f, "op", "split needs the segmentation clip length", line=f.line)
+    src = st.resolve(st.member_of[key], f, "local_id")
+    moved = {k: o for k, o in insts[src].obs.items() if clip_of_sample(k, clip_seconds) == op.clip}
+    if len(moved) == len(insts[src].obs):
+        raise st.error(f, "local_id", f"clip {op.clip} local {op.local_id} is all of instance {src}: nothing to split")
+    new = st.new_instance(insts[src].concept)
+    for k, o in moved.items():
+        new.obs[k] = {**o, "instance_id": new.id, "origin": "fix"}
+        del insts[src].obs[k]
+    insts[src].origin = "fix"
+    insts[new.id] = new
+    return f"split clip {op.clip} local {op.local_id} out of {src} as {new.id}"
+
+
+def _add_instance(st: _Fixing, f: fx.Fix) -> str:
+    op, duration_s, fps = f.op, st.inputs.duration_s, st.inputs.fps
+    for s, e in op.spans:
+        if e > duration_s + 1e-6:
+            raise st.error(f, "spans", f"span [{s}, {e}] ends after the video ({duration_s:.1f} s)")
+    new = st.new_instance(op.concept)
+    for s, e in op.spans:
+        for k in range(math.ceil(s / SAMPLE_STEP - 1e-9), math.floor(e / SAMPLE_STEP + 1e-9) + 1):
+            t = k * SAMPLE_STEP
+            new.obs[k] = {"video_id": st.inputs.video_id, "instance_id": new.id, "concept": op.concept,
+                          "sample_index": k, "time": t, "frame": int(round(t * fps)), "fps": float(fps), "x0": None,
+                          "y0": None, "x1": None, "y1": None, "area": None, "origin": "fix"}
+    # the spans as given (a span between two samples still marks an appearance)
+    new.spans_override = sorted((float(s), float(e)) for s, e in op.spans)
+    new.first_override = min(s for s, _ in op.spans)
+    new.last_override = max(e for _, e in op.spans)
+    st.insts[new.id] = new
+    return f"added {op.concept!r} as {new.id} ({len(new.obs)} timestamps)"
+
+
+def _remove_instance(st: _Fixing, f: fx.Fix) -> str:
+    i = st.resolve(f.op.instance, f, "instance")
+    del st.insts[i]
+    st.removed[i] = f.line
+    return f"removed instance {i}"
+
+
+def _set_appearance(st: _Fixing, f: fx.Fix) -> str:
+    op, duration_s = f.op, st.inputs.duration_s
+    i = st.resolve(op.instance, f, "instance")
+    ins = st.insts[i]
+    for name in ("first_time", "last_time"):
+        v = getattr(op, name)
+        if v is not None and v > duration_s + 1e-6:
+            raise st.error(f, name, f"{v} is after the end of the video ({duration_s:.1f} s)")
+    times = [o["time"] for o in ins.obs.values()]
+    first = op.first_time if op.first_time is not None else (
+        ins.first_override if ins.first_override is not None else min(times, default=0.0))
+    last = op.last_time if op.last_time is not None else (
+        ins.last_override if ins.last_override is not None else max(times, default=first))
+    if last < first:
+        raise st.error(f, "first_time" if op.first_time is not None else "last_time",
+                       f"would put the first appearance ({first}) after the last ({last})")
+    ins.first_override, ins.last_override = first, last
+    ins.origin = "fix"
+    return f"instance {i} appears {first:.1f}-{last:.1f} s"
+
+
+def _motion(st: _Fixing, f: fx.Fix) -> str:
+    op = f.op
+    if op.clip not in st.motion_by_clip:
+        raise st.error(f, "clip", f"no motion clip {op.clip} (clips 0..{max(st.motion_by_clip, default=-1)})")
+    row = st.motion_by_clip[op.clip]
+    note = f" ({op.note})" if op.note else ""
+    if op.state == "none":
+        row.update(state="none", pivot_time=None, pivot_frame=None, angle_deg=None, speed=None, stability=None,
+                   reason=f"fix at line {f.line}: no meaningful motion{note}", origin="fix")
+        return f"clip {op.clip}: none"
+    pivot = op.pivot_time if op.pivot_time is not None else row["pivot_time"]
+    if pivot is None:
+        raise st.error(f, "pivot_time", f"clip {op.clip} has no automatic pivot: give pivot_time with the angle",
+                       line=f.line_of("angle_deg"))
+    if not row["clip_start"] - 1e-6 <= pivot < row["clip_end"] + 1e-6:
+        raise st.error(f, "pivot_time", f"{pivot} is outside clip {op.clip} [{row['clip_start']}, {row['clip_end']})")
+    snapped = round(pivot / SAMPLE_STEP) * SAMPLE_STEP
+    s = st.samples_by_time.get(round(snapped, 6))
+    angle = op.angle_deg
+    if angle is None:
+        if s is None or s["angle_deg"] is None:
+            raise st.error(f, "angle_deg", f"no estimated direction at {snapped} s: give angle_deg",
+                           line=f.line_of("pivot_time"))
+        angle = s["angle_deg"]
+    row.update(state="ok", pivot_time=float(snapped),
+               pivot_frame=int(s["frame"]) if s is not None else int(round(snapped * st.inputs.fps)),
+               angle_deg=float(wrap(angle)), speed=s["speed"] if s is not None else None,
+               stability=s["stability"] if s is not None else None,
+               reason=f"fix at line {f.line}{note}", origin="fix")
+    return f"clip {op.clip}: pivot {snapped:.1f} s, angle {float(wrap(angle)):.0f}°"
+
+
+# One handler per fix op (``fixes.OPS``): it changes the metadata and returns the audit summary.
+FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
+    "rename_concept": _rename_concept, "merge": _merge, "split": _split, "add_instance": _add_instance,
+    "remove_instance": _remove_instance, "set_appearance": _set_appearance, "motion": _motion,
+}
+
+
+def apply_fixes(fixset: fx.FixSet, inputs: FixInputs) -> Derived:
+    """Apply a video's fixes to its automatic metadata; a problem raises ``FixError`` (file, line,
+    field) before anything is returned, so a bad file changes nothing."""
+    st = _Fixing(fixset, inputs)
+    applied = []
+    for f in fixset.fixes:
+        kind = f.op.op
+        handler = FIX_HANDLERS.get(kind)
+        if handler is None:  # parse_fix_text admits only fixes.OPS; an op added there needs a handler here
+            raise fx.FixError(st.file, f.line, "op", f"unknown op {kind!r}")
+        applied.append({"video_id": inputs.video_id, "file": st.file, "line": f.line, "op": kind,
+                        "summary": handler(st, f), "sha256": fixset.sha256})
+    inst_rows = instance_rows(inputs.video_id, st.insts.values(), inputs.fps, inputs.params, inputs.poses,
+                              inputs.camera_height, inputs.image_size, inputs.level)
     obs_rows = []
-    for ins in sorted(insts.values(), key=lambda x: x.id):
+    for ins in sorted(st.insts.values(), key=lambda x: x.id):
         for k in sorted(ins.obs):
-            o = ins.obs[k]
-            obs_rows.append({**o, "instance_id": ins.id, "concept": ins.concept})
-    motion_out = [motion_by_clip[c] for c in sorted(motion_by_clip)]
+            obs_rows.append({**ins.obs[k], "instance_id": ins.id, "concept": ins.concept})
+    motion_out = [st.motion_by_clip[c] for c in sorted(st.motion_by_clip)]
     return Derived(inst_rows, obs_rows, motion_out, applied)

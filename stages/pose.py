@@ -23,13 +23,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages.backends.base import FrameBatch, PoseResult
-
-SAMPLE_STEP = 0.5
 
 
 class PoseParams(BaseModel):
@@ -72,7 +71,8 @@ def yaw_matrix(yaw_deg: float) -> np.ndarray:
 
 @dataclass
 class Track:
-    """Poses of one camera at consecutive 2 FPS samples."""
+    """Poses of one camera at consecutive 2 FPS samples: arrays for the motion, and lookups by
+    sample index (``row``, ``ray``, ``ground_point``) for locating objects seen in those samples."""
 
     sample_indices: np.ndarray  # (n,)
     times: np.ndarray
@@ -95,6 +95,46 @@ class Track:
         d = np.einsum("nij,nj->ni", self.R[:-1], self.C[1:] - self.C[:-1])
         ok = self.valid[1:] & self.valid[:-1]
         return dR, d, ok
+
+    @cached_property
+    def _valid_rows(self) -> dict[int, int]:
+        return {int(k): i for i, k in enumerate(self.sample_indices) if self.valid[i]}
+
+    def row(self, k: int) -> int | None:
+        """The array row of sample k's pose; None when sample k has no valid pose."""
+        return self._valid_rows.get(k)
+
+    def valid_rows(self) -> list[int]:
+        """Rows of the valid poses, in sample order."""
+        return list(self._valid_rows.values())
+
+    def ray(self, k: int, u: float, v: float) -> tuple[np.ndarray, np.ndarray] | None:
+        """Centre and unit direction (world) of the ray through pixel (u, v) of sample k."""
+        i = self.row(k)
+        if i is None:
+            return None
+        d_cam = np.linalg.solve(self.K[i], np.array([u, v, 1.0]))
+        d = self.R[i].T @ d_cam
+        return self.C[i], d / np.linalg.norm(d)
+
+    def down(self) -> np.ndarray:
+        """The world's down direction: the cameras' mean down axis (cameras are level on average)."""
+        d = np.mean([self.R[i].T @ np.array([0.0, 1.0, 0.0]) for i in self.valid_rows()], axis=0)
+        return d / max(np.linalg.norm(d), 1e-12)
+
+    def ground_point(self, k: int, u: float, v: float, height: float, down: np.ndarray | None = None,
+                     min_depression_deg: float = 1.0) -> np.ndarray | None:
+        """Where the ray through pixel (u, v) meets the ground, ``height`` below camera k; None
+        when the ray does not point below the horizon by at least ``min_depression_deg``.
+        ``down``: the world's down direction; None: camera k's own down axis (a level view)."""
+        r = self.ray(k, u, v)
+        if r is None:
+            return None
+        c, d = r
+        s = float(d @ (self.R[self.row(k)].T @ np.array([0.0, 1.0, 0.0]) if down is None else down))
+        if s < math.sin(math.radians(min_depression_deg)):
+            return None
+        return c + d * (height / s)
 
 
 def track_from_result(batch_meta: tuple, res: PoseResult) -> Track:
@@ -372,6 +412,7 @@ def pose_rows(video_id: str, track: Track, backend: str) -> list[dict]:
 
 
 def track_from_rows(rows: Sequence[dict]) -> Track:
+    """The track of schema.POSES rows (one video's), in sample order."""
     rows = sorted(rows, key=lambda r: r["sample_index"])
     n = len(rows)
     E = np.array([r["extrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 4)

@@ -39,10 +39,15 @@ def auto():
     return observations, members, motion, samples
 
 
+def inputs(observations, members, motion, samples, params):
+    return meta.FixInputs(video_id=VID, observations=observations, members=members, motion=motion,
+                          motion_samples=samples, duration_s=70.0, fps=FPS, params=params, clip_seconds=30.0)
+
+
 def apply(text: str):
     fs = fx.parse_fix_text(text, f"fixes/{VID}.yaml", VID)
     o, m, mo, s = auto()
-    return meta.apply_fixes(VID, fs, o, m, mo, s, 70.0, FPS, meta.MetadataParams(span_gap_s=1.0), clip_seconds=30.0)
+    return meta.apply_fixes(fs, inputs(o, m, mo, s, meta.MetadataParams(span_gap_s=1.0)))
 
 
 def by_id(d):
@@ -139,7 +144,7 @@ def test_bad_fixes_name_file_line_and_field(body, line, field, why):
     text = f"video_id: {VID}\nfixes:\n" + body
     fs = fx.parse_fix_text(text, f"fixes/{VID}.yaml", VID)
     with pytest.raises(fx.FixError) as e:
-        meta.apply_fixes(VID, fs, o, m, mo, s, 70.0, FPS, meta.MetadataParams(), clip_seconds=30.0)
+        meta.apply_fixes(fs, inputs(o, m, mo, s, meta.MetadataParams()))
     msg = str(e.value)
     assert msg.startswith(f"fixes/{VID}.yaml:{line}: field '{field}':"), msg
     assert why in msg
@@ -174,3 +179,7 @@ def test_fingerprint_follows_the_file(tmp_path):
     a = fx.fingerprint(p)
     p.write_text(f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n")
     assert fx.fingerprint(p) != a != "none"
+
+
+def test_every_op_has_a_handler():
+    assert set(meta.FIX_HANDLERS) == set(fx.OPS)

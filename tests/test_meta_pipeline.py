@@ -20,8 +20,9 @@ from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.metadata import MetadataParams
 from vsi_wild.stages.pose import PoseParams
 from vsi_wild.stages.project import ProjectParams
+from vsi_wild.stages.reconcile import ReconcileParams
 from vsi_wild.stages.sample import SampleParams
-from vsi_wild.stages.segment import ReconcileParams, SegmentParams
+from vsi_wild.stages.segment import SegmentParams
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks import engine
 from vsi_wild.tasks import metadata as tm

@@ -9,6 +9,8 @@ import pycocotools.mask as mask_utils
 import pytest
 
 from vsi_wild.stages import geometry
+from vsi_wild.stages import pose as po
+from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages import segment as seg
 from vsi_wild.stages.backends.base import FrameBatch, SegmentRecord
 
@@ -138,16 +140,16 @@ def scene(drift_deg: float, clip_s: float = 40.0, n: int = 320):
         Rd = geometry.rotation_yaw_pitch(e, 0.0)
         pos = (np.array([x, y, 1.6]) @ Rd.T) * 1.02
         R = cv_axes @ geometry.rotation_yaw_pitch(yaw + e, 0.0).T
-        pose_rows.append({"sample_index": k, "valid": True, "extrinsics": np.c_[R, -R @ pos].ravel().tolist(),
-                          "intrinsics": K.ravel().tolist()})
-    return clips, inst_rows, seg_rows, truth_of, seg.Poses.from_rows(pose_rows)
+        pose_rows.append({"sample_index": k, "time": k * 0.5, "frame": 4 * k, "fps": 8.0, "valid": True,
+                          "extrinsics": np.c_[R, -R @ pos].ravel().tolist(), "intrinsics": K.ravel().tolist()})
+    return clips, inst_rows, seg_rows, truth_of, po.track_from_rows(pose_rows)
 
 
 @pytest.mark.parametrize("drift_deg", [0.0, 8.0])
 def test_reconciliation_recovers_the_objects_across_cuts_and_revisits(drift_deg):
     clips, inst_rows, seg_rows, truth_of, poses = scene(drift_deg)
-    instances = seg.load_clip_instances(inst_rows, seg_rows)
-    res = seg.reconcile("sample-x_front", instances, clips, seg.ReconcileParams(), poses, camera_height=1.6 * 1.02)
+    instances = rc.load_clip_instances(inst_rows, seg_rows)
+    res = rc.reconcile("sample-x_front", instances, clips, rc.ReconcileParams(), poses, camera_height=1.6 * 1.02)
     groups: dict[int, set[int]] = {}
     for m in res.members:
         groups.setdefault(m["instance_id"], set()).add(truth_of[(m["clip_index"], m["local_id"])])
@@ -172,21 +174,27 @@ def test_revisit_pairs_instances_one_to_one_by_total_score():
     wrong pair would go first and leave the other two unpaired. An object continuing across a cut
     is paired first and takes no part in the matching."""
     def ci(clip, local, concept="bin"):
-        return seg.ClipInstance(clip, local, concept, 0.0, 1.0, np.ones(72))
+        return rc.ClipInstance(clip, local, concept, 0.0, 1.0, np.ones(72))
+
+    def proposal(score, a, b, continues):
+        return rc.Proposal(a, b, boundary=continues, box_iou=0.5 if continues else None, appearance=1.0,
+                           looks_differ=False, distance=None, distance_limit=None, by_rays=False, continues=continues, score=score,
+                           reason="")
 
     a1, a6, b8, b10, c9 = ci(0, 1), ci(0, 6), ci(3, 8), ci(3, 10), ci(2, 9)
-    proposals = [(2.478, a6, b8, False), (2.450, a1, b8, False), (2.443, a6, b10, False),
-                 (2.272, c9, b10, False), (2.145, c9, b8, False), (0.0, a1, b10, False)]
-    assert seg.best_pairings(proposals) == {(a1.key, b8.key), (a6.key, b10.key), (c9.key, b10.key)}
+    proposals = [proposal(2.478, a6, b8, False), proposal(2.450, a1, b8, False), proposal(2.443, a6, b10, False),
+                 proposal(2.272, c9, b10, False), proposal(2.145, c9, b8, False), proposal(0.0, a1, b10, False)]
+    assert rc.best_pairings(proposals) == {(a1.key, b8.key), (a6.key, b10.key), (c9.key, b10.key)}
     # a cone continuing across the cut from clip 2 to 3 stays paired though a rival scores more in total
     d1, d2, e1, e2 = ci(2, 1, "cone"), ci(2, 2, "cone"), ci(3, 1, "cone"), ci(3, 2, "cone")
-    cut = [(3.4, d1, e1, True), (2.4, d1, e2, False), (2.4, d2, e1, False), (2.1, d2, e2, False)]
-    assert seg.best_pairings(cut) == {(d1.key, e1.key), (d2.key, e2.key)}
+    cut = [proposal(3.4, d1, e1, True), proposal(2.4, d1, e2, False), proposal(2.4, d2, e1, False),
+           proposal(2.1, d2, e2, False)]
+    assert rc.best_pairings(cut) == {(d1.key, e1.key), (d2.key, e2.key)}
 
 
 def test_without_poses_only_the_cuts_are_bridged():
     clips, inst_rows, seg_rows, truth_of, _ = scene(0.0, clip_s=20.0)
-    res = seg.reconcile("sample-x_front", seg.load_clip_instances(inst_rows, seg_rows), clips, seg.ReconcileParams())
+    res = rc.reconcile("sample-x_front", rc.load_clip_instances(inst_rows, seg_rows), clips, rc.ReconcileParams())
     groups: dict[int, set[int]] = {}
     for m in res.members:
         groups.setdefault(m["instance_id"], set()).add(truth_of[(m["clip_index"], m["local_id"])])

@@ -25,7 +25,8 @@ from vsi_wild.stages.detect import DetectParams
 from vsi_wild.stages.metadata import MetadataParams
 from vsi_wild.stages.pose import PoseParams
 from vsi_wild.stages.qa.params import QAParams
-from vsi_wild.stages.segment import ReconcileParams, SegmentParams
+from vsi_wild.stages.reconcile import ReconcileParams
+from vsi_wild.stages.segment import SegmentParams
 from vsi_wild.stages.crawl import CrawlParams
 from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.project import ProjectParams
@@ -98,7 +99,7 @@ class Config(Section):
     candidates: CandidatesParams = Field(CandidatesParams(), description="candidate object names (stages/candidates)")
     detect: DetectParams = Field(DetectParams(), description="open-vocabulary frequency filter (stages/detect)")
     segment: SegmentParams = Field(SegmentParams(), description="instance masks per clip (stages/segment)")
-    reconcile: ReconcileParams = Field(ReconcileParams(), description="cross-clip instance merging (stages/segment)")
+    reconcile: ReconcileParams = Field(ReconcileParams(), description="cross-clip instance merging (stages/reconcile)")
     pose: PoseParams = Field(PoseParams(), description="camera poses (stages/pose)")
     metadata: MetadataParams = Field(MetadataParams(), description="derived instances and motion, fixes (stages/metadata)")
     qa: QAParams = Field(QAParams(), description="question generation and export (stages/qa, stages/export)")

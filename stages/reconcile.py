@@ -1,0 +1,716 @@
+"""Cross-clip reconciliation: clip-local instances linked into a video's global instances.
+
+The paper (A.2.1) segments each 5-minute clip independently (``stages.segment``) and reconciles
+repeated instances across clips by hand. Here reconciliation *proposes* merges automatically
+(``Proposal``) and records every decision (``schema.MERGE_DECISIONS``) so that a human can
+overrule it with a fix. The evidence for two instances of one concept in different clips:
+
+- **boundary continuity**: an instance seen in the last sample of a clip and one seen in the first
+  sample of the next, with overlapping boxes, are one object crossing the cut;
+- **position** (where poses exist): the instance's world position, triangulated from the rays
+  through its box centres, agrees (distance relative to the viewing range);
+- **appearance**: hue/saturation/value histograms of the masked pixels agree.
+
+Constraint: a global instance holds at most one clip-local instance per clip (the segmenter said
+those are different objects), so two objects seen together are never merged. Revisits of a place
+link back to the first visit by position and appearance, so they do not inflate counts.
+
+``reconcile`` runs in phases: locate the instances (``locate_instances``), align the layouts of
+revisited places (``align_clips``), weigh every pair (``propose``), merge the strong proposals
+strongest evidence first, except that between two clips a concept's instances are paired one to
+one by the best total score (``best_pairings``) before the other matches are tried
+(``merge_proposals``), join the instances that could not be located by their viewing rays
+(``assign_unlocated``), and number the global instances (``global_instances``).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+from scipy.optimize import linear_sum_assignment
+
+from vsi_wild.stages.pose import Track
+from vsi_wild.stages.segment import ClipSpan, bhattacharyya
+
+
+class ReconcileParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    boundary_iou: float = Field(0.3, ge=0, le=1, description="box IoU across a clip cut that links two instances")
+    max_distance: float = Field(
+        0.35, gt=0, description="triangulated positions closer than this fraction of the viewing range may merge"
+    )
+    min_appearance: float = Field(
+        0.5, ge=0, le=1, description="appearance similarity (Bhattacharyya) needed besides a position match ..."
+    )
+    appearance_min_area: float = Field(
+        1500.0, ge=0, description="... when both instances are this large (mean mask pixels): small masks' colours are unreliable"
+    )
+    appearance_only: float | None = Field(
+        None, ge=0, le=1,
+        description="appearance similarity that merges on its own when neither instance can be located "
+        "(off by default: objects of one category often look alike)",
+    )
+    min_ray_spread_deg: float = Field(
+        3.0, ge=0, description="an instance's rays must span at least this angle to be triangulated"
+    )
+    use_positions: bool = True
+    level_views: bool = Field(
+        True, description="views are level (360° videos usually are horizon-levelled): the ground is below each "
+        "camera's own down axis, whatever the drift of the estimated pitch; false: below the cameras' mean down"
+    )
+    constellation_tol: float = Field(
+        0.2, gt=0, description="revisits: instances within this fraction of the median viewing range align"
+    )
+    min_constellation: int = Field(
+        4, ge=2, description="revisits: a layout alignment needs this many instances (of >= 2 concepts)"
+    )
+    max_layout_rotation_deg: float = Field(30.0, ge=0, description="revisits: pose drift this large at most")
+    max_layout_shift: float = Field(
+        1.0, ge=0, description="revisits: ... and a shift of at most this fraction of the median viewing range ..."
+    )
+    max_drift_per_distance: float = Field(
+        0.05, ge=0, description="... plus this fraction of the distance walked between the two clips (pose drift)"
+    )
+    extent_weight: float = Field(
+        0.5, ge=0, description="... plus this fraction of the objects' apparent width (ground contacts of a "
+        "large object differ with the viewpoint)"
+    )
+    max_ray_distance: float = Field(
+        0.25, gt=0, description="an instance that could not be located merges when its viewing rays pass this close"
+    )
+
+
+
+# --------------------------------------------------------------------------------- instances
+@dataclass(frozen=True)
+class Obs:
+    """One sighting of an instance: its box in one 2 FPS sample."""
+
+    time: float
+    box: tuple[float, float, float, float]
+    area: int
+    frame: int
+    fps: float
+    size: tuple[int, int] = (0, 0)  # image width, height of the box's pixels
+
+    def clipped(self, margin: float = 2.0) -> bool:
+        """The box touches the image border: the object is cut off, its box centre is biased."""
+        w, h = self.size
+        x0, y0, x1, y1 = self.box
+        return w > 0 and (x0 <= margin or y0 <= margin or x1 >= w - margin or y1 >= h - margin)
+
+
+@dataclass
+class ClipInstance:
+    """An instance as one clip's segmenter gave it; the positions phase fills in where it is."""
+
+    clip: int
+    local: int
+    concept: str
+    first_time: float
+    last_time: float
+    appearance: np.ndarray
+    mean_area: float = 0.0
+    samples: dict[int, Obs] = field(default_factory=dict)  # sample index -> observation
+    position: np.ndarray | None = None
+    range: float | None = None
+    extent: float = 0.0  # apparent width in pose units (how far apart two sightings' ground contacts may be)
+
+    @property
+    def key(self) -> tuple[int, int]:
+        return (self.clip, self.local)
+
+
+def _iou(a, b) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    inter = ix * iy
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+@dataclass
+class Reconciled:
+    members: list[dict]  # schema.INSTANCE_MEMBERS rows
+    decisions: list[dict]  # schema.MERGE_DECISIONS rows
+    observations: list[dict]  # schema.OBSERVATIONS rows
+    positions: dict[int, tuple[float, float, float]]  # instance id -> world position
+
+
+def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[dict]) -> list[ClipInstance]:
+    out: dict[tuple[int, int], ClipInstance] = {}
+    for r in instance_rows:
+        ci = ClipInstance(int(r["clip_index"]), int(r["local_id"]), r["concept"], float(r["first_time"]),
+                          float(r["last_time"]), np.asarray(r["appearance"], dtype=np.float64), float(r.get("mean_area") or 0.0))
+        out[ci.key] = ci
+    for r in segment_rows:
+        key = (int(r["clip_index"]), int(r["local_id"]))
+        if key not in out:
+            raise ValueError(f"segment of unknown clip instance {key}")
+        out[key].samples[int(r["sample_index"])] = Obs(float(r["time"]), (r["x0"], r["y0"], r["x1"], r["y1"]),
+                                                       int(r["area"]), int(r["frame"]), float(r["fps"]),
+                                                       (int(r["image_width"]), int(r["image_height"])))
+    return sorted(out.values(), key=lambda c: (c.clip, c.first_time, c.local))
+
+
+# --------------------------------------------------------------------------------- positions
+def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: float) -> tuple[np.ndarray, float] | None:
+    """Least-squares point nearest to the rays, and its mean range; None when the rays are too
+    parallel (the camera barely moved) or the point lies behind the cameras."""
+    if len(rays) < 2:
+        return None
+    dirs = np.array([d for _, d in rays])
+    mean = dirs.mean(axis=0)
+    mean /= max(np.linalg.norm(mean), 1e-12)
+    spread = np.degrees(np.arccos(np.clip(dirs @ mean, -1, 1))).max() * 2
+    if spread < min_spread_deg:
+        return None
+    A = np.zeros((3, 3))
+    b = np.zeros(3)
+    for c, d in rays:
+        P = np.eye(3) - np.outer(d, d)
+        A += P
+        b += P @ c
+    try:
+        X = np.linalg.solve(A, b)
+    except np.linalg.LinAlgError:
+        return None
+    depths = np.array([(X - c) @ d for c, d in rays])
+    if np.median(depths) <= 0:
+        return None
+    return X, float(np.mean([np.linalg.norm(X - c) for c, _ in rays]))
+
+
+
+
+def _rays(samples: dict, poses: Track) -> list:
+    """Rays through the box centres; boxes cut off by the image border are left out when at least
+    two others remain (their centres are biased towards the image)."""
+    whole = {k: o for k, o in samples.items() if not o.clipped()}
+    if len(whole) >= 2:
+        samples = whole
+    rays = []
+    for k, o in sorted(samples.items()):
+        box = o.box
+        r = poses.ray(k, (box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0)
+        if r is not None:
+            rays.append(r)
+    return rays
+
+
+def ground_basis(poses: Track) -> np.ndarray:
+    """(2, 3): two world axes spanning the ground plane (orthogonal to the cameras' mean down axis)."""
+    down = poses.down()
+    a = np.array([1.0, 0.0, 0.0]) if abs(down[0]) < 0.9 else np.array([0.0, 0.0, 1.0])
+    e1 = a - (a @ down) * down
+    e1 /= np.linalg.norm(e1)
+    return np.stack([e1, np.cross(down, e1)])
+
+
+def _similarity_2d(a1, a2, b1, b2) -> tuple[complex, complex] | None:
+    da = complex(*(a2 - a1))
+    if abs(da) < 1e-9:
+        return None
+    m = complex(*(b2 - b1)) / da
+    return m, complex(*b1) - m * complex(*a1)
+
+
+def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarray, tol: float,
+                  min_inliers: int, max_rot_deg: float = 180.0, max_shift: float = math.inf) -> tuple[complex, complex] | None:
+    """The ground-plane similarity (z -> m z + t, complex) that lays clip A's instances onto clip
+    B's (same concepts), found by exhaustive 2-correspondence RANSAC; None unless it aligns at
+    least ``min_inliers`` instances of at least two concepts within ``tol``. This recognises a
+    revisited place by its layout of objects, whatever the pose drift since the first visit."""
+    pa_ = [(c, basis @ c.position) for c in A if c.position is not None]
+    pb_ = [(c, basis @ c.position) for c in B if c.position is not None]
+    corr = [(i, j) for i, (ca, _) in enumerate(pa_) for j, (cb, _) in enumerate(pb_) if ca.concept == cb.concept]
+    if len(corr) < 2:
+        return None
+    za = np.array([complex(*p) for _, p in pa_])
+    zb = np.array([complex(*p) for _, p in pb_])
+
+    def inliers(m, t):
+        d = np.abs(m * za[[i for i, _ in corr]] + t - zb[[j for _, j in corr]])
+        used_a, used_b, inl, err = set(), set(), [], 0.0
+        for k in np.argsort(d, kind="stable"):
+            i, j = corr[k]
+            if d[k] > tol:
+                break
+            if i in used_a or j in used_b:
+                continue
+            used_a.add(i)
+            used_b.add(j)
+            inl.append(k)
+            err += d[k]
+        return inl, err
+
+    # An alignment must explain clearly more than the poses as they are (no alignment at all).
+    as_is = len(inliers(1.0, 0.0)[0])
+    best, best_key = None, None
+    for x in range(len(corr)):
+        for y in range(x + 1, len(corr)):
+            (i1, j1), (i2, j2) = corr[x], corr[y]
+            if i1 == i2 or j1 == j2:
+                continue
+            sim = _similarity_2d(np.array([za[i1].real, za[i1].imag]), np.array([za[i2].real, za[i2].imag]),
+                                 np.array([zb[j1].real, zb[j1].imag]), np.array([zb[j2].real, zb[j2].imag]))
+            if sim is None or not 0.8 <= abs(sim[0]) <= 1.25:
+                continue
+            m, t = sim
+            if abs(math.degrees(np.angle(m))) > max_rot_deg:
+                continue
+            centre = za[[i for i, _ in corr]].mean()
+            if abs(m * centre + t - centre) > max_shift:
+                continue
+            inl, err = inliers(m, t)
+            concepts = {pa_[corr[k][0]][0].concept for k in inl}
+            key = (len(inl), -err)
+            if (len(inl) >= max(min_inliers, as_is + 2) and len(concepts) >= 2
+                    and (best_key is None or key > best_key)):
+                best, best_key = (m, t, inl), key
+    if best is None:
+        return None
+    # least-squares similarity over the inliers (z_b ~ m z_a + t)
+    m, t, inl = best
+    A = za[[corr[k][0] for k in inl]]
+    B = zb[[corr[k][1] for k in inl]]
+    ca, cb = A.mean(), B.mean()
+    den = (np.abs(A - ca) ** 2).sum()
+    if den > 1e-12:
+        m2 = ((B - cb) * np.conj(A - ca)).sum() / den
+        if 0.8 <= abs(m2) <= 1.25:
+            m, t = m2, cb - m2 * ca
+    return m, t
+
+
+def _walked(poses: Track) -> Callable[[int, int], float]:
+    """distance(k0, k1): path length of the camera between two samples (pose units)."""
+    rows = poses.valid_rows()
+    cum = np.concatenate([[0.0], np.cumsum([np.linalg.norm(poses.C[b] - poses.C[a]) for a, b in zip(rows, rows[1:])])])
+    idx = np.array([int(poses.sample_indices[i]) for i in rows])
+
+    def distance(k0: int, k1: int) -> float:
+        i0, i1 = np.searchsorted(idx, [k0, k1])
+        i0, i1 = min(i0, len(cum) - 1), min(i1, len(cum) - 1)
+        return float(abs(cum[i1] - cum[i0]))
+
+    return distance
+
+
+def _ray_gap(lone: ClipInstance, placed: ClipInstance, poses: Track, basis: np.ndarray,
+             sim: tuple[complex, complex] | None, lone_is_later: bool) -> float | None:
+    """Median ground-plane distance from ``placed``'s position to ``lone``'s viewing rays, over
+    ``placed``'s range. ``sim`` maps the earlier clip's ground plane onto the later one's."""
+    rays = _rays(lone.samples, poses)
+    if not rays:
+        return None
+    p = basis @ placed.position
+    if sim is not None:
+        m, t = sim
+        z = complex(*p)
+        z = (z - t) / m if lone_is_later is False else m * z + t  # into the lone instance's frame
+        p = np.array([z.real, z.imag])
+    gaps = []
+    for c, d in rays:
+        c2, d2 = basis @ c, basis @ d
+        nd = np.linalg.norm(d2)
+        if nd < 1e-9:
+            continue
+        d2 = d2 / nd
+        along = (p - c2) @ d2
+        gaps.append(np.linalg.norm(p - c2 - max(along, 0.0) * d2))
+    if not gaps:
+        return None
+    return float(np.median(gaps)) / max(placed.range, 1e-9)
+
+
+def locate(samples: dict[int, Obs], poses: Track, camera_height: float | None, min_spread_deg: float,
+           level: bool = True) -> tuple[np.ndarray, float] | None:
+    """World position and viewing range of an object from its sightings: where it meets the
+    ground when the camera height is known, else by triangulation; None when neither works.
+    ``level``: the views are level (the ground plane is below each camera's own down axis, which
+    is immune to drift of the estimated pitch); else the ground is below the cameras' mean down."""
+    if camera_height:
+        loc = ground_contact(samples, poses, camera_height, None if level else poses.down())
+        if loc is not None:
+            return loc
+    return triangulate(_rays(samples, poses), min_spread_deg)
+
+
+def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: np.ndarray | None,
+                   min_depression_deg: float = 1.0) -> tuple[np.ndarray, float] | None:
+    """An object standing on the ground, located from single frames: the bottom centre of its box
+    is where it meets the ground, and the ground lies ``height`` (the camera's height, in pose
+    units) below the camera. Median over the observations whose box bottom is not cut off by the
+    image; with the mean range from the cameras."""
+    pts, ranges = [], []
+    for k, o in sorted(samples.items()):
+        w, h = o.size
+        if h and o.box[3] >= h - 2:
+            continue
+        X = poses.ground_point(k, (o.box[0] + o.box[2]) / 2.0, o.box[3], height, down, min_depression_deg)
+        if X is not None:
+            pts.append(X)
+            ranges.append(float(np.linalg.norm(X - poses.C[poses.row(k)])))
+    if not pts:
+        return None
+    # The error grows with the square of the distance: keep the nearer half of the sightings.
+    order = np.argsort(ranges, kind="stable")[: max(1, (len(pts) + 1) // 2)]
+    return np.median(np.array(pts)[order], axis=0), float(np.median(np.array(ranges)[order]))
+
+
+# --------------------------------------------------------------------------------- proposals
+@dataclass(frozen=True, eq=False)  # eq=False: proposals are told apart by identity (instances hold arrays)
+class Proposal:
+    """A candidate merge of two clip-local instances of one concept in different clips, with its
+    evidence, and once decided, the decision; ``row`` is its ``schema.MERGE_DECISIONS`` row."""
+
+    a: ClipInstance  # the instance in the earlier clip
+    b: ClipInstance
+    boundary: bool  # a is seen in the last sample of its clip, b in the first of the next clip
+    box_iou: float | None  # overlap of those two boxes (boundary pairs only)
+    appearance: float  # Bhattacharyya similarity of the two appearance histograms
+    looks_differ: bool  # appearance below min_appearance, and both masks large enough for colours to count
+    distance: float | None  # ground-plane distance over the viewing range; None: not measured
+    distance_limit: float | None  # the largest distance that still merges (with ``distance``)
+    by_rays: bool  # one of the two was not located: ``distance`` is from its viewing rays to the other
+    continues: bool  # a boundary pair whose boxes overlap enough: one object crossing the cut
+    score: float  # strength of the evidence; 0: keep apart
+    reason: str
+    decision: str | None = None  # merge | apart | blocked, once decided
+
+    @property
+    def keys(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        return (self.a.key, self.b.key)
+
+    def decided(self, decision: str, reason: str, score: float | None = None) -> Proposal:
+        return replace(self, decision=decision, reason=reason, score=self.score if score is None else score)
+
+    def row(self, video_id: str) -> dict:
+        a, b = self.a, self.b
+        return {
+            "video_id": video_id, "concept": a.concept, "clip_a": a.clip, "local_a": a.local, "clip_b": b.clip,
+            "local_b": b.local, "boundary": bool(self.boundary), "box_iou": self.box_iou, "appearance": self.appearance,
+            "distance": self.distance, "score": float(self.score), "decision": self.decision, "reason": self.reason,
+        }
+
+
+def best_pairings(proposals: Iterable[Proposal]) -> set[tuple]:
+    """The keys of the merge proposals to make first: every object that continues across a cut,
+    then, per concept and pair of clips, the position matches that pair the remaining instances
+    one to one with the highest total score. Taken one at a time by score, the single closest
+    pair can take the partner of another instance and leave both others unpaired (two trash cans
+    side by side, with the poses off by a few % of the range: each a near match for either)."""
+    chosen: set[tuple] = set()
+    groups: dict[tuple, list[Proposal]] = {}
+    for p in proposals:
+        if p.continues:
+            chosen.add(p.keys)
+        elif p.score > 0:
+            groups.setdefault((p.a.concept, p.a.clip, p.b.clip), []).append(p)
+    linked = {k for pair in chosen for k in pair}
+    for _, group in sorted(groups.items()):
+        group = [p for p in group if p.a.key not in linked and p.b.key not in linked]
+        if len(group) <= 1:
+            chosen |= {p.keys for p in group}
+            continue
+        rows = sorted({p.a.key for p in group})
+        cols = sorted({p.b.key for p in group})
+        gain = np.zeros((len(rows), len(cols)))
+        for p in group:
+            gain[rows.index(p.a.key), cols.index(p.b.key)] = p.score
+        r_, c_ = linear_sum_assignment(gain, maximize=True)
+        chosen |= {(rows[r], cols[c]) for r, c in zip(r_, c_) if gain[r, c] > 0}
+    return chosen
+
+
+# --------------------------------------------------------------------------------- phases
+@dataclass(frozen=True)
+class Cuts:
+    """The first and last 2 FPS sample of each clip."""
+
+    first: dict[int, int]
+    last: dict[int, int]
+
+    @classmethod
+    def of(cls, clips: Sequence[ClipSpan]) -> Cuts:
+        return cls({c.index: c.first_sample for c in clips}, {c.index: c.first_sample + c.n_samples - 1 for c in clips})
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The ground geometry the proposals measure distances in (there when an instance was located)."""
+
+    poses: Track
+    basis: np.ndarray  # ground_basis
+    walked: Callable[[int, int], float]  # camera path length between two samples
+    aligned: dict[tuple[int, int], tuple[complex, complex]]  # (clip i, clip j) -> similarity of i's layout onto j's
+
+
+def locate_instances(instances: Iterable[ClipInstance], poses: Track, camera_height: float | None,
+                     params: ReconcileParams) -> None:
+    """Fill in each instance's position, viewing range and apparent width where it can be located."""
+    for ci in instances:
+        loc = locate(ci.samples, poses, camera_height, params.min_ray_spread_deg, params.level_views)
+        if loc is not None:
+            ci.position, ci.range = loc
+            widths = [(o.box[2] - o.box[0]) / poses.K[poses.row(k)][0, 0] for k, o in ci.samples.items()
+                      if poses.row(k) is not None and not o.clipped()]
+            ci.extent = ci.range * float(np.median(widths)) if widths else 0.0
+
+
+def align_clips(instances: list[ClipInstance], cuts: Cuts, poses: Track, params: ReconcileParams) -> Layout | None:
+    """The ground layout, with every pair of clips whose located instances align as a revisited
+    place (``align_layouts``); None when no instance was located."""
+    ranges = [ci.range for ci in instances if ci.range is not None]
+    if not ranges:
+        return None
+    walked = _walked(poses)
+    basis = ground_basis(poses)
+    tol = params.constellation_tol * float(np.median(ranges))
+    by_clip: dict[int, list[ClipInstance]] = {}
+    for ci in instances:
+        by_clip.setdefault(ci.clip, []).append(ci)
+    aligned: dict[tuple[int, int], tuple[complex, complex]] = {}
+    for i in sorted(by_clip):
+        for j in sorted(by_clip):
+            if j > i:  # neighbours too: a fast turn between them may have left the poses off
+                dist_walked = walked(cuts.last[i], cuts.first[j])
+                shift = params.max_layout_shift * float(np.median(ranges)) + params.max_drift_per_distance * dist_walked
+                sim = align_layouts(by_clip[i], by_clip[j], basis, tol, params.min_constellation,
+                                    params.max_layout_rotation_deg, shift)
+                if sim is not None:
+                    aligned[(i, j)] = sim
+    return Layout(poses, basis, walked, aligned)
+
+
+def _distance(a: ClipInstance, b: ClipInstance, params: ReconcileParams,
+              layout: Layout | None) -> tuple[float | None, bool, float, bool]:
+    """(distance over the range, by viewing rays, allowed drift, after aligning the clips' layouts)."""
+    if (a.position is None) != (b.position is None) and layout is not None:
+        # one of them was not located: do its viewing rays pass the other's position?
+        lone, placed = (a, b) if a.position is None else (b, a)
+        gap = _ray_gap(lone, placed, layout.poses, layout.basis, layout.aligned.get((a.clip, b.clip)), lone is b)
+        return gap, True, 0.0, False
+    if a.position is None or b.position is None:
+        return None, False, 0.0, False
+    basis = layout.basis
+    rng_ = max((a.range + b.range) / 2.0, 1e-9)
+    # a large object's ground contact moves with the viewpoint (near edge vs far edge)
+    size = params.extent_weight * (a.extent + b.extent) / 2.0 / rng_
+    # raw positions: the poses drift with the distance walked between the sightings
+    dist = float(np.linalg.norm(basis @ (a.position - b.position))) / rng_
+    drift = size + params.max_drift_per_distance * layout.walked(max(a.samples), min(b.samples)) / rng_
+    if (a.clip, b.clip) in layout.aligned:  # or after aligning the two clips' layouts, if closer
+        m, t = layout.aligned[(a.clip, b.clip)]
+        za, zb = complex(*(basis @ a.position)), complex(*(basis @ b.position))
+        d2 = abs(m * za + t - zb) / rng_
+        if d2 / (params.max_distance + size) < dist / (params.max_distance + drift):
+            return d2, False, size, True
+    return dist, False, drift, False
+
+
+def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: ReconcileParams,
+                 layout: Layout | None) -> Proposal:
+    """The evidence that ``a`` (earlier clip) and ``b`` are one object, scored."""
+    boundary = b.clip == a.clip + 1 and cuts.last[a.clip] in a.samples and cuts.first[b.clip] in b.samples
+    iou = _iou(a.samples[cuts.last[a.clip]].box, b.samples[cuts.first[b.clip]].box) if boundary else None
+    app = bhattacharyya(a.appearance, b.appearance)
+    looks_differ = app < params.min_appearance and min(a.mean_area, b.mean_area) >= params.appearance_min_area
+    dist, by_rays, drift, used_layout = _distance(a, b, params, layout)
+    continues = boundary and iou >= params.boundary_iou
+    limit = None if dist is None else (params.max_ray_distance if by_rays else params.max_distance + drift)
+    if continues:
+        score, why = 3.0 + iou, f"continues across the cut (box IoU {iou:.2f})"
+    elif dist is not None:
+        how = ((" by viewing rays" if by_rays else "")
+               + (" after aligning the two clips' layouts" if used_layout else ""))
+        if dist <= limit and not looks_differ:
+            score = (1.5 if by_rays else 2.0) + (1.0 - dist / limit) / 2
+            why = f"same place{how} (distance {dist:.2f} of range) and look (appearance {app:.2f})"
+        else:
+            score, why = 0.0, (f"distance{how} {dist:.2f} (max {limit:.2f})" if dist > limit else
+                               f"same place{how} (distance {dist:.2f}) but the looks differ "
+                               f"(appearance {app:.2f} < {params.min_appearance})")
+    elif params.appearance_only is not None and app >= params.appearance_only:
+        score, why = 1.0 + app / 2, f"same look (appearance {app:.2f}), neither could be located"
+    else:
+        score, why = 0.0, f"appearance {app:.2f}, neither could be located"
+    return Proposal(a, b, boundary, iou, app, looks_differ, dist, limit, by_rays, continues, score, why)
+
+
+def propose(instances: list[ClipInstance], cuts: Cuts, params: ReconcileParams,
+            layout: Layout | None) -> tuple[list[Proposal], list[Proposal]]:
+    """Every pair of one concept's instances in different clips, weighed: the proposals worth a
+    decision, and those where one instance could not be located and its viewing rays pass the
+    other (weak evidence: settled after the strong merges, as an assignment)."""
+    by_concept: dict[str, list[ClipInstance]] = {}
+    for ci in instances:
+        by_concept.setdefault(ci.concept, []).append(ci)
+    strong, by_rays = [], []
+    for _, items in sorted(by_concept.items()):
+        for i, a in enumerate(items):
+            for b in items[i + 1:]:
+                if a.clip == b.clip:
+                    continue
+                p = propose_pair(*((a, b) if a.clip < b.clip else (b, a)), cuts, params, layout)
+                if p.by_rays and p.distance is not None and not p.continues:
+                    by_rays.append(p)
+                elif (p.boundary or (p.distance is not None and p.distance <= 2 * p.distance_limit)
+                      or (params.appearance_only is not None and p.appearance >= params.appearance_only)):
+                    strong.append(p)
+    return strong, by_rays
+
+
+class Groups:
+    """Union-find over clip instances (by key); each group knows the clips of its members."""
+
+    def __init__(self, instances: Iterable[ClipInstance]):
+        self.parent = {ci.key: ci.key for ci in instances}
+        self.clips = {k: {k[0]} for k in self.parent}
+
+    def find(self, x: tuple[int, int]) -> tuple[int, int]:
+        parent = self.parent
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(self, ra: tuple[int, int], rb: tuple[int, int]) -> None:
+        """Join two groups (by their roots): the smaller key stays the root."""
+        root, child = (ra, rb) if ra < rb else (rb, ra)
+        self.parent[child] = root
+        self.clips[root] |= self.clips.pop(child)
+
+    def share_a_clip(self, ra: tuple[int, int], rb: tuple[int, int]) -> bool:
+        return bool(self.clips[ra] & self.clips[rb])
+
+
+def merge_proposals(proposals: list[Proposal], groups: Groups) -> list[Proposal]:
+    """Decide the proposals, best one-to-one pairings first, then strongest evidence first
+    (deterministic tie-break on keys); a merge that would put two instances of one clip into one
+    global instance is blocked."""
+    paired = best_pairings(proposals)
+    decided = []
+    for p in sorted(proposals, key=lambda p: (p.keys not in paired, -p.score, p.a.key, p.b.key)):
+        ra, rb = groups.find(p.a.key), groups.find(p.b.key)
+        if p.score <= 0:
+            decided.append(p.decided("apart", p.reason))
+        elif ra == rb:
+            decided.append(p.decided("merge", p.reason + " (already joined)"))
+        elif groups.share_a_clip(ra, rb):
+            decided.append(p.decided("blocked", p.reason + "; would join two instances of one clip" + (
+                "" if p.keys in paired else
+                f" (the best one-to-one pairing of clips {p.a.clip} and {p.b.clip} pairs them otherwise)")))
+        else:
+            groups.union(ra, rb)
+            decided.append(p.decided("merge", p.reason))
+    return decided
+
+
+def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance], groups: Groups,
+                     params: ReconcileParams) -> list[Proposal]:
+    """Instances that could not be located (seen briefly, or without parallax) join the located
+    instance their viewing rays pass closest to. Several of them in one clip are assigned jointly
+    (each to a different instance), so that one wrong guess cannot push another out."""
+    located = {groups.find(ci.key) for ci in instances if ci.position is not None}
+    lone_sets: dict[tuple[int, str], dict[tuple[int, int], list[tuple[ClipInstance, Proposal]]]] = {}
+    for p in proposals:
+        lone, placed = (p.a, p.b) if p.a.position is None else (p.b, p.a)
+        lone_sets.setdefault((lone.clip, lone.concept), {}).setdefault(lone.key, []).append((placed, p))
+    decided = []
+    for (clip, concept), by_lone in sorted(lone_sets.items()):
+        lones = [k for k in sorted(by_lone) if groups.find(k) not in located]
+        cols: list = []
+        cost: dict[tuple[int, int], tuple[float, Proposal]] = {}
+        for li, k in enumerate(lones):
+            for placed, p in by_lone[k]:
+                g = groups.find(placed.key)
+                if groups.share_a_clip(g, groups.find(k)):
+                    continue
+                if p.looks_differ:
+                    continue
+                if g not in cols:
+                    cols.append(g)
+                gi = cols.index(g)
+                if (li, gi) not in cost or p.distance < cost[(li, gi)][0]:
+                    cost[(li, gi)] = (p.distance, p)
+        chosen: set[tuple[int, int]] = set()
+        if cost:
+            big = 1e6
+            M = np.full((len(lones), len(cols)), big)
+            for (li, gi), (d, _) in cost.items():
+                if d <= params.max_ray_distance:
+                    M[li, gi] = d
+            rows_, cols_ = linear_sum_assignment(M)
+            chosen = {(int(r), int(c)) for r, c in zip(rows_, cols_) if M[r, c] < big}
+        note = f" (joint assignment of {len(lones)} unlocated {concept!r} of clip {clip})" if len(lones) > 1 else ""
+        for li, k in enumerate(lones):
+            for placed, p in by_lone[k]:
+                g = groups.find(placed.key)
+                gi = cols.index(g) if g in cols else None
+                if gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is p:
+                    groups.union(groups.find(k), g)
+                    decided.append(p.decided("merge", p.reason + note,
+                                             1.0 + (1.0 - p.distance / params.max_ray_distance) / 2))
+                else:
+                    decided.append(p.decided("apart", p.reason if p.distance > params.max_ray_distance else
+                                             p.reason + "; another pairing was closer" + note, 0.0))
+    return decided
+
+
+def global_instances(video_id: str, instances: Iterable[ClipInstance], groups: Groups, poses: Track | None,
+                     camera_height: float | None, params: ReconcileParams,
+                     ) -> tuple[list[dict], list[dict], dict[int, tuple[float, float, float]]]:
+    """Number the groups by first appearance: their members, merged observations and positions."""
+    by_root: dict[tuple[int, int], list[ClipInstance]] = {}
+    for ci in instances:
+        by_root.setdefault(groups.find(ci.key), []).append(ci)
+    ordered = sorted(by_root.values(),
+                     key=lambda g: (min(c.first_time for c in g), g[0].concept, min(c.key for c in g)))
+    members, observations, positions = [], [], {}
+    for gid, g in enumerate(ordered, start=1):
+        merged_samples: dict[int, Obs] = {}
+        for ci in sorted(g, key=lambda c: c.key):
+            members.append({
+                "video_id": video_id, "instance_id": gid, "concept": ci.concept, "clip_index": ci.clip,
+                "local_id": ci.local, "first_time": ci.first_time, "last_time": ci.last_time,
+            })
+            merged_samples.update(ci.samples)
+        for k, o in sorted(merged_samples.items()):
+            observations.append({
+                "video_id": video_id, "instance_id": gid, "concept": g[0].concept, "sample_index": k, "time": o.time,
+                "frame": o.frame, "fps": o.fps, "x0": o.box[0], "y0": o.box[1], "x1": o.box[2], "y1": o.box[3],
+                "area": o.area, "origin": "auto",
+            })
+        if poses is not None:
+            loc = locate(merged_samples, poses, camera_height, params.min_ray_spread_deg, params.level_views)
+            if loc is not None:
+                positions[gid] = tuple(float(x) for x in loc[0])
+    return members, observations, positions
+
+
+def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[ClipSpan], params: ReconcileParams,
+              poses: Track | None = None, camera_height: float | None = None) -> Reconciled:
+    """Link clip-local instances across clips into global instances (see the module docstring).
+
+    ``camera_height``: the camera's height above the ground in the poses' units; when given,
+    instances are located where they meet the ground (single frames suffice), else by
+    triangulating the rays through their box centres (needs parallax)."""
+    if poses is not None and not (params.use_positions and poses.valid.any()):
+        poses = None
+    cuts = Cuts.of(clips)
+    layout = None
+    if poses is not None:
+        locate_instances(instances, poses, camera_height, params)
+        layout = align_clips(instances, cuts, poses, params)
+    strong, by_rays = propose(instances, cuts, params, layout)
+    groups = Groups(instances)
+    decided = merge_proposals(strong, groups) + assign_unlocated(by_rays, instances, groups, params)
+    members, observations, positions = global_instances(video_id, instances, groups, poses, camera_height, params)
+    return Reconciled(members, [p.row(video_id) for p in decided], observations, positions)
