@@ -51,7 +51,7 @@ from vsi_wild import schema
 from vsi_wild.digest import table_bytes
 from vsi_wild.stages.qa.common import LETTERS, StableRng, stable_hash
 from vsi_wild.stages.qa.params import QAParams
-from vsi_wild.stages.qa.registry import EXPORT_BASE_COLUMNS, MC, RELEASE, Split, task, tasks
+from vsi_wild.stages.qa.registry import MC, RELEASE, Split, task, tasks
 
 RELEASE_KEYS = ("doc_id", "video_name", "task_type", "question", "answer", "frame_indices", "options")
 RELEASE_FILE = "vsi_super_wild_qa.jsonl"
@@ -113,12 +113,12 @@ def assign_letters(rows: Sequence[dict[str, Any]], seed: int) -> dict[str, int]:
     for r in rows:
         by_task[r["task_type"]].append(r)
     out: dict[str, int] = {}
-    for task, rs in sorted(by_task.items()):
+    for name, rs in sorted(by_task.items()):
         ranked = sorted(rs, key=lambda r: (r["subtype"], r["correct"], stable_hash(seed, "letters", r["doc_id"])))
         perm: list[int] = []
         for rank, r in enumerate(ranked):
             if rank % 4 == 0:
-                perm = StableRng(seed, "letters", task, rank // 4).shuffled(range(4))
+                perm = StableRng(seed, "letters", name, rank // 4).shuffled(range(4))
             out[r["doc_id"]] = perm[rank % 4]
     return out
 

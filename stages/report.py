@@ -54,11 +54,11 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
     src = rep["sources"]
     out += [f"Sources: {src['n']} ({src['hours']:.2f} h; " + ", ".join(f"{k} {v}" for k, v in src["origins"].items()) + ")", ""]
     out += ["## Questions (release split)", "", "| task | questions | videos | subtypes | answers |", "|---|---|---|---|---|"]
-    for task, e in rep["questions"].items():
+    for name, e in rep["questions"].items():
         subtypes = ", ".join(f"{k} {v}" for k, v in e["subtypes"].items())
         answers = (f"min {e['answers']['min']} · median {e['answers']['median']} · max {e['answers']['max']}"
                    if "answers" in e else "letters " + " ".join(f"{k}:{v}" for k, v in e["letters"].items()))
-        out.append(f"| {task} | {e['n']} | {e['videos']} | {subtypes} | {answers} |")
+        out.append(f"| {name} | {e['n']} | {e['videos']} | {subtypes} | {answers} |")
     out += ["", "Splits: " + ", ".join(f"{k} {v}" for k, v in rep["splits"].items())]
     for t in tasks():  # each task's own section
         if t.report_section and t.name in rep["questions"]:

@@ -4,22 +4,18 @@ the evaluation and the report pick it up through the same functions the pipeline
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from qa_world import instances_table, make_world, motion_table, poses_table, views_table
+from test_qa_export import PARAMS, all_questions, write
 
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import export as ex
 from vsi_wild.stages.qa import QAParams
-from vsi_wild.stages.qa.build import plan_video
-from vsi_wild.stages.qa.common import Provenance, Question, VideoInfo, base_fields, interval, questions_table
+from vsi_wild.stages.qa.common import Provenance, Question, base_fields, interval
 from vsi_wild.stages.qa.registry import NUMBER, QATask, TaskQuestions, VideoInputs, copied, register_task, tasks, unregister_task
 from vsi_wild.stages.report import build_report, render_markdown
 
-PARAMS = QAParams(clip_seconds=60.0)
 BUILTIN = ["VMR", "VPO", "VOO", "VOC"]
 
 
@@ -56,30 +52,9 @@ def kinds():
         unregister_task(KINDS.name)
 
 
-def build(n_worlds: int = 2) -> pa.Table:
-    tables = []
-    for s in range(n_worlds):
-        w = make_world(300 + s, duration=240.0)
-        for row in views_table(w).to_pylist():
-            v = VideoInfo.from_row(row)
-            res = plan_video(v, instances_table(w, v.view), motion_table(w, v.view, PARAMS.clip_seconds),
-                             poses_table(w, v.view), PARAMS, Provenance(PARAMS.seed, "fp", "test"))
-            tables.append(questions_table(res.questions))
-    return pa.concat_tables(tables)
-
-
-def write(tmp_path: Path, export: ex.Export) -> dict:
-    def dest(rel):
-        p = tmp_path / rel
-        p.parent.mkdir(parents=True, exist_ok=True)
-        return p
-
-    return ex.write_export(dest, export)
-
-
 def test_a_registered_task_is_built_exported_evaluated_and_reported(kinds, tmp_path):
     assert [t.name for t in tasks()] == [*BUILTIN, "KND"]
-    questions = build()
+    questions = all_questions(2)  # the pipeline's per-video build (plan_video) of 8 view videos
     asked = [q for q in questions.to_pylist() if q["task_type"] == "KND"]
     assert len(asked) == 8  # one per view video, after the four built-in tasks of its video
     by_video = {}
@@ -89,7 +64,8 @@ def test_a_registered_task_is_built_exported_evaluated_and_reported(kinds, tmp_p
 
     # exported: the release jsonl and the rich parquet, with the column it adds
     export = ex.assemble(questions, PARAMS)
-    counts = write(tmp_path, export)
+    write(tmp_path, export)
+    counts = json.loads((tmp_path / "counts.json").read_text())
     assert counts["release"]["KND"] == 8 and set(counts["release"]) == {*BUILTIN, "KND"}
     release = [json.loads(line) for line in (tmp_path / ex.RELEASE_FILE).read_text().splitlines()]
     rows = [r for r in release if r["task_type"] == "KND"]
@@ -112,11 +88,11 @@ def test_a_registered_task_is_built_exported_evaluated_and_reported(kinds, tmp_p
     assert "KND" not in ev.mc_tasks() and "KND" in ev.blind_report(release_rows)["baselines"]["prior"]
 
     # reported: its row in the table and its own section
-    rep = build_report(export.rows, [], [{"origin": "sample", "duration_s": 240.0}])
+    rep = build_report(export.rows, [], [{"origin": "sample", "duration_s": 600.0}])
     md = render_markdown(rep)
     most = max(int(r["answer"]) for r in mine)
     assert rep["questions"]["KND"]["most_kinds"] == most
-    assert f"| KND | 8 | 8 | total 8 | min " in md
+    assert "| KND | 8 | 8 | total 8 | min " in md
     assert f"KND: at most {most} kinds of object in one video." in md
     assert "(KND is scored with MRA" in md
 
