@@ -79,6 +79,7 @@ class Stage:
     gpu_memory_gib: float | None = None  # roughly what one unit needs on the GPU (for scheduling)
     description: str = ""
     units: Callable[[Plan, Stage], list[str]] | None = None
+    no_units_hint: str = ""  # what to do when ``units`` finds none (stages without upstream)
     raw_inputs: Callable[[Config, Store, str], dict[str, str]] | None = None
     # Called after the unit's output is complete, computed or cached (idempotent): e.g. register
     # a generated or downloaded video as a source once it is in its final place.
@@ -194,6 +195,8 @@ class Plan:
     outcomes: dict[str, dict[str, Outcome]] = field(default_factory=dict)
     # stage -> why it could not start (requirements unmet): one error for the stage, not per unit
     stage_failures: dict[str, StageFailure] = field(default_factory=dict)
+    # stage -> why it had no unit at all this run (an upstream missing or pending, no sources)
+    no_units: dict[str, str] = field(default_factory=dict)
     _sources: list[str] | None = field(default=None, repr=False)
     _backend_fps: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
 
@@ -275,6 +278,46 @@ class Plan:
                 return refs, f"needs {name}:{missing[0]} ({why})"
             refs[name] = {u: UnitRef(name, u, cur[u][0]) for u in wanted}
         return refs, None
+
+    def why_no_units(self, stage: Stage) -> str:
+        """Why ``stage`` has no unit: which upstream stage has no current output for which
+        sources, why (failed, skipped, not run), and the command that makes them ready."""
+        if stage.unit_kind == ALL:
+            return ""
+        sources = [s for s in self.sources() if self.selection.admits(s, "source")]
+        if not stage.needs:
+            return stage.no_units_hint or f"stage {stage.name} found nothing to do"
+        if not sources:
+            return ("no source is registered" + (" for the selected ids" if self.selection.items else "")
+                    + ": `vsi-wild add PATH`, a crawl, or the sample (configs/sample.yaml)")
+        reasons = []
+        for name in stage.needs:
+            up = self.stages[name]
+            if up.unit_kind == ALL:
+                continue
+            have = {ids.unit_source(u) for u in self.current.get(name, {})}
+            lacking = [s for s in sources if s not in have]
+            if not lacking:
+                continue
+            shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+            reasons.append(f"{name} has no current output for {shown} ({self._why_source_missing(name, lacking[0])}); "
+                           f"make it ready: vsi-wild run --from {name}")
+        return "; ".join(reasons) or f"stage {stage.name} found nothing to do"
+
+    def _why_source_missing(self, stage: str, source: str) -> str:
+        if stage in self.stage_failures:
+            return f"stage {stage} could not start: {self.stage_failures[stage].error}"
+        for o in self.outcomes.get(stage, {}).values():
+            if ids.unit_source(o.unit) == source and o.state in ("failed", "skipped"):
+                return f"{o.state}: {o.error}"
+        if stage in self.outcomes:
+            return "no unit of it for this source this run"
+        rows = [r for r in self.store.status_table().to_pylist()
+                if r["stage"] == stage and ids.unit_source(r["unit"]) == source]
+        if rows:
+            r = rows[0]
+            return f"{r['state']}: {r['error']}" if r["error"] else r["state"]
+        return f"{stage} has not run for it"
 
     def _still_wanted(self, stage: Stage, unit: str) -> bool:
         """Global stages read every current output of their upstream stages, except outputs of
@@ -412,6 +455,8 @@ def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
         plan._sources = None  # an earlier stage may have registered sources (sample, download)
         units = plan.units_of(stage)
         emit("stage", stage=stage.name, total=len(units))
+        if not units:
+            plan.no_units[stage.name] = plan.why_no_units(stage)
         to_compute = []
         for unit in units:
             prepared = prepare(plan, stage, unit)
@@ -458,7 +503,8 @@ def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
             stages.append(counts)
         counts["not_started"] = len(sf.units)
         failed.append({"stage": name, "unit": f"* ({len(sf.units)} units not started)", "error": sf.error})
-    return {"data_root": data_root, "stages": stages, "failed": failed, "skipped": skipped}
+    empty = [{"stage": name, "reason": why} for name, why in plan.no_units.items()]
+    return {"data_root": data_root, "stages": stages, "failed": failed, "skipped": skipped, "no_units": empty}
 
 
 class Job:

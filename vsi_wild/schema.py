@@ -711,9 +711,10 @@ def schema_difference(actual: pa.Schema, expected: pa.Schema) -> str | None:
         return f"columns missing {missing}, unexpected {extra}"
     if actual.names != expected.names:
         return f"column order {actual.names} != {expected.names}"
-    for a, e in zip(actual, expected):
+    for a, e in zip(actual, expected):  # a wrong type says more than a nullability flag
         if not a.type.equals(e.type):
             return f"column {e.name!r}: type {a.type} != {e.type}"
+    for a, e in zip(actual, expected):
         if a.nullable != e.nullable:
             return f"column {e.name!r}: nullable {a.nullable} != {e.nullable}"
     return "schemas differ"
@@ -796,7 +797,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("splits/voc_stream.parquet", QA_EXPORT),
         Artifact("splits/*", doc="controls and invariance splits (release rows, repeated videos)"),
         Artifact("counts.json", doc="questions per task and subtype"),
-        Artifact("links.parquet", doc="exported file -> the unit output it is linked from"),
+        Artifact("links.parquet", EXPORT_LINKS, doc="exported file -> the unit output it is linked from"),
     ),
     "report": (
         Artifact("report.md", doc="the build report"),
