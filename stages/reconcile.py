@@ -28,6 +28,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -365,6 +366,9 @@ def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: n
 
 
 # --------------------------------------------------------------------------------- proposals
+Decision = Literal["merge", "apart", "blocked"]  # blocked: would join two instances of one clip
+
+
 @dataclass(frozen=True, eq=False)  # eq=False: proposals are told apart by identity (instances hold arrays)
 class Proposal:
     """A candidate merge of two clip-local instances of one concept in different clips, with its
@@ -380,15 +384,17 @@ class Proposal:
     distance_limit: float | None  # the largest distance that still merges (with ``distance``)
     by_rays: bool  # one of the two was not located: ``distance`` is from its viewing rays to the other
     continues: bool  # a boundary pair whose boxes overlap enough: one object crossing the cut
-    score: float  # strength of the evidence; 0: keep apart
+    # strength of the evidence: 3-4 continues across the cut, 2-2.5 same place, 1.5-2 same place by
+    # viewing rays (1-1.5 once ``assign_unlocated`` merges it), 1-1.5 same look alone; 0: keep apart
+    score: float
     reason: str
-    decision: str | None = None  # merge | apart | blocked, once decided
+    decision: Decision | None = None  # once decided
 
     @property
     def keys(self) -> tuple[tuple[int, int], tuple[int, int]]:
         return (self.a.key, self.b.key)
 
-    def decided(self, decision: str, reason: str, score: float | None = None) -> Proposal:
+    def decided(self, decision: Decision, reason: str, score: float | None = None) -> Proposal:
         return replace(self, decision=decision, reason=reason, score=self.score if score is None else score)
 
     def row(self, video_id: str) -> dict:
