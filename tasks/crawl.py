@@ -280,14 +280,6 @@ def run_download(job: Job) -> None:
     job.out.write_table("registration.parquet", schema.table(schema.SOURCE, [row]))
 
 
-def publish_download(store: Store, config: Config, ref: UnitRef) -> None:
-    """Register the downloaded source (idempotent: an unchanged row is not rewritten; a source a
-    person removed stays removed)."""
-    row = store.read_table(ref, "registration.parquet").to_pylist()[0]
-    if store.registry_row(row["source_id"]) != row:
-        store.register_source(row)
-
-
 DOWNLOAD = Stage(
     name="download",
     outputs=schema.ARTIFACTS["download"],
@@ -299,7 +291,7 @@ DOWNLOAD = Stage(
     unkeyed_sections=("crawl.net", "crawl.ids", "crawl.release_file"),
     packages=("yt_dlp",),
     units=download_units,
-    publish=publish_download,
+    registers="registration.parquet",  # the downloaded source (engine.register_sources)
     description="yt-dlp download of one YouTube id, registered as a source",
 )
 
@@ -397,5 +389,5 @@ def status_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 __all__ = [
     "SEARCH", "DOWNLOAD", "STAGES", "run_crawl", "crawl_report", "report_csv", "CrawlSummary",
-    "download_units", "wanted_ids", "search_units", "publish_download", "archive_path", "status_counts",
+    "download_units", "wanted_ids", "search_units", "archive_path", "status_counts",
 ]

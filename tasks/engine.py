@@ -81,13 +81,21 @@ class Stage:
     units: Callable[[Plan, Stage], list[str]] | None = None
     no_units_hint: str = ""  # what to do when ``units`` finds none (stages without upstream)
     raw_inputs: Callable[[Config, Store, str], dict[str, str]] | None = None
-    # Called after the unit's output is complete, computed or cached (idempotent): e.g. register
-    # a generated or downloaded video as a source once it is in its final place.
+    # A declared output of schema.SOURCE rows: the sources this stage brings in (a generated sample,
+    # a download). The engine registers them once the output is complete, computed or cached, and
+    # the plan's stages after it see them (the registration step is the engine's, not the stage's).
+    registers: str | None = None
+    # Called after the unit's output is complete, computed or cached (idempotent): show it outside
+    # the store (exports/, report.md). Never a place to change what other stages read.
     publish: Callable[[Store, Config, UnitRef], None] | None = None
 
     def __post_init__(self) -> None:
         if not self.outputs:
             raise ValueError(f"stage {self.name}: declare its outputs (schema.ARTIFACTS)")
+        if self.registers is not None:
+            declared = self.output(self.registers)
+            if declared is None or declared.schema is not schema.SOURCE:
+                raise ValueError(f"stage {self.name}: registers {self.registers}, which it must declare with schema.SOURCE")
 
     def output(self, name: str) -> schema.Artifact | None:
         """The declaration file ``name`` of a unit's output matches, if any."""
@@ -117,6 +125,7 @@ class Outcome:
     fingerprint: str | None = None
     error: str | None = None
     seconds: float = 0.0
+    registered: list[str] = field(default_factory=list)  # sources the unit's output registered
 
     def to_dict(self) -> dict[str, Any]:
         return self.__dict__.copy()
@@ -249,7 +258,8 @@ class Plan:
         return list(getattr(project, "views", None) or ids.VIEWS)
 
     def sources(self) -> list[str]:
-        """Registered source ids (read once per plan: registration happens before a run)."""
+        """Registered source ids: the registry as the plan found it, and what this run's
+        registering stages (sample, download) registered since (``record``)."""
         if self._sources is None:
             self._sources = self.store.registry()["source_id"].to_pylist()
         return self._sources
@@ -378,6 +388,8 @@ class Plan:
 
     def record(self, outcome: Outcome) -> None:
         self.outcomes.setdefault(outcome.stage, {})[outcome.unit] = outcome
+        if outcome.registered:
+            self._sources = sorted(set(self.sources()) | set(outcome.registered))
         cur = self.current.setdefault(outcome.stage, {})
         if outcome.state in ("computed", "cached"):
             cur[outcome.unit] = (outcome.key, outcome.fingerprint)
@@ -416,7 +428,7 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
     forced = stage.name in plan.force
     if not forced and store.is_complete(ref):
         fp = store.fingerprint(ref)
-        failure = _publish(stage, store, plan.config, ref)
+        failure, registered = _complete(stage, store, plan.config, ref)
         if failure is not None:
             error, kind, retry = failure
             _write_status(store, stage.name, unit, "failed", key=key, error=error, attempts=attempts,
@@ -424,7 +436,7 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
             return Outcome(stage.name, unit, "failed", key=key, error=error)
         if prev is None or prev["state"] != "done" or prev["key"] != key:
             _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts)
-        return Outcome(stage.name, unit, "cached", key=key, fingerprint=fp)
+        return Outcome(stage.name, unit, "cached", key=key, fingerprint=fp, registered=registered)
     if (not forced and prev is not None and prev["state"] == "failed" and prev["key"] == key
             and prev["retryable"] is False):
         return Outcome(stage.name, unit, "failed", key=key, error=f"not retried (use --force): {prev['error']}")
@@ -452,7 +464,6 @@ def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
     """Run ``stages`` in order; within a stage, hand every unit that must be computed to ``submit``
     (which may run it elsewhere and returns a way to wait for its outcome)."""
     for stage in stages:
-        plan._sources = None  # an earlier stage may have registered sources (sample, download)
         units = plan.units_of(stage)
         emit("stage", stage=stage.name, total=len(units))
         if not units:
@@ -765,10 +776,11 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> O
         _log_traceback(store, stage.name, unit, e)
         failure = _classify(e)
     else:
-        failure = _publish(stage, store, config, ref)
+        failure, registered = _complete(stage, store, config, ref)
     if failure is None:
         fp = store.fingerprint(ref)
-        outcome = Outcome(stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0)
+        outcome = Outcome(stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0,
+                          registered=registered)
         _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts, started_at=started)
     else:
         error, kind, retry = failure
@@ -779,15 +791,30 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> O
     return outcome
 
 
-def _publish(stage: Stage, store: Store, config: Config, ref: UnitRef) -> tuple[str, str, bool] | None:
-    if stage.publish is None:
-        return None
+def _complete(stage: Stage, store: Store, config: Config,
+              ref: UnitRef) -> tuple[tuple[str, str, bool] | None, list[str]]:
+    """What follows a complete output (computed or cached): the registration step, then the
+    stage's publish hook. Returns (failure, the source ids registered)."""
+    registered: list[str] = []
     try:
-        stage.publish(store, config, ref)
+        if stage.registers is not None:
+            registered = register_sources(store, store.read_table(ref, stage.registers))
+        if stage.publish is not None:
+            stage.publish(store, config, ref)
     except Exception as e:  # noqa: BLE001
         _log_traceback(store, stage.name, ref.unit, e)
-        return _classify(e)
-    return None
+        return _classify(e), registered
+    return None, registered
+
+
+def register_sources(store: Store, rows: pa.Table) -> list[str]:
+    """Register each source row (idempotent: an unchanged row is not rewritten; a source a person
+    removed stays removed and is not returned)."""
+    registered = []
+    for row in schema.conform(rows, schema.SOURCE).to_pylist():
+        if store.registry_row(row["source_id"]) == row or store.register_source(row):
+            registered.append(row["source_id"])
+    return registered
 
 
 def _classify(e: BaseException) -> tuple[str, str, bool]:

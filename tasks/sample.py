@@ -12,12 +12,13 @@ import json
 import pyarrow as pa
 
 from vsi_wild import schema
-from vsi_wild.config import Config
+from vsi_wild.stages.sample import SampleParams
 from vsi_wild.errors import UnitError
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import Job, Plan, Stage
 
 VIDEO = "video.mp4"
+REGISTRATION = "registration.parquet"  # the sample's registry row (the engine registers it)
 TRUTH_FILES = {
     "poses": "truth_poses.parquet",
     "objects": "truth_objects.parquet",
@@ -38,29 +39,29 @@ def run(job: Job) -> None:
     truth = generate_sample(params, job.out.path(VIDEO), progress=lambda d, t: job.progress(d, t, "frames"))
     for name, fname in TRUTH_FILES.items():
         job.out.write_table(fname, getattr(truth, name))
+    ref = UnitRef(job.stage.name, job.unit, job.key)
+    job.out.write_table(REGISTRATION, schema.table(schema.SOURCE, [registration_row(params, ref)]))
 
 
-def publish(store: Store, config: Config, ref: UnitRef) -> None:
-    params = config.sample
-    store.register_source(
-        {
-            "source_id": ref.unit,
-            "origin": "sample",
-            # relative to the data root: the store owns this file
-            "path": f"artifacts/{ref.stage}/{ref.unit}/{ref.key}/{VIDEO}",
-            "url": None, "title": f"embedded sample ({params.route} route, seed {params.seed})",
-            "channel": None, "license": "CC0-1.0 (generated; face photo: scikit-image astronaut, public domain)",
-            "upload_date": None, "query": None, "category": None, "language": None,
-            "crawl_time": None, "ytdlp_version": None, "projection": "equirectangular",
-            "duration_s": None, "width": None, "height": None, "fps": None, "n_frames": None,
-            "size_bytes": None, "content_sha256": None, "codec": None,
-            "provenance": json.dumps(
-                {"generator": "vsi_wild.stages.sample", "params": params.model_dump(mode="json"),
-                 "truth": {"stage": ref.stage, "unit": ref.unit, "key": ref.key}},
-                sort_keys=True,
-            ),
-        }
-    )
+def registration_row(params: SampleParams, ref: UnitRef) -> dict:
+    """The sample's registry row: its video where the committed output will hold it."""
+    return {
+        "source_id": ref.unit,
+        "origin": "sample",
+        # relative to the data root: the store owns this file
+        "path": f"artifacts/{ref.stage}/{ref.unit}/{ref.key}/{VIDEO}",
+        "url": None, "title": f"embedded sample ({params.route} route, seed {params.seed})",
+        "channel": None, "license": "CC0-1.0 (generated; face photo: scikit-image astronaut, public domain)",
+        "upload_date": None, "query": None, "category": None, "language": None,
+        "crawl_time": None, "ytdlp_version": None, "projection": "equirectangular",
+        "duration_s": None, "width": None, "height": None, "fps": None, "n_frames": None,
+        "size_bytes": None, "content_sha256": None, "codec": None,
+        "provenance": json.dumps(
+            {"generator": "vsi_wild.stages.sample", "params": params.model_dump(mode="json"),
+             "truth": {"stage": ref.stage, "unit": ref.unit, "key": ref.key}},
+            sort_keys=True,
+        ),
+    }
 
 
 def load_truth(store: Store, source_id: str) -> dict[str, pa.Table]:
@@ -83,6 +84,6 @@ SAMPLE = Stage(
     run=run,
     sections=("sample",),
     units=_units,
-    publish=publish,
+    registers=REGISTRATION,
     description="render the embedded synthetic 360° walk and its ground truth",
 )

@@ -226,3 +226,27 @@ def test_every_production_stage_declares_typed_outputs_and_its_backends():
         for name in backends.available(kind):
             spec = backends.spec(kind, name)
             assert set(spec.weights) <= set(spec.fields)
+
+
+def test_a_run_that_selects_nothing_says_why(tmp_path, capsys):
+    """`run --only project` on a newly added source: project has no unit, because probe and review
+    have not run for it; the summary names them, the source and the command that makes it ready."""
+    from vsi_wild.cli import _print_summary
+
+    store = Store(tmp_path / "root")
+    _register(store, "local-new-1")
+    stages = registry.select(only=["project"])
+    plan = Plan.load(Config(), store, registry.STAGES)
+    engine.run_stages(plan, stages, engine.run_inline(plan))
+    summary = engine.summarize(plan, str(tmp_path))
+    assert summary["no_units"] == [{"stage": "project", "reason": (
+        "probe has no current output for local-new-1 (probe has not run for it); make it ready: "
+        "vsi-wild run --from probe; review has no current output for local-new-1 (review has not run for it); "
+        "make it ready: vsi-wild run --from review")}]
+    _print_summary(summary)
+    out = capsys.readouterr().out
+    assert "nothing to do project: probe has no current output for local-new-1" in out
+
+    empty = Plan.load(Config(), Store(tmp_path / "empty"), registry.STAGES)
+    engine.run_stages(empty, stages, engine.run_inline(empty))
+    assert "no source is registered" in empty.no_units["project"]

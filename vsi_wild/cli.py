@@ -169,6 +169,8 @@ def _print_summary(summary: dict[str, Any]) -> None:
         reasons[f"{s['stage']}: {s['reason']}"] = reasons.get(f"{s['stage']}: {s['reason']}", 0) + 1
     for r, n in sorted(reasons.items()):
         out.print(f"[yellow]skipped[/] {n} x {r}", soft_wrap=True)
+    for e in summary.get("no_units", []):
+        out.print(f"[yellow]nothing to do[/] {e['stage']}: {e['reason']}", soft_wrap=True)
     root = summary["data_root"]
     out.print(f"outputs: {root}  (artifacts/, status/, logs/)", soft_wrap=True)
     counts_file = Path(root) / "exports" / "counts.json"

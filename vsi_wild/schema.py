@@ -734,6 +734,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("truth_visibility.parquet", TRUTH_VISIBILITY),
         _parquet("truth_faces.parquet", TRUTH_FACES),
         _parquet("truth_places.parquet", TRUTH_PLACES),
+        _parquet("registration.parquet", SOURCE),
     ),
     "search": (
         _parquet("queries.parquet", CRAWL_QUERIES),
