@@ -23,7 +23,8 @@ help:            ## list the targets
 # The venv takes ~9 GB (torch's CUDA build alone 5.5 GB); pip's download cache would add a second
 # copy of every wheel fetched from the network, so it is off: a fresh CI disk ran out with it on.
 $(BIN)/.installed: pyproject.toml
-	@command -v ffmpeg >/dev/null || (apt-get update -qq && apt-get install -y -qq ffmpeg)
+	@command -v ffmpeg >/dev/null && command -v chromium >/dev/null || \
+		(apt-get update -qq && apt-get install -y -qq ffmpeg chromium)  # chromium: the browser tests
 	@echo "disk free before install: $$(df -h --output=avail "$(CURDIR)" | tail -1)"
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(PIP_INSTALL) -U pip

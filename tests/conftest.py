@@ -63,3 +63,28 @@ def vsi_wild(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, ti
     exe = Path(sys.executable).with_name("vsi-wild")
     return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           env={**os.environ, **(env or {})})
+
+
+# ------------------------------------------------------------------------------ browser tests
+# Pages are driven in Debian's chromium through pytest-playwright's `page` / `browser` fixtures
+# (`playwright install` cannot download a browser here: the launch points at the system binary).
+# Screenshots go to $VSI_WILD_SCREENSHOTS (default: tests' tmp folder), to be looked at.
+def chromium_executable() -> str:
+    import shutil
+
+    for candidate in (os.environ.get("CHROME"), "/usr/lib/chromium/chromium", shutil.which("chromium")):
+        if candidate and Path(candidate).exists():
+            return candidate
+    pytest.fail("no chromium: apt-get install chromium (the Makefile's setup does)")
+
+
+@pytest.fixture(scope="session")
+def browser_type_launch_args(browser_type_launch_args):
+    return {**browser_type_launch_args, "executable_path": chromium_executable(), "args": ["--no-sandbox"]}
+
+
+@pytest.fixture(scope="session")
+def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = Path(os.environ.get("VSI_WILD_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
+    d.mkdir(parents=True, exist_ok=True)
+    return d
