@@ -19,6 +19,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from vsi_wild import schema
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.export import assemble, concat_video, ffconcat_list, image_export_path, write_export
 from vsi_wild.stages.qa import QAParams
@@ -26,7 +27,6 @@ from vsi_wild.stages.qa.registry import tasks
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import Job, Stage
 
-VIEWS_FILE = "views.parquet"
 EXPORTS = "exports"
 LINKS_FILE = "links.parquet"  # exports/<path> -> the file under the data root it shows
 COUNTS_FILE = "counts.json"

@@ -24,6 +24,7 @@ import cv2
 import numpy as np
 
 from vsi_wild import ids, schema
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.config import Config
 from vsi_wild.errors import Skip, UnitError
 from vsi_wild.stages import candidates as cand
@@ -38,7 +39,6 @@ from vsi_wild.stages.video_io import frame_batches, sampled_frames
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import BackendUse, Job, Plan, Stage
 
-VIEWS_FILE = "views.parquet"
 SAMPLE_FPS = 2.0
 
 
@@ -153,6 +153,7 @@ DETECT = Stage(
     name="detect",
     outputs=schema.ARTIFACTS["detect"], version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
     sections=("detect",), backends=(BackendUse("open_vocab_detector", "detect.backend"),), gpu=True,
+    gpu_memory_gib=6,  # YOLO-World-v2-X, 16 frames at 640 px (rough: `make gpu-check` measures it)
     description="Open-vocabulary detection at 2 FPS, occurrence statistics and the frequency filter",
 )
 
@@ -208,6 +209,7 @@ SEGMENT = Stage(
     name="segment",
     outputs=schema.ARTIFACTS["segment"], version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
     sections=("segment",), backends=(BackendUse("segmenter", "segment.backend"),), gpu=True, units=_segment_units,
+    gpu_memory_gib=24,  # SAM3 video (848M) tracking a 5-minute clip at 2 FPS (rough)
     description="Instance masks of the kept concepts, one clip at a time (COCO RLE, clip-local ids)",
 )
 
@@ -244,6 +246,7 @@ POSE = Stage(
     name="pose",
     outputs=schema.ARTIFACTS["pose"], version="2", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
     backends=(BackendUse("pose_estimator", "pose.backend"),),
+    gpu_memory_gib=12,  # DA3-Large on 64-frame windows at 504 px (rough)
     description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
 )
 

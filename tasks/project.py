@@ -4,6 +4,7 @@ face-blur audit trail faces.parquet (one unit per source)."""
 from __future__ import annotations
 
 from vsi_wild import schema
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
 from vsi_wild.config import Config
 from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector, with_weights_dir
@@ -11,7 +12,6 @@ from vsi_wild.stages.project import ProjectParams, project_source
 from vsi_wild.tasks.engine import BackendUse, Job, Stage
 from vsi_wild.tasks.probe import OUTPUT as PROBE_OUTPUT
 
-VIEWS = "views.parquet"
 FACES = "faces.parquet"
 
 
@@ -36,12 +36,12 @@ def run(job: Job) -> None:
     path = job.store.source_file(row)
     params: ProjectParams = job.config.project
     detector, faces = face_setup(job.config)
-    out_dir = job.out.path(VIEWS).parent  # the unit's scratch folder: committed as a whole on success
+    out_dir = job.out.path(VIEWS_FILE).parent  # the unit's scratch folder: committed as a whole on success
     views, blurred = project_source(
         path, out_dir, params, detector, lambda done, total: job.progress(done, total, "frames"),
         face_params=faces, source_id=job.unit,
     )
-    job.out.write_table(VIEWS, schema.conform(views, schema.VIEWS_TABLE))
+    job.out.write_table(VIEWS_FILE, schema.conform(views, schema.VIEWS_TABLE))
     job.out.write_table(FACES, schema.conform(blurred, schema.FACES))
 
 

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from vsi_wild import schema, __version__, ids
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.faces import image_blurrer
 from vsi_wild.stages.qa import QAParams
@@ -21,7 +22,6 @@ from vsi_wild.stages.qa.common import Provenance, VideoInfo
 from vsi_wild.tasks.engine import Job, Stage
 from vsi_wild.tasks.project import FACE_DETECTOR, face_setup
 
-VIEWS_FILE = "views.parquet"
 SOURCE_FILE = "source.parquet"  # the probe stage's output
 POSES_FILE = "poses.parquet"  # the pose stage's output
 

@@ -225,6 +225,47 @@ class _Progress:
 
 
 @app.command()
+def stages(
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    as_json: bool = typer.Option(False, "--json", help="One JSON object per stage."),
+) -> None:
+    """The DAG's stages and their contracts, in order: unit, upstream stages, the config sections
+    in their cache keys, the model backends the config chooses for them, GPU, and every output file
+    with its schema. (docs/architecture.md: how to add a stage.)"""
+    cfg, _ = _store(config, None)
+    from vsi_wild.tasks import registry
+
+    for st in registry.STAGES:
+        record = {
+            "stage": st.name, "version": st.version, "unit": st.unit_kind, "needs": list(st.needs),
+            "sections": list(st.sections), "unkeyed_sections": list(st.unkeyed_sections),
+            "backends": {u.selector: f"{u.kind}:{u.name(cfg)}" for u in st.backends},
+            "gpu": st.gpu, "gpu_memory_gib": st.gpu_memory_gib, "registers": st.registers,
+            "outputs": [{"file": a.name, "schema": a.doc if a.schema is not None else None,
+                         "columns": a.schema.names if a.schema is not None else None, "optional": a.optional}
+                        for a in st.outputs],
+            "description": st.description,
+        }
+        if as_json:
+            emit_json(record)
+            continue
+        out = _console()
+        gpu = f"  [magenta]gpu[/] (~{st.gpu_memory_gib:g} GiB)" if st.gpu and st.gpu_memory_gib else (
+            "  [magenta]gpu[/]" if st.gpu else "")
+        out.print(f"[bold]{st.name}[/] v{st.version} per {st.unit_kind}{gpu}: {st.description}", soft_wrap=True)
+        if st.needs:
+            out.print(f"  reads      {', '.join(st.needs)}", soft_wrap=True)
+        if st.sections:
+            out.print(f"  keyed by   {', '.join(st.sections)}", soft_wrap=True)
+        for sel, name in record["backends"].items():
+            out.print(f"  backend    {sel} = {name}", soft_wrap=True)
+        for a in st.outputs:
+            kind = "table" if a.schema is not None else "file"
+            out.print(f"  writes     {a.name}{' (optional)' if a.optional else ''}  ({kind}) {a.doc}", soft_wrap=True,
+                      markup=False)
+
+
+@app.command()
 def status(
     config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
     data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
