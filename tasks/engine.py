@@ -208,16 +208,27 @@ class Plan:
     no_units: dict[str, str] = field(default_factory=dict)
     _sources: list[str] | None = field(default=None, repr=False)
     _backend_fps: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
+    _status: dict[tuple[str, str], dict[str, Any]] | None = field(default=None, repr=False)
+    _children: dict[tuple[str, UnitKind], dict[str, list[str]]] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, config: Config, store: Store, stages: Iterable[Stage], **kw: Any) -> Plan:
         plan = cls(config=config, store=store, stages={s.name: s for s in stages}, **kw)
         register_stages(plan.stages.values())
-        status = store.status_table()
-        for row in status.filter(pc.equal(status["state"], "done")).to_pylist():
+        plan._status = {}
+        for row in store.status_table().to_pylist():
             if row["stage"] in plan.stages:
-                plan.current.setdefault(row["stage"], {})[row["unit"]] = (row["key"], row["fingerprint"])
+                plan._status[(row["stage"], row["unit"])] = row
+                if row["state"] == "done":
+                    plan.current.setdefault(row["stage"], {})[row["unit"]] = (row["key"], row["fingerprint"])
         return plan
+
+    def status_of(self, stage: str, unit: str) -> dict[str, Any] | None:
+        """The unit's status row as the run found it (only this plan writes it until ``prepare``
+        has seen it); read from the store when the plan was not loaded from it."""
+        if self._status is None:
+            return self.store.read_status(stage, unit)
+        return self._status.get((stage, unit))
 
     # -------------------------------------------------------------- enumeration
     def units_of(self, stage: Stage) -> list[str]:
@@ -227,6 +238,7 @@ class Plan:
             units = self._default_units(stage)
         units = sorted(u for u in set(units) if self.selection.admits(u, stage.unit_kind))
         self.enumerated[stage.name] = units
+        self._children = {k: v for k, v in self._children.items() if k[0] != stage.name}
         return units
 
     def _default_units(self, stage: Stage) -> list[str]:
@@ -278,7 +290,7 @@ class Plan:
             elif _RANK[up.unit_kind] <= _RANK[stage.unit_kind]:
                 wanted = [unit_ancestor(unit, stage.unit_kind, up.unit_kind)]
             else:
-                children = [u for u in self.enumerated.get(name, cur) if unit_ancestor(u, up.unit_kind, stage.unit_kind) == unit]
+                children = self._children_of(up, stage.unit_kind).get(unit, [])
                 wanted = children
                 if not children:
                     return refs, f"no {name} output for {unit}"
@@ -288,6 +300,17 @@ class Plan:
                 return refs, f"needs {name}:{missing[0]} ({why})"
             refs[name] = {u: UnitRef(name, u, cur[u][0]) for u in wanted}
         return refs, None
+
+    def _children_of(self, up: Stage, kind: UnitKind) -> dict[str, list[str]]:
+        """``up``'s units grouped by the unit of ``kind`` that contains them (a video's clips), built
+        once per reading stage: without it each of 442 videos scans 3,400 clips."""
+        key = (up.name, kind)
+        if key not in self._children:
+            index: dict[str, list[str]] = {}
+            for u in self.enumerated.get(up.name, self.current.get(up.name, {})):
+                index.setdefault(unit_ancestor(u, up.unit_kind, kind), []).append(u)
+            self._children[key] = index
+        return self._children[key]
 
     def why_no_units(self, stage: Stage) -> str:
         """Why ``stage`` has no unit: which upstream stage has no current output for which
@@ -388,6 +411,7 @@ class Plan:
 
     def record(self, outcome: Outcome) -> None:
         self.outcomes.setdefault(outcome.stage, {})[outcome.unit] = outcome
+        self._children = {k: v for k, v in self._children.items() if k[0] != outcome.stage}
         if outcome.registered:
             self._sources = sorted(set(self.sources()) | set(outcome.registered))
         cur = self.current.setdefault(outcome.stage, {})
@@ -412,7 +436,7 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
     or failed before in a way that a re-run cannot mend."""
     inputs, missing = plan.inputs_of(stage, unit)
     store = plan.store
-    prev = store.read_status(stage.name, unit)
+    prev = plan.status_of(stage.name, unit)
     attempts = int(prev["attempts"]) if prev else 0
     if missing is not None:
         _write_status(store, stage.name, unit, "skipped", key="", error=missing, attempts=attempts)
@@ -427,7 +451,9 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
     ref = UnitRef(stage.name, unit, key)
     forced = stage.name in plan.force
     if not forced and store.is_complete(ref):
-        fp = store.fingerprint(ref)
+        # A done row with this key holds the output's fingerprint: no manifest read per cached unit.
+        same = prev is not None and prev["state"] == "done" and prev["key"] == key and prev["fingerprint"]
+        fp = prev["fingerprint"] if same else store.fingerprint(ref)
         failure, registered = _complete(stage, store, plan.config, ref)
         if failure is not None:
             error, kind, retry = failure

@@ -93,24 +93,66 @@ def test_status_and_registry_tables(tmp_path):
     assert store.unregister_source("local-a-1") and store.registry().num_rows == 0
 
 
+def test_status_table_parses_only_the_rows_written_since_its_index(tmp_path, monkeypatch):
+    """status_table reads through status/_index.parquet: the same rows as reading every file, and
+    only the files written (or rewritten) since the index was made are parsed."""
+    store = Store(tmp_path)
+
+    def status(stage, unit, state, error=None):
+        row = {n: None for n in schema.STATUS.names}
+        row.update(stage=stage, unit=unit, state=state, key="k", error=error, attempts=1, pipeline_version="0")
+        store.write_status(row)
+
+    for i in range(5):
+        status("probe", f"local-a-{i}", "done")
+    status("review", "local-a-0", "skipped", "awaiting review")
+    every_file = lambda: store._concat_dir(store.path("status"), schema.STATUS, "*/*.parquet")  # noqa: E731
+    assert store.status_table().equals(every_file())
+    assert (tmp_path / "status" / "_index.parquet").exists()
+
+    parsed = []
+    real = Store.read_table_at
+    monkeypatch.setattr(Store, "read_table_at", lambda self, path: parsed.append(Path(path).name) or real(self, path))
+    assert store.status_table().equals(every_file()) and parsed.count("_index.parquet") == 1
+    parsed.clear()
+    t = store.status_table()
+    assert parsed == ["_index.parquet"]  # nothing changed: no row file parsed
+    status("review", "local-a-0", "done")  # rewritten
+    status("probe", "local-b-9", "failed", "broken")  # new
+    (tmp_path / "status" / "probe" / "local-a-3.parquet").unlink()  # gone
+    parsed.clear()
+    t = store.status_table()
+    assert sorted(parsed) == ["_index.parquet", "local-a-0.parquet", "local-b-9.parquet"]
+    monkeypatch.setattr(Store, "read_table_at", real)
+    assert t.equals(every_file()) and t.num_rows == 6
+    assert {(r["unit"], r["state"]) for r in t.to_pylist() if r["stage"] == "review"} == {("local-a-0", "done")}
+    (tmp_path / "status" / "_index.parquet").write_bytes(b"damaged")
+    assert store.status_table().equals(every_file())  # a damaged index is rebuilt
+
+
 def test_removed_sources_are_not_registered_again_by_the_sample_and_add_overrides(tmp_path):
-    """A removal leaves a tombstone: the sample stage's publish (run on every cached run) does not
-    register the sample again; `add` of a local file is a person's own word and lifts its removal."""
+    """A removal leaves a tombstone: the sample stage's registration (run on every cached run) does
+    not register the sample again; `add` of a local file is a person's own word and lifts its removal."""
     from vsi_wild.config import load_config
+    from vsi_wild.tasks import engine
     from vsi_wild.tasks import sample as ts
     from vsi_wild.tasks.sources import register_local
 
     store = Store(tmp_path / "root")
     config = load_config(Path(__file__).resolve().parents[1] / "configs" / "sample.yaml")
     ref = UnitRef("sample", "sample-walk", "k1")
-    ts.publish(store, config, ref)
+    registration = schema.table(schema.SOURCE, [ts.registration_row(config.sample, ref)])
+
+    def register_sample() -> None:  # what the engine does with the sample's output, cached or computed
+        engine.register_sources(store, registration)
+    register_sample()
     assert store.registry()["source_id"].to_pylist() == ["sample-walk"]
     assert store.remove_source("sample-walk", "not needed") and store.is_removed("sample-walk")
-    ts.publish(store, config, ref)
+    register_sample()
     assert store.registry().num_rows == 0
     assert store.removed_sources().to_pylist()[0]["reason"] == "not needed"
     assert store.undo_remove("sample-walk") and not store.undo_remove("sample-walk")
-    ts.publish(store, config, ref)
+    register_sample()
     assert store.registry()["source_id"].to_pylist() == ["sample-walk"]
 
     video = tmp_path / "walk.mp4"

@@ -62,6 +62,16 @@ STATUS = _schema(
     f("pipeline_version", pa.string()),
 )
 
+STATUS_INDEX = pa.schema(
+    list(STATUS) + [
+        f("file", pa.string(), doc="the row's file, relative to status/"),
+        f("file_mtime_ns", pa.int64(), doc="that file's modification time when the row was read"),
+        f("file_bytes", pa.int64()),
+    ],
+    metadata={"doc": "status/_index.parquet: every status row with its file's stat, so a reader parses only "
+                     "the rows written since (Store.status_table)"},
+)
+
 # --------------------------------------------------------------------------------------------
 # Sources: registered by crawl, `vsi-wild add` or the sample generator; completed by probe
 # --------------------------------------------------------------------------------------------
@@ -633,6 +643,25 @@ QA_EXPORT = _schema(
     f("pipeline_version", pa.string()),
 )
 
+REPORT_QUESTIONS = _schema(
+    "The release questions of one build as the report compares them with another build's "
+    "(report_questions.parquet; published as reports/<export key>.parquet): a question is the same "
+    "one when its video, task, subtype, text and query times are; it changed when its answer or its "
+    "set of options did (letters are rebalanced over a whole task, so option texts are compared).",
+    f("video_id", pa.string()),
+    f("source_id", pa.string()),
+    f("task_type", pa.string()),
+    f("subtype", pa.string()),
+    f("question", pa.string()),
+    f("query_times", pa.list_(pa.float64())),
+    f("doc_id", pa.string()),
+    f("answer", pa.string(), doc="MC: the letter; VOC: the integer"),
+    f("answer_text", pa.string()),
+    f("options", pa.list_(pa.string()), True, doc="MC: the option texts, in letter order, without letters"),
+    f("metadata_fingerprint", pa.string()),
+    f("pipeline_version", pa.string()),
+)
+
 # The export's links: exports/<path> -> the file under the data root it shows (``target``, relative
 # to the root). Written without field docs or nullability flags, as it always was (same bytes).
 EXPORT_LINKS = pa.schema([("path", pa.string()), ("target", pa.string())])
@@ -803,6 +832,8 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
     "report": (
         Artifact("report.md", doc="the build report"),
         Artifact("report.json", doc="the report's numbers"),
+        Artifact("report.html", doc="the build report as a self-contained page (plots and frames inlined)"),
+        _parquet("report_questions.parquet", REPORT_QUESTIONS),
     ),
 }
 

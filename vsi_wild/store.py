@@ -5,6 +5,7 @@ Layout under the data root (a local path or an fsspec URL such as ``s3://bucket/
     artifacts/<stage>/<unit>/<key>/...        one completed output per cache key
     artifacts/<stage>/<unit>/<key>/_manifest.parquet   written last: its presence means "complete"
     status/<stage>/<unit>.parquet             the latest status row of (stage, unit)
+    status/_index.parquet                     every status row, compacted (a cache of the above)
     registry/<source_id>.parquet              the source's registration row (schema.SOURCE)
     review/<source_id>.parquet                the human review decision of a source
     exports/                                  the published benchmark (see stages/export)
@@ -40,6 +41,7 @@ from vsi_wild.digest import sha256_file, table_bytes
 from vsi_wild.errors import UnitError
 
 MANIFEST_NAME = "_manifest.parquet"
+STATUS_INDEX = "_index.parquet"  # under status/: the compacted status rows (Store.status_table)
 
 
 def manifest_fingerprint(manifest: pa.Table) -> str:
@@ -221,7 +223,46 @@ class Store:
         return self.read_table_at(p).to_pylist()[0]
 
     def status_table(self) -> pa.Table:
-        return self._concat_dir(self.path("status"), schema.STATUS, "*/*.parquet")
+        """Every status row, in path order. On a local root the rows are read through a compacted
+        copy (``status/_index.parquet``: each row with its file's mtime and size), so that only the
+        files written since are parsed: a no-op run of the whole release has ~6,000 of them. The
+        per-unit files stay the truth; the index is rewritten whenever it was stale."""
+        base = self.path("status")
+        if not self.is_local:
+            return self._concat_dir(base, schema.STATUS, "*/*.parquet")
+        files = []
+        if os.path.isdir(base):
+            for stage_dir in os.scandir(base):
+                if stage_dir.is_dir():
+                    files += [(e.path, e.stat()) for e in os.scandir(stage_dir.path)
+                              if e.name.endswith(".parquet") and e.is_file()]
+        files.sort(key=lambda f: f[0])
+        index_path = os.path.join(base, STATUS_INDEX)
+        known: dict[str, dict[str, Any]] = {}
+        if os.path.exists(index_path):
+            try:
+                for r in self.read_table_at(index_path).to_pylist():
+                    known[r.pop("file")] = r
+            except Exception:  # a damaged index is only a lost shortcut
+                known = {}
+        rows, fresh = [], False
+        for path, st in files:
+            rel = os.path.relpath(path, base)
+            r = known.get(rel)
+            if r is not None and r.pop("file_mtime_ns") == st.st_mtime_ns and r.pop("file_bytes") == st.st_size:
+                rows.append(r)
+                continue
+            try:
+                row = schema.conform(self.read_table_at(path), schema.STATUS).to_pylist()[0]
+            except Exception as e:  # a damaged row file must not hide the others
+                raise StoreError(f"unreadable table {path}: {e}") from e
+            rows.append(row)
+            fresh = True
+        if fresh or len(known) != len(files):
+            index = [{**r, "file": os.path.relpath(p, base), "file_mtime_ns": st.st_mtime_ns, "file_bytes": st.st_size}
+                     for r, (p, st) in zip(rows, files)]
+            self.write_table_atomic(index_path, schema.table(schema.STATUS_INDEX, index))
+        return schema.table(schema.STATUS, rows)
 
     # ---------------------------------------------------------------- registry and review
     def register_source(self, row: dict[str, Any]) -> bool:
