@@ -1,5 +1,11 @@
 """The build report: what the benchmark contains, how its answers are spread, whether blind
-baselines can answer it, and what was lost on the way (failed or skipped units, by class)."""
+baselines can answer it, and what was lost on the way (failed or skipped units, by class).
+
+``build_report`` computes the numbers (report.json); ``render_markdown`` writes report.md. The
+paper's statistics (``paper_statistics``: view videos, hours and shares per scene category, duration
+bins, concept and answer spreads, the letter balance test) feed the HTML page's plots
+(``report_plots``, ``report_html``); what changed since another build is ``report_diff``'s.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vsi_wild.stages import evaluate as ev
-from vsi_wild.stages.qa.registry import NUMBER, task, tasks
+from vsi_wild.stages.qa.registry import MC, NUMBER, task, tasks
+
+UNCATEGORISED = "uncategorised"  # a source whose scene category is not known (local files, the sample)
+TOP_CONCEPTS = 10
 
 
 def build_report(rows: Sequence[Mapping[str, Any]], status: Sequence[Mapping[str, Any]],
@@ -46,7 +55,74 @@ def build_report(rows: Sequence[Mapping[str, Any]], status: Sequence[Mapping[str
     rep["lost"] = {k: dict(v) for k, v in sorted(lost.items())}
     rep["failures"] = [{"stage": s["stage"], "unit": s["unit"], "error": s["error"]}
                        for s in status if s["state"] == "failed"][:50]
+    rep["statistics"] = paper_statistics(release, sources)
     return rep
+
+
+def video_id_of(row: Mapping[str, Any]) -> str:
+    return row.get("video_id") or row["video_name"].removesuffix(".mp4")
+
+
+def paper_statistics(release: Sequence[Mapping[str, Any]], sources: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The paper's statistics of the release rows: view videos and hours, per scene category
+    (count and duration shares), videos per duration bin per category, and per task the spreads
+    the plots show. A task's plots follow from its columns: concepts (VOO, VOC), a number answer
+    (VOC), motion angles (VMR), render offsets (VPO), subtypes (VOO first | last)."""
+    category = {s["source_id"]: s.get("category") or UNCATEGORISED for s in sources if s.get("source_id")}
+    videos: dict[str, tuple[str, float]] = {}
+    for r in release:
+        videos[video_id_of(r)] = (category.get(r["source_id"], UNCATEGORISED), float(r["duration_s"] or 0.0))
+    total_s = sum(d for _, d in videos.values())
+    per_cat: dict[str, dict[str, Any]] = {}
+    bins: dict[str, Counter] = defaultdict(Counter)
+    for cat, duration in videos.values():
+        e = per_cat.setdefault(cat, {"videos": 0, "seconds": 0.0})
+        e["videos"] += 1
+        e["seconds"] += duration
+        bins[cat][ev.duration_bin(duration / 60)] += 1
+    categories = {cat: {"videos": e["videos"], "hours": e["seconds"] / 3600,
+                        "count_share": e["videos"] / len(videos),
+                        "duration_share": e["seconds"] / total_s if total_s else 0.0}
+                  for cat, e in sorted(per_cat.items())}
+    by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in release:
+        by_task[r["task_type"]].append(r)
+    per_task = {}
+    for t in tasks():
+        rs = by_task.get(t.name, [])
+        if rs:
+            per_task[t.name] = _task_statistics(t.kind, rs)
+    return {"videos": len(videos), "hours": total_s / 3600, "categories": categories,
+            "duration_bins": {cat: dict(c) for cat, c in sorted(bins.items())}, "tasks": per_task}
+
+
+def _task_statistics(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {"subtypes": dict(sorted(Counter(r["subtype"] for r in rows).items()))}
+    concepts = Counter(c for r in rows for c in (r.get("concepts") or []))
+    if concepts:
+        out["top_concepts"] = dict(sorted(concepts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_CONCEPTS])
+    if kind == NUMBER:
+        out["answer_histogram"] = {str(k): v for k, v in sorted(Counter(int(r["answer"]) for r in rows).items())}
+    angles = [(float(r["angle_deg"]), r["subtype"]) for r in rows if r.get("angle_deg") is not None]
+    if angles:
+        out["angles"] = [{"angle_deg": a, "subtype": st} for a, st in angles]
+    offsets = [float(o) for r in rows for o in (r.get("render_offset_deg") or [])]
+    if offsets:
+        out["render_offsets_deg"] = offsets
+    if kind == MC:
+        out["letter_balance"] = letter_balance(Counter(r["answer"] for r in rows))
+    return out
+
+
+def letter_balance(letters: Mapping[str, int]) -> dict[str, Any]:
+    """Chi-square test of the answer letters against a uniform spread over A-D."""
+    from scipy.stats import chisquare
+
+    counts = [int(letters.get(x, 0)) for x in ev.LETTERS]
+    if sum(counts) == 0:
+        return {"counts": dict(zip(ev.LETTERS, counts)), "chi2": None, "p": None}
+    res = chisquare(counts)
+    return {"counts": dict(zip(ev.LETTERS, counts)), "chi2": float(res.statistic), "p": float(res.pvalue)}
 
 
 def render_markdown(rep: Mapping[str, Any]) -> str:
@@ -86,4 +162,41 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
             out.append(f"  - failed {f['stage']}:{f['unit']}: {f['error']}")
     else:
         out.append("Nothing: every unit completed.")
+    out += _statistics_markdown(rep["statistics"])
+    if "fixes" in rep:
+        out += ["", "## Human fixes applied", ""]
+        out += [f"- {v}: " + "; ".join(lines) for v, lines in rep["fixes"].items()] or ["None."]
+    if "changes" in rep:
+        out += ["", "## What changed since the previous build", ""] + _changes_markdown(rep["changes"])
     return "\n".join(out) + "\n"
+
+
+def _statistics_markdown(st: Mapping[str, Any]) -> list[str]:
+    out = ["", "## Scene categories", "", f"View videos: {st['videos']} ({st['hours']:.2f} h)", ""]
+    if not st["categories"]:
+        return out + ["No view video has questions."]
+    out += ["| category | videos | by count | hours | by duration |", "|---|---|---|---|---|"]
+    out += [f"| {c} | {e['videos']} | {e['count_share']:.2%} | {e['hours']:.2f} | {e['duration_share']:.2%} |"
+            for c, e in st["categories"].items()]
+    balance = [f"{t} chi2 {e['letter_balance']['chi2']:.2f} (p {e['letter_balance']['p']:.3g})"
+               for t, e in st["tasks"].items() if (e.get("letter_balance") or {}).get("p") is not None]
+    if balance:
+        out += ["", "Answer letter balance: " + ", ".join(balance)]
+    return out
+
+
+def _changes_markdown(changes: Mapping[str, Any] | None) -> list[str]:
+    if changes is None:
+        return ["No previous build of this data root to compare with."]
+    out = [f"Compared with {changes['previous']}: {changes['added']} added, {changes['removed']} removed, "
+           f"{changes['changed']} changed."]
+    if changes["stage_versions"]:
+        out.append("Stage versions: " + ", ".join(f"{s} {a} → {b}" for s, (a, b) in changes["stage_versions"].items()))
+    for v, c in changes["per_video"].items():
+        out.append(f"- {v}: {c['added']} added, {c['removed']} removed, {c['changed']} changed"
+                   + (f" ({'; '.join(c['causes'])})" if c["causes"] else ""))
+    if changes["changed_questions"]:
+        out += ["", "| task | video | question | before | after |", "|---|---|---|---|---|"]
+        out += [f"| {c['task_type']} | {c['video_id']} | {c['question']} | {c['before']['answer']} | {c['after']['answer']} |"
+                for c in changes["changed_questions"]]
+    return out
