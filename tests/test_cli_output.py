@@ -66,3 +66,13 @@ def test_sources_table_is_not_wrapped_into_a_narrow_pipe(root):
         [BAD, "local", "", "", "", f"failed: {LONG_TEXT} text"],
         [GOOD, "local", "", "", "", "running"],
     ], r.stdout
+
+
+def test_stages_json_is_one_object_per_stage_into_a_narrow_pipe():
+    from vsi_wild.tasks import registry
+
+    r = vsi_wild("stages", "--json", env=NARROW)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [x["stage"] for x in rows] == [s.name for s in registry.STAGES]
+    assert all(x["description"] == s.description for x, s in zip(rows, registry.STAGES))

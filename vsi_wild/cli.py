@@ -277,8 +277,6 @@ def status(
     States: done, failed, skipped (why in --failed/--json), running (or interrupted).
     """
     _, store = _store(config, data_root)
-    from vsi_wild.tasks import registry
-
     rows = store.status_table().to_pylist()
     if as_json:
         for r in rows:
@@ -288,6 +286,7 @@ def status(
         _console(stderr=True).print(f"no status under {store.url} yet: run `vsi-wild run` first")
         return
     from vsi_wild import ids
+    from vsi_wild.tasks import registry
 
     kinds = {s.name: s.unit_kind for s in registry.STAGES}
     stages = [s.name for s in registry.STAGES if any(r["stage"] == s.name for r in rows)]
