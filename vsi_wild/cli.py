@@ -487,6 +487,8 @@ def _mount_sources_commands() -> None:
 
 
 _mount_sources_commands()
+from vsi_wild.cli_report import report as _report  # noqa: E402 - `vsi-wild report`
+app.command("report")(_report)
 
 
 def main() -> None:
