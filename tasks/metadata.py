@@ -305,15 +305,15 @@ def _metadata_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
     return {"fixes": _digest(_fix_file(store, config, unit))}
 
 
-def run_metadata(job: Job) -> None:
+def auto_metadata(job: Job) -> tuple[meta.FixInputs, list[dict]]:
+    """One video's automatic metadata, which its fix file corrects (``apply_fixes``' inputs), and
+    its view-agreement rows. The verification app dry-runs a fix file against the same inputs."""
     p: meta.MetadataParams = job.config.metadata
     vid = job.unit
     source_id, view_name = ids.split_video_id(vid)
     view = _view_row(job, vid)
     views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
     duration, fps = float(view["duration_s"]), float(view["fps"])
-    found = _fix_file(job.store, job.config, vid)
-    fixset = fx.parse_fix_text(found[1].decode("utf-8", errors="replace"), found[0], vid) if found else fx.FixSet.empty(vid)
 
     # Motion of this view, and whether the four views' independent estimates agree.
     pose_rows = job.read("pose", "poses.parquet").to_pylist()
@@ -330,17 +330,25 @@ def run_metadata(job: Job) -> None:
     agreement_rows, agreement = meta.view_agreement(source_id, fused, independent,
                                                     {v: float(r["yaw_deg"]) for v, r in views.items()}, clips, p)
     motion = meta.motion_rows(vid, samples, clips, p, agreement)
-
-    derived = meta.apply_fixes(fixset, meta.FixInputs(
+    inputs = meta.FixInputs(
         video_id=vid, observations=job.read("reconcile", "observations_auto.parquet").to_pylist(),
         members=job.read("reconcile", "members.parquet").to_pylist(), motion=motion, motion_samples=samples,
         duration_s=duration, fps=fps, params=p, poses=track, clip_seconds=job.config.segment.clip_seconds,
         camera_height=job.config.pose.ground_height(), image_size=(int(view["width"]), int(view["height"])),
-        level=job.config.reconcile.level_views))
+        level=job.config.reconcile.level_views)
+    return inputs, agreement_rows
+
+
+def run_metadata(job: Job) -> None:
+    vid = job.unit
+    found = _fix_file(job.store, job.config, vid)
+    fixset = fx.parse_fix_text(found[1].decode("utf-8", errors="replace"), found[0], vid) if found else fx.FixSet.empty(vid)
+    inputs, agreement_rows = auto_metadata(job)
+    derived = meta.apply_fixes(fixset, inputs)
     job.out.write_table("instances.parquet", schema.table(schema.INSTANCES, derived.instances))
     job.out.write_table("observations.parquet", schema.table(schema.OBSERVATIONS, derived.observations))
     job.out.write_table("motion.parquet", schema.table(schema.MOTION, derived.motion))
-    job.out.write_table("motion_samples.parquet", schema.table(schema.MOTION_SAMPLES, samples))
+    job.out.write_table("motion_samples.parquet", schema.table(schema.MOTION_SAMPLES, inputs.motion_samples))
     job.out.write_table("view_agreement.parquet", schema.table(schema.VIEW_AGREEMENT, agreement_rows))
     job.out.write_table("fixes_applied.parquet", schema.table(schema.FIXES_APPLIED, derived.applied))
 

@@ -491,6 +491,16 @@ from vsi_wild.cli_report import report as _report  # noqa: E402 - `vsi-wild repo
 app.command("report")(_report)
 
 
+def _mount_verify_commands() -> None:
+    from vsi_wild.cli_verify import fixes_app, verify
+
+    app.command("verify")(verify)
+    app.add_typer(fixes_app, name="fixes")
+
+
+_mount_verify_commands()
+
+
 def main() -> None:
     try:
         app()

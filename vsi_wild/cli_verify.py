@@ -1,0 +1,102 @@
+"""Verification commands: ``vsi-wild verify`` (the browser app) and ``vsi-wild fixes check``.
+
+The main CLI mounts them::
+
+    app.command("verify")(verify)
+    app.add_typer(fixes_app, name="fixes")
+"""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+CONFIG_HELP = "YAML config file (see configs/)."
+DATA_ROOT_HELP = "Data root (a local folder); default: the config's run.data_root."
+
+fixes_app = typer.Typer(help="Human fix files of the metadata (docs/fixes.md).", no_args_is_help=True)
+
+
+def _review(config: Path, data_root: Optional[str]):
+    from vsi_wild.config import ConfigError, load_config
+    from vsi_wild.store import Store
+    from vsi_wild.verify.review import Review
+
+    try:
+        cfg = load_config(config)
+    except ConfigError as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    store = Store(data_root or cfg.run.data_root)
+    if not store.is_local:
+        typer.secho(f"error: the verification app needs a local data root, not {store.url}", err=True,
+                    fg=typer.colors.RED)
+        raise typer.Exit(2)
+    return cfg, store, Review(cfg, store)
+
+
+def verify(
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs a token."),
+    port: int = typer.Option(8765, "--port"),
+    token: Optional[str] = typer.Option(None, "--token", help="The session token (default: generated and printed "
+                                        "when binding beyond loopback)."),
+) -> None:
+    """Serve the verification app: people check and correct each video's metadata and questions
+    in a browser; it writes the fix files the pipeline consumes (docs/verify.md)."""
+    import uvicorn
+
+    from vsi_wild.verify.server import LOOPBACK, create_app
+
+    cfg, store, _ = _review(config, data_root)
+    require = host not in LOOPBACK or token is not None
+    token = token or secrets.token_urlsafe(24)
+    app = create_app(cfg, store, token=token, require_token=require)
+    shown = f"[{host}]" if ":" in host else host
+    url = f"http://{shown}:{port}/" + (f"?token={token}" if require else "")
+    typer.echo(f"vsi-wild verify: {store.url}\n  open {url}")
+    uvicorn.run(app, host=host, port=port, log_level="warning")
+
+
+@fixes_app.command("check")
+def check(
+    videos: Optional[list[str]] = typer.Argument(None, help="Video ids (default: every video with a fix file)."),
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+) -> None:
+    """Validate fix files without running anything: each is applied (dry run) to its video's
+    automatic metadata by the metadata stage's own code. Exits 1 if any has a problem."""
+    from vsi_wild.stages.fixes import FixError
+    from vsi_wild.verify.catalog import NotFound, NotReady
+    from vsi_wild.verify.review import video_ids_for
+
+    _, _, review = _review(config, data_root)
+    try:
+        chosen = video_ids_for(review, videos)
+    except NotFound as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    if not chosen:
+        typer.echo(f"no fix files under {review.fixes_dir()}")
+        return
+    bad = 0
+    for vid in chosen:
+        path = review.fix_path(vid)
+        if not path.is_file():
+            typer.echo(f"{vid}: no fix file ({path})")
+            continue
+        try:
+            derived = review.dry_run(vid, path.read_text(encoding="utf-8"))
+        except FixError as e:
+            bad += 1
+            typer.secho(f"{vid}: {e}", fg=typer.colors.RED)
+        except NotReady as e:
+            bad += 1
+            typer.secho(f"{vid}: {e}", fg=typer.colors.YELLOW)
+        else:
+            typer.echo(f"{vid}: ok ({len(derived.applied)} fixes)")
+    raise typer.Exit(1 if bad else 0)

@@ -1,0 +1,136 @@
+"""What the verification app reads from the store: the view videos and each one's current outputs.
+
+The current output of a stage for a unit is the one its status row names (state ``done``, the
+row's key); a page never guesses a folder. A video id from a URL is looked up among the videos of
+the current ``project`` outputs before anything is built from it (``Catalog.video``), so no request
+can name a path outside the data root.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from vsi_wild import ids, schema
+from vsi_wild.config import Config
+from vsi_wild.stages.metadata import motion_clips
+from vsi_wild.stages.qa.common import stable_hash
+from vsi_wild.store import Store, UnitRef
+
+VIEWS_FILE = schema.VIEWS_FILE
+
+
+class NotFound(LookupError):
+    """The id is not one of the store's videos (or questions, images, ...)."""
+
+
+class NotReady(RuntimeError):
+    """An output a page needs is missing or failed; the message says which and why."""
+
+
+def question_id(row: dict[str, Any]) -> str:
+    """A question's stable id: its video, task, subtype and item (what it is about), which do not
+    move when other questions of the video change."""
+    return stable_hash(row["video_id"], row["task_type"], row["subtype"], row["item"])[:12]
+
+
+@dataclass
+class Catalog:
+    config: Config
+    store: Store
+    _views: dict[str, dict[str, Any]] = field(default_factory=dict)
+    _views_key: tuple = ()
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    # ------------------------------------------------------------------ status rows
+    def status(self, stage: str, unit: str) -> dict[str, Any]:
+        """{'state': done | failed | skipped | running | missing, 'error': ...} of one unit."""
+        row = self.store.read_status(stage, unit)
+        if row is None:
+            return {"state": "missing", "error": f"{stage} has not run for {unit}"}
+        return {"state": row["state"], "error": row["error"]}
+
+    def current(self, stage: str, unit: str) -> UnitRef | None:
+        row = self.store.read_status(stage, unit)
+        if row is None or row["state"] != "done":
+            return None
+        ref = UnitRef(stage, unit, row["key"])
+        return ref if self.store.is_complete(ref) else None
+
+    def require(self, stage: str, unit: str) -> UnitRef:
+        ref = self.current(stage, unit)
+        if ref is None:
+            st = self.status(stage, unit)
+            raise NotReady(f"{stage}:{unit} is {st['state']}" + (f": {st['error']}" if st["error"] else ""))
+        return ref
+
+    def table(self, stage: str, unit: str, name: str, columns: list[str] | None = None) -> pa.Table:
+        ref = self.require(stage, unit)
+        return pq.read_table(self.store.local_file(ref, name), columns=columns)
+
+    def num_rows(self, stage: str, unit: str, name: str) -> int | None:
+        ref = self.current(stage, unit)
+        return None if ref is None else pq.ParquetFile(self.store.local_file(ref, name)).metadata.num_rows
+
+    # ------------------------------------------------------------------ videos
+    def views(self) -> dict[str, dict[str, Any]]:
+        """video_id -> its row of the current project output's views.parquet (and 'project_ref')."""
+        status = self.store.status_table()
+        done = sorted((r["unit"], r["key"]) for r in status.to_pylist() if r["stage"] == "project" and r["state"] == "done")
+        with self._lock:
+            if tuple(done) != self._views_key:
+                views = {}
+                for source, key in done:
+                    ref = UnitRef("project", source, key)
+                    if not self.store.is_complete(ref):
+                        continue
+                    for r in self.store.read_table(ref, VIEWS_FILE).to_pylist():
+                        views[r["video_id"]] = {**r, "project_ref": ref}
+                self._views, self._views_key = views, tuple(done)
+            return self._views
+
+    def video(self, video_id: str) -> dict[str, Any]:
+        """The view row of a video of the store; NotFound for any other string."""
+        row = self.views().get(video_id)
+        if row is None:
+            raise NotFound(f"no video {video_id!r} in {self.store.url}")
+        return row
+
+    def video_file(self, video_id: str) -> str:
+        row = self.video(video_id)
+        return str(self.store.local_file(row["project_ref"], row["path"]))
+
+    def clip_units(self, video_id: str) -> dict[int, UnitRef]:
+        """The current segment output of each clip of the video."""
+        row = self.video(video_id)
+        from vsi_wild.stages.segment import clip_spans
+
+        out = {}
+        for c in clip_spans(float(row["duration_s"]), self.config.segment.clip_seconds):
+            ref = self.current("segment", ids.clip_id(video_id, c.index))
+            if ref is not None:
+                out[c.index] = ref
+        return out
+
+    def n_motion_clips(self, video_id: str) -> int:
+        return len(motion_clips(float(self.video(video_id)["duration_s"]), self.config.metadata.motion_clip_seconds))
+
+    def questions(self, video_id: str) -> list[dict[str, Any]]:
+        """The video's current questions (qa stage), each with its stable ``question_id``."""
+        self.video(video_id)
+        rows = self.table("qa", video_id, "questions.parquet").to_pylist()
+        for r in rows:
+            r["question_id"] = question_id(r)
+        return rows
+
+    def image_file(self, video_id: str, name: str) -> str:
+        """A rendered VPO image of the video's current qa output, named as images.parquet lists it."""
+        ref = self.require("qa", video_id)
+        files = set(self.store.read_table(ref, "images.parquet")["file"].to_pylist())
+        if name not in files:
+            raise NotFound(f"no image {name!r} for {video_id}")
+        return str(self.store.local_file(ref, name))

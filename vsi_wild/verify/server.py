@@ -1,0 +1,245 @@
+"""The verification app's HTTP server (FastAPI): pages, the store's data as JSON, the view videos
+with range requests, and the few POSTs that write fix files, progress files or start a re-derive.
+
+Access: every POST carries the session token (header ``X-Verify-Token``; the pages get it in a
+``<meta>`` tag). Bound to anything but loopback, or given a token, every request must carry it
+(header, ``?token=`` once, then a same-site cookie). Ids in URLs are looked up in the store
+(``Catalog.video``); files are served only from the outputs named by status rows.
+"""
+
+from __future__ import annotations
+
+import hmac
+import secrets
+import threading
+import uuid
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import cv2
+from fastapi import FastAPI, Request
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+
+from vsi_wild.config import Config
+from vsi_wild.stages import fixes as fx
+from vsi_wild.store import Store
+from vsi_wild.verify import fixfile, progress
+from vsi_wild.verify.catalog import NotFound, NotReady
+from vsi_wild.verify.masks import MaskServer
+from vsi_wild.verify.review import Review, error_body
+
+STATIC = Path(str(resources.files("vsi_wild.verify") / "static"))
+TOKEN_HEADER = "X-Verify-Token"
+TOKEN_COOKIE = "vsi_verify_token"
+LOOPBACK = {"127.0.0.1", "localhost", "::1"}
+PAGES = {"videos": "index.html", "temporal": "temporal.html", "spatial": "spatial.html", "questions": "questions.html"}
+
+
+class FixesBody(BaseModel):
+    fixes: list[dict[str, Any]]
+    sha256: str = Field(fixfile.NO_FILE, description="of the fix file as the page loaded it")
+
+
+class RestoreBody(BaseModel):
+    version: int
+    sha256: str
+
+
+class ProgressBody(BaseModel):
+    progress: progress.Progress
+
+
+class Rederive:
+    """One background re-derive at a time: the video's metadata and qa units, then export and
+    report, through the engine (inline in a thread), with the engine's events as progress."""
+
+    STAGES = ("metadata", "qa", "export", "report")
+
+    def __init__(self, config: Config, store: Store):
+        self.config, self.store = config, store
+        self.jobs: dict[str, dict[str, Any]] = {}
+        self._lock = threading.Lock()
+
+    def start(self, video_id: str) -> dict[str, Any]:
+        with self._lock:
+            busy = next((j for j in self.jobs.values() if j["state"] == "running"), None)
+            if busy is not None:
+                raise RuntimeError(f"a re-derive of {busy['video_id']} is running: wait for it")
+            job = {"id": uuid.uuid4().hex[:12], "video_id": video_id, "state": "running", "events": [], "summary": None}
+            self.jobs[job["id"]] = job
+        threading.Thread(target=self._run, args=(job,), daemon=True, name=f"rederive-{video_id}").start()
+        return job
+
+    def _run(self, job: dict[str, Any]) -> None:
+        from vsi_wild.tasks import engine, registry
+
+        me = threading.current_thread()
+
+        def listen(event: str, p: dict[str, Any]) -> None:
+            if threading.current_thread() is me and event in ("stage", "start", "end", "stage_failed"):
+                outcome = p.get("outcome")
+                job["events"].append({"event": event, "stage": p.get("stage"), "unit": p.get("unit"),
+                                      "state": getattr(outcome, "state", None), "error": getattr(outcome, "error", None)
+                                      or p.get("error")})
+
+        engine.add_listener(listen)
+        try:
+            stages = [registry.stage(n) for n in self.STAGES]
+            plan = engine.Plan.load(self.config, self.store, registry.STAGES,
+                                    selection=engine.Selection(frozenset({job["video_id"]})))
+            engine.run_stages(plan, stages, engine.run_inline(plan))
+            job["summary"] = engine.summarize(plan, self.store.url)
+            job["state"] = "failed" if job["summary"]["failed"] else "done"
+        except Exception as e:  # noqa: BLE001 - shown on the page
+            job["state"], job["error"] = "failed", f"{type(e).__name__}: {e}"
+        finally:
+            engine.remove_listener(listen)
+
+
+def create_app(config: Config, store: Store, token: str | None = None, require_token: bool = False) -> FastAPI:
+    """The app over one data root. ``token``: the session's (generated when None); with
+    ``require_token`` every request needs it, else only the POSTs do."""
+    review = Review(config, store)
+    masks = MaskServer(review.catalog)
+    rederive = Rederive(config, store)
+    token = token or secrets.token_urlsafe(24)
+    app = FastAPI(title="vsi-wild verify", docs_url=None, redoc_url=None, openapi_url=None)
+    app.state.token, app.state.review = token, review
+
+    def token_ok(value: str | None) -> bool:
+        return value is not None and hmac.compare_digest(value.encode(), token.encode())
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next):
+        via_query = token_ok(request.query_params.get("token"))
+        if request.method == "POST" and not token_ok(request.headers.get(TOKEN_HEADER)):
+            return JSONResponse({"error": f"a POST needs the session token ({TOKEN_HEADER})"}, status_code=403)
+        if require_token and not (via_query or token_ok(request.headers.get(TOKEN_HEADER))
+                                  or token_ok(request.cookies.get(TOKEN_COOKIE))):
+            return JSONResponse({"error": "missing or wrong token: open the URL `vsi-wild verify` printed"},
+                                status_code=401)
+        response = await call_next(request)
+        if via_query:
+            response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
+        return response
+
+    @app.exception_handler(NotFound)
+    async def not_found(request: Request, e: NotFound):
+        return JSONResponse({"error": str(e)}, status_code=404)
+
+    @app.exception_handler(NotReady)
+    async def not_ready(request: Request, e: NotReady):
+        return JSONResponse({"error": str(e)}, status_code=409)
+
+    @app.exception_handler(fx.FixError)
+    async def fix_error(request: Request, e: fx.FixError):
+        return JSONResponse(error_body(e), status_code=422)
+
+    @app.exception_handler(fixfile.StaleSave)
+    async def stale(request: Request, e: fixfile.StaleSave):
+        return JSONResponse({"error": str(e), "stale": True}, status_code=409)
+
+    def page(name: str) -> HTMLResponse:
+        html = (STATIC / PAGES[name]).read_text(encoding="utf-8")
+        return HTMLResponse(html.replace("{{TOKEN}}", token), headers={"Cache-Control": "no-store"})
+
+    @app.get("/", response_class=HTMLResponse)
+    def videos_page() -> HTMLResponse:
+        return page("videos")
+
+    @app.get("/videos/{video_id}", response_class=HTMLResponse)
+    def temporal_page(video_id: str) -> HTMLResponse:
+        review.catalog.video(video_id)
+        return page("temporal")
+
+    @app.get("/videos/{video_id}/spatial", response_class=HTMLResponse)
+    def spatial_page(video_id: str) -> HTMLResponse:
+        review.catalog.video(video_id)
+        return page("spatial")
+
+    @app.get("/videos/{video_id}/questions", response_class=HTMLResponse)
+    def questions_page(video_id: str) -> HTMLResponse:
+        review.catalog.video(video_id)
+        return page("questions")
+
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
+
+    # ---------------------------------------------------------------- data
+    @app.get("/api/videos")
+    def api_videos() -> list[dict[str, Any]]:
+        return review.videos()
+
+    @app.get("/api/videos/{video_id}")
+    def api_video(video_id: str) -> dict[str, Any]:
+        return review.payload(video_id)
+
+    @app.get("/api/videos/{video_id}/masks")
+    def api_masks(video_id: str, k: int) -> dict[str, Any]:
+        return masks.masks(video_id, k)
+
+    @app.get("/api/videos/{video_id}/media")
+    def api_media(video_id: str) -> FileResponse:
+        return FileResponse(review.catalog.video_file(video_id), media_type="video/mp4")
+
+    @app.get("/api/videos/{video_id}/frame")
+    def api_frame(video_id: str, f: int) -> Response:
+        """One frame of the view video as JPEG (the question cards' frame indices)."""
+        cap = cv2.VideoCapture(review.catalog.video_file(video_id))
+        try:
+            cap.set(cv2.CAP_PROP_POS_FRAMES, max(0, f))
+            ok, bgr = cap.read()
+        finally:
+            cap.release()
+        if not ok:
+            raise NotFound(f"no frame {f} in {video_id}")
+        return Response(cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
+
+    @app.get("/api/videos/{video_id}/questions")
+    def api_questions(video_id: str) -> list[dict[str, Any]]:
+        return review.questions(video_id)
+
+    @app.get("/api/videos/{video_id}/images/{name:path}")
+    def api_image(video_id: str, name: str) -> FileResponse:
+        return FileResponse(review.catalog.image_file(video_id, name))
+
+    @app.get("/api/jobs/{job_id}")
+    def api_job(job_id: str) -> dict[str, Any]:
+        job = rederive.jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"no job {job_id!r}")
+        return job
+
+    # ---------------------------------------------------------------- writes (POST + token)
+    @app.post("/api/videos/{video_id}/preview")
+    def api_preview(video_id: str, body: FixesBody) -> dict[str, Any]:
+        return review.preview(video_id, body.fixes)
+
+    @app.post("/api/videos/{video_id}/fixes")
+    def api_save(video_id: str, body: FixesBody) -> dict[str, Any]:
+        path = review.fix_path(video_id)
+        fixfile.save(path, video_id, body.fixes, body.sha256, review.validator(video_id))
+        return review.fix_state(video_id)
+
+    @app.post("/api/videos/{video_id}/restore")
+    def api_restore(video_id: str, body: RestoreBody) -> dict[str, Any]:
+        path = review.fix_path(video_id)
+        fixfile.restore(path, video_id, body.version, body.sha256, review.validator(video_id))
+        return review.fix_state(video_id)
+
+    @app.post("/api/videos/{video_id}/progress")
+    def api_progress(video_id: str, body: ProgressBody) -> dict[str, Any]:
+        review.catalog.video(video_id)
+        return progress.write(store, video_id, body.progress).model_dump()
+
+    @app.post("/api/videos/{video_id}/rederive")
+    def api_rederive(video_id: str) -> JSONResponse:
+        review.catalog.video(video_id)
+        try:
+            return JSONResponse(rederive.start(video_id), status_code=202)
+        except RuntimeError as e:
+            return JSONResponse({"error": str(e)}, status_code=409)
+
+    return app
