@@ -168,6 +168,7 @@ def run_request(request: RunRequest) -> Any:
     with _api_for_remote_workers(cfg):
         summary = _dag.with_options(task_runner=runner)(request.model_dump_json())
     _publish_summary(summary)
+    _publish_report(summary)
     if summary["failed"]:
         # A Failed final state (not an exception): the run did what it could; the summary says what
         # failed, without a traceback in the log.
@@ -213,3 +214,25 @@ def _publish_summary(summary: dict[str, Any]) -> None:
             {"data_root": summary["data_root"], "failed": len(summary["failed"])}))
     except Exception:  # the summary is also returned; an artifact API hiccup must not fail the run
         pass
+
+
+def _publish_report(summary: dict[str, Any]) -> None:
+    """When this run made or found the report: its summary (report.md), its per-task counts and a
+    link to report.html as the flow run's artifacts."""
+    if not any(s["stage"] == "report" and (s["computed"] or s["cached"]) for s in summary["stages"]):
+        return
+    try:
+        from prefect.artifacts import create_link_artifact, create_markdown_artifact, create_table_artifact
+
+        from vsi_wild.tasks.report import published_report
+
+        report = published_report(Store(summary["data_root"]))
+        if report is None:
+            return
+        create_markdown_artifact(key="vsi-wild-report", markdown=report.markdown, description="the build report")
+        create_table_artifact(key="vsi-wild-report-tasks", table=report.per_task,
+                              description="release questions per task, and what changed since the previous build")
+        create_link_artifact(key="vsi-wild-report-html", link=report.html_link, link_text="report.html",
+                             description="the build report with its plots and question cards")
+    except Exception as e:  # noqa: BLE001 - as for the summary: the report is in the data root anyway
+        get_run_logger().warning("the report's artifacts were not created: %s", e)
