@@ -15,7 +15,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from vsi_wild.stages import evaluate as ev
-from vsi_wild.stages.qa.registry import MC, NUMBER, task, tasks
+from vsi_wild.stages.qa.registry import MC, NUMBER, QATask, task, tasks
 
 UNCATEGORISED = "uncategorised"  # a source whose scene category is not known (local files, the sample)
 TOP_CONCEPTS = 10
@@ -91,17 +91,20 @@ def paper_statistics(release: Sequence[Mapping[str, Any]], sources: Sequence[Map
     for t in tasks():
         rs = by_task.get(t.name, [])
         if rs:
-            per_task[t.name] = _task_statistics(t.kind, rs)
+            per_task[t.name] = _task_statistics(t, rs)
     return {"videos": len(videos), "hours": total_s / 3600, "categories": categories,
             "duration_bins": {cat: dict(c) for cat, c in sorted(bins.items())}, "tasks": per_task}
 
 
-def _task_statistics(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    out: dict[str, Any] = {"subtypes": dict(sorted(Counter(r["subtype"] for r in rows).items()))}
+def _task_statistics(t: QATask, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    counted = Counter(r["subtype"] for r in rows)
+    # the declared subtypes first, asked or not (VMR cardinal 0 says something), then any other
+    out: dict[str, Any] = {"subtypes": {**{st: counted.get(st, 0) for st in t.subtypes},
+                                        **dict(sorted((k, v) for k, v in counted.items() if k not in t.subtypes))}}
     concepts = Counter(c for r in rows for c in (r.get("concepts") or []))
     if concepts:
         out["top_concepts"] = dict(sorted(concepts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_CONCEPTS])
-    if kind == NUMBER:
+    if t.kind == NUMBER:
         out["answer_histogram"] = {str(k): v for k, v in sorted(Counter(int(r["answer"]) for r in rows).items())}
     angles = [(float(r["angle_deg"]), r["subtype"]) for r in rows if r.get("angle_deg") is not None]
     if angles:
@@ -109,7 +112,7 @@ def _task_statistics(kind: str, rows: Sequence[Mapping[str, Any]]) -> dict[str, 
     offsets = [float(o) for r in rows for o in (r.get("render_offset_deg") or [])]
     if offsets:
         out["render_offsets_deg"] = offsets
-    if kind == MC:
+    if t.kind == MC:
         out["letter_balance"] = letter_balance(Counter(r["answer"] for r in rows))
     return out
 

@@ -75,7 +75,9 @@ def _grouped_bars(ax: Any, groups: Sequence[str], series: Mapping[str, Sequence[
     ax.set_xticks(range(len(groups)), groups)
     _counts_axis(ax.yaxis)
     if len(series) > 1 or legend:
-        ax.legend(fontsize=8)
+        top = max((v for values in series.values() for v in values), default=0)
+        ax.set_ylim(0, max(1, top) * 1.35)  # room for the legend above the bars
+        ax.legend(fontsize=8, loc="upper right")
 
 
 def duration_per_category(stats: Mapping[str, Any]) -> bytes:
@@ -85,9 +87,14 @@ def duration_per_category(stats: Mapping[str, Any]) -> bytes:
         return _no_data(title)
     fig, (ax,) = _figure(title)
     names = list(cats)
-    ax.barh(names, [cats[c]["hours"] for c in names], color="#4c72b0")
+    from matplotlib.ticker import MaxNLocator
+
+    hours = [cats[c]["hours"] for c in names]
+    ax.barh(names, hours, color="#4c72b0")
     for y, c in enumerate(names):
         ax.text(cats[c]["hours"], y, f" {cats[c]['duration_share']:.1%}", va="center", fontsize=8)
+    ax.set_xlim(0, max(max(hours), 1e-9) * 1.25)  # room for the share labels
+    ax.xaxis.set_major_locator(MaxNLocator(5))
     ax.set_xlabel("hours")
     ax.invert_yaxis()
     return _png(fig)
@@ -163,6 +170,8 @@ def direction_rose(stats: Mapping[str, Any]) -> bytes:
                     counts[int(((a["angle_deg"] % 360) + 11.25) // 22.5) % sectors] += 1
             ax.bar([i * width for i in range(sectors)], counts, width=width * 0.9, bottom=bottom, label=st)
             bottom = [b + c for b, c in zip(bottom, counts)]
+        _counts_axis(ax.yaxis)
+        ax.tick_params(axis="y", labelsize=7)
         ax.set_theta_zero_location("N")
         ax.set_theta_direction(-1)
         ax.set_title(f"{name}: motion directions", fontsize=10)
@@ -203,8 +212,8 @@ def subtypes(stats: Mapping[str, Any]) -> bytes:
         _counts_axis(ax.yaxis)
         ax.set_title(name, fontsize=10)
 
-    multi = {t: e for t, e in stats["tasks"].items() if len(e.get("subtypes") or {}) > 1 or t == "VOO"}
-    return _per_task("Subtypes per task (VOO first vs last)", multi, "subtypes", draw)
+    several = {t: e for t, e in stats["tasks"].items() if len(e.get("subtypes") or {}) > 1}
+    return _per_task("Subtypes per task (VOO first vs last)", several, "subtypes", draw)
 
 
 def all_plots(rep: Mapping[str, Any]) -> list[Plot]:

@@ -105,6 +105,14 @@ def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
         assert not [k for k, r in rows.items() if r["state"] == "failed"]
         assert {s for (s, _), r in rows.items() if r["state"] == "done"} >= {stage}
 
+        # the run's report as its Prefect artifacts: summary, per-task counts, a link to report.html
+        sample_dep = _api(api, "/deployments/name/build-vsi-wild/sample")
+        run_ids = [r["id"] for r in _api(api, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [sample_dep["id"]]}}})]
+        arts = {a["key"]: a for a in _api(api, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": run_ids}}})}
+        assert {"vsi-wild-report", "vsi-wild-report-tasks", "vsi-wild-report-html"} <= set(arts), sorted(arts)
+        assert arts["vsi-wild-report"]["data"].startswith("# VSI-Super-Wild build report")
+        assert "report.html" in arts["vsi-wild-report-html"]["data"] and (data / "report.html").is_file()
+
         # GPU stages' task runs carry the `gpu` tag, the others do not
         task_runs = _api(api, "/task_runs/filter", {"task_runs": {"name": {"like_": ":"}}, "limit": 200})
         for tr in task_runs:
