@@ -43,7 +43,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 import yaml
 
 REPO = Path(__file__).resolve().parents[1]
@@ -172,8 +171,12 @@ def _fill(plan: Any, stages: list[Any], durations: dict[str, float]) -> int:
             if not isinstance(prepared, engine.Prepared):
                 raise RuntimeError(f"building {stage.name}:{unit}: {prepared.state} ({prepared.error})")
             with store.writer(UnitRef(stage.name, unit, prepared.key)) as w:
-                TINY_OUTPUTS[stage.name](_Unit(stage.name, unit, prepared.key, config, store, prepared.inputs, w,
-                                               durations))
+                if stage.name in REAL_RUN:  # cheap on this root, and what its publish reads is its own
+                    stage.run(engine.Job(stage, unit, prepared.key, config, store, prepared.inputs, w))
+                else:
+                    u = _Unit(stage.name, unit, prepared.key, config, store, prepared.inputs, w, durations)
+                    TINY_OUTPUTS.get(stage.name, lambda u: None)(u)
+                    _declared(u, stage)
             outcome = engine.prepare(plan, stage, unit)
             if not isinstance(outcome, engine.Outcome) or outcome.state != "cached":
                 raise RuntimeError(f"building {stage.name}:{unit}: its output is not taken as cached ({outcome})")
@@ -183,18 +186,26 @@ def _fill(plan: Any, stages: list[Any], durations: dict[str, float]) -> int:
 
 
 # ----------------------------------------------------------------------------------- tiny outputs
-# Each stage's real file names, with empty tables of their schemas (or a few rows where a later
-# stage enumerates units from them: the registration, the probed row, the views).
+# Every file a stage declares (schema.ARTIFACTS): empty tables of their schemas, a few bytes for
+# other files; a few rows where a later stage enumerates units from them or its publish reads them
+# (the registration, the probed row, the views, the export's links): TINY_OUTPUTS.
 _EMPTY: dict[str, bytes] = {}
+REAL_RUN = {"report"}  # stages whose real run builds the tiny output (the report of no questions)
 
 
-def _empty(u: _Unit, *files: tuple[str, pa.Schema]) -> None:
-    from vsi_wild.store import table_bytes
+def _declared(u: _Unit, stage: Any) -> None:
+    """Write each required declared file the stage's tiny writer did not."""
+    from vsi_wild.digest import table_bytes
 
-    for name, sch in files:
-        if name not in _EMPTY:
-            _EMPTY[name] = table_bytes(sch.empty_table())
-        u.out.path(name).write_bytes(_EMPTY[name])
+    for a in stage.outputs:
+        if a.optional or a.is_pattern or u.out.path(a.name).exists():
+            continue
+        if a.schema is None:
+            u.out.path(a.name).write_text("{}\n" if a.name.endswith(".json") else f"noop {a.name}\n")
+            continue
+        if a.name not in _EMPTY:
+            _EMPTY[a.name] = table_bytes(a.schema.empty_table())
+        u.out.path(a.name).write_bytes(_EMPTY[a.name])
 
 
 def _download(u: _Unit) -> None:
@@ -246,7 +257,6 @@ def _project(u: _Unit) -> None:
                      "n_frames": int(duration * 30), "duration_s": duration, "path": f"{vid}.mp4",
                      "sha256": hashlib.sha256(data).hexdigest()})
     u.out.write_table("views.parquet", schema.table(schema.VIEWS_TABLE, rows))
-    _empty(u, ("faces.parquet", schema.FACES))
 
 
 def _export(u: _Unit) -> None:
@@ -259,22 +269,8 @@ def _export(u: _Unit) -> None:
     for ref in u.inputs["project"].values():
         for r in u.store.read_table(ref, "views.parquet").to_pylist():
             links[f"videos/{r['video_id']}.mp4"] = f"artifacts/{ref.stage}/{ref.unit}/{ref.key}/{r['path']}"
-    u.out.write_table("links.parquet", pa.table({"path": list(links), "target": list(links.values())},
-                                                schema=pa.schema([("path", pa.string()), ("target", pa.string())])))
-
-
-def _report(u: _Unit) -> None:
-    u.out.path("report.md").write_text("# noop report\n")
-    u.out.path("report.json").write_text("{}\n")
-
-
-def _tables(*files: tuple[str, str]) -> Callable[[_Unit], None]:
-    def write(u: _Unit) -> None:
-        from vsi_wild import schema
-
-        _empty(u, *((name, getattr(schema, sch)) for name, sch in files))
-
-    return write
+    u.out.write_table("links.parquet", schema.table(schema.EXPORT_LINKS, {"path": list(links),
+                                                                       "target": list(links.values())}))
 
 
 TINY_OUTPUTS: dict[str, Callable[[_Unit], None]] = {
@@ -282,20 +278,7 @@ TINY_OUTPUTS: dict[str, Callable[[_Unit], None]] = {
     "probe": _probe,
     "review": _review,
     "project": _project,
-    "candidates": _tables(("keyframes.parquet", "KEYFRAMES"), ("candidates.parquet", "CANDIDATES")),
-    "detect": _tables(("detections.parquet", "DETECTIONS"), ("concept_stats.parquet", "CONCEPT_STATS")),
-    "segment": _tables(("segments.parquet", "CLIP_SEGMENTS"), ("instances.parquet", "CLIP_INSTANCES")),
-    "pose": _tables(("poses.parquet", "POSES"), ("view_poses.parquet", "POSES")),
-    "reconcile": _tables(("clips.parquet", "CLIP_SPANS"), ("clip_instances.parquet", "CLIP_INSTANCES"),
-                         ("merge_decisions.parquet", "MERGE_DECISIONS"), ("members.parquet", "INSTANCE_MEMBERS"),
-                         ("observations_auto.parquet", "OBSERVATIONS"), ("instances_auto.parquet", "INSTANCES")),
-    "metadata": _tables(("instances.parquet", "INSTANCES"), ("observations.parquet", "OBSERVATIONS"),
-                        ("motion.parquet", "MOTION"), ("motion_samples.parquet", "MOTION_SAMPLES"),
-                        ("view_agreement.parquet", "VIEW_AGREEMENT"), ("fixes_applied.parquet", "FIXES_APPLIED")),
-    "qa": _tables(("questions.parquet", "QA_QUESTIONS"), ("skipped.parquet", "QA_SKIPPED"),
-                  ("images.parquet", "QA_IMAGES")),
     "export": _export,
-    "report": _report,
 }
 
 
