@@ -8,40 +8,30 @@ report_compare.html / .md beside them: this root's current build against the oth
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Annotated, Optional
 
 import typer
 
-ConfigOpt = Annotated[Path, typer.Option("--config", "-c", help="YAML config file (see configs/).", dir_okay=False)]
-DataRootOpt = Annotated[Optional[str], typer.Option(
-    "--data-root", "-d", help="Data root (a folder or an fsspec URL); default: the config's run.data_root.")]
+from vsi_wild.cli_sources import ConfigOpt, DataRootOpt, _fail, _open
+
 CompareOpt = Annotated[Optional[str], typer.Option(
     "--compare", help="Another data root: report what changed from its current build to this one's.")]
 
 
-def report(config: ConfigOpt = Path("configs/sample.yaml"), data_root: DataRootOpt = None,
-           compare: CompareOpt = None) -> None:
+def report(config: ConfigOpt = None, data_root: DataRootOpt = None, compare: CompareOpt = None) -> None:
     """Regenerate the build report (report.md, report.html) of a data root from its current
     outputs, without running any other stage; or compare it with another data root's build."""
-    from vsi_wild.config import ConfigError, load_config
     from vsi_wild.errors import UnitError
     from vsi_wild.store import Store
     from vsi_wild.tasks import engine, registry
     from vsi_wild.tasks.report import REPORT, REPORT_HTML, compare_with
 
-    try:
-        cfg = load_config(config)
-    except ConfigError as e:
-        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(2) from None
-    store = Store(data_root or cfg.run.data_root)
+    cfg, store = _open(config, data_root)
     if compare:
         try:
             html_path, md_path = compare_with(cfg, store, Store(compare))
         except UnitError as e:
-            typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
-            raise typer.Exit(1) from None
+            raise _fail(f"error: {e}", 1) from None
         typer.echo(f"compared with {compare}: {html_path} ({md_path})")
         return
     plan = engine.Plan.load(cfg, store, registry.STAGES)
@@ -49,6 +39,5 @@ def report(config: ConfigOpt = Path("configs/sample.yaml"), data_root: DataRootO
     outcome = plan.outcomes.get(REPORT.name, {}).get(engine.ALL)
     if outcome is None or outcome.state not in ("computed", "cached"):
         why = outcome.error if outcome is not None else plan.no_units.get(REPORT.name, "no unit")
-        typer.secho(f"report {outcome.state if outcome else 'not made'}: {why}", err=True, fg=typer.colors.RED)
-        raise typer.Exit(1)
+        raise _fail(f"report {outcome.state if outcome else 'not made'}: {why}", 1)
     typer.echo(f"report {outcome.state}: {store.path(REPORT_HTML)}")
