@@ -306,10 +306,25 @@ def _fixes(fixes: Mapping[str, Sequence[str]]) -> str:
 
 
 def _verification(verification: Mapping[str, Any] | None) -> str:
+    """The verification app's marks (verify/<video_id>.json: temporal_verified, clips_verified,
+    questions id -> accept | reject); a record of another form is shown key by key."""
     if not verification:
         return '<p class="muted">No verification records (verify/ in the data root) yet.</p>'
-    out = []
+    marks, other = [], []
     for name, content in verification.items():
+        if isinstance(content, Mapping) and "temporal_verified" in content:
+            verdicts = list((content.get("questions") or {}).values())
+            marks.append([name.removesuffix(".json"), "yes" if content["temporal_verified"] else "no",
+                          len(content.get("clips_verified") or []), verdicts.count("accept"), verdicts.count("reject"),
+                          content.get("updated_at") or ""])
+        else:
+            other.append((name, content))
+    out = []
+    if marks:
+        out.append(f"<p>{len(marks)} video(s) with a reviewer's marks.</p>" + _table(
+            ["video", "instances verified", "motion clips verified", "questions accepted", "questions rejected",
+             "updated"], marks, numeric=(2, 3, 4)))
+    for name, content in other:
         out.append(f"<h3>{_e(name)}</h3>")
         if isinstance(content, Mapping):
             out.append(_table(["key", "value"], [[k, _brief(v)] for k, v in content.items()]))

@@ -236,3 +236,15 @@ def test_a_single_task_and_its_changes():
                                                           "duration_share": 1.0}}
     assert rep["statistics"]["duration_bins"] == {"retail": {"10-30": 1}}
     assert "| retail | 1 | 100.00% |" in md
+
+
+def test_verification_records_are_shown():
+    rep = build_report([_row("VOC", "3")], [], [])
+    rep["verification"] = {"s1_front.json": {"temporal_verified": True, "clips_verified": [0, 2],
+                                             "questions": {"a": "accept", "b": "reject", "c": "accept"},
+                                             "updated_at": "2026-12-01T10:00:00+00:00"},
+                           "notes.json": {"by": "someone", "videos": [1, 2]}}
+    page = render_html(rep, [], [])
+    assert ("<tr><td>s1_front</td><td>yes</td><td class=n>2</td><td class=n>2</td><td class=n>1</td>"
+            "<td>2026-12-01T10:00:00+00:00</td></tr>") in page
+    assert "<h3>notes.json</h3>" in page and "<td>2 items</td>" in page
