@@ -147,6 +147,7 @@ SEARCH = Stage(
     unkeyed_sections=("crawl.net",),  # politeness, retries, cookies: how to ask, not what is found
     packages=("yt_dlp",),
     units=search_units,
+    no_units_hint="the crawl is off (crawl.enabled) or asks for given ids (crawl.ids, crawl.release_file)",
     raw_inputs=search_raw_inputs,
     description="YouTube search: panorama cue x scene category queries -> filtered candidates",
 )
@@ -291,6 +292,7 @@ DOWNLOAD = Stage(
     unkeyed_sections=("crawl.net", "crawl.ids", "crawl.release_file"),
     packages=("yt_dlp",),
     units=download_units,
+    no_units_hint="no id to download: the crawl is off, or crawl.ids, crawl.release_file and the search found none",
     registers="registration.parquet",  # the downloaded source (engine.register_sources)
     description="yt-dlp download of one YouTube id, registered as a source",
 )

@@ -3,10 +3,14 @@
 This module knows nothing of Prefect: ``flows/`` decides the order and the concurrency and wraps
 ``execute`` in a Prefect task. Everything here is deterministic and restartable:
 
+- a stage declares its **contract** (``Stage``): its output files with their schemas (checked at
+  commit and on read), the config sections it reads (the only ones ``job.config`` shows), the
+  model backends it builds (their requirements checked once before its units, their models
+  released after them), the sources it registers;
 - a unit's **cache key** is the hash of its stage's name and version, the config sections the
-  stage reads, the content fingerprints of the upstream outputs it reads, and the fingerprints of
-  the raw inputs outside the store that the stage declares (source files, review decisions, human
-  fix files);
+  stage reads, the content fingerprints of the upstream outputs it reads, the declared
+  fingerprints of its backends, and the fingerprints of the raw inputs outside the store that the
+  stage declares (source files, review decisions, human fix files);
 - a unit is **cached** when the store holds a complete output under that key (its manifest exists);
 - a unit that raises becomes a ``failed`` status row with a readable error; its traceback goes to
   ``logs/<stage>/<unit>.log`` under the data root; nothing else stops.

@@ -64,6 +64,7 @@ PROBE = Stage(
     run=run,
     sections=("probe",),
     units=_units,
+    no_units_hint="no source is registered: `vsi-wild add PATH`, a crawl, or the sample (configs/sample.yaml)",
     raw_inputs=_raw_inputs,
     description="measure each registered source (ffprobe) and reject unusable files",
 )

@@ -84,6 +84,7 @@ SAMPLE = Stage(
     run=run,
     sections=("sample",),
     units=_units,
+    no_units_hint="this config has no `sample` section (configs/sample.yaml has one)",
     registers=REGISTRATION,
     description="render the embedded synthetic 360° walk and its ground truth",
 )
