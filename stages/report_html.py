@@ -272,8 +272,8 @@ def _changes(changes: Mapping[str, Any] | None) -> str:
         rows = "".join(
             f"<tr><td>{_e(c['task_type'])}</td><td>{_e(c['video_id'])}</td><td>{_e(c['question'])}</td>"
             f"<td class=before>{_e(c['before']['answer'])}</td><td class=after>{_e(c['after']['answer'])}</td>"
-            f"<td class=before>{_e(' | '.join(c['before']['options'] or []))}</td>"
-            f"<td class=after>{_e(' | '.join(c['after']['options'] or []))}</td></tr>"
+            f"<td class=before>{_e(' | '.join(c['before']['options'] or []) or '—')}</td>"
+            f"<td class=after>{_e(' | '.join(c['after']['options'] or []) or '—')}</td></tr>"
             for c in changes["changed_questions"])
         out.append('<h3>Changed questions</h3><table id="changed-questions"><thead><tr><th>task</th><th>video</th>'
                    "<th>question</th><th>answer before</th><th>answer after</th><th>options before</th>"
