@@ -88,3 +88,24 @@ def screenshot_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     d = Path(os.environ.get("VSI_WILD_SCREENSHOTS") or tmp_path_factory.mktemp("screenshots"))
     d.mkdir(parents=True, exist_ok=True)
     return d
+
+
+# ------------------------------------------------------------------------------ the sample store
+@pytest.fixture(scope="session")
+def sample_root(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """configs/sample.yaml through the whole DAG once per session (`vsi-wild run`, in its own
+    process: a browser test's event loop may already run in this one): the data root and the
+    run's output. Tests read it; a test that writes copies it first (`copy_root`)."""
+    root = tmp_path_factory.mktemp("sample-root")
+    result = vsi_wild("run", "-c", str(REPO / "configs" / "sample.yaml"), "--data-root", str(root))
+    assert result.returncode == 0, result.stdout + result.stderr
+    return root, result.stdout
+
+
+def copy_root(src: Path, dst: Path) -> Path:
+    """A private copy of a data root, files hard-linked: the store never writes a file in place
+    (new files are renamed over old ones), so the copy's writes leave the original as it was."""
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True, copy_function=os.link)
+    return dst

@@ -22,7 +22,6 @@ from pathlib import Path
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
-from typer.testing import CliRunner
 
 from conftest import REPO
 
@@ -147,25 +146,20 @@ def test_qa_on_the_sample_truth(qa_on_truth):
 
 # ------------------------------------------------------------------ the whole DAG
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(sample_root):
     from vsi_wild.tasks import registry
 
     missing = [s for s in ("sample", "project", "metadata", "qa", "export") if s not in registry.BY_NAME]
     if missing:
         pytest.skip(f"the DAG has no {', '.join(missing)} stage yet")
-    from vsi_wild.cli import app
-
-    root = tmp_path_factory.mktemp("sample-root")
-    result = CliRunner().invoke(app, ["run", "-c", str(REPO / "configs" / "sample.yaml"), "--data-root", str(root)],
-                                catch_exceptions=False)
-    assert result.exit_code == 0, result.output
+    root, output = sample_root
     from vsi_wild.store import Store
     from vsi_wild.tasks.sample import load_truth
 
     store = Store(root)
     sources = store.registry()["source_id"].to_pylist()
     truths = {s: load_truth(store, s) for s in sources}
-    return root, truths, result.output
+    return root, truths, output
 
 
 @pytest.fixture(scope="module")

@@ -276,7 +276,7 @@ def status(
 
     States: done, failed, skipped (why in --failed/--json), running (or interrupted).
     """
-    _, store = _store(config, data_root)
+    cfg, store = _store(config, data_root)
     rows = store.status_table().to_pylist()
     if as_json:
         for r in rows:
@@ -321,6 +321,10 @@ def status(
         if r["state"] == "failed" or (failed and r["state"] == "skipped"):
             out.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}",
                        soft_wrap=True)
+    from vsi_wild.cli_verify import verification_lines
+
+    for line in verification_lines(cfg, store):
+        out.print(line, soft_wrap=True, markup=False)
 
 
 @app.command()

@@ -100,3 +100,18 @@ def check(
         else:
             typer.echo(f"{vid}: ok ({len(derived.applied)} fixes)")
     raise typer.Exit(1 if bad else 0)
+
+
+def verification_lines(config, store) -> list[str]:
+    """`vsi-wild status`'s verification section: one line per video a reviewer has marked
+    (nothing when nobody has used `vsi-wild verify` on this root)."""
+    from vsi_wild.verify import progress
+
+    if not progress.recorded(store):
+        return []
+    from vsi_wild.verify.review import Review
+
+    videos = {v["video_id"]: v for v in Review(config, store).videos()}
+    lines = progress.status_lines(store, {v: r["clips"] for v, r in videos.items()},
+                                  {v: r["questions"] for v, r in videos.items()})
+    return ["verification (vsi-wild verify):", *(f"  {line}" for line in lines)]

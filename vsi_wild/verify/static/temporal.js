@@ -330,6 +330,11 @@ async function load(again) {
   if (!info.instances) { status("no metadata to verify yet", true); return; }
   S.fixes = info.fixes.fixes;
   S.view = {instances: info.instances, appearance: info.appearance, voc: info.voc, motion: info.motion};
+  if (S.fixes.length && !info.fixes.error) {
+    // the file may be newer than the metadata (edited by hand, not re-derived yet): show what it gives
+    const res = await preview(S.fixes);
+    S.view = {...S.view, instances: res.instances, appearance: res.appearance, voc: res.voc, motion: res.motion};
+  }
   if (!again) {
     S.player = new MaskPlayer($("video"), $("overlay"), info, {onTime: t => { $("time").textContent = fmtTime(t); drawTimeline(); }});
     S.t0 = 0; S.t1 = info.video.duration_s;
