@@ -133,7 +133,8 @@ class ModelsParams(BaseModel):
 
 
 def as_params(params: ModelsParams | dict[str, Any] | None, overrides: dict[str, Any]) -> ModelsParams:
-    """``create(kind, name, params=cfg.models)`` or ``create(kind, name, device="cpu", ...)``."""
+    """A factory's settings: the context's ``models`` section with the options given to ``create``
+    on top (``create(kind, name, device="cpu", sam3_checkpoint=...)`` in tests and benches)."""
     if params is None:
         base: dict[str, Any] = {}
     elif isinstance(params, ModelsParams):
