@@ -49,7 +49,7 @@ import pyarrow as pa
 
 from vsi_wild import schema
 from vsi_wild.digest import table_bytes
-from vsi_wild.stages.qa.common import LETTERS, StableRng, stable_hash
+from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, stable_hash
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, RELEASE, Split, task, tasks
 
@@ -76,6 +76,7 @@ class Export:
     rows: list[dict[str, Any]]  # QA_EXPORT rows, in file order
     repeats: list[tuple[str, str, int]]  # (source video name, repeated video name, k)
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates removed
+    question_ids: dict[str, str] = field(default_factory=dict)  # doc_id -> qa.common.question_id (asked rows)
 
     def table(self) -> pa.Table:
         return schema.table(schema.QA_EXPORT, self.rows)
@@ -204,7 +205,7 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
     rows.sort(key=lambda r: (split_rank[r["split"]], r["video_name"], r["_n"]))
     for r in rows:
         r.pop("_n")
-    return Export(rows, sorted(repeats), dropped)
+    return Export(rows, sorted(repeats), dropped, {q["doc_id"]: question_id(q) for q in kept})
 
 
 def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:

@@ -140,10 +140,26 @@ class Motion(_Op):
         return []
 
 
-FixOp = Annotated[Union[RenameConcept, Merge, Split, AddInstance, RemoveInstance, SetAppearance, Motion],
-                  Field(discriminator="op")]
+class ReviewQuestion(_Op):
+    """A person's verdict on one generated question: accepted (the export marks it reviewed) or
+    rejected (the qa stage drops it). ``question`` is its stable id (``qa.common.question_id``)."""
+
+    op: Literal["review_question"]
+    question: str = Field(pattern=r"^[0-9a-f]{12}$")
+    verdict: Literal["accept", "reject"]
+    reason: str | None = Field(None, min_length=1)
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.verdict == "reject" and self.reason is None:
+            return [("reason", "a rejection needs a reason (e.g. ambiguous, not answerable from the video)")]
+        return []
+
+
+FixOp = Annotated[Union[RenameConcept, Merge, Split, AddInstance, RemoveInstance, SetAppearance, Motion,
+                        ReviewQuestion], Field(discriminator="op")]
 _ADAPTER = TypeAdapter(FixOp)
-OPS = ("rename_concept", "merge", "split", "add_instance", "remove_instance", "set_appearance", "motion")
+OPS = ("rename_concept", "merge", "split", "add_instance", "remove_instance", "set_appearance", "motion",
+       "review_question")
 
 
 @dataclass

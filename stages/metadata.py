@@ -268,6 +268,7 @@ class Derived:
     observations: list[dict]
     motion: list[dict]
     applied: list[dict]
+    reviews: list[dict] = field(default_factory=list)  # schema.QUESTION_REVIEWS rows (review_question)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -303,6 +304,7 @@ class _Fixing:
         self.member_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in inputs.members}
         self.motion_by_clip = {int(r["clip_index"]): dict(r) for r in inputs.motion}
         self.samples_by_time = {round(float(s["time"]), 6): s for s in inputs.motion_samples}
+        self.reviews: dict[str, dict] = {}  # question id -> its review row
 
     def error(self, f: fx.Fix, field_name: str, message: str, line: int | None = None) -> fx.FixError:
         """The error of fix ``f`` at ``field_name`` (at that field's line unless ``line`` is given)."""
@@ -475,10 +477,21 @@ def _motion(st: _Fixing, f: fx.Fix) -> str:
     return f"clip {op.clip}: pivot {snapped:.1f} s, angle {float(wrap(angle)):.0f}°"
 
 
+def _review_question(st: _Fixing, f: fx.Fix) -> str:
+    op = f.op
+    if op.question in st.reviews:
+        raise st.error(f, "question", f"question {op.question} was reviewed by the fix at line "
+                                      f"{st.reviews[op.question]['line']}")
+    st.reviews[op.question] = {"video_id": st.inputs.video_id, "question_id": op.question, "verdict": op.verdict,
+                               "reason": op.reason, "line": f.line}
+    return f"question {op.question}: {op.verdict}" + (f" ({op.reason})" if op.reason else "")
+
+
 # One handler per fix op (``fixes.OPS``): it changes the metadata and returns the audit summary.
 FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
     "rename_concept": _rename_concept, "merge": _merge, "split": _split, "add_instance": _add_instance,
     "remove_instance": _remove_instance, "set_appearance": _set_appearance, "motion": _motion,
+    "review_question": _review_question,
 }
 
 
@@ -501,4 +514,4 @@ def apply_fixes(fixset: fx.FixSet, inputs: FixInputs) -> Derived:
         for k in sorted(ins.obs):
             obs_rows.append({**ins.obs[k], "instance_id": ins.id, "concept": ins.concept})
     motion_out = [st.motion_by_clip[c] for c in sorted(st.motion_by_clip)]
-    return Derived(inst_rows, obs_rows, motion_out, applied)
+    return Derived(inst_rows, obs_rows, motion_out, applied, list(st.reviews.values()))

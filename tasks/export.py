@@ -21,8 +21,9 @@ import pyarrow as pa
 from vsi_wild import schema
 from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.export import assemble, concat_video, ffconcat_list, image_export_path, write_export
+from vsi_wild.stages.export import Export, assemble, concat_video, ffconcat_list, image_export_path, write_export
 from vsi_wild.stages.qa import QAParams
+from vsi_wild.stages.qa.common import question_id
 from vsi_wild.stages.qa.registry import tasks
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import Job, Stage
@@ -30,6 +31,8 @@ from vsi_wild.tasks.engine import Job, Stage
 EXPORTS = "exports"
 LINKS_FILE = "links.parquet"  # exports/<path> -> the file under the data root it shows
 COUNTS_FILE = "counts.json"
+REVIEWS_FILE = "question_reviews.parquet"  # a qa output's question reviews, when it has some
+REVIEWED_FILE = "reviewed.parquet"  # the exported rows a person accepted
 
 
 def _video_files(job: Job) -> dict[str, tuple[UnitRef, str]]:
@@ -69,13 +72,39 @@ def publish(store: Store, links: dict[str, str]) -> str:
     return final
 
 
+def _accepted(job: Job, qa_refs: dict[str, UnitRef]) -> set[str]:
+    """The question ids a person accepted (``review_question`` fixes, carried by the qa outputs)."""
+    out: set[str] = set()
+    for ref in qa_refs.values():
+        if job.store.has_file(ref, REVIEWS_FILE):
+            reviews = job.store.read_table(ref, REVIEWS_FILE).to_pylist()
+            out |= {r["question_id"] for r in reviews if r["verdict"] == "accept"}
+    return out
+
+
+def reviewed_rows(export: Export, accepted: set[str]) -> list[dict]:
+    """EXPORT_REVIEWED rows: every exported row whose question (or release twin's) was accepted."""
+    rows = []
+    for r in export.rows:
+        qid = export.question_ids.get(r["doc_id"]) or export.question_ids.get(r["base_doc_id"] or "")
+        if qid in accepted:
+            rows.append({"doc_id": r["doc_id"], "question_id": qid, "video_id": r["video_id"], "split": r["split"]})
+    return rows
+
+
 def run(job: Job) -> None:
     params: QAParams = job.config.qa
     qa_refs = dict(sorted(job.refs("qa").items()))
     tables = [schema.conform(job.store.read_table(ref, "questions.parquet"), schema.QA_QUESTIONS) for ref in qa_refs.values()]
     questions = pa.concat_tables(tables) if tables else schema.QA_QUESTIONS.empty_table()
+    accepted = _accepted(job, qa_refs)
+    if params.require_reviewed:
+        questions = questions.filter(pa.array([question_id(q) in accepted for q in questions.to_pylist()],
+                                              type=pa.bool_()))
     export = assemble(questions, params)
     write_export(job.out.path, export)  # also writes counts.json (printed by the CLI summary)
+    if accepted:  # only when someone reviewed questions: a build without reviews keeps its bytes
+        job.out.write_table(REVIEWED_FILE, schema.table(schema.EXPORT_REVIEWED, reviewed_rows(export, accepted)))
 
     videos = _video_files(job)
     links: dict[str, str] = {}

@@ -351,6 +351,8 @@ def run_metadata(job: Job) -> None:
     job.out.write_table("motion_samples.parquet", schema.table(schema.MOTION_SAMPLES, inputs.motion_samples))
     job.out.write_table("view_agreement.parquet", schema.table(schema.VIEW_AGREEMENT, agreement_rows))
     job.out.write_table("fixes_applied.parquet", schema.table(schema.FIXES_APPLIED, derived.applied))
+    if derived.reviews:  # the qa stage drops the rejected questions (only then: no file, same bytes)
+        job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
 
 
 METADATA = Stage(

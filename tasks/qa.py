@@ -18,12 +18,13 @@ from vsi_wild.errors import UnitError
 from vsi_wild.stages.faces import image_blurrer
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import plan_video, render_video
-from vsi_wild.stages.qa.common import Provenance, VideoInfo
+from vsi_wild.stages.qa.common import Provenance, VideoInfo, question_id
 from vsi_wild.tasks.engine import Job, Stage
 from vsi_wild.tasks.project import FACE_DETECTOR, face_setup
 
 SOURCE_FILE = "source.parquet"  # the probe stage's output
 POSES_FILE = "poses.parquet"  # the pose stage's output
+REVIEWS_FILE = "question_reviews.parquet"  # the metadata stage's, when the fix file reviews questions
 
 
 def _view(job: Job, vid: str) -> VideoInfo:
@@ -44,6 +45,26 @@ def _panorama(job: Job) -> str:
     return str(job.store.source_file(row))
 
 
+def _question_reviews(job: Job) -> list[dict]:
+    """The video's question reviews (``review_question`` fixes), which the metadata stage writes
+    only when there are some."""
+    if not job.store.has_file(job.ref("metadata"), REVIEWS_FILE):
+        return []
+    return job.read("metadata", REVIEWS_FILE).to_pylist()
+
+
+def _drop_rejected(questions: pa.Table, skipped: pa.Table, reviews: list[dict]) -> tuple[pa.Table, pa.Table]:
+    """The questions a person rejected leave the table, and are listed as skipped with the reason."""
+    rejected = {r["question_id"]: r for r in reviews if r["verdict"] == "reject"}
+    rows = questions.to_pylist()
+    keep = [question_id(q) not in rejected for q in rows]
+    gone = [{"video_id": q["video_id"], "task_type": q["task_type"], "item": q["item"],
+             "reason": f"rejected by a person: {rejected[question_id(q)]['reason']}"}
+            for q, k in zip(rows, keep) if not k]
+    return (questions.filter(pa.array(keep, type=pa.bool_())),
+            schema.table(schema.QA_SKIPPED, skipped.to_pylist() + gone))
+
+
 def run(job: Job) -> None:
     params: QAParams = job.config.qa
     vid = job.unit
@@ -57,6 +78,10 @@ def run(job: Job) -> None:
         blur = image_blurrer(*face_setup(job.config))
         render_video(result, video, params, _panorama(job), job.out.path, blur)
     questions, skipped = result.tables()
+    reviews = _question_reviews(job)
+    if reviews:
+        questions, skipped = _drop_rejected(questions, skipped, reviews)
+        job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, reviews))
     job.out.write_table("questions.parquet", questions)
     job.out.write_table("skipped.parquet", skipped)
     job.out.write_table("images.parquet", result.images_table())

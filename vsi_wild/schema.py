@@ -537,6 +537,26 @@ FIXES_APPLIED = _schema(
 )
 
 
+QUESTION_REVIEWS = _schema(
+    "A person's verdicts on one video's generated questions (`review_question` fixes, in file order): "
+    "written by the metadata and qa stages only when the video's fix file has such a fix.",
+    f("video_id", pa.string()),
+    f("question_id", pa.string(), doc="stages.qa.common.question_id: video, task, subtype, item"),
+    f("verdict", pa.string(), doc="accept | reject (a rejected question is not asked)"),
+    f("reason", pa.string(), True),
+    f("line", pa.int64(), doc="of the fix in the fix file"),
+)
+
+EXPORT_REVIEWED = _schema(
+    "The exported rows a person reviewed and accepted (exports/reviewed.parquet; only written when "
+    "some question was reviewed). Twins (controls, the stream form, repeats) follow their release row.",
+    f("doc_id", pa.string()),
+    f("question_id", pa.string()),
+    f("video_id", pa.string()),
+    f("split", pa.string()),
+)
+
+
 # --------------------------------------------------------------------------------------------
 # QA (stages/qa, one unit per video) and the published benchmark (stages/export, unit "all").
 # Streaming protocol: every question carries its query time(s) t; each answer is derivable from the
@@ -814,12 +834,14 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("motion_samples.parquet", MOTION_SAMPLES),
         _parquet("view_agreement.parquet", VIEW_AGREEMENT),
         _parquet("fixes_applied.parquet", FIXES_APPLIED),
+        _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
     ),
     "qa": (
         _parquet("questions.parquet", QA_QUESTIONS),
         _parquet("skipped.parquet", QA_SKIPPED),
         _parquet("images.parquet", QA_IMAGES),
         Artifact("images/*", doc="the rendered VPO views"),
+        _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
     ),
     "export": (
         _parquet("qa.parquet", QA_EXPORT),
@@ -828,6 +850,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         Artifact("splits/*", doc="controls and invariance splits (release rows, repeated videos)"),
         Artifact("counts.json", doc="questions per task and subtype"),
         Artifact("links.parquet", EXPORT_LINKS, doc="exported file -> the unit output it is linked from"),
+        _parquet("reviewed.parquet", EXPORT_REVIEWED, optional=True),
     ),
     "report": (
         Artifact("report.md", doc="the build report"),

@@ -104,6 +104,14 @@ def stable_hash(*key: Any) -> str:
     return hashlib.sha256("\x1f".join(str(k) for k in key).encode()).hexdigest()
 
 
+def question_id(row: Any) -> str:
+    """A question's stable id (a QA_QUESTIONS row or a Question): its video, task, subtype and item
+    (what it is about), which do not move when other questions of the video change. Fix files
+    name questions by it (``review_question``)."""
+    get = row.get if isinstance(row, dict) else lambda k: getattr(row, k)
+    return stable_hash(get("video_id"), get("task_type"), get("subtype"), get("item"))[:12]
+
+
 # ------------------------------------------------------------------------- the video
 @dataclass(frozen=True)
 class VideoInfo:

@@ -18,7 +18,7 @@ import pyarrow.parquet as pq
 from vsi_wild import ids, schema
 from vsi_wild.config import Config
 from vsi_wild.stages.metadata import motion_clips
-from vsi_wild.stages.qa.common import stable_hash
+from vsi_wild.stages.qa.common import question_id
 from vsi_wild.store import Store, UnitRef
 
 VIEWS_FILE = schema.VIEWS_FILE
@@ -30,12 +30,6 @@ class NotFound(LookupError):
 
 class NotReady(RuntimeError):
     """An output a page needs is missing or failed; the message says which and why."""
-
-
-def question_id(row: dict[str, Any]) -> str:
-    """A question's stable id: its video, task, subtype and item (what it is about), which do not
-    move when other questions of the video change."""
-    return stable_hash(row["video_id"], row["task_type"], row["subtype"], row["item"])[:12]
 
 
 @dataclass
