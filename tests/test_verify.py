@@ -228,6 +228,62 @@ def test_rename_and_add_a_missed_instance(page: Page, live, root):
     assert fixes[3] == {"op": "add_instance", "concept": "park bench", "spans": [[40.0, 44.5]]}
 
 
+REVIEWED: dict[str, str] = {}  # what the review tests chose, checked after the re-derive
+
+
+def test_reject_and_accept_questions(page: Page, live, root, screenshot_dir):
+    page.goto(f"{live}/videos/{VID}/questions")
+    page.wait_for_function("window.pageReady === true")
+    rejected = page.locator(".card", has_text="VOC · total · release · trash can ·")
+    REVIEWED["reject"] = rejected.get_attribute("data-question")
+    rejected.locator("select.reason").select_option("not answerable from the video")
+    rejected.locator("button.reject").click()
+    expect(rejected).to_have_class("card rejected")
+    accepted = page.locator(".card", has_text="VPO · rotated · release").first
+    REVIEWED["accept"] = accepted.get_attribute("data-question")
+    accepted.locator("button.accept").click()
+    expect(accepted).to_have_class("card accepted")
+    page.screenshot(path=str(screenshot_dir / "verify_questions.png"))
+    fixes = YAML(typ="safe").load(fix_file(root).read_text())["fixes"]
+    assert fixes[-2:] == [
+        {"op": "review_question", "question": REVIEWED["reject"], "verdict": "reject",
+         "reason": "not answerable from the video"},
+        {"op": "review_question", "question": REVIEWED["accept"], "verdict": "accept"}]
+
+
+def test_vmr_pivot_from_the_keyboard_angle_from_the_compass_and_a_clip_marked_none(page: Page, live, root,
+                                                                                     screenshot_dir):
+    page.goto(f"{live}/videos/{VID}/spatial")
+    page.wait_for_function("window.pageReady === true")
+    auto = float(page.locator('#clips tr[data-clip="2"] td').nth(4).inner_text().rstrip("°"))
+    page.click('#clips tr[data-clip="2"]')  # seeks to its pivot
+    pivot = page.evaluate("document.getElementById('video').currentTime")
+    for key in ("ArrowRight", "ArrowRight", ".", ","):
+        page.keyboard.press(key)
+    page.keyboard.press("p")
+    assert abs(page.evaluate("M.pivot") - (pivot + 2)) < 1e-6
+    target = -135.0 if abs(auto - -135.0) > 60 else 45.0  # a sector other than the automatic one
+    box = page.locator("#compass").bounding_box()
+    cx, cy, r = box["x"] + box["width"] / 2, box["y"] + box["height"] / 2, box["width"] / 3
+    page.mouse.move(cx, cy)
+    page.mouse.down()
+    page.mouse.move(cx + r * np.sin(np.radians(target)), cy - r * np.cos(np.radians(target)), steps=4)
+    page.mouse.up()
+    assert page.evaluate("M.angle") == target
+    page.click("#apply")
+    expect(page.locator('#clips tr[data-clip="2"] td').nth(7)).to_have_text("fix")
+    page.click('#clips tr[data-clip="3"]')
+    page.click("#none")
+    expect(page.locator('#clips tr[data-clip="3"] td').nth(6)).to_have_text("none")
+    page.check("#clip-verified")
+    page.screenshot(path=str(screenshot_dir / "verify_spatial.png"), full_page=True)
+    save(page)
+    fixes = YAML(typ="safe").load(fix_file(root).read_text())["fixes"]
+    assert fixes[-2:] == [{"op": "motion", "clip": 2, "pivot_time": pivot + 2, "angle_deg": target},
+                          {"op": "motion", "clip": 3, "state": "none"}]
+    REVIEWED["vmr_sector"] = {-135.0: "backward-left", 45.0: "forward-right"}[target]
+
+
 def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, config, screenshot_dir):
     truth = truth_count(root, config, CONCEPT)
     benches = truth_count(root, config, "bench")
@@ -247,7 +303,17 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     voc = {r["concepts"][0]: int(r["answer"]) for r in qa if r["video_id"] == VID and r["task_type"] == "VOC"
            and r["split"] == "release"}
     assert voc[CONCEPT] == truth and voc["park bench"] == benches + 1
-    expect(page.locator("#pending li")).to_have_count(4)  # the page reloaded from the new outputs
+    assert "trash can" not in voc  # the rejected question left the export
+    answers = [r["answer_text"] for r in qa if r["video_id"] == VID and r["task_type"] == "VMR" and r["split"] == "release"]
+    assert REVIEWED["vmr_sector"] in answers
+    assert len(answers) == 3  # clip 3 has no meaningful motion: no question
+    reviewed = pq.read_table(root / "exports" / "reviewed.parquet").to_pylist()
+    assert {r["question_id"] for r in reviewed} == {REVIEWED["accept"]}
+    assert any(r["split"] == "release" for r in reviewed)
+    qa_key = store.read_status("qa", VID)["key"]
+    skipped = pq.read_table(root / "artifacts" / "qa" / VID / qa_key / "skipped.parquet").to_pylist()
+    assert any(r["reason"] == "rejected by a person: not answerable from the video" for r in skipped)
+    expect(page.locator("#pending li")).to_have_count(8)  # the page reloaded from the new outputs
     page.screenshot(path=str(screenshot_dir / "verify_temporal_rederived.png"), full_page=True)
 
 
@@ -262,7 +328,7 @@ def test_progress_is_kept_and_shown_by_status(page: Page, live, root):
 
     out = CliRunner().invoke(app, ["status", "-c", str(REPO / "configs" / "sample.yaml"), "--data-root", str(root)])
     assert out.exit_code == 0, out.output
-    assert f"{VID}: temporal verified, clips 0/4" in out.output
+    assert f"{VID}: temporal verified, clips 1/4, questions 2/" in out.output
 
 
 def test_fixes_check_validates_without_running(root):
@@ -270,7 +336,7 @@ def test_fixes_check_validates_without_running(root):
 
     args = ["fixes", "check", VID, "-c", str(REPO / "configs" / "sample.yaml"), "--data-root", str(root)]
     out = CliRunner().invoke(app, args)
-    assert out.exit_code == 0 and f"{VID}: ok (4 fixes)" in out.output, out.output
+    assert out.exit_code == 0 and f"{VID}: ok (8 fixes)" in out.output, out.output
     bad = root / "fixes" / f"{SID}_back.yaml"
     bad.write_text(f"video_id: {SID}_back\nfixes:\n  - op: remove_instance\n    instance: 999\n")
     out = CliRunner().invoke(app, [*args[:2], f"{SID}_back", *args[3:]])
