@@ -9,6 +9,7 @@ can name a path outside the data root.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +23,7 @@ from vsi_wild.stages.qa.common import question_id
 from vsi_wild.store import Store, UnitRef
 
 VIEWS_FILE = schema.VIEWS_FILE
+VIEWS_TTL_S = 2.0
 
 
 class NotFound(LookupError):
@@ -38,6 +40,7 @@ class Catalog:
     store: Store
     _views: dict[str, dict[str, Any]] = field(default_factory=dict)
     _views_key: tuple = ()
+    _views_at: float = float("-inf")
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
     # ------------------------------------------------------------------ status rows
@@ -72,10 +75,15 @@ class Catalog:
 
     # ------------------------------------------------------------------ videos
     def views(self) -> dict[str, dict[str, Any]]:
-        """video_id -> its row of the current project output's views.parquet (and 'project_ref')."""
+        """video_id -> its row of the current project output's views.parquet (and 'project_ref');
+        the status rows are looked at again after VIEWS_TTL_S (every request names a video)."""
+        with self._lock:
+            if time.monotonic() - self._views_at < VIEWS_TTL_S:
+                return self._views
         status = self.store.status_table()
         done = sorted((r["unit"], r["key"]) for r in status.to_pylist() if r["stage"] == "project" and r["state"] == "done")
         with self._lock:
+            self._views_at = time.monotonic()
             if tuple(done) != self._views_key:
                 views = {}
                 for source, key in done:
@@ -96,19 +104,10 @@ class Catalog:
 
     def video_file(self, video_id: str) -> str:
         row = self.video(video_id)
-        return str(self.store.local_file(row["project_ref"], row["path"]))
-
-    def clip_units(self, video_id: str) -> dict[int, UnitRef]:
-        """The current segment output of each clip of the video."""
-        row = self.video(video_id)
-        from vsi_wild.stages.segment import clip_spans
-
-        out = {}
-        for c in clip_spans(float(row["duration_s"]), self.config.segment.clip_seconds):
-            ref = self.current("segment", ids.clip_id(video_id, c.index))
-            if ref is not None:
-                out[c.index] = ref
-        return out
+        path = self.store.local_file(row["project_ref"], row["path"])
+        if not path.is_file():
+            raise NotFound(f"the view video of {video_id} is missing: {path}")
+        return str(path)
 
     def n_motion_clips(self, video_id: str) -> int:
         return len(motion_clips(float(self.video(video_id)["duration_s"]), self.config.metadata.motion_clip_seconds))

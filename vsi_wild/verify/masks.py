@@ -25,6 +25,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from pycocotools import mask as mask_utils
 
+from vsi_wild import ids
 from vsi_wild.stages.segment import SAMPLE_STEP, clip_of_sample
 from vsi_wild.store import UnitRef
 from vsi_wild.verify.catalog import Catalog
@@ -33,6 +34,14 @@ SEGMENT_COLUMNS = ["sample_index", "local_id", "concept", "x0", "y0", "x1", "y1"
                    "mask_rle"]
 MAX_MASKS = 255  # labels of one 8-bit image
 CLIPS_KEPT = 3
+
+
+def _by_sample(k: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(distinct samples, start of each in ``order``, order): the rows of samples[i] are
+    order[starts[i]:starts[i + 1]]."""
+    order = np.argsort(k, kind="stable")
+    samples, starts = np.unique(k[order], return_index=True)
+    return samples, np.append(starts, len(k)), order
 
 
 @dataclass
@@ -47,13 +56,10 @@ class ObservationIndex:
     @classmethod
     def read(cls, path: str) -> ObservationIndex:
         t = pq.read_table(path, columns=["instance_id", "sample_index", "x0", "y0", "x1", "y1"])
-        k = t["sample_index"].to_numpy()
-        order = np.argsort(k, kind="stable")
-        k = k[order]
-        samples, starts = np.unique(k, return_index=True)
+        samples, starts, order = _by_sample(t["sample_index"].to_numpy())
         boxes = np.stack([t[c].to_numpy(zero_copy_only=False).astype(np.float64) for c in ("x0", "y0", "x1", "y1")],
                          axis=1)[order]
-        return cls(np.append(starts, len(k)), samples, t["instance_id"].to_numpy()[order].astype(np.int64), boxes)
+        return cls(starts, samples, t["instance_id"].to_numpy()[order].astype(np.int64), boxes)
 
     def at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
         i = int(np.searchsorted(self.samples, k))
@@ -80,7 +86,7 @@ class MaskServer:
         self.catalog = catalog
         self._lock = threading.Lock()
         self._obs: dict[str, tuple[UnitRef, ObservationIndex]] = {}
-        self._clips: OrderedDict[UnitRef, dict[int, list[dict[str, Any]]]] = OrderedDict()
+        self._clips: OrderedDict[UnitRef, tuple] = OrderedDict()  # clip output -> its table, sorted by sample
 
     def _observations(self, video_id: str) -> ObservationIndex:
         ref = self.catalog.require("metadata", video_id)
@@ -92,24 +98,26 @@ class MaskServer:
 
     def _clip_rows(self, ref: UnitRef, k: int) -> list[dict[str, Any]]:
         with self._lock:
-            by_sample = self._clips.get(ref)
-            if by_sample is None:
+            held = self._clips.get(ref)
+            if held is None:
                 t = pq.read_table(self.catalog.store.local_file(ref, "segments.parquet"), columns=SEGMENT_COLUMNS)
-                by_sample = {}
-                for r in t.to_pylist():
-                    by_sample.setdefault(int(r["sample_index"]), []).append(r)
-                self._clips[ref] = by_sample
+                held = (t, *_by_sample(t["sample_index"].to_numpy()))
+                self._clips[ref] = held
                 while len(self._clips) > CLIPS_KEPT:
                     self._clips.popitem(last=False)
             else:
                 self._clips.move_to_end(ref)
-            return by_sample.get(k, [])
+        table, samples, starts, order = held
+        i = int(np.searchsorted(samples, k))
+        if i >= len(samples) or samples[i] != k:
+            return []
+        return table.take(order[starts[i]:starts[i + 1]]).to_pylist()
 
     def masks(self, video_id: str, k: int) -> dict[str, Any]:
         view = self.catalog.video(video_id)
         width, height = int(view["width"]), int(view["height"])
         clip = clip_of_sample(k, self.catalog.config.segment.clip_seconds)
-        ref = self.catalog.clip_units(video_id).get(clip) if k >= 0 else None
+        ref = self.catalog.current("segment", ids.clip_id(video_id, clip)) if k >= 0 else None
         rows = self._clip_rows(ref, k) if ref is not None else []
         inst, boxes = self._observations(video_id).at(k)
         out: list[dict[str, Any]] = []
