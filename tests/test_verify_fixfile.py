@@ -1,0 +1,54 @@
+"""Fix files saved by the verification app (vsi_wild/verify/fixfile.py), without a store or a browser:
+comments a person wrote survive, a stale save and an invalid one write nothing, history and restore."""
+
+from __future__ import annotations
+
+import pytest
+
+from vsi_wild.stages import fixes as fx
+from vsi_wild.verify import fixfile
+
+VID = "sample-walk_front"
+HAND = f"""# reviewed by Ana
+video_id: {VID}
+fixes:
+  - op: merge   # same chair
+    instances: [3, 11]
+  # the next one was hard
+  - op: rename_concept
+    from: couch
+    to: sofa
+"""
+MERGE = {"op": "merge", "instances": [3, 11]}
+RENAME = {"op": "rename_concept", "from": "couch", "to": "sofa"}
+
+
+def parse(text: str) -> None:
+    fx.parse_fix_text(text, "test.yaml", VID)
+
+
+def test_render_keeps_comments_and_writes_new_fixes_as_the_docs_do():
+    text = fixfile.render(HAND.encode(), VID, [RENAME, MERGE, {"op": "add_instance", "concept": "chair",
+                                                               "spans": [[1.0, 2.5]]}])
+    assert text.startswith("# reviewed by Ana\n")
+    assert "  - op: merge   # same chair\n" in text and "  # the next one was hard\n  - op: rename_concept" in text
+    assert "    spans: [[1.0, 2.5]]\n" in text
+    assert [f.op.op for f in fx.parse_fix_text(text, "t.yaml", VID).fixes] == ["rename_concept", "merge", "add_instance"]
+    assert fixfile.render(None, VID, []) == f"video_id: {VID}\nfixes: []\n"
+
+
+def test_save_refuses_a_stale_page_and_an_invalid_file_and_keeps_history(tmp_path):
+    path = tmp_path / f"{VID}.yaml"
+    sha = fixfile.save(path, VID, [MERGE], fixfile.NO_FILE, parse)
+    first = path.read_bytes()
+    with pytest.raises(fixfile.StaleSave):
+        fixfile.save(path, VID, [RENAME], fixfile.NO_FILE, parse)  # loaded before the file existed
+    with pytest.raises(fx.FixError, match="field 'to'"):
+        fixfile.save(path, VID, [{"op": "rename_concept", "from": "couch", "to": ""}], sha, parse)
+    assert path.read_bytes() == first and fixfile.history(path, VID) == []
+    sha2 = fixfile.save(path, VID, [MERGE, RENAME], sha, parse)
+    assert fixfile.history(path, VID) == [1]
+    assert (fixfile.history_dir(path, VID) / "1.yaml").read_bytes() == first
+    sha3 = fixfile.restore(path, VID, 1, sha2, parse)
+    assert path.read_bytes() == first and sha3 == sha and fixfile.history(path, VID) == [1, 2]
+    assert not list(tmp_path.glob(".*.tmp-*"))  # atomic writes leave no scratch file
