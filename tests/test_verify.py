@@ -388,3 +388,16 @@ def test_beyond_loopback_every_request_needs_the_token(root, config, page: Page)
     finally:
         srv.should_exit = True
         t.join(5)
+
+
+def test_a_video_whose_metadata_failed_shows_the_state_and_its_error(page: Page, live, root, screenshot_dir):
+    store = Store(root)
+    left = f"{SID}_left"
+    error = f"fixes/{left}.yaml:3: field 'instances': no instance 99 in {left}"
+    store.write_status({**store.read_status("metadata", left), "state": "failed", "error": error})
+    page.goto(live + "/")
+    expect(page.locator(f'#videos tr[data-video="{left}"] td').nth(4)).to_have_text(f"failed: {error}")
+    page.goto(f"{live}/videos/{left}")
+    expect(page.locator("#state")).to_have_text(f"failed: {error}")
+    expect(page.locator("#status")).to_have_text("no metadata to verify yet")
+    page.screenshot(path=str(screenshot_dir / "verify_failed_metadata.png"))

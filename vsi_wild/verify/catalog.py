@@ -51,6 +51,16 @@ class Catalog:
             return {"state": "missing", "error": f"{stage} has not run for {unit}"}
         return {"state": row["state"], "error": row["error"]}
 
+    def _status_rows(self, stage: str) -> list[dict[str, Any]]:
+        """Every status row of one stage, from its files (not ``Store.status_table``, which
+        refreshes an index file: the app writes nothing but fix and progress files)."""
+        base = self.store.path("status", stage)
+        if not self.store.exists(base):
+            return []
+        units = sorted(p.rsplit("/", 1)[-1][: -len(".parquet")] for p in self.store.fs.glob(f"{base}/*.parquet")
+                       if not p.rsplit("/", 1)[-1].startswith("_"))
+        return [r for r in (self.store.read_status(stage, u) for u in units) if r is not None]
+
     def current(self, stage: str, unit: str) -> UnitRef | None:
         row = self.store.read_status(stage, unit)
         if row is None or row["state"] != "done":
@@ -80,8 +90,7 @@ class Catalog:
         with self._lock:
             if time.monotonic() - self._views_at < VIEWS_TTL_S:
                 return self._views
-        status = self.store.status_table()
-        done = sorted((r["unit"], r["key"]) for r in status.to_pylist() if r["stage"] == "project" and r["state"] == "done")
+        done = sorted((r["unit"], r["key"]) for r in self._status_rows("project") if r["state"] == "done")
         with self._lock:
             self._views_at = time.monotonic()
             if tuple(done) != self._views_key:

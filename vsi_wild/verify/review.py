@@ -25,7 +25,7 @@ from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import concept_times
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry
-from vsi_wild.tasks.engine import Job, Plan
+from vsi_wild.tasks.engine import Job, unit_ancestor
 from vsi_wild.tasks.metadata import _raw_path, auto_metadata
 from vsi_wild.verify import fixfile, progress
 from vsi_wild.verify.catalog import Catalog, NotReady
@@ -90,11 +90,15 @@ class Review:
     def auto_inputs(self, video_id: str) -> meta.FixInputs:
         """The automatic metadata the video's fixes apply to (cached per upstream outputs)."""
         self.catalog.video(video_id)
-        plan = Plan.load(self.config, self.store, registry.STAGES)
         stage = registry.stage("metadata")
-        inputs, missing = plan.inputs_of(stage, video_id)
-        if missing is not None:
-            raise NotReady(f"the metadata of {video_id} cannot be checked: {missing}")
+        inputs = {}
+        for name in stage.needs:  # the current output of each upstream unit (the status rows')
+            unit = unit_ancestor(video_id, "video", registry.stage(name).unit_kind)
+            ref = self.catalog.current(name, unit)
+            if ref is None:
+                raise NotReady(f"the fixes of {video_id} cannot be checked: {name}:{unit} is "
+                               f"{self.catalog.status(name, unit)['state']}")
+            inputs[name] = {unit: ref}
         key = tuple(sorted((s, u, r.key) for s, us in inputs.items() for u, r in us.items()))
         with self._lock:
             held = self._auto.get(video_id)

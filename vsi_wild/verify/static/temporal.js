@@ -327,7 +327,11 @@ async function load(again) {
     $("state-box").hidden = false;
     $("state").textContent = info.fixes.error ? `fix file: ${info.fixes.error.error}` : `${info.metadata.state}: ${info.metadata.error || ""}`;
   } else $("state-box").hidden = true;
-  if (!info.instances) { status("no metadata to verify yet", true); return; }
+  if (!info.instances) {  // nothing to show but the state; a re-derive may mend it (e.g. after the file is fixed)
+    $("rederive").onclick = runRederive;
+    status("no metadata to verify yet", true);
+    return;
+  }
   S.fixes = info.fixes.fixes;
   S.view = {instances: info.instances, appearance: info.appearance, voc: info.voc, motion: info.motion};
   if (S.fixes.length && !info.fixes.error) {
