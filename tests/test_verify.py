@@ -317,6 +317,24 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     page.screenshot(path=str(screenshot_dir / "verify_temporal_rederived.png"), full_page=True)
 
 
+def test_timeline_seeks_and_zooms_and_a_reordered_appearance_becomes_set_appearance(page: Page, live):
+    open_temporal(page, live)
+    box = page.locator("#timeline").bounding_box()
+    x = box["x"] + 70 + (box["width"] - 70) * 0.75  # 3/4 of the axis right of the 70 px labels
+    page.mouse.click(x, box["y"] + 30)
+    page.wait_for_function("Math.abs(document.getElementById('video').currentTime - 90) < 0.6")
+    page.mouse.move(x, box["y"] + 30)
+    page.mouse.wheel(0, -120)
+    page.wait_for_function("S.t1 - S.t0 < 100 && S.t0 < 90 && S.t1 > 90")
+    n = page.locator("#pending li").count()
+    last = page.locator("#last-order li").last
+    concept = last.get_attribute("data-concept")
+    last.locator("button.up").click()
+    expect(page.locator("#last-order li").last).not_to_have_attribute("data-concept", concept)
+    added = page.evaluate("S.fixes")[n:]
+    assert added and all(f["op"] == "set_appearance" and "last_time" in f for f in added)
+
+
 def test_progress_is_kept_and_shown_by_status(page: Page, live, root):
     open_temporal(page, live)
     page.check("#verified")
