@@ -9,6 +9,7 @@ The main CLI mounts them::
 from __future__ import annotations
 
 import secrets
+import socket
 from pathlib import Path
 from typing import Optional
 
@@ -56,7 +57,7 @@ def verify(
     require = host not in LOOPBACK or token is not None
     token = token or secrets.token_urlsafe(24)
     app = create_app(cfg, store, token=token, require_token=require)
-    shown = f"[{host}]" if ":" in host else host
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if require else "")
     typer.echo(f"vsi-wild verify: {store.url}\n  open {url}")
     uvicorn.run(app, host=host, port=port, log_level="warning")
