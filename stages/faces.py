@@ -59,6 +59,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from vsi_wild import schema
 from vsi_wild.stages.backends import base as backends
 from vsi_wild.stages.backends.params import load_once
+from vsi_wild.stages.backends.weights import SCRFD_10G_BNKPS
 from vsi_wild.errors import MissingDependency, MissingWeights, UnitError
 
 
@@ -273,6 +274,7 @@ def _centerface(ctx: backends.BackendContext) -> FaceDetector:
 
 
 @backends.register("face_detector", "scrfd", section="faces", fields=("scrfd_weights",), weights=("scrfd_weights",),
+                   sources={"scrfd_weights": SCRFD_10G_BNKPS},
                    packages=(("insightface", "insightface"), ("onnxruntime", "onnxruntime")))
 def _scrfd(ctx: backends.BackendContext) -> FaceDetector:
     p = ctx.section or FaceParams()

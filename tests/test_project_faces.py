@@ -349,9 +349,9 @@ def test_production_config_reads_scrfd_under_the_weights_dir(tmp_path, monkeypat
 
 
 def test_blurring_stages_recompute_when_the_face_model_file_changes(tmp_path, monkeypatch):
-    """The project and qa stages' cache keys hold the face model they blur with: SCRFD's resolved
-    file (replacing it, or pointing models.weights_dir elsewhere, changes the key), CenterFace's
-    package version."""
+    """The project and qa stages' cache keys hold the face model they blur with: SCRFD's file by
+    content (replacing it changes the key; the same file under another models.weights_dir does
+    not), CenterFace's package version."""
     from vsi_wild.stages.backends import params as P
     from vsi_wild.store import Store
     from vsi_wild.tasks.engine import Plan
@@ -374,9 +374,12 @@ def test_blurring_stages_recompute_when_the_face_model_file_changes(tmp_path, mo
     first = face_key(config)
     weights.write_bytes(b"other weights")
     replaced = face_key(config)
+    moved = tmp_path / "b" / "scrfd" / "scrfd_10g_bnkps.onnx"
+    moved.parent.mkdir(parents=True)
+    moved.write_bytes(b"other weights")
     monkeypatch.setenv("VSI_WILD_WEIGHTS", str(tmp_path / "b"))
-    moved = face_key(config)
-    assert len({absent, first, replaced, moved}) == 4
+    assert face_key(config) == replaced  # the same file elsewhere: the same key
+    assert len({absent, first, replaced}) == 3
     sample = load_config(Path(__file__).resolve().parents[1] / "configs" / "sample.yaml")
     assert sample.faces.backend == "centerface"
     real = face_key(sample)

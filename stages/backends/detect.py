@@ -20,6 +20,7 @@ import numpy as np
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.backends.base import BackendContext, Detections, FrameBatch, register
 from vsi_wild.stages.backends.params import OPEN_CLIP_FIELDS, LoadedModel, ModelsParams, as_params, load_once, require
+from vsi_wild.stages.backends import weights as W
 from vsi_wild.stages.backends.text import OpenClipTextEmbedder
 
 
@@ -115,6 +116,7 @@ class YoloWorldDetector:
           fields=("yolo_world_weights", "yolo_world_imgsz", "yolo_world_conf", "yolo_world_iou", "yolo_world_max_det",
                   *OPEN_CLIP_FIELDS),
           weights=("yolo_world_weights", "open_clip_weights"),
+          sources={"yolo_world_weights": W.YOLOV8X_WORLDV2, "open_clip_weights": W.OPENAI_CLIP_VIT_B_32},
           packages=(("ultralytics", "ultralytics"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True)
 def make_yolo_world(ctx: BackendContext) -> YoloWorldDetector:
     return YoloWorldDetector(as_params(ctx.models, ctx.options))

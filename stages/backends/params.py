@@ -21,18 +21,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.errors import MissingDependency, MissingWeights
+from vsi_wild.stages.backends.weights import WeightStatus, check_weight, content_digest, problem_text
 
 # The open_clip text tower's fields: its own backend's, and YOLO-World's text encoder's.
 OPEN_CLIP_FIELDS = ("open_clip_model", "open_clip_quick_gelu", "open_clip_weights")
-
-
-def file_stamp(p: Path) -> tuple[int, int]:
-    """(size, mtime) of a weight file: what a cache key holds so that replacing the file recomputes."""
-    try:
-        st = p.stat()
-    except OSError:
-        return (-1, -1)  # missing: the run will fail with MissingWeights, naming the key
-    return (st.st_size, st.st_mtime_ns)
 
 
 def package_version(name: str) -> str:
@@ -146,9 +138,10 @@ def as_params(params: ModelsParams | dict[str, Any] | None, overrides: dict[str,
 
 def backend_fingerprint(spec: Any, models: ModelsParams, section: Any = None) -> str:
     """What a backend's outputs depend on, from its declaration (``base.register``): its name, the
-    values of its declared fields, for weight fields the resolved files with their size and
-    modification time (replacing a weight file recomputes the stages that used it; tuning
-    YOLO-World does not recompute SAM3), and the versions of the distributions it declares."""
+    values of its declared fields, for weight fields the content of the files (their sha256,
+    remembered per file version: the same weights in another folder or on another machine give
+    the same key, replacing a file recomputes the stages that used it; tuning YOLO-World does not
+    recompute SAM3), and the versions of the distributions it declares."""
     params = models if spec.section == SECTION else section
     data: dict[str, Any] = {"backend": spec.name, "kind": spec.kind}
     for name in spec.fields:
@@ -157,18 +150,31 @@ def backend_fingerprint(spec: Any, models: ModelsParams, section: Any = None) ->
             if value is None:
                 value = "unset"
             else:
-                p = models.resolve(value)
-                files = sorted(q for q in p.rglob("*") if q.is_file()) if p.is_dir() else [p]
-                value = [[str(q), *file_stamp(q)] for q in files]
+                digest = content_digest(models.resolve(value), models.resolved_weights_dir())
+                # missing: the run fails naming the key; the configured value tells one absence from another
+                value = ["missing", value] if digest is None else digest
         data[name] = value
     for dist in spec.versions:
         data[f"package:{dist}"] = package_version(dist)
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def weight_statuses(spec: Any, models: ModelsParams, section: Any = None) -> list[WeightStatus]:
+    """Each weight field of a backend as found on disk: present, missing, wrong checksum or unset
+    (what `vsi-wild weights check` prints and the run's requirement check refuses)."""
+    params = models if spec.section == SECTION else section
+    out = []
+    for name in spec.weights:
+        value = getattr(params, name)
+        out.append(check_weight(f"{spec.section}.{name}", None if value is None else models.resolve(value),
+                                spec.source(name), models.resolved_weights_dir()))
+    return out
+
+
 def backend_problems(spec: Any, models: ModelsParams, section: Any = None) -> list[str]:
     """What keeps a backend from running here, found without loading it: a package that cannot
-    be imported, a weight file that is not there (each naming the config key to set)."""
+    be imported, a weight file that is missing or has the wrong checksum (each naming the config
+    key to set)."""
     import importlib.util
 
     problems = []
@@ -179,17 +185,11 @@ def backend_problems(spec: Any, models: ModelsParams, section: Any = None) -> li
             found = False
         if not found:
             problems.append(f"backend {spec.name!r} needs the package {dist!r}: pip install 'vsi-wild[models]'")
-    params = models if spec.section == SECTION else section
-    for name in spec.weights:
-        value = getattr(params, name)
-        key = f"{spec.section}.{name}"
-        if value is None:
-            problems.append(f"backend {spec.name!r} needs `{key}` set to its weight file")
-            continue
-        p = models.resolve(value)
-        if not p.exists():
-            problems.append(f"model weights not found: {p} (config key `{key}`). "
-                            f"Put the file there or point `{key}` at it.")
+    for status in weight_statuses(spec, models, section):
+        if status.state == "unset":
+            problems.append(f"backend {spec.name!r} needs `{status.key}` set to its weight file")
+        elif not status.usable:
+            problems.append(problem_text(status))
     return problems
 
 

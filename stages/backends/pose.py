@@ -34,6 +34,7 @@ from vsi_wild.errors import UnitError
 from vsi_wild.stages.backends.base import BackendContext, FrameBatch, PoseResult, register
 from vsi_wild.stages.backends.detect import check_rgb_frames
 from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
+from vsi_wild.stages.backends import weights as W
 
 
 # ------------------------------------------------------------------ pure geometry (tested alone)
@@ -253,6 +254,6 @@ class DA3PoseEstimator:
 @register("pose_estimator", "da3",
           fields=("da3_model_dir", "da3_process_res", "da3_window", "da3_overlap", "da3_ref_view_strategy",
                   "da3_use_ray_pose"),
-          weights=("da3_model_dir",), packages=(("depth_anything_3", "depth-anything-3"), ("torch", "torch")), gpu=True)
+          weights=("da3_model_dir",), sources={"da3_model_dir": W.DA3_LARGE}, packages=(("depth_anything_3", "depth-anything-3"), ("torch", "torch")), gpu=True)
 def make_da3(ctx: BackendContext) -> DA3PoseEstimator:
     return DA3PoseEstimator(as_params(ctx.models, ctx.options))

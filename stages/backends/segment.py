@@ -41,6 +41,7 @@ from vsi_wild.errors import UnitError
 from vsi_wild.stages.backends.base import BackendContext, FrameBatch, SegmentRecord, register
 from vsi_wild.stages.backends.detect import check_rgb_frames
 from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
+from vsi_wild.stages.backends import weights as W
 
 SAM3_IMAGE_SIZE = 1008  # the only resolution sam3 0.1.4 accepts
 
@@ -315,7 +316,7 @@ class Sam3Segmenter:
 
 
 @register("segmenter", "sam3", fields=("sam3_checkpoint", "sam3_score_threshold", "sam3_new_det_threshold"),
-          weights=("sam3_checkpoint",),
+          weights=("sam3_checkpoint",), sources={"sam3_checkpoint": W.SAM3},
           packages=(("sam3", "sam3"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True)
 def make_sam3(ctx: BackendContext) -> Sam3Segmenter:
     return Sam3Segmenter(as_params(ctx.models, ctx.options))

@@ -33,6 +33,7 @@ import numpy as np
 
 from vsi_wild.stages.backends.base import BackendContext, register
 from vsi_wild.stages.backends.params import OPEN_CLIP_FIELDS, LoadedModel, ModelsParams, as_params, load_once, require
+from vsi_wild.stages.backends import weights as W
 
 
 def _is_torchscript(path: Path) -> bool:
@@ -142,6 +143,7 @@ class MiniLMTextEmbedder:
 
 
 @register("text_embedder", "open_clip", fields=OPEN_CLIP_FIELDS, weights=("open_clip_weights",),
+          sources={"open_clip_weights": W.OPENAI_CLIP_VIT_B_32},
           packages=(("open_clip", "open-clip-torch"), ("torch", "torch")))
 def make_open_clip(ctx: BackendContext) -> OpenClipTextEmbedder:
     return OpenClipTextEmbedder(as_params(ctx.models, ctx.options))
