@@ -15,7 +15,8 @@ from vsi_wild.tasks import engine
 from vsi_wild.tasks.engine import Plan
 from vsi_wild.tasks.probe import PROBE
 from vsi_wild.tasks.review import REVIEW
-from vsi_wild.tasks.project import FACES, PROJECT, VIEWS
+from vsi_wild.schema import VIEWS_FILE
+from vsi_wild.tasks.project import FACES, PROJECT
 
 
 class ProjectConfig(Config):
@@ -56,7 +57,7 @@ def test_project_stage_writes_views_and_audit_trail_and_caches(tmp_path):
     ref = UnitRef("project", "local-pano-0001", out["local-pano-0001"].key)
     files = set(store.files(ref))
     vids = [f"local-pano-0001_{v}" for v in ("front", "right", "back", "left")]
-    assert {f"{v}.mp4" for v in vids} | {VIEWS, FACES} <= files
+    assert {f"{v}.mp4" for v in vids} | {VIEWS_FILE, FACES} <= files
     views = store.read_table(ref, VIEWS)
     assert views.schema.equals(schema.VIEWS_TABLE)
     assert views["video_id"].to_pylist() == vids
