@@ -503,6 +503,8 @@ def _mount_verify_commands() -> None:
 
 
 _mount_verify_commands()
+from vsi_wild.cli_weights import weights_app as _weights_app  # noqa: E402 - `vsi-wild weights`
+app.add_typer(_weights_app, name="weights")
 
 
 def main() -> None:

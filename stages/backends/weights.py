@@ -80,7 +80,7 @@ SAM3 = WeightSource(
 )
 DA3_LARGE = WeightSource(
     files=("config.json", "model.safetensors"), repo_id="depth-anything/DA3-LARGE",
-    checksum_note="not published (a folder: each file is checked by the Hub's download)",
+    checksum_note="not published",
     license="CC BY-NC 4.0", page="https://huggingface.co/depth-anything/DA3-LARGE",
 )
 SCRFD_10G_BNKPS = WeightSource(
@@ -157,8 +157,10 @@ def file_sha256(p: Path, cache_dir: Path | None = None) -> str:
 
 
 def folder_files(p: Path) -> list[Path]:
-    """A folder weight's files, in name order (the digest cache itself left out)."""
-    return sorted(q for q in p.rglob("*") if q.is_file() and not q.name.startswith(DIGEST_CACHE))
+    """A folder weight's files, in name order; hidden ones left out (the digest cache,
+    huggingface_hub's download metadata under .cache/)."""
+    return sorted(q for q in p.rglob("*")
+                  if q.is_file() and not any(part.startswith(".") for part in q.relative_to(p).parts))
 
 
 def content_digest(p: Path, cache_dir: Path | None = None) -> str | list[list[str]] | None:
@@ -196,7 +198,8 @@ class WeightStatus:
 
 def check_weight(key: str, path: Path | None, source: WeightSource | None, cache_dir: Path | None) -> WeightStatus:
     """Present / missing / wrong checksum of one weight. A folder weight is present when every
-    file its source lists is there; a pinned sha256 is compared with the file's."""
+    file its source lists is there; a pinned sha256 is compared with the file's when it bears
+    the source's file name."""
     if path is None:
         return WeightStatus(key, None, "unset", source, detail=f"`{key}` is not set")
     if not path.exists():
@@ -206,7 +209,9 @@ def check_weight(key: str, path: Path | None, source: WeightSource | None, cache
         if absent:
             return WeightStatus(key, path, "missing", source, detail=f"missing in the folder: {', '.join(absent)}")
         return WeightStatus(key, path, "present", source)
-    if source is not None and source.sha256:
+    if source is not None and source.sha256 and path.name == source.files[0]:
+        # the pin is the catalogue file's; a file of another name is the user's own conversion
+        # (e.g. an open_clip state dict for the CLIP field), which no pin covers
         digest = file_sha256(path, cache_dir)
         if digest != source.sha256:
             return WeightStatus(key, path, "wrong checksum", source, digest,
