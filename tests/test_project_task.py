@@ -58,7 +58,7 @@ def test_project_stage_writes_views_and_audit_trail_and_caches(tmp_path):
     files = set(store.files(ref))
     vids = [f"local-pano-0001_{v}" for v in ("front", "right", "back", "left")]
     assert {f"{v}.mp4" for v in vids} | {VIEWS_FILE, FACES} <= files
-    views = store.read_table(ref, VIEWS)
+    views = store.read_table(ref, VIEWS_FILE)
     assert views.schema.equals(schema.VIEWS_TABLE)
     assert views["video_id"].to_pylist() == vids
     assert views["n_frames"].to_pylist() == [12] * 4
