@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class QAParams(BaseModel):
@@ -62,15 +62,6 @@ class QAParams(BaseModel):
     require_reviewed: bool = Field(
         False, description="export only questions a person accepted (a rejected one is never asked)"
     )
-
-    @model_serializer(mode="wrap")
-    def _dump(self, handler: SerializerFunctionWrapHandler) -> dict[str, Any]:
-        # Left out at its default, so that the section's JSON (a cache-key input) and with it every
-        # build made before the key existed stays the same.
-        data = handler(self)
-        if not self.require_reviewed:
-            data.pop("require_reviewed", None)
-        return data
 
     @model_validator(mode="after")
     def _check(self) -> QAParams:
