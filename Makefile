@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export YOLO_OFFLINE ?= 1
 PIP_INSTALL = $(BIN)/pip install -q --no-cache-dir
 
-.PHONY: setup run test lint-imports test-fast bench deploy deploy-stop clean help
+.PHONY: setup run test lint-imports test-fast bench gpu-check deploy deploy-stop clean help
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*##/\t/'
@@ -57,6 +57,12 @@ test-fast: setup ## tests without the slow and model-heavy ones
 
 bench: setup     ## speed and memory ratios, each measured in one run (prints `name: value` lines)
 	$(BIN)/python bench/run_all.py
+
+# On the GPU machine, offline: each production backend on CUDA (real weights from models.weights_dir
+# where present, random ones otherwise), fps, peak memory, video hours per GPU-hour; JSON in build/.
+GPU_CHECK_ARGS ?=
+gpu-check: $(SETUP) ## GPU speed/memory of each production backend (bench/gpu_check.py; build/gpu_check.json)
+	YOLO_CONFIG_DIR=$${YOLO_CONFIG_DIR:-$(CURDIR)/build/yolo-config} $(BIN)/python bench/gpu_check.py $(GPU_CHECK_ARGS)
 
 deploy: $(SETUP) ## Prefect server on 127.0.0.1, work pools cpu/gpu, deployments, workers (docs/cluster.md)
 	$(BIN)/python -m vsi_wild.deploy up --dir $(DEPLOY_DIR) --port $(DEPLOY_PORT)

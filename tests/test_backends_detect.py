@@ -16,6 +16,7 @@ os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="vsi-yolo-"))
 
 import numpy as np
 import pytest
+import random_weights
 
 from vsi_wild.errors import MissingWeights
 from vsi_wild.stages.backends.base import FrameBatch, create
@@ -28,30 +29,9 @@ CONF = 0.5
 
 @pytest.fixture(scope="module")
 def weights(tmp_path_factory: pytest.TempPathFactory):
-    import open_clip
-    import torch
-    from ultralytics import YOLOWorld
-
     d = tmp_path_factory.mktemp("weights")
-    torch.manual_seed(0)
-    clip = open_clip.create_model("ViT-B-32", pretrained=None, force_quick_gelu=True).eval()
-    torch.save(clip.state_dict(), d / "clip.pt")
-    yolo = YOLOWorld("yolov8s-worldv2.yaml")  # the YOLO-World-v2 architecture, random init
-    # Fresh init is degenerate (every box and score the same whatever the image, scores ~0): give
-    # BatchNorm the statistics of a few random images and zero the class-score bias (-10 at init)
-    # so that outputs depend on the pixels and some pass the threshold.
-    net = yolo.model
-    for m in net.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            m.reset_running_stats()
-            m.momentum = None
-    net.train()
-    with torch.no_grad():
-        net.predict(torch.rand(4, 3, 160, 160))
-        for conv in net.model[-1].cv4:
-            conv.bias.zero_()
-    net.eval()
-    yolo.save(str(d / "yolo_world.pt"))
+    clip = random_weights.clip_state_dict(d / "clip.pt")
+    random_weights.yolo_world(d / "yolo_world.pt")
     return d, clip
 
 

@@ -10,6 +10,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pytest
+import random_weights
 
 from vsi_wild.errors import MissingWeights, UnitError
 from vsi_wild.stages.backends.base import FrameBatch, create
@@ -21,12 +22,8 @@ H, W = 60, 80
 
 @pytest.fixture(scope="module")
 def da3_dir(tmp_path_factory: pytest.TempPathFactory):
-    import torch
-    from depth_anything_3.api import DepthAnything3
-
-    torch.manual_seed(0)
     d = tmp_path_factory.mktemp("da3") / "DA3-SMALL"
-    DepthAnything3(model_name="da3-small").save_pretrained(str(d))
+    random_weights.da3_folder(d, "da3-small")
     return d
 
 

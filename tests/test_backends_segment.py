@@ -8,13 +8,13 @@ Heavy: ~6 GB RSS and minutes of CPU. Run alone: ``pytest -m models tests/test_ba
 
 from __future__ import annotations
 
-import gc
 import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import numpy as np
 import pytest
+import random_weights
 
 from vsi_wild.errors import MissingWeights, UnitError
 from vsi_wild.stages.backends.base import FrameBatch, create
@@ -35,27 +35,8 @@ def _available_gb() -> float:
 def sam3_checkpoint(tmp_path_factory: pytest.TempPathFactory):
     if _available_gb() < NEED_GB:
         pytest.skip(f"SAM3 on CPU needs ~{NEED_GB} GB free memory; {_available_gb():.1f} GB available")
-    import torch
-
-    from vsi_wild.stages.backends.segment import build_sam3_video
-
-    torch.manual_seed(0)
-    model = build_sam3_video("cpu")
-    with torch.no_grad():
-        # sam3 leaves the text encoder's positional embedding and projection as torch.empty when no
-        # checkpoint is loaded: give them values (not the -inf causal mask buffer). Memory garbage can
-        # be finite in fp32 and still overflow the fp16 file below (a CI run met exactly that).
-        for _, p in model.named_parameters():
-            if not torch.isfinite(p.half()).all():
-                p.copy_(torch.randn(p.shape) * 0.02)
-    # buffers outside the state dict must come out of the adapter's uninitialised build the same
-    persistent = set(model.state_dict())
-    extra_buffers = {n: b.clone() for n, b in model.named_buffers() if n not in persistent}
     path = tmp_path_factory.mktemp("sam3") / "sam3.pt"
-    # half precision halves the file (1.7 GB); loading casts back to the model's fp32
-    torch.save({k: v.half() if v.is_floating_point() else v for k, v in model.state_dict().items()}, path)
-    del model
-    gc.collect()
+    extra_buffers = random_weights.sam3_checkpoint(path)
     return path, extra_buffers
 
 

@@ -13,6 +13,7 @@ os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="vsi-yolo-"))
 
 import numpy as np
 import pytest
+import random_weights
 
 from vsi_wild.errors import MissingWeights
 from vsi_wild.stages.backends import params as P
@@ -87,15 +88,8 @@ def test_load_once_calls_the_loader_once_under_contention() -> None:
 # ---------------------------------------------------------------------------- open_clip
 @pytest.fixture(scope="module")
 def random_clip(tmp_path_factory: pytest.TempPathFactory):
-    import open_clip
-    import torch
-
-    torch.manual_seed(0)
-    model = open_clip.create_model("ViT-B-32", pretrained=None, force_quick_gelu=True)
-    model.eval()
     d = tmp_path_factory.mktemp("clip")
-    torch.save(model.state_dict(), d / "state.pt")
-    return model, d
+    return random_weights.clip_state_dict(d / "state.pt"), d
 
 
 def _reference_text(model, texts: list[str]) -> np.ndarray:
