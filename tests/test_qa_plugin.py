@@ -107,3 +107,33 @@ def test_registration_refuses_a_clash(kinds):
 
 def test_the_plugin_is_gone_afterwards():
     assert [t.name for t in tasks()] == BUILTIN
+
+
+def test_the_first_reads_from_several_threads_all_see_every_task(monkeypatch):
+    """The qa stage's units run in threads: each must see every task, also while the registry is
+    first being filled (a thread that saw it half-filled built one video's questions from no task)."""
+    import threading
+    import time
+
+    from vsi_wild.stages.qa import registry as R
+
+    expected = [t.name for t in tasks()]
+    saved = dict(R._TASKS)
+    real_import = R.importlib.import_module
+
+    def slow_import(name, *a):
+        time.sleep(0.05)  # a task module takes a while to import (cv2, the faces module, ...)
+        return real_import(name, *a)
+
+    monkeypatch.setattr(R, "_TASKS", {})
+    monkeypatch.setattr(R, "_discovered", False)
+    monkeypatch.setattr(R.importlib, "import_module", slow_import)
+    seen: list[list[str]] = []
+    threads = [threading.Thread(target=lambda: seen.append([t.name for t in tasks()])) for _ in range(4)]
+    for t in threads:
+        t.start()
+        time.sleep(0.01)
+    for t in threads:
+        t.join()
+    assert seen == [expected] * 4
+    monkeypatch.setattr(R, "_TASKS", saved)

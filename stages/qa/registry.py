@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -120,19 +121,30 @@ EXPORT_BASE_COLUMNS = (
 
 _TASKS: dict[str, QATask] = {}
 _discovered = False
+_discovering = False
+# Units of the qa stage run in threads: the first reads of the registry race, and a thread that saw
+# it half-filled would build a video's questions for some tasks only (it happened: a video with none).
+_LOCK = threading.RLock()
 
 
 def _discover() -> None:
     """Register the ``TASK`` of every module of this package (once)."""
-    global _discovered
+    global _discovered, _discovering
     if _discovered:
         return
-    _discovered = True
-    package = importlib.import_module("vsi_wild.stages.qa")
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        declared = getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "TASK", None)
-        if isinstance(declared, QATask):
-            register_task(declared)
+    with _LOCK:  # other threads wait here until every module's task is in
+        if _discovered or _discovering:  # done meanwhile, or re-entered from register_task below
+            return
+        _discovering = True
+        try:
+            package = importlib.import_module("vsi_wild.stages.qa")
+            for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
+                declared = getattr(importlib.import_module(f"{package.__name__}.{info.name}"), "TASK", None)
+                if isinstance(declared, QATask):
+                    register_task(declared)
+            _discovered = True
+        finally:
+            _discovering = False
 
 
 def register_task(task: QATask) -> QATask:
