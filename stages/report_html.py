@@ -202,10 +202,21 @@ def _plots(plots: Sequence[Plot]) -> str:
         for p in plots) + "</div>"
 
 
+def _video_link(video_id: str) -> str:
+    """A video's name, linked to its page in the verification app (`vsi-wild verify`): relative when
+    the app serves the report (/report), its default address when the page is opened as a file."""
+    return f'<a class="verify" href="/videos/{_e(video_id)}">{_e(video_id)}</a>'
+
+
+# Opened from file://, the links to the verification app go to its default address.
+_VERIFY_LINKS = ("<script>if (location.protocol === 'file:') for (const a of document.querySelectorAll('a.verify'))"
+                 " a.href = 'http://127.0.0.1:8765' + a.getAttribute('href');</script>")
+
+
 def _card(card: Card) -> str:
     r = card.row
     out = [f'<div class="card" id="card-{_e(r["doc_id"])}"><div class="muted">{_e(r["task_type"])} · '
-           f'{_e(r["subtype"])} · {_e(r["video_id"])} · {_e(r["doc_id"])}</div>',
+           f'{_e(r["subtype"])} · {_video_link(r["video_id"])} · {_e(r["doc_id"])}</div>',
            f'<p class="q">{_e(r["question"])}</p>']
     if r.get("options"):
         out.append("<ol type=A>" + "".join(
@@ -270,7 +281,7 @@ def _changes(changes: Mapping[str, Any] | None) -> str:
                                               for v, c in changes["per_video"].items()], numeric=(1, 2, 3)))
     if changes["changed_questions"]:
         rows = "".join(
-            f"<tr><td>{_e(c['task_type'])}</td><td>{_e(c['video_id'])}</td><td>{_e(c['question'])}</td>"
+            f"<tr><td>{_e(c['task_type'])}</td><td>{_video_link(c['video_id'])}</td><td>{_e(c['question'])}</td>"
             f"<td class=before>{_e(c['before']['answer'])}</td><td class=after>{_e(c['after']['answer'])}</td>"
             f"<td class=before>{_e(' | '.join(c['before']['options'] or []) or '—')}</td>"
             f"<td class=after>{_e(' | '.join(c['after']['options'] or []) or '—')}</td></tr>"
@@ -309,7 +320,8 @@ def _verification(verification: Mapping[str, Any] | None) -> str:
     """The verification app's marks (verify/<video_id>.json: temporal_verified, clips_verified,
     questions id -> accept | reject); a record of another form is shown key by key."""
     if not verification:
-        return '<p class="muted">No verification records (verify/ in the data root) yet.</p>'
+        return ('<p class="muted">No verification records (verify/ in the data root) yet. Video names link to '
+                "their pages in <code>vsi-wild verify</code> (http://127.0.0.1:8765 by default).</p>")
     marks, other = [], []
     for name, content in verification.items():
         if isinstance(content, Mapping) and "temporal_verified" in content:
@@ -364,4 +376,5 @@ def render_html(rep: Mapping[str, Any], plots: Sequence[Plot], cards: Sequence[C
     return ("<!DOCTYPE html>\n<html lang=en><head><meta charset=utf-8>"
             '<meta name=viewport content="width=device-width,initial-scale=1">'
             f"<title>VSI-Super-Wild build report</title><style>{_CSS}</style></head>\n"
-            f"<body><main><h1>VSI-Super-Wild build report</h1>{nav}{banner}\n{sections}\n</main></body></html>\n")
+            f"<body><main><h1>VSI-Super-Wild build report</h1>{nav}{banner}\n{sections}\n</main>{_VERIFY_LINKS}"
+            "</body></html>\n")

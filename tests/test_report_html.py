@@ -118,6 +118,11 @@ def test_the_page_in_a_browser(built, page, screenshot_dir):
     n_plots = len(all_plots(report_json(root)))
     assert page.locator(".plots figure img").count() == n_plots
     assert page.locator(".card").count() >= 1
+    # each card's video links to its page in the verification app (its default address from a file)
+    first = page.locator(".card a.verify").first
+    vid = first.inner_text()
+    assert f'<a class="verify" href="/videos/{vid}">' in (root / "report.html").read_text()  # as the app serves it
+    assert first.get_attribute("href") == f"http://127.0.0.1:8765/videos/{vid}"
     page.screenshot(path=str(screenshot_dir / "report.png"), full_page=True)
 
 

@@ -178,7 +178,7 @@ def test_merge_the_duplicate_back_and_the_voc_count_is_the_truths(page: Page, li
     open_temporal(page, live)
     expect(page.locator("#pending li")).to_have_count(1)  # the hand-written split
     assert voc_final(page, CONCEPT) == truth + 1  # the preview of the file: one too many
-    new_id = int(page.locator(f"#instances .sel").evaluate_all("els => Math.max(...els.map(e => +e.dataset.id))"))
+    new_id = int(page.locator("#instances .sel").evaluate_all("els => Math.max(...els.map(e => +e.dataset.id))"))
     for i in (SPLIT["instance"], new_id):
         page.check(f'#instances input.sel[data-id="{i}"]')
     page.click("#merge-add")
@@ -315,6 +315,13 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     assert any(r["reason"] == "rejected by a person: not answerable from the video" for r in skipped)
     expect(page.locator("#pending li")).to_have_count(8)  # the page reloaded from the new outputs
     page.screenshot(path=str(screenshot_dir / "verify_temporal_rederived.png"), full_page=True)
+    # the app serves the re-derived build report, whose video names lead back to these pages
+    page.click("header nav a:has-text('Report')")
+    expect(page.locator("h1")).to_have_text("VSI-Super-Wild build report")
+    link = page.locator(f".card a.verify:has-text('{VID}')").first
+    assert link.get_attribute("href") == f"/videos/{VID}"
+    link.click()
+    expect(page.locator("header h1")).to_contain_text(VID)
 
 
 def test_timeline_seeks_and_zooms_and_a_reordered_appearance_becomes_set_appearance(page: Page, live):

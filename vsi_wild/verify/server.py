@@ -165,6 +165,16 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         review.catalog.video(video_id)
         return page("questions")
 
+    @app.get("/report", response_class=HTMLResponse)
+    def report_page() -> Response:
+        """The build report the pipeline published in the data root (report.html): its video names
+        link back to these pages."""
+        published = store.local_root() / "report.html"
+        if not published.is_file():
+            return HTMLResponse("<p>No build report yet: run the pipeline (its report stage writes report.html).</p>",
+                                status_code=404)
+        return FileResponse(published, media_type="text/html")
+
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
 
     # ---------------------------------------------------------------- data

@@ -51,7 +51,8 @@ function videoId() {
 
 function header(here) {
   const vid = videoId();
-  const nav = el("nav", {}, el("a", {href: "/", class: here === "videos" ? "here" : null}, "Videos"));
+  const nav = el("nav", {}, el("a", {href: "/", class: here === "videos" ? "here" : null}, "Videos"),
+                 el("a", {href: "/report"}, "Report"));
   if (vid) {
     const base = `/videos/${encodeURIComponent(vid)}`;
     nav.append(el("a", {href: base, class: here === "temporal" ? "here" : null}, "Temporal"),
