@@ -319,11 +319,9 @@ class Plan:
     def why_no_units(self, stage: Stage) -> str:
         """Why ``stage`` has no unit: which upstream stage has no current output for which
         sources, why (failed, skipped, not run), and the command that makes them ready."""
-        if stage.unit_kind == ALL:
-            return ""
-        sources = [s for s in self.sources() if self.selection.admits(s, "source")]
-        if not stage.needs:
+        if not stage.needs:  # the stage enumerates its own units (from the config, the registry)
             return stage.no_units_hint or f"stage {stage.name} found nothing to do"
+        sources = [s for s in self.sources() if self.selection.admits(s, "source")]
         if not sources:
             return ("no source is registered" + (" for the selected ids" if self.selection.items else "")
                     + ": `vsi-wild add PATH`, a crawl, or the sample (configs/sample.yaml)")

@@ -250,3 +250,7 @@ def test_a_run_that_selects_nothing_says_why(tmp_path, capsys):
     empty = Plan.load(Config(), Store(tmp_path / "empty"), registry.STAGES)
     engine.run_stages(empty, stages, engine.run_inline(empty))
     assert "no source is registered" in empty.no_units["project"]
+    # stages that enumerate their own units say what their config lacks (the crawl is off by default)
+    engine.run_stages(empty, registry.select(only=["sample", "search", "probe"]), engine.run_inline(empty))
+    for name in ("sample", "search", "probe"):
+        assert empty.no_units[name] == registry.stage(name).no_units_hint != ""
