@@ -11,6 +11,8 @@ old or the new benchmark, not a mix. Layout: see ``vsi_wild.stages.export``; plu
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 import uuid
@@ -19,6 +21,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from vsi_wild import schema
+from vsi_wild.config import Config
 from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.export import Export, assemble, concat_video, ffconcat_list, image_export_path, write_export
@@ -27,6 +30,7 @@ from vsi_wild.stages.qa.common import question_id
 from vsi_wild.stages.qa.registry import tasks
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import Job, Stage
+from vsi_wild.verify import progress
 
 EXPORTS = "exports"
 LINKS_FILE = "links.parquet"  # exports/<path> -> the file under the data root it shows
@@ -92,6 +96,33 @@ def reviewed_rows(export: Export, accepted: set[str]) -> list[dict]:
     return rows
 
 
+def _verification(store: Store, videos: list[str]) -> dict[str, progress.Progress]:
+    """What a reviewer marked verified (verify/<video_id>.json) of each video."""
+    return {vid: progress.read(store, vid) for vid in videos}
+
+
+def _verification_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
+    """With ``qa.require_verified_videos`` the export depends on the reviewers' marks: marking a
+    video verified re-exports. Without it, nothing (the key is as before)."""
+    if not config.qa.require_verified_videos:
+        return {}
+    marks = {vid: [p.temporal_verified, p.clips_verified] for vid, p in
+             _verification(store, progress.recorded(store)).items()}
+    return {"verified": hashlib.sha256(json.dumps(marks, sort_keys=True).encode()).hexdigest()}
+
+
+def from_verified_videos(questions: pa.Table, marks: dict[str, progress.Progress]) -> pa.Table:
+    """The questions of videos whose temporal metadata is marked verified; of their VMR questions,
+    those whose motion clip is marked verified too."""
+    def kept(q: dict) -> bool:
+        p = marks.get(q["video_id"])
+        if p is None or not p.temporal_verified:
+            return False
+        return q["task_type"] != "VMR" or int(q["item"].removeprefix("clip")) in p.clips_verified
+
+    return questions.filter(pa.array([kept(q) for q in questions.to_pylist()], type=pa.bool_()))
+
+
 def run(job: Job) -> None:
     params: QAParams = job.config.qa
     qa_refs = dict(sorted(job.refs("qa").items()))
@@ -101,6 +132,8 @@ def run(job: Job) -> None:
     if params.require_reviewed:
         questions = questions.filter(pa.array([question_id(q) in accepted for q in questions.to_pylist()],
                                               type=pa.bool_()))
+    if params.require_verified_videos:
+        questions = from_verified_videos(questions, _verification(job.store, sorted(qa_refs)))
     export = assemble(questions, params)
     write_export(job.out.path, export)  # also writes counts.json (printed by the CLI summary)
     if accepted:  # only when someone reviewed questions: a build without reviews keeps its bytes
@@ -167,6 +200,7 @@ EXPORT = Stage(
     run=run,
     needs=("qa", "project"),
     sections=("qa",),
+    raw_inputs=_verification_raw,
     publish=publish_export,
     description="Answer letters balanced per task; the release jsonl, rich parquet, images, splits; exports/",
 )

@@ -62,6 +62,10 @@ class QAParams(BaseModel):
     require_reviewed: bool = Field(
         False, description="export only questions a person accepted (a rejected one is never asked)"
     )
+    require_verified_videos: bool = Field(
+        False, description="export only videos whose temporal metadata a person marked verified in `vsi-wild "
+        "verify` (and of their VMR questions, those of motion clips marked verified)"
+    )
 
     @model_validator(mode="after")
     def _check(self) -> QAParams:
