@@ -109,3 +109,20 @@ def copy_root(src: Path, dst: Path) -> Path:
 
     shutil.copytree(src, dst, symlinks=True, copy_function=os.link)
     return dst
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Browser tests last, and every module's tests together in file order.
+
+    pytest groups the tests that share pytest-playwright's session-scoped browser parameter across
+    modules; that split test_verify.py, whose module-scoped data root was made twice (a test then
+    missed the fix file an earlier one wrote). And once a browser test has started Playwright's event
+    loop in this process, a Prefect flow run in process (the CLI through CliRunner) gets coroutines
+    back: those tests must come first."""
+    def module(item: pytest.Item) -> str:
+        return item.nodeid.split("::")[0]
+
+    browser_modules = {module(i) for i in items if {"page", "browser", "context"} & set(getattr(i, "fixturenames", ()))}
+    position = {id(i): n for n, i in enumerate(sorted(items, key=lambda i: (module(i), i.location[1] or 0)))}
+    items.sort(key=lambda i: (module(i) in browser_modules, position[id(i)]))
