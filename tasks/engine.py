@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from vsi_wild import __version__, ids, schema
 from vsi_wild.config import Config
@@ -113,11 +112,15 @@ class BackendUse:
     kind: str  # stages.backends.base kinds: text_embedder, open_vocab_detector, ...
     selector: str  # dotted config key whose value is the backend's name, e.g. "detect.backend"
 
-    def name(self, config: Config) -> str:
+    def section(self, config: Config) -> Any:
+        """The params of the section whose key chooses the backend (``faces`` for ``faces.backend``)."""
         value: Any = config
-        for part in self.selector.split("."):
+        for part in self.selector.split(".")[:-1]:
             value = getattr(value, part)
-        return str(value)
+        return value
+
+    def name(self, config: Config) -> str:
+        return str(getattr(self.section(config), self.selector.rsplit(".", 1)[-1]))
 
 
 @dataclass
@@ -391,7 +394,7 @@ class Plan:
         if stage.name not in self._backend_fps:
             self._backend_fps[stage.name] = {
                 use.selector: backend_fingerprint(backend_spec(use, self.config), self.config.models,
-                                                  _section_of(self.config, use))
+                                                  use.section(self.config))
                 for use in stage.backends}
         return self._backend_fps[stage.name]
 
@@ -408,7 +411,7 @@ class Plan:
             except ValueError as e:
                 problems.append(f"`{use.selector}`: {e}")
                 continue
-            problems += backend_problems(spec, self.config.models, _section_of(self.config, use))
+            problems += backend_problems(spec, self.config.models, use.section(self.config))
         return problems
 
     def record(self, outcome: Outcome) -> None:
@@ -602,7 +605,7 @@ class Job:
 
             return load_truth(self.store, source_id)
 
-        ctx = BackendContext(models=config.models, section=_section_of(config, use), unit=self.unit,
+        ctx = BackendContext(models=config.models, section=use.section(config), unit=self.unit,
                              truth=truth, options=options)
         return create_backend(kind, use.name(config), ctx)
 
@@ -632,14 +635,6 @@ def _load_backends() -> None:
 def backend_spec(use: BackendUse, config: Config) -> Any:
     _load_backends()
     return spec_of(use.kind, use.name(config))
-
-
-def _section_of(config: Config, use: BackendUse) -> Any:
-    """The params of the section whose key chose the backend (``faces`` for ``faces.backend``)."""
-    value: Any = config
-    for part in use.selector.split(".")[:-1]:
-        value = getattr(value, part)
-    return value
 
 
 # The model lifecycle of one process: the models a stage loads stay loaded while that stage's
@@ -762,9 +757,6 @@ class StageConfig:
         value = getattr(self._config, name)
         subs = self._allowed[name]
         return value if subs is None else _SubSections(value, f"{self._stage}", name, subs)
-
-    def section_json(self, name: str) -> str:
-        return self._config.section_json(name)
 
 
 class _SubSections:
