@@ -6,7 +6,9 @@ Metrics (SPEC.md, "Evaluation protocol"), each task's own (``QATask.metric``):
 - Shuffle24: every MC question asked under all 24 orders of its 4 options; Top-K (at least one
   correct among the first K orders), Pass@K (at least K of 24 correct), option-order bias (std of
   accuracy across the 24 orders) and the best and worst order's accuracy.
-- breakdowns: per task, per subtype, per duration bin (0-10, 10-30, 30-60, 60-120, 120+ min).
+- breakdowns: per task, per subtype, per duration bin (0-10, 10-30, 30-60, 60-120, 120+ min), and
+  where the rows carry them (exports/qa.parquet) per difficulty bin (``VOO~difficulty:near``) and
+  horizon bin (``VOO~horizon:early``).
 
 Blind baselines answer without the video, from the question's text and options alone (the probes
 of seeds 001 and 003): a question set where one of them beats chance clearly leaks its answer
@@ -17,6 +19,8 @@ through wording, priors or option asymmetry.
 - ``consensus``: for orderings (VOO, VPO), the option whose order agrees most with the other
   options (a distractor built by perturbing the answer gives the answer away); else option A
   (a numeric task: 1).
+- ``text_probe`` (``text_probe_report``, ``vsi_wild.stages.leak_probe``): a learned one, a classifier
+  of the question and option texts trained out of fold, folds grouped by source video.
 """
 
 from __future__ import annotations
@@ -137,6 +141,11 @@ def default_groups(row: Mapping[str, Any]) -> list[str]:
         g.append(f"{row['task_type']}/{row['subtype']}")
     if row.get("duration_s") is not None:
         g.append(f"{row['task_type']}@{duration_bin(row['duration_s'] / 60)}min")
+    # stratified difficulty (stages/qa/difficulty.py; rich rows only): near / medium / far, early / middle / late
+    if row.get("difficulty_bin"):
+        g.append(f"{row['task_type']}~difficulty:{row['difficulty_bin']}")
+    if row.get("horizon_bin"):
+        g.append(f"{row['task_type']}~horizon:{row['horizon_bin']}")
     return g
 
 
@@ -242,6 +251,23 @@ def consensus_baseline(rows: Sequence[Mapping[str, Any]]) -> dict[str, str]:
     return preds
 
 
+def voc_priors(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """How far a count prior gets on the numeric rows (release format suffices: the concept is read
+    from the question): the MRA of the best constant answer (the integer that scores best on these
+    very rows, an upper bound for any constant) and of ``prior_baseline``'s per-concept median
+    (leave-one-source-out). Empty when there is no numeric row."""
+    numeric = [r for r in rows if is_numeric(r)]
+    if not numeric:
+        return {}
+    answers = [float(r["answer"]) for r in numeric]
+    lo, hi = int(min(answers)), int(max(answers))
+    best = max(range(min(lo, 1), hi + 1), key=lambda c: (statistics.fmean(mra(c, a) for a in answers), -c))
+    preds = prior_baseline(numeric)
+    return {"n": len(numeric),
+            "best_constant": {"answer": best, "mra": statistics.fmean(mra(best, a) for a in answers)},
+            "median_prior_mra": statistics.fmean(score(r, preds[r["doc_id"]]) for r in numeric)}
+
+
 BASELINES: dict[str, Callable[[Sequence[Mapping[str, Any]]], dict[str, str]]] = {
     "prior": prior_baseline,
     "consensus": consensus_baseline,
@@ -266,3 +292,13 @@ def blind_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n:
         if best > 0.25 + margin:
             out["leaks"].append({"task": name, "best_blind_accuracy": best})
     return out
+
+
+def text_probe_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n: int = 30,
+                      folds: int = 5, seed: int = 0) -> dict[str, Any]:
+    """The learned text probe over release-format ``rows``: per task its score against chance
+    (``leak_probe.ProbeResult.as_json``)."""
+    from vsi_wild.stages import leak_probe
+
+    return leak_probe.probe(leak_probe.items_from_release(rows), folds=folds, seed=seed, margin=margin,
+                            min_n=min_n).as_json()

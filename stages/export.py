@@ -16,6 +16,8 @@ Outputs (relative to the export folder; ``exports/`` under the data root mirrors
   ``doc_id, video_name, task_type, question, answer, frame_indices, options`` (compact separators,
   UTF-8, as the public file);
 - ``qa.parquet``  every row of every split with the streaming fields and provenance (QA_EXPORT);
+- ``text_debias.parquet``  with ``qa.debias_text``: the questions the text probe's pruning dropped
+  (TEXT_DEBIAS); every row of ``qa.parquet`` carries its ``text_bias`` (``vsi_wild.stages.leak_probe``).
 - ``splits/vpo_unrotated/vsi_super_wild_qa.jsonl``  the VPO control (same anchors and options,
   unrotated views; its images are in ``images/``);
 - ``splits/voc_repeat/vsi_super_wild_qa.jsonl`` + ``splits/voc_repeat/videos/``  VOC-Repeat: each
@@ -47,6 +49,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from vsi_wild.stages import leak_probe
 from vsi_wild import schema
 from vsi_wild.digest import table_bytes
 from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, stable_hash
@@ -248,6 +251,7 @@ def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
 
 def image_export_path(video_id: str, unit_file: str) -> str:
     """``images/vpo0_f1_rot.jpg`` of a video's QA output -> ``images/<video_id>/vpo0_f1_rot.jpg``."""
+        "text_bias": None,  # set by `add_text_bias` once every row is known
     return f"images/{video_id}/{Path(unit_file).name}"
 
 
@@ -255,6 +259,50 @@ def image_export_path(video_id: str, unit_file: str) -> str:
 def release_line(row: dict[str, Any]) -> str:
     """One line of the release file: the seven keys in order, compact, UTF-8 (as the public file)."""
     return json.dumps({k: row[k] for k in RELEASE_KEYS}, ensure_ascii=False, separators=(",", ":"))
+
+# ----------------------------------------------------------------------------- text leak probe
+def _probe_items(questions: Sequence[dict[str, Any]]) -> list[leak_probe.Item]:
+    """The release questions (QA_QUESTIONS rows) as probe items, keyed by their row number. The
+    correct option is listed first: the probe's features do not depend on the options' order."""
+    items = []
+    for i, q in enumerate(questions):
+        if q["split"] != RELEASE:
+            continue
+        if task(q["task_type"]).kind == MC:
+            items.append(leak_probe.Item(str(i), q["task_type"], q["question"], q["source_id"],
+                                         options=(q["correct"], *q["distractors"]), correct=0))
+        else:
+            items.append(leak_probe.Item(str(i), q["task_type"], q["question"], q["source_id"],
+                                         answer=float(q["answers"][-1])))
+    return items
+
+
+def drop_text_biased(questions: pa.Table, params: QAParams) -> tuple[pa.Table, list[dict[str, Any]]]:
+    """``qa.debias_text``: the questions without those the text probe's iterative pruning drops
+    (``leak_probe.debias``), and the TEXT_DEBIAS rows saying which and why. A dropped question's
+    twins (control, stream form) go with it when ``assemble`` drops twins without a release row."""
+    rows = questions.to_pylist()
+    pruned = leak_probe.debias(_probe_items(rows), stop_margin=params.debias_text_margin,
+                               step=params.debias_text_step, seed=params.seed)
+    dropped = {int(d["key"]): d for d in pruned.dropped}
+    out = []
+    for i, d in sorted(dropped.items()):
+        q = rows[i]
+        out.append({"video_id": q["video_id"], "task_type": q["task_type"], "subtype": q["subtype"],
+                    "question": q["question"], "answer_text": q["correct"] if q["correct"] is not None else q["answers"][-1],
+                    "round": d["round"], "text_bias": d["text_bias"], "reason": d["reason"]})
+    keep = [i not in dropped for i in range(len(rows))]
+    return questions.filter(pa.array(keep, type=pa.bool_())), out
+
+
+def add_text_bias(export: Export, seed: int) -> leak_probe.ProbeResult:
+    """Probe the export's release rows and write each row's ``text_bias`` (a twin row: its release
+    row's); returns the probe's result."""
+    result = leak_probe.probe(leak_probe.items_from_release(export.split_rows(RELEASE)), seed=seed)
+    for r in export.rows:
+        r["text_bias"] = result.bias.get(r["doc_id"] if r["split"] == RELEASE else r["base_doc_id"] or "")
+    return result
+
 
 
 def release_bytes(rows: Iterable[dict[str, Any]]) -> bytes:

@@ -24,7 +24,8 @@ from vsi_wild import schema
 from vsi_wild.config import Config
 from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.export import Export, assemble, concat_video, ffconcat_list, image_export_path, write_export
+from vsi_wild.stages.export import (Export, add_text_bias, assemble, concat_video, drop_text_biased, ffconcat_list,
+                                   image_export_path, write_export)
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.common import question_id
 from vsi_wild.stages.qa.registry import tasks
@@ -37,6 +38,7 @@ LINKS_FILE = "links.parquet"  # exports/<path> -> the file under the data root i
 COUNTS_FILE = "counts.json"
 REVIEWS_FILE = "question_reviews.parquet"  # a qa output's question reviews, when it has some
 REVIEWED_FILE = "reviewed.parquet"  # the exported rows a person accepted
+TEXT_DEBIAS_FILE = "text_debias.parquet"  # the questions qa.debias_text dropped (schema.TEXT_DEBIAS)
 
 
 def _video_files(job: Job) -> dict[str, tuple[UnitRef, str]]:
@@ -134,7 +136,11 @@ def run(job: Job) -> None:
                                               type=pa.bool_()))
     if params.require_verified_videos:
         questions = from_verified_videos(questions, _verification(job.store, sorted(qa_refs)))
+    if params.debias_text:
+        questions, text_dropped = drop_text_biased(questions, params)
+        job.out.write_table(TEXT_DEBIAS_FILE, schema.table(schema.TEXT_DEBIAS, text_dropped))
     export = assemble(questions, params)
+    add_text_bias(export, params.seed)
     write_export(job.out.path, export)  # also writes counts.json (printed by the CLI summary)
     if accepted:  # only when someone reviewed questions: a build without reviews keeps its bytes
         job.out.write_table(REVIEWED_FILE, schema.table(schema.EXPORT_REVIEWED, reviewed_rows(export, accepted)))
@@ -195,7 +201,7 @@ def summary_line(where: str, counts: dict) -> str:
 EXPORT = Stage(
     name="export",
     outputs=schema.ARTIFACTS["export"],
-    version="1",
+    version="2",
     unit_kind="all",
     run=run,
     needs=("qa", "project"),

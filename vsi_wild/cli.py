@@ -438,7 +438,9 @@ def evaluate(
                             help="The questions: exports/qa.parquet (rich: per-bin results) or a release-format .jsonl."),
     predictions: Optional[Path] = typer.Option(None, "--predictions", "-p",
                                                help='JSONL of {"doc_id": ..., "prediction": ...}; a letter for MC, a number for VOC.'),
-    blind: bool = typer.Option(False, "--blind", help="Score the blind baselines (no video) and flag leaking tasks."),
+    blind: bool = typer.Option(False, "--blind", help="Score the blind baselines (no video: the rule priors and "
+                               "the learned text probe) and flag leaking tasks."),
+    blind_json: bool = typer.Option(False, "--json", help="With --blind: one JSON object per baseline and task."),
     write_shuffle24: Optional[Path] = typer.Option(None, "--write-shuffle24",
                                                    help="Write every MC question in its 24 option orders (for Shuffle24) to this JSONL."),
 ) -> None:
@@ -466,8 +468,8 @@ def evaluate(
                                                                "frame_indices", "options")}, ensure_ascii=False) + "\n")
         out.print(f"wrote {write_shuffle24}")
     if blind:
-        rep = ev.blind_report(rows)
-        out.print_json(json.dumps(rep))
+        metrics = {t: ev.task(t).metric.name for t in {r["task_type"] for r in rows}}
+        _print_blind(ev.blind_report(rows), ev.text_probe_report(rows), metrics, blind_json)
     if predictions:
         preds = {p["doc_id"]: p.get("prediction") for p in ev.load_jsonl(predictions)}
         t = Table(title=f"scores ({len(rows)} questions)")
@@ -481,6 +483,40 @@ def evaluate(
     if not (blind or predictions or write_shuffle24):
         _console(stderr=True).print("nothing to do: give --predictions, --blind or --write-shuffle24")
         raise typer.Exit(2)
+
+
+def _blind_records(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str]) -> list[dict[str, Any]]:
+    """One record per (blind baseline, task): its metric, score, chance, and whether it flags the
+    task (``metrics``: task -> its metric's name; the rule baselines' chance is that of accuracy,
+    none for a task scored otherwise)."""
+    flagged = {x["task"] for x in rules["leaks"]}
+    records = [{"baseline": name, "task": t, "metric": metrics[t], "score": value,
+                "chance": rules["chance"] if metrics[t] == "accuracy" else None,
+                "flagged": t in flagged and value > rules["chance"] + rules["margin"]}
+               for name, scores in rules["baselines"].items() for t, value in scores.items()]
+    records += [{"baseline": text_probe["probe"], **{("score" if k == "probe" else k): v for k, v in p.items()},
+                 "folds": text_probe["folds"]} for p in text_probe["tasks"]]
+    return records
+
+
+def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str], as_json: bool) -> None:
+    records = _blind_records(rules, text_probe, metrics)
+    if as_json:
+        for r in records:
+            emit_json(r)
+        return
+    t = Table(title="blind baselines (no video)")
+    for c in ("baseline", "task", "metric", "score", "chance", "n", "flagged"):
+        t.add_column(c)
+    for r in records:
+        chance = "" if r["chance"] is None else f"{r['chance']:.3f}"
+        score = "" if r["score"] is None else f"{r['score']:.3f}"
+        t.add_row(r["baseline"], r["task"], r["metric"], score, chance, str(r.get("n", "")),
+                  "LEAK" if r["flagged"] else "")
+    _console().print(t)
+    for p in text_probe["tasks"]:
+        if p.get("note"):
+            _console().print(f"text_probe {p['task']}: {p['note']}")
 
 
 def _mount_sources_commands() -> None:
