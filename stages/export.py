@@ -23,7 +23,9 @@ Outputs (relative to the export folder; ``exports/`` under the data root mirrors
 - ``splits/voc_repeat/vsi_super_wild_qa.jsonl`` + ``splits/voc_repeat/videos/``  VOC-Repeat: each
   view video concatenated with itself k times, the same final counts;
 - ``splits/voc_stream.parquet``  the streaming VOC questions (also in qa.parquet);
-- ``counts.json``  questions per split and task, and answer letters per task.
+- ``counts.json``  questions per split and task, answer letters per task, answer texts per task and subtype;
+- ``skipped.parquet``  the questions the answer-text balance did not ask (QA_SKIPPED, with the reason:
+  ``vsi_wild.stages.qa.balance``).
 
 The release file and the public evaluation task: the task loads it unchanged, shows VMR's pivot
 frame and VPO's four frames by reading ``frame_indices`` from the view video, and the whole video
@@ -52,6 +54,7 @@ import pyarrow as pa
 from vsi_wild.stages import leak_probe
 from vsi_wild import schema
 from vsi_wild.digest import table_bytes
+from vsi_wild.stages.qa.balance import answer_histograms, balance_answers
 from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, stable_hash
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, RELEASE, Split, task, tasks
@@ -79,6 +82,7 @@ class Export:
     rows: list[dict[str, Any]]  # QA_EXPORT rows, in file order
     repeats: list[tuple[str, str, int]]  # (source video name, repeated video name, k)
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates removed
+    unasked: list[dict[str, str]] = field(default_factory=list)  # QA_SKIPPED rows the answer balance dropped
     question_ids: dict[str, str] = field(default_factory=dict)  # doc_id -> qa.common.question_id (asked rows)
 
     def table(self) -> pa.Table:
@@ -107,6 +111,8 @@ class Export:
             "splits": {s: dict(sorted(per_split.get(s, {}).items())) for s in split_names()},
             "letters": letters,
             "duplicates_dropped": len(self.dropped),
+            "answer_texts": answer_histograms(self.rows),
+            "balance_dropped": len(self.unasked),
         }
 
 
@@ -181,6 +187,9 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
     ids = Counter(q["doc_id"] for q in kept)
     if any(n > 1 for n in ids.values()):
         raise ValueError(f"duplicate doc ids: {[i for i, n in ids.items() if n > 1][:5]}")
+    # the answer texts' balance (stages/qa/balance.py) drops release rows; their twins follow below
+    unasked_ids, unasked = balance_answers(kept, params)
+    kept = [q for q in kept if q["doc_id"] not in unasked_ids]
     # a control is dropped with its release twin, never alone
     release_ids = {q["doc_id"] for q in kept if q["split"] == RELEASE}
     kept = [q for q in kept if q["split"] == RELEASE or q["base_doc_id"] in release_ids]
@@ -208,7 +217,8 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
     rows.sort(key=lambda r: (split_rank[r["split"]], r["video_name"], r["_n"]))
     for r in rows:
         r.pop("_n")
-    return Export(rows, sorted(repeats), dropped, {q["doc_id"]: question_id(q) for q in kept})
+    return Export(rows, sorted(repeats), dropped, unasked=unasked,
+                  question_ids={q["doc_id"]: question_id(q) for q in kept})
 
 
 def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
@@ -317,6 +327,7 @@ def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
 
     put(RELEASE_FILE, release_bytes(export.split_rows(RELEASE)))
     put("qa.parquet", table_bytes(export.table()))
+    put("skipped.parquet", table_bytes(schema.table(schema.QA_SKIPPED, export.unasked)))
     for s in splits():
         rows = export.split_rows(s.name)
         put(split_file(s), table_bytes(schema.table(schema.QA_EXPORT, rows)) if s.form == "rich" else release_bytes(rows))

@@ -84,7 +84,7 @@ def render_video(result: VideoQA, video: VideoInfo, params: QAParams, pano_path:
     frame_time = {r["frame"]: r["time"] for r in result.images}
     for task in tasks():
         if task.after_render:
-            task.after_render([q for q in result.questions if q.task_type == task.name], frame_time)
+            task.after_render([q for q in result.questions if q.task_type == task.name], frame_time, params)
 
 
 def build_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: pa.Table | None,

@@ -180,6 +180,12 @@ class Question:
     render_hfov_deg: float | None = None
     concepts: list[str] | None = None
     angle_deg: float | None = None
+    # stratified difficulty (stages/qa/difficulty.py)
+    gaps_s: list[float] | None = None
+    since_s: list[float] | None = None
+    difficulty_s: float | None = None
+    difficulty_bin: str | None = None
+    horizon_bin: str | None = None
 
 
 @dataclass(frozen=True)

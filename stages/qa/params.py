@@ -52,6 +52,41 @@ class QAParams(BaseModel):
         None, ge=1, description="cap on VOC concepts per view video (seeded choice); None = all retained"
     )
 
+    # answer distributions (export: the selection is global, over every video of a task)
+    max_answer_ratio: float = Field(
+        1.5, ge=1.0, description="MC: within a task and subtype, no option text is the correct one of more than "
+        "this multiple of the uniform share (1 / the number of distinct option texts there); the export drops "
+        "questions of an over-represented text (seeded) until the bound holds"
+    )
+    answer_balance_min_n: int = Field(
+        20, ge=1, description="a task/subtype (or VOC concept) group of fewer questions is not balanced: too few "
+        "to carry a shortcut, and any bound would drop most of them"
+    )
+    voc_max_answer_share: float = Field(
+        1 / 3, gt=0, le=1, description="VOC: no count is the answer of more than this share of the questions, "
+        "over the task and within each concept (the per-concept median prior); enforced as max_answer_ratio is"
+    )
+
+    # difficulty strata (seed 002's near / medium / far bins): [near | medium edge, medium | far edge]
+    voo_gap_bins_s: tuple[float, float] = Field(
+        (10.0, 60.0), description="VOO: the smallest gap between the 4 ordered appearances -> near / medium / far"
+    )
+    vpo_gap_bins_s: tuple[float, float] = Field(
+        (60.0, 180.0), description="VPO: the smallest gap between the 4 anchors in time -> near / medium / far"
+    )
+    voc_since_new_bins_s: tuple[float, float] = Field(
+        (30.0, 120.0), description="VOC: seconds from the last new instance to the query time -> near / medium / far"
+    )
+    vmr_since_turn_bins_s: tuple[float, float] = Field(
+        (10.0, 60.0), description="VMR: seconds from the last turn (or stop) to the queried moment -> near / medium / far"
+    )
+    vmr_turn_deg: float = Field(
+        45.0, gt=0, le=180, description="VMR: a change of the travel direction by more than this is a turn"
+    )
+    horizon_edges: tuple[float, float] = Field(
+        (1 / 3, 2 / 3), description="query time / video duration -> early / middle / late (the video's horizon)"
+    )
+
     # invariance splits (export)
     repeat_times: list[int] = Field(default_factory=lambda: [2, 3, 4, 5], description="VOC-Repeat factors")
     repeat_materialize: bool = Field(
@@ -73,6 +108,12 @@ class QAParams(BaseModel):
             raise ValueError("vpo_offset_min_deg must not exceed vpo_offset_max_deg")
         if (self.image_width is None) != (self.image_height is None):
             raise ValueError("set both image_width and image_height, or neither")
+        for name in ("voo_gap_bins_s", "vpo_gap_bins_s", "voc_since_new_bins_s", "vmr_since_turn_bins_s", "horizon_edges"):
+            lo, hi = getattr(self, name)
+            if not 0 <= lo <= hi:
+                raise ValueError(f"{name}: edges must satisfy 0 <= first <= second, got [{lo}, {hi}]")
+        if self.horizon_edges[1] > 1:
+            raise ValueError("horizon_edges are fractions of the video's duration (at most 1)")
         if any(k < 2 for k in self.repeat_times):
             raise ValueError("repeat_times are factors >= 2")
         return self

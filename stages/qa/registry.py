@@ -97,7 +97,7 @@ class QATask:
     # rows, in file order), and the videos they need: (source video name, derived video name, k).
     derive: Callable[[Sequence[dict[str, Any]], QAParams], tuple[list[dict[str, Any]], list[tuple[str, str, int]]]] | None = None
     # After its images are rendered: the questions' sample times -> the shown frames' decoded times.
-    after_render: Callable[[Sequence[Question], dict[int, float]], None] | None = None
+    after_render: Callable[[Sequence[Question], dict[int, float], QAParams], None] | None = None
     # The report: extra statistics of its release rows (report.json) and its markdown lines.
     summarise: Callable[[Sequence[Mapping[str, Any]]], dict[str, Any]] | None = None
     report_section: Callable[[Mapping[str, Any]], list[str]] | None = None

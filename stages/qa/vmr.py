@@ -25,6 +25,7 @@ from vsi_wild.stages.qa.common import (
     interval,
 )
 from vsi_wild.stages.evaluate import ACCURACY
+from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, since_last_turn, stamp
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, QATask, TaskQuestions, VideoInputs, copied
 
@@ -65,8 +66,10 @@ def _pick_rows(motion: pa.Table) -> dict[int, dict]:
     return chosen
 
 
-def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance) -> tuple[list[Question], list[dict]]:
-    """Questions from the video's MOTION rows, and the clips that gave none (with the reason)."""
+def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance,
+                  poses: pa.Table | None = None) -> tuple[list[Question], list[dict]]:
+    """Questions from the video's MOTION rows, and the clips that gave none (with the reason).
+    With the video's ``poses``, each records the time since the last turn before its pivot."""
     rows = _pick_rows(motion)
     questions: list[Question] = []
     skipped: list[dict] = []
@@ -101,7 +104,8 @@ def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Pr
         rng = StableRng(params.seed, video.video_id, "VMR", clip)
         distractors = rng.shuffled([o for o in opts if o != label])
         w = params.vmr_evidence_s
-        questions.append(
+        since = since_last_turn(poses, video.video_id, float(t), w, params.vmr_turn_deg)
+        questions.append(stamp(
             Question(
                 **base_fields(video, prov),
                 task_type="VMR",
@@ -118,16 +122,17 @@ def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Pr
                 frame_indices=[int(frame)],
                 frame_times=[float(t)],  # the pivot's sample time (the metadata stage's frame for it)
                 angle_deg=float(angle),
-            )
-        )
+            ),
+            params.vmr_since_turn_bins_s, params.horizon_edges, since_s=[since] if since is not None else None,
+        ))
     return questions, skipped
 
 
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
-    return TaskQuestions(*vmr_questions(inputs.motion, inputs.video, params, prov))
+    return TaskQuestions(*vmr_questions(inputs.motion, inputs.video, params, prov, inputs.poses))
 
 
 TASK = QATask(
     name="VMR", order=0, release_rank=2, kind=MC, metric=ACCURACY, questions=_build,
-    subtypes=("cardinal", "diagonal"), export_columns=copied("angle_deg"),
+    subtypes=("cardinal", "diagonal"), export_columns=copied("angle_deg", *DIFFICULTY_COLUMNS),
 )

@@ -27,6 +27,7 @@ from vsi_wild.stages.qa.common import (
     base_fields,
     interval,
 )
+from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, since_last, stamp
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import NUMBER, QATask, Split, TaskQuestions, VideoInputs, copied
 
@@ -79,7 +80,8 @@ def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
             skipped.append({"video_id": video.video_id, "task_type": "VOC", "item": concept,
                             "reason": f"{len(times) - total} instance(s) first seen after the video's end: not counted"})
         base = dict(**base_fields(video, prov), task_type="VOC", index=i, item=concept, concepts=[concept])
-        questions.append(
+        edges = (params.voc_since_new_bins_s, params.horizon_edges)
+        questions.append(stamp(
             Question(
                 **base,
                 subtype="total",
@@ -88,9 +90,10 @@ def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
                 query_times=[float(video.duration_s)],
                 answers=[str(total)],
                 evidence=[[interval(0.0, video.duration_s)]],
-            )
-        )
-        questions.append(
+            ),
+            *edges, since_s=[since_last(times, video.duration_s)],
+        ))
+        questions.append(stamp(
             Question(
                 **base,
                 subtype="stream",
@@ -99,8 +102,9 @@ def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
                 query_times=[float(c) for c in cps],
                 answers=[str(n) for n in counts],
                 evidence=[[interval(0.0, c)] for c in cps],
-            )
-        )
+            ),
+            *edges, since_s=[since_last(times, c) for c in cps],
+        ))
     return questions, skipped
 
 
@@ -141,7 +145,7 @@ def repeat_rows(release: Sequence[dict[str, Any]], params: QAParams) -> tuple[li
 
 TASK = QATask(
     name="VOC", order=3, release_rank=0, kind=NUMBER, metric=MRA, questions=_build,
-    export_columns=copied("concepts"),
+    export_columns=copied("concepts", *DIFFICULTY_COLUMNS),
     splits=(Split("voc_stream", "VOC stream", "rich", variant="stream"), Split("voc_repeat", "VOC-Repeat", "release")),
     derive=repeat_rows,
 )

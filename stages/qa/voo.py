@@ -3,13 +3,15 @@
 Per view video: ``voo_first`` first-appearance and ``voo_last`` last-appearance questions. The 4
 concepts of a question have appearance times pairwise at least ``voo_min_gap_s`` apart (so the order
 is visible, not a coin toss between near-simultaneous appearances), and no 4-concept set repeats
-within a (video, subtype). Sets are drawn uniformly from all valid sets, seeded.
+within a (video, subtype). Sets are drawn from all valid sets, seeded, spread over the strata of
+(smallest gap: near / medium / far, query time: early / middle / late; ``qa.difficulty``).
 """
 
 from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -25,6 +27,7 @@ from vsi_wild.stages.qa.common import (
     voo_question,
 )
 from vsi_wild.stages.evaluate import ACCURACY
+from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, difficulty_bin, gaps, horizon_bin, stamp, stratified_pick
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, QATask, TaskQuestions, VideoInputs, copied
 
@@ -50,14 +53,19 @@ def is_separated(times: list[float], gap: float) -> bool:
     return all(b - a >= gap and b > a for a, b in zip(s, s[1:]))
 
 
-def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng) -> list[tuple[str, ...]]:
-    """Up to ``count`` distinct 4-concept sets whose times are pairwise >= gap apart."""
+def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng,
+                stratum: Callable[[tuple[str, ...]], tuple[str, str]] | None = None) -> list[tuple[str, ...]]:
+    """Up to ``count`` distinct 4-concept sets whose times are pairwise >= gap apart; with
+    ``stratum`` (set -> (difficulty bin, horizon bin)) spread over the strata (``stratified_pick``).
+    Beyond ``_ENUMERATE_MAX`` candidate sets they are sampled, unstratified."""
     names = sorted(times, key=lambda c: (times[c], c))
     if len(names) < 4 or count <= 0:
         return []
     if math.comb(len(names), 4) <= _ENUMERATE_MAX:
-        valid = [s for s in itertools.combinations(names, 4) if is_separated([times[c] for c in s], gap)]
-        return [tuple(s) for s in rng.sample(valid, min(count, len(valid)))]
+        valid = [tuple(s) for s in itertools.combinations(names, 4) if is_separated([times[c] for c in s], gap)]
+        if stratum is not None:
+            return stratified_pick(valid, stratum, count, rng)
+        return rng.sample(valid, min(count, len(valid)))
     found: list[tuple[str, ...]] = []
     seen: set[frozenset[str]] = set()
     for _ in range(500 * count):
@@ -78,7 +86,14 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
     skipped: list[dict] = []
     for which, count in (("first", params.voo_first), ("last", params.voo_last)):
         times = concept_times(instances, video.video_id, which)
-        sets = choose_sets(times, count, params.voo_min_gap_s, StableRng(params.seed, video.video_id, "VOO", which, "sets"))
+
+        def stratum(s: tuple[str, ...], times: dict[str, float] = times, which: str = which) -> tuple[str, str]:
+            ts = sorted(times[c] for c in s)
+            return (difficulty_bin(min(gaps(ts)), params.voo_gap_bins_s),
+                    horizon_bin(_query_time(ts, which, video), video.duration_s, params.horizon_edges))
+
+        sets = choose_sets(times, count, params.voo_min_gap_s, StableRng(params.seed, video.video_id, "VOO", which, "sets"),
+                           stratum)
         if len(sets) < count:
             skipped.append({
                 "video_id": video.video_id, "task_type": "VOO", "item": which,
@@ -91,13 +106,9 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
             rng = StableRng(params.seed, video.video_id, "VOO", which, i)
             # The options list the concepts in a seeded order, not in time order (no leak).
             distractors = [ordering_text(p) for p in permutation_distractors(order, rng)]
-            if which == "first":
-                qt = ts[-1]  # all four have appeared: the first-appearance order is settled
-                evidence = [interval(0.0, qt)]
-            else:
-                qt = video.duration_s  # a later reappearance would change it: needs the whole video
-                evidence = [interval(ts[0], video.duration_s)]
-            questions.append(
+            qt = _query_time(ts, which, video)
+            evidence = [interval(0.0, qt)] if which == "first" else [interval(ts[0], video.duration_s)]
+            questions.append(stamp(
                 Question(
                     **base_fields(video, prov),
                     task_type="VOO",
@@ -112,9 +123,16 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
                     answers=[ordering_text(order)],
                     evidence=[evidence],
                     concepts=list(order),
-                )
-            )
+                ),
+                params.voo_gap_bins_s, params.horizon_edges, gaps_s=gaps(ts),
+            ))
     return questions, skipped
+
+
+def _query_time(ordered_times: list[float], which: str, video: VideoInfo) -> float:
+    if which == "first":
+        return ordered_times[-1]  # all four have appeared: the first-appearance order is settled
+    return video.duration_s  # a later reappearance would change the last-appearance order: the whole video
 
 
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
@@ -123,5 +141,5 @@ def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuest
 
 TASK = QATask(
     name="VOO", order=2, release_rank=3, kind=MC, metric=ACCURACY, questions=_build,
-    subtypes=SUBTYPES, ordering=True, export_columns=copied("concepts"),
+    subtypes=SUBTYPES, ordering=True, export_columns=copied("concepts", *DIFFICULTY_COLUMNS),
 )

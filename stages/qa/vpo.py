@@ -16,6 +16,7 @@ panorama that holds one decoded frame at a time.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -41,6 +42,7 @@ from vsi_wild.stages.qa.common import (
     permutation_distractors,
     vpo_question,
 )
+from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, difficulty_bin, gaps, horizon_bin, stamp
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, QATask, Split, TaskQuestions, VideoInputs, copied
 from vsi_wild.stages.video_io import VideoReader
@@ -93,16 +95,27 @@ def compatible(a: Candidate, b: Candidate, min_gap_s: float, min_dist: float) ->
     return True
 
 
-def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams, video_id: str) -> list[tuple[Candidate, ...]]:
+def anchor_stratum(anchors: Sequence[Candidate], video: VideoInfo, params: QAParams) -> tuple[str, str]:
+    """(difficulty bin of the smallest gap between the anchors, horizon bin of the query time)."""
+    ts = sorted(a.time for a in anchors)
+    return (difficulty_bin(min(gaps(ts)), params.vpo_gap_bins_s),
+            horizon_bin(ts[-1], video.duration_s, params.horizon_edges))
+
+
+def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams, video: VideoInfo) -> list[tuple[Candidate, ...]]:
     """``count`` sets of 4 pairwise-compatible anchors, seeded per question; anchors are not reused
-    across a video's questions unless there is no other way."""
+    across a video's questions unless there is no other way. Stratified: of the sets its random
+    restarts find, a question takes the first whose stratum (``anchor_stratum``) the video's earlier
+    questions used least (one never used ends the search)."""
     min_dist = params.vpo_min_position_frac * trajectory_extent(cands)
     sets: list[tuple[Candidate, ...]] = []
     used: set[int] = set()
+    strata: Counter[tuple[str, str]] = Counter()
     for q in range(count):
-        rng = StableRng(params.seed, video_id, "VPO", q)
+        rng = StableRng(params.seed, video.video_id, "VPO", q)
         found = None
         for allow_reuse in (False, True):
+            options: dict[tuple[int, ...], tuple[Candidate, ...]] = {}
             for _ in range(params.vpo_attempts):
                 picked: list[Candidate] = []
                 for c in rng.shuffled(cands):
@@ -114,22 +127,25 @@ def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams,
                             break
                 if len(picked) == 4:
                     key = tuple(sorted(p.frame for p in picked))
-                    if all(key != tuple(sorted(p.frame for p in s)) for s in sets):
-                        found = tuple(sorted(picked, key=lambda c: c.time))
-                        break
-            if found:
+                    if key not in options and all(key != tuple(sorted(p.frame for p in s)) for s in sets):
+                        options[key] = tuple(sorted(picked, key=lambda c: c.time))
+                        if strata[anchor_stratum(options[key], video, params)] == 0:
+                            break
+            if options:
+                found = min(options.values(), key=lambda s: strata[anchor_stratum(s, video, params)])
                 break
         if found is None:
             break  # a later question would not find room either
         sets.append(found)
         used.update(c.frame for c in found)
+        strata[anchor_stratum(found, video, params)] += 1
     return sets
 
 
 def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: Provenance) -> tuple[list[Question], list[RenderJob], list[dict]]:
     """The questions (rotated + unrotated control) and the images to render for them."""
     cands = candidates(poses, video, params)
-    sets = choose_anchor_sets(cands, params.vpo_per_video, params, video.video_id)
+    sets = choose_anchor_sets(cands, params.vpo_per_video, params, video)
     skipped = []
     if len(sets) < params.vpo_per_video:
         skipped.append({
@@ -162,7 +178,7 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
             files = [f"images/vpo{q}_f{p + 1}_{tag}.{ext}" for p in range(4)]
             yaws = [float(geometry.wrap_deg(video.yaw_deg + o)) for o in offs]
             jobs += [RenderJob(frames[p], yaws[p], params.vpo_pitch_deg, files[p]) for p in range(4)]
-            questions.append(
+            questions.append(stamp(
                 Question(
                     **base_fields(video, prov),
                     task_type="VPO",
@@ -183,8 +199,9 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
                     render_offset_deg=[float(o) for o in offs],
                     render_pitch_deg=params.vpo_pitch_deg,
                     render_hfov_deg=video.hfov_deg,
-                )
-            )
+                ),
+                params.vpo_gap_bins_s, params.horizon_edges, gaps_s=gaps(times),
+            ))
     return questions, jobs, skipped
 
 
@@ -245,13 +262,15 @@ def render_jobs(pano_path: str | Path, jobs: Sequence[RenderJob], dest: Callable
     return sorted(rows, key=lambda r: r["file"])
 
 
-def refine_times(questions: Sequence[Question], frame_time: dict[int, float]) -> None:
-    """Replace the VPO questions' sample times by the shown frames' own decoded times."""
+def refine_times(questions: Sequence[Question], frame_time: dict[int, float], params: QAParams) -> None:
+    """Replace the VPO questions' sample times by the shown frames' own decoded times (and the
+    difficulty derived from them)."""
     for q in questions:
         q.frame_times = [float(frame_time[f]) for f in q.frame_indices]
         ts = sorted(q.frame_times)
         q.query_times = [ts[-1]]
         q.evidence = [[interval(t, t) for t in ts]]
+        stamp(q, params.vpo_gap_bins_s, params.horizon_edges, gaps_s=gaps(ts))
 
 
 # ----------------------------------------------------------------------------- the task
@@ -279,7 +298,7 @@ def _report_section(entry: dict) -> list[str]:
 TASK = QATask(
     name="VPO", order=1, release_rank=1, kind=MC, metric=ACCURACY, questions=_build, ordering=True,
     export_columns={"image_paths": _image_paths,
-                    **copied("render_yaw_deg", "render_offset_deg", "render_pitch_deg", "render_hfov_deg")},
+                    **copied("render_yaw_deg", "render_offset_deg", "render_pitch_deg", "render_hfov_deg", *DIFFICULTY_COLUMNS)},
     splits=(Split("vpo_unrotated", "VPO unrotated", "release", variant="unrotated"),),
     after_render=refine_times, summarise=_anchor_gap, report_section=_report_section,
 )
