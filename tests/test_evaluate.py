@@ -92,3 +92,15 @@ def test_blind_baselines_on_the_public_release_stay_near_chance():
         for task in ev.mc_tasks():
             assert by_task[task] < 0.30, (name, task, by_task[task])
     assert rep["leaks"] == []
+
+
+@pytest.mark.skipif(not RELEASE.exists(), reason="public release file not beside the repository")
+def test_voc_priors_on_the_public_release():
+    rows = ev.load_jsonl(RELEASE)
+    voc = [int(r["answer"]) for r in rows if r["task_type"] == "VOC"]
+    got = ev.voc_priors(rows)
+    assert got["n"] == len(voc)
+    mra = lambda c: sum(max(0.0, 1 - abs(c - a) / max(a, 1)) for a in voc) / len(voc)  # noqa: E731
+    best = max(range(0, 40), key=lambda c: (mra(c), -c))  # the release's counts are mostly small
+    assert got["best_constant"]["answer"] == best and got["best_constant"]["mra"] == pytest.approx(mra(best))
+    assert 0 < got["median_prior_mra"] < 1

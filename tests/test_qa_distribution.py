@@ -156,3 +156,21 @@ def test_voc_priors_against_a_hand_computation():
     assert got["best_constant"] == {"answer": best, "mra": pytest.approx(scores[best])}
     assert got["median_prior_mra"] == pytest.approx(median_mra)
     assert ev.voc_priors([]) == {}
+
+
+def test_the_report_shows_the_balanced_histograms_and_both_priors():
+    from vsi_wild.stages import report
+
+    release = ex.assemble(voc_pool(12) + vmr_pool(20, skew=0.7), PARAMS).split_rows("release")
+    public = [{"doc_id": f"p{i}", "task_type": "VOC", "video_name": f"yt{i % 5}_front.mp4", "answer": str(a),
+               "question": "count the total number of cup(s) you observe.", "options": None}
+              for i, a in enumerate([1, 2, 3, 5, 8, 13, 2, 3])]
+    ac = report.answer_controls(release, public)
+    assert ac["voc_priors"] == {"build": ev.voc_priors(release), "public": ev.voc_priors(public)}
+    vmr = [r for r in release if r["task_type"] == "VMR"]
+    assert ac["answer_texts"]["VMR"]["cardinal"]["max_share"] == pytest.approx(
+        max(Counter(r["answer_text"] for r in vmr).values()) / len(vmr))
+    md = "\n".join(report.answer_controls_markdown(ac))
+    assert "| VMR | cardinal | " in md and "public release: best constant" in md
+    assert "no higher here" in md or "HIGHER here" in md
+    assert "not available" in "\n".join(report.answer_controls_markdown(report.answer_controls(release, None)))
