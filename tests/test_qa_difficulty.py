@@ -44,50 +44,49 @@ def planned():
     return out
 
 
+def asked(planned, task_type: str):
+    """(world, video, question) of every planned question of the task."""
+    return [(w, v, q) for w, v, qs in planned for q in qs if q.task_type == task_type]
+
+
 def test_voo_gaps_are_those_between_the_ordered_appearances(planned):
-    n = 0
-    for w, v, qs in planned:
-        for q in (q for q in qs if q.task_type == "VOO"):
-            times = []
-            for c in q.concepts:  # straight from the world's sightings, not the instances table
-                ts = [s["time"] for s in w.visibility if s["view"] == v.view and s["category"] == c]
-                times.append(min(ts) if q.subtype == "first" else max(ts))
-            want = [b - a for a, b in zip(sorted(times), sorted(times)[1:])]
-            assert q.gaps_s == pytest.approx(want)
-            assert q.difficulty_s == pytest.approx(min(want))
-            assert q.difficulty_bin == expected_bin(min(want), PARAMS.voo_gap_bins_s)
-            assert q.horizon_bin == expected_horizon(q.query_times[-1], w.duration, PARAMS.horizon_edges)
-            n += 1
-    assert n >= 40
+    questions = asked(planned, "VOO")
+    assert len(questions) >= 40
+    for w, v, q in questions:
+        times = []
+        for c in q.concepts:  # straight from the world's sightings, not the instances table
+            ts = [s["time"] for s in w.visibility if s["view"] == v.view and s["category"] == c]
+            times.append(min(ts) if q.subtype == "first" else max(ts))
+        want = [b - a for a, b in zip(sorted(times), sorted(times)[1:])]
+        assert q.gaps_s == pytest.approx(want)
+        assert q.difficulty_s == pytest.approx(min(want))
+        assert q.difficulty_bin == expected_bin(min(want), PARAMS.voo_gap_bins_s)
+        assert q.horizon_bin == expected_horizon(q.query_times[-1], w.duration, PARAMS.horizon_edges)
 
 
 def test_vpo_gaps_are_those_between_the_anchors(planned):
-    n = 0
-    for w, v, qs in planned:
-        for q in (q for q in qs if q.task_type == "VPO"):
-            frames = sorted(int(f) for f in q.item.removeprefix("frames ").split(","))
-            times = [f / w.fps for f in frames]  # the world's pose samples sit on frames
-            want = [b - a for a, b in zip(times, times[1:])]
-            assert q.gaps_s == pytest.approx(want)
-            assert q.difficulty_bin == expected_bin(min(want), PARAMS.vpo_gap_bins_s)
-            assert q.horizon_bin == expected_horizon(times[-1], w.duration, PARAMS.horizon_edges)
-            n += 1
-    assert n >= 16
+    questions = asked(planned, "VPO")
+    assert len(questions) >= 16
+    for w, v, q in questions:
+        frames = sorted(int(f) for f in q.item.removeprefix("frames ").split(","))
+        times = [f / w.fps for f in frames]  # the world's pose samples sit on frames
+        want = [b - a for a, b in zip(times, times[1:])]
+        assert q.gaps_s == pytest.approx(want)
+        assert q.difficulty_bin == expected_bin(min(want), PARAMS.vpo_gap_bins_s)
+        assert q.horizon_bin == expected_horizon(times[-1], w.duration, PARAMS.horizon_edges)
 
 
 def test_voc_time_since_the_last_new_instance(planned):
-    n = 0
-    for w, v, qs in planned:
-        for q in (q for q in qs if q.task_type == "VOC"):
-            first = {}
-            for s in w.visibility:
-                if s["view"] == v.view and s["category"] == q.concepts[0]:
-                    first[s["instance_id"]] = min(first.get(s["instance_id"], math.inf), s["time"])
-            want = [t - max([f for f in first.values() if f <= t + 1e-9], default=0.0) for t in q.query_times]
-            assert q.since_s == pytest.approx(want)
-            assert q.difficulty_bin == expected_bin(want[-1], PARAMS.voc_since_new_bins_s)
-            n += 1
-    assert n >= 40
+    questions = asked(planned, "VOC")
+    assert len(questions) >= 40
+    for w, v, q in questions:
+        first = {}
+        for s in w.visibility:
+            if s["view"] == v.view and s["category"] == q.concepts[0]:
+                first[s["instance_id"]] = min(first.get(s["instance_id"], math.inf), s["time"])
+        want = [t - max([f for f in first.values() if f <= t + 1e-9], default=0.0) for t in q.query_times]
+        assert q.since_s == pytest.approx(want)
+        assert q.difficulty_bin == expected_bin(want[-1], PARAMS.voc_since_new_bins_s)
 
 
 def walk(segments, fps: float = 10.0, video_id: str = "w_front"):
@@ -116,13 +115,11 @@ def test_vmr_time_since_the_last_turn_or_stop():
 
 
 def test_vmr_questions_record_it(planned):
-    n = 0
-    for w, v, qs in planned:
-        for q in (q for q in qs if q.task_type == "VMR"):
-            assert q.since_s is not None and 0 <= q.since_s[0] <= q.frame_times[0] + 1e-9
-            assert q.difficulty_bin == expected_bin(q.since_s[0], PARAMS.vmr_since_turn_bins_s)
-            n += 1
-    assert n >= 40
+    questions = asked(planned, "VMR")
+    assert len(questions) >= 40
+    for w, v, q in questions:
+        assert q.since_s is not None and 0 <= q.since_s[0] <= q.frame_times[0] + 1e-9
+        assert q.difficulty_bin == expected_bin(q.since_s[0], PARAMS.vmr_since_turn_bins_s)
 
 
 def test_voo_sets_are_stratified():
