@@ -51,9 +51,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from vsi_wild.stages import leak_probe
 from vsi_wild import schema
 from vsi_wild.digest import table_bytes
+from vsi_wild.stages import leak_probe
 from vsi_wild.stages.qa.balance import answer_histograms, balance_answers
 from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, stable_hash
 from vsi_wild.stages.qa.params import QAParams
@@ -251,6 +251,7 @@ def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
         "seed": q["seed"],
         "metadata_fingerprint": q["metadata_fingerprint"],
         "pipeline_version": q["pipeline_version"],
+        "text_bias": None,  # set by `add_text_bias` once every row is known
     }
     for t in tasks():
         row.update({c: None for c in t.export_columns})
@@ -258,17 +259,6 @@ def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
     row["_n"] = q["_n"]
     return row
 
-
-def image_export_path(video_id: str, unit_file: str) -> str:
-    """``images/vpo0_f1_rot.jpg`` of a video's QA output -> ``images/<video_id>/vpo0_f1_rot.jpg``."""
-        "text_bias": None,  # set by `add_text_bias` once every row is known
-    return f"images/{video_id}/{Path(unit_file).name}"
-
-
-# ----------------------------------------------------------------------------- files
-def release_line(row: dict[str, Any]) -> str:
-    """One line of the release file: the seven keys in order, compact, UTF-8 (as the public file)."""
-    return json.dumps({k: row[k] for k in RELEASE_KEYS}, ensure_ascii=False, separators=(",", ":"))
 
 # ----------------------------------------------------------------------------- text leak probe
 def _probe_items(questions: Sequence[dict[str, Any]]) -> list[leak_probe.Item]:
@@ -313,6 +303,16 @@ def add_text_bias(export: Export, seed: int) -> leak_probe.ProbeResult:
         r["text_bias"] = result.bias.get(r["doc_id"] if r["split"] == RELEASE else r["base_doc_id"] or "")
     return result
 
+
+def image_export_path(video_id: str, unit_file: str) -> str:
+    """``images/vpo0_f1_rot.jpg`` of a video's QA output -> ``images/<video_id>/vpo0_f1_rot.jpg``."""
+    return f"images/{video_id}/{Path(unit_file).name}"
+
+
+# ----------------------------------------------------------------------------- files
+def release_line(row: dict[str, Any]) -> str:
+    """One line of the release file: the seven keys in order, compact, UTF-8 (as the public file)."""
+    return json.dumps({k: row[k] for k in RELEASE_KEYS}, ensure_ascii=False, separators=(",", ":"))
 
 
 def release_bytes(rows: Iterable[dict[str, Any]]) -> bytes:

@@ -38,7 +38,8 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,7 @@ from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages.qa.registry import NUMBER, task
 
 PROBE_NAME = "text_probe"
+VERSION = "1"  # bump when the probe's features or models change: a cached figure of another version is redone
 _WORD = re.compile(r"\w+")
 
 
@@ -142,10 +144,18 @@ def _words(text: str) -> list[str]:
     return _WORD.findall(text.lower())
 
 
-def _cross_tokens(pair: str) -> list[str]:
-    question, option = pair.split("\x00", 1)
-    q, o = sorted(set(_words(question))), sorted(set(_words(option)))
-    return [f"{a}:{b}" for a in q for b in o]
+def _cross_analyzer(questions: Sequence[str]) -> Callable[[str], list[str]]:
+    """The ``q:o`` pairs of a "question\0option" text, over the question words that are in at most
+    half the task's questions: a template's words say nothing the option's own features do not."""
+    df = Counter(w for q in questions for w in set(_words(q)))
+    informative = {w for w, n in df.items() if n <= 0.5 * len(questions)}
+
+    def pairs(text: str) -> list[str]:
+        question, option = text.split("\x00", 1)
+        q, o = sorted(set(_words(question)) & informative), sorted(set(_words(option)))
+        return [f"{a}:{b}" for a in q for b in o]
+
+    return pairs
 
 
 def _bigrams(words: Sequence[str]) -> set[tuple[str, str]]:
@@ -183,8 +193,11 @@ def _mc_matrix(items: Sequence[Item]):
     pairs = [f"{it.question}\x00{o}" for it in items for o in it.options]
     # Fitted on the task's texts without labels: no answer reaches the held-out fold through them.
     opt = TfidfVectorizer(token_pattern=r"(?u)\b\w+\b", ngram_range=(1, 2), sublinear_tf=True).fit_transform(options)
-    cross = TfidfVectorizer(analyzer=_cross_tokens, sublinear_tf=True).fit_transform(pairs)
-    return sparse.hstack([opt, cross, sparse.csr_matrix(_shape_features(items))]).tocsr()
+    analyzer = _cross_analyzer([it.question for it in items])
+    parts = [opt, sparse.csr_matrix(_shape_features(items))]
+    if any(analyzer(p) for p in pairs):  # a templated task has no informative question word at all
+        parts.append(TfidfVectorizer(analyzer=analyzer, sublinear_tf=True).fit_transform(pairs))
+    return sparse.hstack(parts).tocsr()
 
 
 # ------------------------------------------------------------------------------------ probes

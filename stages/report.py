@@ -14,6 +14,8 @@ from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict, Field
+
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages.qa.registry import MC, NUMBER, QATask, task, tasks
 
@@ -167,6 +169,7 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
         out.append("Nothing: every unit completed.")
     out += _statistics_markdown(rep["statistics"])
     out += answer_controls_markdown(rep.get("answer_controls"))
+    out += text_probe_markdown(rep.get("text_probe"))
     if "fixes" in rep:
         out += ["", "## Human fixes applied", ""]
         out += [f"- {v}: " + "; ".join(lines) for v, lines in rep["fixes"].items()] or ["None."]
@@ -204,6 +207,123 @@ def _changes_markdown(changes: Mapping[str, Any] | None) -> list[str]:
         out += [f"| {c['task_type']} | {c['video_id']} | {c['question']} | {c['before']['answer']} | {c['after']['answer']} |"
                 for c in changes["changed_questions"]]
     return out
+
+
+# ------------------------------------------------------------------------------------ answer controls
+def answer_controls(release: Sequence[Mapping[str, Any]],
+                    public: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """report.json's ``answer_controls``: the answer texts the export's balance left per task and
+    subtype (``qa.balance.answer_histograms``), the VOC count priors (``evaluate.voc_priors``: the
+    best constant answer, the leave-one-source-out per-concept median) on this build and, by the
+    same code, on the public release's rows (``public``; None: not available), and the release
+    questions per difficulty and horizon bin (``qa.difficulty``)."""
+    from vsi_wild.stages.qa.balance import answer_histograms
+
+    strata: dict[str, dict[str, Counter]] = defaultdict(lambda: {"difficulty": Counter(), "horizon": Counter()})
+    for r in release:
+        if r.get("difficulty_bin"):
+            strata[r["task_type"]]["difficulty"][r["difficulty_bin"]] += 1
+        if r.get("horizon_bin"):
+            strata[r["task_type"]]["horizon"][r["horizon_bin"]] += 1
+    return {"answer_texts": answer_histograms(release),
+            "voc_priors": {"build": ev.voc_priors(release), "public": ev.voc_priors(public) if public is not None else None},
+            "strata": {t: {k: dict(sorted(c.items())) for k, c in e.items()} for t, e in sorted(strata.items())}}
+
+
+def answer_controls_markdown(ac: Mapping[str, Any] | None) -> list[str]:
+    """The report's section on the answer distributions, the VOC priors and the difficulty strata."""
+    if not ac:
+        return []
+    out = ["", "## Answer distributions and difficulty", "",
+           "Largest share of one answer text per task and subtype, after the export's balance (qa.max_answer_ratio, "
+           "qa.voc_max_answer_share):", "", "| task | subtype | questions | distinct answers | largest share | most common |",
+           "|---|---|---|---|---|---|"]
+    for t, by_subtype in ac["answer_texts"].items():
+        for st, h in by_subtype.items():
+            common = ", ".join(f"{k} {v}" for k, v in list(h["top"].items())[:3])
+            out.append(f"| {t} | {st} | {h['n']} | {h['distinct']} | {h['max_share']:.1%} | {common} |")
+    vp = ac["voc_priors"]
+
+    def priors(p: Mapping[str, Any] | None) -> str:
+        if not p:
+            return "n/a"
+        return (f"best constant {p['best_constant']['answer']}: MRA {p['best_constant']['mra']:.3f} · "
+                f"per-concept median prior: MRA {p['median_prior_mra']:.3f} ({p['n']} questions)")
+
+    out += ["", "VOC count priors (the same code on both):", "", f"- this build: {priors(vp['build'])}",
+            f"- public release: {priors(vp['public']) if vp['public'] is not None else 'not available (report.reference_qa)'}"]
+    if vp["build"] and vp["public"]:
+        ok = vp["build"]["median_prior_mra"] <= vp["public"]["median_prior_mra"]
+        out.append("- the median prior scores " + ("no higher here than on the public release." if ok else
+                                                   "HIGHER here than on the public release: the counts are guessable."))
+    if ac["strata"]:
+        out += ["", "| task | near · medium · far | early · middle · late |", "|---|---|---|"]
+        for t, e in ac["strata"].items():
+            d, h = e["difficulty"], e["horizon"]
+            out.append(f"| {t} | {d.get('near', 0)} · {d.get('medium', 0)} · {d.get('far', 0)} | "
+                       f"{h.get('early', 0)} · {h.get('middle', 0)} · {h.get('late', 0)} |")
+    return out
+
+
+# ------------------------------------------------------------------------------------ the text probe
+DEFAULT_REFERENCE_QA = "../shared/reference/vsi_super_wild_qa.jsonl"
+
+
+class ReportParams(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    reference_qa: str | None = Field(
+        DEFAULT_REFERENCE_QA, description="the public release's QA file (release-format jsonl) the text-only leak "
+        "probe also runs on, so that the report compares the build with it; relative: to the working directory; "
+        "None, or a file that is not there: the report says so"
+    )
+
+
+def text_probe_summary(build: Mapping[str, Any], reference: Mapping[str, Any],
+                       dropped: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+    """report.json's ``text_probe``: the probe on this build's release rows and on the public release
+    (``leak_probe.ProbeResult.as_json`` each; the reference: or a ``note`` why it is absent), and what
+    ``qa.debias_text`` dropped (schema.TEXT_DEBIAS rows; None: the setting is off)."""
+    out: dict[str, Any] = {"build": dict(build), "reference": dict(reference)}
+    if dropped is not None:
+        out["debias_dropped"] = dict(sorted(Counter(d["task_type"] for d in dropped).items()))
+    return out
+
+
+def text_probe_markdown(tp: Mapping[str, Any] | None) -> list[str]:
+    """The report's section on the text-only probe: per task, this build beside the public release."""
+    if not tp:
+        return []
+    out = ["", "## Text-only leak probe", "",
+           "A classifier of the question and option texts alone (TF-IDF + logistic regression; VOC: a ridge "
+           f"regression scored by MRA against the best constant answer), {tp['build']['folds']}-fold out of fold with "
+           "the folds grouped by source video. A task is flagged when the probe beats chance by more than "
+           f"{tp['build']['margin']:.0%} on at least {tp['build']['min_n']} questions (binomial p < {tp['build']['alpha']}).", ""]
+    ref = tp["reference"]
+    ref_tasks = {e["task"]: e for e in ref.get("tasks", [])}
+    out += ["| task | metric | this build: probe · chance (n) | public release: probe · chance (n) |", "|---|---|---|---|"]
+
+    def cell(e: Mapping[str, Any] | None) -> str:
+        if not e:
+            return "-"
+        if e["probe"] is None:
+            return f"not probed ({e.get('note', '')})"
+        return f"{e['probe']:.3f} · {e['chance']:.3f} ({e['n']})" + (" **flagged**" if e["flagged"] else "")
+
+    build_tasks = {e["task"]: e for e in tp["build"]["tasks"]}
+    for name in [*build_tasks, *(t for t in ref_tasks if t not in build_tasks)]:
+        e = build_tasks.get(name) or ref_tasks[name]
+        out.append(f"| {name} | {e['metric']} | {cell(build_tasks.get(name))} | {cell(ref_tasks.get(name))} |")
+    if "note" in ref:
+        out += ["", f"Public release: {ref['note']}"]
+    flagged = tp["build"]["flagged"]
+    out += ["", ("Flagged in this build: " + ", ".join(flagged)) if flagged else "No task of this build is flagged."]
+    if "debias_dropped" in tp:
+        d = tp["debias_dropped"]
+        out += ["", "Dropped by qa.debias_text (text_debias.parquet): "
+                + (", ".join(f"{t} {n}" for t, n in d.items()) if d else "none (the probe was at chance).")]
+    return out
+
 
 
 # ------------------------------------------------------------------------------------ answer controls

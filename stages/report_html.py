@@ -261,6 +261,40 @@ def _blind(rep: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _text_probe(rep: Mapping[str, Any]) -> str:
+    """The text-only leak probe (report.json ``text_probe``): per task, this build beside the public release."""
+    tp = rep.get("text_probe")
+    if not tp:
+        return ""
+    ref = tp["reference"]
+    ref_tasks = {e["task"]: e for e in ref.get("tasks", [])}
+
+    def cells(e: Mapping[str, Any] | None) -> list[str]:
+        if not e or e["probe"] is None:
+            return ["-", "-", str(e["n"]) if e else "-"]
+        return [f"{e['probe']:.3f}" + (" (flagged)" if e["flagged"] else ""), f"{e['chance']:.3f}", str(e["n"])]
+
+    build = {e["task"]: e for e in tp["build"]["tasks"]}
+    names = [*build, *(t for t in ref_tasks if t not in build)]
+    out = [f"<h3>Text-only leak probe</h3><p>A classifier of the question and option texts alone, "
+           f"{tp['build']['folds']}-fold out of fold, folds grouped by source video (VOC: MRA against the best "
+           "constant answer).</p>",
+           _table(["task", "metric", "build probe", "build chance", "build n", "public probe", "public chance",
+                   "public n"],
+                  [[t, (build.get(t) or ref_tasks[t])["metric"], *cells(build.get(t)), *cells(ref_tasks.get(t))]
+                   for t in names], numeric=(2, 3, 4, 5, 6, 7))]
+    if "note" in ref:
+        out.append(f'<p class="muted">Public release: {_e(ref["note"])}</p>')
+    flagged = tp["build"]["flagged"]
+    out.append(f'<p class="warn">Flagged in this build: {_e(", ".join(flagged))}</p>' if flagged
+               else '<p class="ok">No task of this build is flagged by the text probe.</p>')
+    if "debias_dropped" in tp:
+        d = tp["debias_dropped"]
+        out.append("<p>Dropped by qa.debias_text: " + (_e(", ".join(f"{t} {n}" for t, n in d.items())) if d
+                                                        else "none (the probe was at chance).") + "</p>")
+    return "\n".join(out)
+
+
 def _changes(changes: Mapping[str, Any] | None) -> str:
     if changes is None:
         return '<p class="muted">No previous build of this data root to compare with.</p>'
@@ -365,7 +399,7 @@ def render_html(rep: Mapping[str, Any], plots: Sequence[Plot], cards: Sequence[C
     (file name -> its JSON, or None)."""
     body = {
         "contents": _contents(rep), "questions": _questions(rep), "plots": _plots(plots), "cards": _cards(cards),
-        "blind": _blind(rep), "changes": _changes(rep.get("changes")), "lost": _lost(rep),
+        "blind": _blind(rep) + _text_probe(rep), "changes": _changes(rep.get("changes")), "lost": _lost(rep),
         "fixes": _fixes(rep.get("fixes") or {}), "verification": _verification(rep.get("verification")),
     }
     banner = ""

@@ -19,12 +19,15 @@ from typing import Any
 from vsi_wild import schema
 from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
-from vsi_wild.stages import report_diff
+from vsi_wild.stages import evaluate as ev
+from vsi_wild.stages import leak_probe, report_diff
 from vsi_wild.stages.report import build_report, render_markdown
+from vsi_wild.stages.report import text_probe_summary
 from vsi_wild.stages.report_html import build_cards, render_html
 from vsi_wild.stages.report_plots import all_plots
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import ALL, Job, Plan, Stage
+from vsi_wild.tasks.export import TEXT_DEBIAS_FILE
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -119,7 +122,55 @@ def _report_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
     previous = previous_export_key(store, current) if current else None
     return {"lost": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
             "previous": f"{previous}:{_digest_files(store, list(_build_files(store, previous)))}" if previous else "none",
-            "verify": _digest_files(store, _verify_files(store))}
+            "verify": _digest_files(store, _verify_files(store)),
+            "reference_qa": _reference_digest(config)}
+
+
+# ------------------------------------------------------------------------------------ the text probe
+def _reference_qa(config: Config) -> Path | None:
+    return Path(config.report.reference_qa).expanduser() if config.report.reference_qa else None
+
+
+def _reference_digest(config: Config) -> str:
+    """The public release file's content digest (a raw input: a new file recomputes the report)."""
+    path = _reference_qa(config)
+    if path is None or not path.is_file():
+        return f"absent:{path}"
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def reference_probe(config: Config, store: Store) -> dict[str, Any]:
+    """The text probe on the public release (``report.reference_qa``), or a note why there is none.
+    Computed once per release file: the current report's figure is reused while the file's digest
+    and the probe's version are those it was computed with."""
+    path = _reference_qa(config)
+    if path is None:
+        return {"note": "not configured (report.reference_qa)"}
+    if not path.is_file():
+        return {"path": str(path), "note": f"{path} is not there (report.reference_qa): not probed"}
+    digest = _reference_digest(config)
+    row = store.read_status("report", ALL)
+    if row and row["state"] == "done":
+        ref = UnitRef("report", ALL, row["key"])
+        if store.has_file(ref, REPORT_JSON):
+            cached = (json.loads(store.local_file(ref, REPORT_JSON).read_text()).get("text_probe") or {}).get("reference")
+            if cached and cached.get("sha256") == digest and cached.get("probe_version") == leak_probe.VERSION:
+                return cached
+    try:
+        rows = ev.load_jsonl(path)
+        probed = ev.text_probe_report(rows)
+    except (ev.EvalError, KeyError) as e:
+        return {"path": str(path), "sha256": digest, "note": f"{path}: not a release-format file: {e}"}
+    return {"path": str(path), "sha256": digest, "probe_version": leak_probe.VERSION, "rows": len(rows), **probed}
+
+
+def text_probe(job: Job, release: list[dict[str, Any]]) -> dict[str, Any]:
+    """report.json's ``text_probe``: this build's release rows, the public release, what the
+    export's ``qa.debias_text`` dropped."""
+    export = job.ref("export")
+    dropped = (job.store.read_table(export, TEXT_DEBIAS_FILE).to_pylist()
+               if job.store.has_file(export, TEXT_DEBIAS_FILE) else None)
+    return text_probe_summary(ev.text_probe_report(release), reference_probe(job.config, job.store), dropped)
 
 
 # ------------------------------------------------------------------------------------ the report
@@ -137,6 +188,7 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
     sources = [store.read_table(ref, "source.parquet").to_pylist()[0] for ref in job.refs("probe").values()]
     status = [r for r in store.status_table().to_pylist() if r["stage"] != "report"]
     rep = build_report(rows, status, sources)
+    rep["text_probe"] = text_probe(job, [r for r in rows if r["split"] == "release"])
     fixes = {video: store.read_table(ref, "fixes_applied.parquet").to_pylist()
              for video, ref in sorted(job.refs("metadata").items())}
     release = [r for r in rows if r["split"] == "release"]
@@ -229,6 +281,7 @@ REPORT = Stage(
     run=run,
     needs=("export", "probe", "metadata"),
     raw_inputs=_report_raw,
+    sections=("report",),
     publish=publish,
     description="the build report (report.md, report.html): contents, the paper's statistics as plots, "
                 "question cards, blind baselines, what was lost, fixes, what changed since the previous build",

@@ -216,3 +216,35 @@ def test_cli_blind_json_is_one_object_per_line(tmp_path: Path):
     probe = [r for r in records if r["baseline"] == "text_probe"]
     assert [(r["task"], r["flagged"], r["n"]) for r in probe] == [("VMR", True, len(rows))]
     assert {r["baseline"] for r in records} == {"prior", "consensus", "text_probe"}
+
+
+# ------------------------------------------------------------------------------------ the report
+def write_jsonl(path: Path, rows: list[dict]) -> Path:
+    path.write_text("".join(json.dumps({k: r[k] for k in ("doc_id", "video_name", "task_type", "question", "answer",
+                                                           "options")}) + "\n" for r in rows))
+    return path
+
+
+def test_report_probes_the_build_and_the_public_release(tmp_path: Path):
+    from vsi_wild.config import Config
+    from vsi_wild.stages.report import text_probe_markdown, text_probe_summary
+    from vsi_wild.store import Store
+    from vsi_wild.tasks.report import reference_probe
+
+    store = Store(tmp_path / "out")
+    clean, _ = vmr_set(leak=False)
+    reference = write_jsonl(tmp_path / "release.jsonl", clean)
+    ref = reference_probe(Config.model_validate({"report": {"reference_qa": str(reference)}}), store)
+    assert ref["rows"] == len(clean) and ref["flagged"] == [] and len(ref["sha256"]) == 64
+    missing = reference_probe(Config.model_validate({"report": {"reference_qa": str(tmp_path / "nope.jsonl")}}), store)
+    assert "nope.jsonl is not there" in missing["note"] and "tasks" not in missing
+
+    leaking, _ = vmr_set(leak=True)
+    build = ev.text_probe_report(leaking)
+    md = "\n".join(text_probe_markdown(text_probe_summary(build, ref, dropped=[])))
+    vmr = build["tasks"][0]
+    assert f"| VMR | accuracy | {vmr['probe']:.3f} · 0.250 ({len(leaking)}) **flagged** |" in md
+    assert f"{ref['tasks'][0]['probe']:.3f} · 0.250 ({len(clean)}) |" in md
+    assert "Flagged in this build: VMR" in md and "Dropped by qa.debias_text" in md
+    md_missing = "\n".join(text_probe_markdown(text_probe_summary(build, missing, dropped=None)))
+    assert "Public release: " in md_missing and "not probed" in md_missing and "debias" not in md_missing

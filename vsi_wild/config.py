@@ -26,6 +26,7 @@ from vsi_wild.stages.metadata import MetadataParams
 from vsi_wild.stages.pose import PoseParams
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.reconcile import ReconcileParams
+from vsi_wild.stages.report import ReportParams
 from vsi_wild.stages.segment import SegmentParams
 from vsi_wild.stages.crawl import CrawlParams
 from vsi_wild.stages.faces import FaceParams
@@ -103,6 +104,7 @@ class Config(Section):
     pose: PoseParams = Field(PoseParams(), description="camera poses (stages/pose)")
     metadata: MetadataParams = Field(MetadataParams(), description="derived instances and motion, fixes (stages/metadata)")
     qa: QAParams = Field(QAParams(), description="question generation and export (stages/qa, stages/export)")
+    report: ReportParams = Field(ReportParams(), description="the build report (stages/report)")
 
     def section_json(self, name: str) -> str:
         """Canonical JSON of one section: what a stage's cache key depends on. A dotted name

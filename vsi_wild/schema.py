@@ -673,6 +673,22 @@ QA_EXPORT = _schema(
     f("seed", pa.int64()),
     f("metadata_fingerprint", pa.string()),
     f("pipeline_version", pa.string()),
+    f("text_bias", pa.float64(), True, doc="the text-only probe's out-of-fold probability of the correct option "
+      "minus chance (VOC: its MRA minus the best constant's); a twin row carries its release row's; None: the "
+      "task had too few source videos to probe (stages/leak_probe.py)"),
+)
+
+TEXT_DEBIAS = _schema(
+    "The questions the export's text debiasing dropped (qa.debias_text; text_debias.parquet): the "
+    "release questions the text-only probe answered best, round by round, until it was at chance.",
+    f("video_id", pa.string()),
+    f("task_type", pa.string()),
+    f("subtype", pa.string()),
+    f("question", pa.string()),
+    f("answer_text", pa.string(), doc="MC: the correct option's text; VOC: the final count"),
+    f("round", pa.int64(), doc="the pruning round that dropped it (0: the first)"),
+    f("text_bias", pa.float64(), doc="its bias score in that round"),
+    f("reason", pa.string()),
 )
 
 REPORT_QUESTIONS = _schema(
@@ -706,22 +722,6 @@ EXPORT_LINKS = pa.schema([("path", pa.string()), ("target", pa.string())])
 
 def table(schema: pa.Schema, rows: Iterable[Mapping[str, Any]] | Mapping[str, Iterable[Any]]) -> pa.Table:
     """Build a table of ``schema`` from row dicts or a column dict; a missing or extra field is an
-    f("text_bias", pa.float64(), True, doc="the text-only probe's out-of-fold probability of the correct option "
-      "minus chance (VOC: its MRA minus the best constant's); a twin row carries its release row's; None: the "
-      "task had too few source videos to probe (stages/leak_probe.py)"),
-)
-
-TEXT_DEBIAS = _schema(
-    "The questions the export's text debiasing dropped (qa.debias_text; text_debias.parquet): the "
-    "release questions the text-only probe answered best, round by round, until it was at chance.",
-    f("video_id", pa.string()),
-    f("task_type", pa.string()),
-    f("subtype", pa.string()),
-    f("question", pa.string()),
-    f("answer_text", pa.string(), doc="MC: the correct option's text; VOC: the final count"),
-    f("round", pa.int64(), doc="the pruning round that dropped it (0: the first)"),
-    f("text_bias", pa.float64(), doc="its bias score in that round"),
-    f("reason", pa.string()),
     error naming the field (never silently dropped)."""
     if isinstance(rows, Mapping):
         cols = dict(rows)
@@ -863,7 +863,6 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("view_agreement.parquet", VIEW_AGREEMENT),
         _parquet("fixes_applied.parquet", FIXES_APPLIED),
         _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
-        _parquet("text_debias.parquet", TEXT_DEBIAS, optional=True),
     ),
     "qa": (
         _parquet("questions.parquet", QA_QUESTIONS),
@@ -880,6 +879,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         Artifact("counts.json", doc="questions per task and subtype"),
         Artifact("links.parquet", EXPORT_LINKS, doc="exported file -> the unit output it is linked from"),
         _parquet("reviewed.parquet", EXPORT_REVIEWED, optional=True),
+        _parquet("text_debias.parquet", TEXT_DEBIAS, optional=True),
         _parquet("skipped.parquet", QA_SKIPPED),
     ),
     "report": (

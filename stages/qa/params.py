@@ -102,6 +102,20 @@ class QAParams(BaseModel):
         "verify` (and of their VMR questions, those of motion clips marked verified)"
     )
 
+    # text leak probe (export; stages/leak_probe.py)
+    debias_text: bool = Field(
+        False, description="drop the questions the text-only probe answers best, retraining after each round, until "
+        "the probe is at chance (or its lead over chance is not significant); the dropped ones are listed in "
+        "text_debias.parquet and the report"
+    )
+    debias_text_margin: float = Field(
+        0.05, ge=0, description="stop once the probe's accuracy (VOC: its MRA) is at most this far above chance "
+        "(VOC: the best constant answer)"
+    )
+    debias_text_step: float = Field(
+        0.05, gt=0, le=1, description="fraction of a task's remaining questions dropped per round (at least one)"
+    )
+
     @model_validator(mode="after")
     def _check(self) -> QAParams:
         if self.vpo_offset_min_deg > self.vpo_offset_max_deg:
@@ -121,17 +135,3 @@ class QAParams(BaseModel):
     @property
     def checkpoint_s(self) -> float:
         return self.voc_checkpoint_s if self.voc_checkpoint_s is not None else self.clip_seconds
-    # text leak probe (export; stages/leak_probe.py)
-    debias_text: bool = Field(
-        False, description="drop the questions the text-only probe answers best, retraining after each round, until "
-        "the probe is at chance (or its lead over chance is not significant); the dropped ones are listed in "
-        "text_debias.parquet and the report"
-    )
-    debias_text_margin: float = Field(
-        0.05, ge=0, description="stop once the probe's accuracy (VOC: its MRA) is at most this far above chance "
-        "(VOC: the best constant answer)"
-    )
-    debias_text_step: float = Field(
-        0.05, gt=0, le=1, description="fraction of a task's remaining questions dropped per round (at least one)"
-    )
-
