@@ -213,6 +213,7 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
             for k in range(qa_images)]
     (work / "images").mkdir(exist_ok=True)
     timed("qa_images", lambda: render_jobs(src.path, jobs, lambda f: work / f, video, qa_p, blur, frames=frames))
+    image_bytes = sum((work / j.file).stat().st_size for j in jobs) / qa_images
     images_per_view = qa_p.vpo_per_video * 4 * 2  # 4 anchors, rotated + unrotated
     n_views = len(project_p.views)
     per_image = cpu["qa_images"] / qa_images
@@ -239,7 +240,8 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
                   "detector_runs_per_view_frame": (stats["detector_calls"] + stats["crop_calls"]) / max(1, n_views * n_frames),
                   "face_rows": faces.num_rows},
         "feed_frames": n_feed,
-        "qa": {"images_per_view": images_per_view, "cpu_s_per_image": per_image, "mean_video_min": MEAN_VIDEO_MIN},
+        "qa": {"images_per_view": images_per_view, "cpu_s_per_image": per_image, "bytes_per_image": image_bytes,
+               "mean_video_min": MEAN_VIDEO_MIN},
         "cpu_s": cpu,
         "wall_s": wall,
         "core_h_per_video_h": per_s,
@@ -295,6 +297,9 @@ def _cpu_lines(res: dict[str, Any]) -> list[str]:
     out.append(f"capacity_view_bytes_per_source_s: {res['views']['bytes_per_source_s']:.0f}  "
                f"({res['views']['n']} x {res['views']['width']}x{res['views']['height']} x264 {res['views']['preset']} "
                f"CRF {res['views']['crf']})")
+    q = res["qa"]
+    out.append(f"capacity_qa_image_bytes: {q['bytes_per_image']:.0f}  ({q['images_per_view']} VPO images per view video, "
+               f"{res['views']['width']}x{res['views']['height']})")
     return out
 
 
