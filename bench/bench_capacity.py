@@ -48,7 +48,6 @@ import os
 import resource
 import shutil
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import Callable
