@@ -12,7 +12,11 @@ overrule it with a fix. The evidence for two instances of one concept in differe
 - **appearance**: hue/saturation/value histograms of the masked pixels agree.
 
 Constraint: a global instance holds at most one clip-local instance per clip (the segmenter said
-those are different objects), so two objects seen together are never merged. Revisits of a place
+those are different objects), so two objects seen together are never merged. Objects of one
+category often look identical, so a position match is only decisive well inside its limit
+(``decisive_fraction``): a weaker one leaves the two apart and records the pair as a proposal for
+the reviewer (decision ``review``; `vsi-wild verify` lists them, a ``merge`` fix joins them), as a
+false merge would silently undercount VOC. Revisits of a place
 link back to the first visit by position and appearance, so they do not inflate counts.
 
 ``reconcile`` runs in phases: locate the instances (``locate_instances``), align the layouts of
@@ -83,6 +87,10 @@ class ReconcileParams(BaseModel):
     )
     max_ray_distance: float = Field(
         0.25, gt=0, description="an instance that could not be located merges when its viewing rays pass this close"
+    )
+    decisive_fraction: float = Field(
+        0.5, gt=0, le=1, description="a position match farther apart than this fraction of its limit is too weak to "
+        "tell look-alikes apart: the pair is left apart and recorded for a reviewer (decision `review`)"
     )
 
 
@@ -366,7 +374,9 @@ def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: n
 
 
 # --------------------------------------------------------------------------------- proposals
-Decision = Literal["merge", "apart", "blocked"]  # blocked: would join two instances of one clip
+# blocked: would join two instances of one clip; review: the evidence is too weak to tell two
+# look-alikes apart, left apart for a reviewer (a `merge` fix joins them)
+Decision = Literal["merge", "apart", "blocked", "review"]
 
 
 @dataclass(frozen=True, eq=False)  # eq=False: proposals are told apart by identity (instances hold arrays)
@@ -389,6 +399,7 @@ class Proposal:
     score: float
     reason: str
     decision: Decision | None = None  # once decided
+    weak: bool = False  # a position match too far apart to tell look-alikes apart: never merges on its own
 
     @property
     def keys(self) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -417,7 +428,7 @@ def best_pairings(proposals: Iterable[Proposal]) -> set[tuple]:
     for p in proposals:
         if p.continues:
             chosen.add(p.keys)
-        elif p.score > 0:
+        elif p.score > 0 and not p.weak:
             groups.setdefault((p.a.concept, p.a.clip, p.b.clip), []).append(p)
     linked = {k for pair in chosen for k in pair}
     for _, group in sorted(groups.items()):
@@ -531,6 +542,7 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
     dist, by_rays, drift, used_layout = _distance(a, b, params, layout)
     continues = boundary and iou >= params.boundary_iou
     limit = None if dist is None else (params.max_ray_distance if by_rays else params.max_distance + drift)
+    weak = False
     if continues:
         score, why = 3.0 + iou, f"continues across the cut (box IoU {iou:.2f})"
     elif dist is not None:
@@ -539,6 +551,10 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
         if dist <= limit and not looks_differ:
             score = (1.5 if by_rays else 2.0) + (1.0 - dist / limit) / 2
             why = f"same place{how} (distance {dist:.2f} of range) and look (appearance {app:.2f})"
+            weak = not by_rays and dist > params.decisive_fraction * limit
+            if weak:
+                why = (f"near{how} (distance {dist:.2f} of range, over {params.decisive_fraction:g} of the limit "
+                       f"{limit:.2f}) with the same look (appearance {app:.2f}): too weak to tell look-alikes apart")
         else:
             score, why = 0.0, (f"distance{how} {dist:.2f} (max {limit:.2f})" if dist > limit else
                                f"same place{how} (distance {dist:.2f}) but the looks differ "
@@ -547,7 +563,7 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
         score, why = 1.0 + app / 2, f"same look (appearance {app:.2f}), neither could be located"
     else:
         score, why = 0.0, f"appearance {app:.2f}, neither could be located"
-    return Proposal(a, b, boundary, iou, app, looks_differ, dist, limit, by_rays, continues, score, why)
+    return Proposal(a, b, boundary, iou, app, looks_differ, dist, limit, by_rays, continues, score, why, weak=weak)
 
 
 def propose(instances: list[ClipInstance], cuts: Cuts, params: ReconcileParams,
@@ -600,15 +616,19 @@ class Groups:
 def merge_proposals(proposals: list[Proposal], groups: Groups) -> list[Proposal]:
     """Decide the proposals, best one-to-one pairings first, then strongest evidence first
     (deterministic tie-break on keys); a merge that would put two instances of one clip into one
-    global instance is blocked."""
+    global instance is blocked. A weak position match never merges: unless other evidence joined
+    its two instances already, or separates them (blocked), it is left apart for review."""
     paired = best_pairings(proposals)
     decided = []
-    for p in sorted(proposals, key=lambda p: (p.keys not in paired, -p.score, p.a.key, p.b.key)):
+    # the weak ones last: whether other evidence joined them already, or separates them, is known then
+    for p in sorted(proposals, key=lambda p: (p.weak, p.keys not in paired, -p.score, p.a.key, p.b.key)):
         ra, rb = groups.find(p.a.key), groups.find(p.b.key)
         if p.score <= 0:
             decided.append(p.decided("apart", p.reason))
         elif ra == rb:
             decided.append(p.decided("merge", p.reason + " (already joined)"))
+        elif p.weak and not groups.share_a_clip(ra, rb):
+            decided.append(p.decided("review", p.reason))
         elif groups.share_a_clip(ra, rb):
             decided.append(p.decided("blocked", p.reason + "; would join two instances of one clip" + (
                 "" if p.keys in paired else

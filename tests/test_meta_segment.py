@@ -8,6 +8,7 @@ import numpy as np
 import pycocotools.mask as mask_utils
 import pytest
 
+from vsi_wild import schema
 from vsi_wild.stages import geometry
 from vsi_wild.stages import pose as po
 from vsi_wild.stages import reconcile as rc
@@ -205,6 +206,40 @@ def test_without_poses_only_the_cuts_are_bridged():
     assert all(truth_of[(d["clip_a"], d["local_a"])] == truth_of[(d["clip_b"], d["local_b"])] for d in bridged)
     # the revisits stay unlinked: more instances than objects
     assert len(groups) > len(set(truth_of.values()))
+
+
+def test_look_alikes_on_weak_position_evidence_stay_apart_for_review():
+    """Three identical trash cans' sightings in clips 0, 1 and 2, located on the ground 8 m away:
+    clip 2's is 0.2 m from clip 0's (strong evidence: one object, merged); clip 1's is 2.4 m
+    away (0.30 of the range, within the 0.35 limit but beyond half of it: another trash can as
+    likely as the same one), so it stays its own instance and the pair is recorded for review."""
+    def located(clip, x):
+        k = clip * 40 + 10  # a sighting in the middle of the clip: no boundary evidence
+        obs = {k: rc.Obs(k * 0.5, (300.0, 150.0, 340.0, 220.0), 2800, 4 * k, 8.0, (W, H))}
+        return rc.ClipInstance(clip, 3, "trash can", k * 0.5, k * 0.5, np.r_[1.0, np.zeros(71)], 2800.0, obs,
+                               position=np.array([x, 10.0, 0.0]), range=8.0)
+
+    first, other, again = located(0, 0.0), located(1, 2.4), located(2, 0.2)
+    instances = [first, other, again]
+    clips = seg.clip_spans(120.0, 20.0)
+    params = rc.ReconcileParams()
+    layout = rc.Layout(None, np.eye(3)[:2], lambda k0, k1: 0.0, {})  # no walking drift, no revisit alignment
+    strong, by_rays = rc.propose(instances, rc.Cuts.of(clips), params, layout)
+    assert not by_rays
+    groups = rc.Groups(instances)
+    decided = {p.keys: p for p in rc.merge_proposals(strong, groups)}
+    assert decided[(first.key, again.key)].decision == "merge"
+    assert groups.find(first.key) == groups.find(again.key) != groups.find(other.key)
+    weak = decided[(first.key, other.key)]
+    assert weak.decision == "review" and decided[(other.key, again.key)].decision == "review"
+    row = weak.row("sample-x_back")  # the evidence travels with the decision
+    assert row["distance"] == pytest.approx(2.4 / 8.0) and row["appearance"] == pytest.approx(1.0)
+    assert "too weak" in row["reason"] and schema.table(schema.MERGE_DECISIONS, [row]).num_rows == 1
+    # with the decisive fraction at the whole limit, the old behaviour: the look-alike is merged
+    loose = rc.ReconcileParams(decisive_fraction=1.0)
+    groups = rc.Groups(instances)
+    rc.merge_proposals(rc.propose(instances, rc.Cuts.of(clips), loose, layout)[0], groups)
+    assert groups.find(first.key) == groups.find(other.key)
 
 
 def test_sam3_reads_the_clip_folder_when_the_frames_are_its_files(tmp_path):

@@ -53,6 +53,28 @@ def voc_counts(instances: pa.Table, video: VideoInfo, config: Config) -> dict[st
             "counts": {q.concepts[0]: [int(a) for a in q.answers] for q in stream}}
 
 
+REVIEW_PAIR_FIELDS = ("concept", "clip_a", "local_a", "clip_b", "local_b", "distance", "appearance", "score", "reason")
+
+
+def review_pairs(decisions: list[dict[str, Any]], members: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The pairs reconciliation left apart for a reviewer (decision ``review``: too weak a position
+    match to tell two look-alikes apart), with their evidence and the automatic instance ids on
+    either side (what a ``merge`` fix names); pairs whose two sides ended in one instance anyway
+    are left out."""
+    instance_of = {(m["clip_index"], m["local_id"]): m["instance_id"] for m in members}
+    out = []
+    for d in decisions:
+        if d["decision"] != "review":
+            continue
+        a, b = instance_of.get((d["clip_a"], d["local_a"])), instance_of.get((d["clip_b"], d["local_b"]))
+        if a is None or b is None:
+            raise ValueError(f"merge decision of {d['video_id']} names a clip instance without a member row: "
+                             f"clip {d['clip_a']} #{d['local_a']} or clip {d['clip_b']} #{d['local_b']}")
+        if a != b:
+            out.append({**{k: d[k] for k in REVIEW_PAIR_FIELDS}, "instance_a": a, "instance_b": b})
+    return sorted(out, key=lambda p: (p["concept"], p["instance_a"], p["instance_b"], p["clip_a"], p["clip_b"]))
+
+
 class Review:
     def __init__(self, config: Config, store: Store):
         self.config = config
@@ -173,9 +195,10 @@ class Review:
         if ref is not None:
             out["segment_clips"] = [{k: r[k] for k in ("clip_index", "start", "end")}
                                     for r in self.store.read_table(ref, "clips.parquet").to_pylist()]
+            members = self.store.read_table(ref, "members.parquet").to_pylist()
             out["members"] = [{k: r[k] for k in ("instance_id", "concept", "clip_index", "local_id", "first_time",
-                                                 "last_time")}
-                              for r in self.store.read_table(ref, "members.parquet").to_pylist()]
+                                                 "last_time")} for r in members]
+            out["review_pairs"] = review_pairs(self.store.read_table(ref, "merge_decisions.parquet").to_pylist(), members)
         return out
 
     def questions(self, video_id: str) -> list[dict[str, Any]]:

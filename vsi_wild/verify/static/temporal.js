@@ -113,12 +113,38 @@ function renderOps() {
   const sel = selectedIds();
   $("merge-what").textContent = sel.length ? `instances ${sel.join(", ")}` : "select two or more";
   // split: the clip-local members of the selected instances (merged ids follow their merge)
-  const alias = new Map();
-  for (const f of S.fixes) if (f.op === "merge") { const keepId = Math.min(...f.instances); for (const i of f.instances) alias.set(i, keepId); }
-  const current = id => { let seen = 0; while (alias.has(id) && alias.get(id) !== id && seen++ < 100) id = alias.get(id); return id; };
-  const members = (S.info.members || []).filter(m => sel.includes(current(m.instance_id)));
+  const members = (S.info.members || []).filter(m => sel.includes(mergedInto(m.instance_id)));
   $("split-member").replaceChildren(...members.map(m => el("option", {value: `${m.clip_index}:${m.local_id}`},
     `clip ${m.clip_index} local ${m.local_id} (#${m.instance_id}, ${fmtTime(m.first_time)}–${fmtTime(m.last_time)})`)));
+}
+
+// the automatic instance an id is now part of, after the pending merges (a merge keeps the smallest id)
+function mergedInto(id) {
+  const alias = new Map();
+  for (const f of S.fixes) if (f.op === "merge") { const keepId = Math.min(...f.instances); for (const i of f.instances) alias.set(i, keepId); }
+  let seen = 0;
+  while (alias.has(id) && alias.get(id) !== id && seen++ < 100) id = alias.get(id);
+  return id;
+}
+
+function renderReviewPairs() {
+  // the pairs reconciliation left apart on weak position evidence, with the evidence; merge = a merge fix
+  const pairs = S.info.review_pairs || [];
+  const head = el("tr", {}, ...["concept", "instances", "clips", "distance / range", "appearance", "why", ""].map(h => el("th", {}, h)));
+  const rows = pairs.map(p => {
+    const joined = mergedInto(p.instance_a) === mergedInto(p.instance_b);
+    return el("tr", {"data-pair": `${p.instance_a}-${p.instance_b}`},
+      el("td", {}, p.concept), el("td", {}, `#${p.instance_a} · #${p.instance_b}`),
+      el("td", {}, `${p.clip_a} (local ${p.local_a}) · ${p.clip_b} (local ${p.local_b})`),
+      el("td", {}, p.distance === null ? "–" : p.distance.toFixed(2)), el("td", {}, p.appearance.toFixed(2)),
+      el("td", {class: "muted"}, p.reason),
+      el("td", {}, el("button", {title: "show and select both", onclick: () => {
+          S.selected = new Set([mergedInto(p.instance_a), mergedInto(p.instance_b)]); renderAll(); }}, "select"), " ",
+        joined ? el("span", {class: "muted"}, "merged (pending)") :
+          el("button", {class: "merge-pair", onclick: () => addFixes([{op: "merge",
+            instances: [mergedInto(p.instance_a), mergedInto(p.instance_b)]}], $("review-error"))}, "merge")));
+  });
+  $("review-pairs").replaceChildren(head, ...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 7, class: "muted"}, "none"))]));
 }
 
 function describe(f) {
@@ -276,7 +302,7 @@ function selectRowAt(py) {
 }
 
 function renderAll() {
-  renderInstances(); renderOps(); renderPending(); renderOrders(); renderVoc(); drawTimeline();
+  renderInstances(); renderOps(); renderReviewPairs(); renderPending(); renderOrders(); renderVoc(); drawTimeline();
 }
 
 // ------------------------------------------------------------------ controls

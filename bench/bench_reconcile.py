@@ -1,0 +1,168 @@
+"""Cross-clip reconciliation against the truth, over several sample seeds with many look-alikes.
+
+Each seed's sample (``n_per_category`` objects per category, which look identical within a
+category) goes through the engine up to the segment and pose stages with the CPU backends
+(groundtruth detector and segmenter with clip-local ids, twoview poses); those outputs are cached
+in the data root under build/bench_reconcile/, one per set of parameters. The reconcile stage is
+then run again (forced: it measures the code as it is now) and its members are compared with the
+truth: every clip-local instance is mapped to the truth object whose box it reproduces, in the
+truth's own visibility table, independently of reconciliation. Prints per seed and in total:
+
+    reconcile_false_merges_seed<s>: global instances that join different objects (extra objects joined)
+    reconcile_false_splits_seed<s>: objects spread over several global instances (extra instances)
+    reconcile_review_pairs_seed<s>: pairs left apart for a reviewer (decision "review")
+    reconcile_false_merges_total, reconcile_false_splits_total, reconcile_review_pairs_total,
+    reconcile_review_pairs_same_object_total (of those, pairs that are one object), reconcile_seconds (the reconcile stage's units, all seeds)
+
+Exits non-zero when a false merge remains.
+
+Usage: python bench/bench_reconcile.py [--seeds 1 2 3] [--n-per-category 6] [--root build/bench_reconcile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CATEGORIES = ["traffic cone", "trash can", "fire hydrant", "vending machine", "bench", "beach ball"]
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("YOLO_OFFLINE", "1")
+
+
+def bench_config(seed: int, n_per_category: int, width: int):
+    """Small views and 2 FPS renders (what reconciliation sees at 2 FPS is the same), 30 s clips."""
+    from vsi_wild.config import Config
+    from vsi_wild.stages.backends.params import ModelsParams
+    from vsi_wild.stages.candidates import CandidatesParams
+    from vsi_wild.stages.detect import DetectParams
+    from vsi_wild.stages.faces import FaceParams
+    from vsi_wild.stages.pose import PoseParams
+    from vsi_wild.stages.project import ProjectParams
+    from vsi_wild.stages.sample import SampleParams
+    from vsi_wild.stages.segment import SegmentParams
+
+    return Config(
+        sample=SampleParams(source_id=f"sample-bench-s{seed}-n{n_per_category}-w{width}", seed=seed, n_per_category=n_per_category, width=width,
+                            fps=2.0, truth_view_width=320, truth_view_height=180),
+        project=ProjectParams(width=320, height=180, preset="ultrafast"),
+        faces=FaceParams(detect_every=8),
+        models=ModelsParams(device="cpu"),
+        candidates=CandidatesParams(embedder="minilm", seeds=CATEGORIES),
+        detect=DetectParams(backend="groundtruth", max_fraction=0.8),
+        segment=SegmentParams(backend="groundtruth", clip_seconds=30.0),
+        pose=PoseParams(backend="twoview"),
+    )
+
+
+def _iou(a, b) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - ix * iy
+    return ix * iy / union if union > 0 else 0.0
+
+
+def truth_of_clip_instances(segments: list[dict], visibility: list[dict], view: str) -> dict[tuple[int, int], int]:
+    """(clip, local id) -> truth object: the object whose truth box (rescaled) its boxes overlap
+    most, by majority over its sightings."""
+    at: dict[int, list[dict]] = {}
+    for r in visibility:
+        if r["view"] == view:
+            at.setdefault(int(r["sample_index"]), []).append(r)
+    votes: dict[tuple[int, int], dict[int, int]] = {}
+    for s in segments:
+        box = (s["x0"], s["y0"], s["x1"], s["y1"])
+        best, best_iou = None, 0.5
+        for t in at.get(int(s["sample_index"]), []):
+            sx, sy = s["image_width"] / t["image_width"], s["image_height"] / t["image_height"]
+            iou = _iou(box, (t["x0"] * sx, t["y0"] * sy, t["x1"] * sx, t["y1"] * sy))
+            if iou > best_iou:
+                best, best_iou = t["instance_id"], iou
+        if best is not None:
+            v = votes.setdefault((int(s["clip_index"]), int(s["local_id"])), {})
+            v[best] = v.get(best, 0) + 1
+    return {k: max(v, key=lambda t: (v[t], -t)) for k, v in votes.items()}
+
+
+def score(members: list[dict], truth_of: dict[tuple[int, int], int]) -> tuple[int, int]:
+    """(false merges, false splits): objects joined beyond one per global instance, and global
+    instances beyond one per object."""
+    objects_of: dict[int, set[int]] = {}
+    instances_of: dict[int, set[int]] = {}
+    for m in members:
+        key = (int(m["clip_index"]), int(m["local_id"]))
+        if key not in truth_of:
+            raise ValueError(f"clip instance {key} matches no truth object")
+        objects_of.setdefault(m["instance_id"], set()).add(truth_of[key])
+        instances_of.setdefault(truth_of[key], set()).add(m["instance_id"])
+    return (sum(len(o) - 1 for o in objects_of.values()), sum(len(i) - 1 for i in instances_of.values()))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
+    ap.add_argument("--n-per-category", type=int, default=6)
+    ap.add_argument("--width", type=int, default=640, help="equirectangular width of the rendered samples")
+    ap.add_argument("--root", type=Path, default=REPO / "build" / "bench_reconcile")
+    args = ap.parse_args()
+
+    from vsi_wild import ids
+    from vsi_wild.store import Store, UnitRef
+    from vsi_wild.tasks import engine
+    from vsi_wild.tasks import metadata as tm
+    from vsi_wild.tasks.engine import Plan
+    from vsi_wild.tasks.probe import PROBE
+    from vsi_wild.tasks.project import PROJECT
+    from vsi_wild.tasks.review import REVIEW
+    from vsi_wild.tasks.sample import SAMPLE, load_truth
+
+    stages = [SAMPLE, PROBE, REVIEW, PROJECT, *(s for s in tm.STAGES if s.name != "metadata")]
+    totals = {"merges": 0, "splits": 0, "review": 0, "review_same": 0}
+    seconds = 0.0
+    failed = False
+    store = Store(args.root)
+    for seed in args.seeds:
+        config = bench_config(seed, args.n_per_category, args.width)
+        plan = Plan.load(config, store, stages, force=frozenset({"reconcile"}))
+        engine.run_stages(plan, stages, engine.run_inline(plan))
+        seconds += sum(o.seconds for o in plan.outcomes.get("reconcile", {}).values())
+        bad = {(s, u): o.error for s, units in plan.outcomes.items() for u, o in units.items() if o.state == "failed"}
+        if bad:
+            print(f"reconcile_seed{seed}: error {bad}", file=sys.stderr)
+            failed = True
+            continue
+        sid = config.sample.source_id
+        visibility = load_truth(store, sid)["visibility"].to_pylist()
+        merges = splits = review = review_same = 0
+        for view in ids.VIEWS:
+            vid = ids.video_id(sid, view)
+            segments = []
+            for unit, o in plan.outcomes["segment"].items():
+                if unit.startswith(vid + "@"):
+                    segments += store.read_table(UnitRef("segment", unit, o.key), "segments.parquet").to_pylist()
+            truth_of = truth_of_clip_instances(segments, visibility, view)
+            ref = UnitRef("reconcile", vid, plan.outcomes["reconcile"][vid].key)
+            m, s = score(store.read_table(ref, "members.parquet").to_pylist(), truth_of)
+            for d in store.read_table(ref, "merge_decisions.parquet").to_pylist():
+                if d["decision"] == "review":
+                    review += 1
+                    review_same += truth_of[(d["clip_a"], d["local_a"])] == truth_of[(d["clip_b"], d["local_b"])]
+            merges, splits = merges + m, splits + s
+        print(f"reconcile_false_merges_seed{seed}: {merges}")
+        print(f"reconcile_false_splits_seed{seed}: {splits}")
+        print(f"reconcile_review_pairs_seed{seed}: {review}", flush=True)
+        for name, v in (("merges", merges), ("splits", splits), ("review", review), ("review_same", review_same)):
+            totals[name] += v
+    print(f"reconcile_false_merges_total: {totals['merges']}")
+    print(f"reconcile_false_splits_total: {totals['splits']}")
+    print(f"reconcile_review_pairs_total: {totals['review']}")
+    print(f"reconcile_review_pairs_same_object_total: {totals['review_same']}")
+    print(f"reconcile_seconds: {seconds:.0f}")
+    return 1 if failed or totals["merges"] else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
