@@ -36,7 +36,8 @@ pixel ratio (`*_at_production`); the rest works on views, whose size is the prod
 root that has run (e.g. configs/sample.yaml's).
 
 Usage: python bench/bench_capacity.py [--seconds 6] [--source-width 3840] [--json PATH]
-                                      [--storage-root DIR]
+                                      [--storage-root DIR [--storage-only]]
+docs/capacity.md turns these figures into the cost of a full release rebuild.
 """
 
 from __future__ import annotations
