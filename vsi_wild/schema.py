@@ -467,7 +467,8 @@ MERGE_DECISIONS = _schema(
     f("appearance", pa.float64(), doc="Bhattacharyya coefficient of the appearance histograms, 0..1"),
     f("distance", pa.float64(), True, doc="world distance of the two triangulated positions / their range"),
     f("score", pa.float64()),
-    f("decision", pa.string(), doc="merge | apart | blocked (would join two instances seen together)"),
+    f("decision", pa.string(), doc="merge | apart | blocked (would join two instances seen together) | review "
+      "(left apart: the position evidence is too weak to tell two look-alikes apart; a `merge` fix joins them)"),
     f("reason", pa.string()),
 )
 
