@@ -48,6 +48,10 @@ class MetadataParams(BaseModel):
     )
     fail_on_disagreement: bool = Field(True, description="clips where the views disagree get state 'failed'")
     min_ray_spread_deg: float = Field(3.0, ge=0, description="instance positions need rays spanning this angle")
+    visibility_min_consistency: float = Field(
+        0.8, ge=0, le=1, description="visibility tracks: an instance's position decides out_of_view / occluded "
+        "only when it puts the instance in the frustum at least at this fraction of its sightings"
+    )
 
 
 # ------------------------------------------------------------------------------ instances

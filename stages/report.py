@@ -173,6 +173,8 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
     if "fixes" in rep:
         out += ["", "## Human fixes applied", ""]
         out += [f"- {v}: " + "; ".join(lines) for v, lines in rep["fixes"].items()] or ["None."]
+    if rep.get("visibility"):
+        out += _visibility_markdown(rep["visibility"])
     if "changes" in rep:
         out += ["", "## What changed since the previous build", ""] + _changes_markdown(rep["changes"])
     return "\n".join(out) + "\n"
@@ -379,4 +381,41 @@ def answer_controls_markdown(ac: Mapping[str, Any] | None) -> list[str]:
             d, h = e["difficulty"], e["horizon"]
             out.append(f"| {t} | {d.get('near', 0)} · {d.get('medium', 0)} · {d.get('far', 0)} | "
                        f"{h.get('early', 0)} · {h.get('middle', 0)} · {h.get('late', 0)} |")
+    return out
+
+
+def visibility_summary(tracks: Sequence[Mapping[str, Any]], step_s: float) -> dict[str, dict[str, Any]]:
+    """Per concept, from every video's visibility tracks (schema.VISIBILITY rows; video_id,
+    instance_id, concept, state suffice): its instances, the seconds each is visible (``step_s``
+    per visible timestamp: median and longest), and how its unobserved timestamps split between
+    out_of_view, occluded and not_seen."""
+    visible: dict[str, Counter] = defaultdict(Counter)  # concept -> (video, instance) -> visible timestamps
+    states: dict[str, Counter] = defaultdict(Counter)
+    for r in tracks:
+        key = (r["video_id"], r["instance_id"])
+        visible[r["concept"]][key] += r["state"] == "visible"
+        if r["state"] != "visible":
+            states[r["concept"]][r["state"]] += 1
+    out = {}
+    for concept in sorted(visible):
+        seconds = sorted(n * step_s for n in visible[concept].values())
+        unseen = sum(states[concept].values())
+        out[concept] = {"instances": len(seconds), "median_visible_s": statistics.median(seconds),
+                        "max_visible_s": seconds[-1],
+                        "unobserved": {k: states[concept][k] / unseen for k in ("out_of_view", "occluded", "not_seen")}
+                        if unseen else {}}
+    return out
+
+
+def _visibility_markdown(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    out = ["", "## Visibility per concept", "",
+           "Seconds each instance is visible (metadata/visibility.parquet, over every view video), and where it "
+           "is when not observed: out of the view's frustum, in it but occluded (or too small to segment), or "
+           "not known (no consistent position).", "",
+           "| concept | instances | visible s per instance (median) | longest | unobserved: out of view · occluded · not seen |",
+           "|---|---|---|---|---|"]
+    for concept, e in summary.items():
+        u = e["unobserved"]
+        split = " · ".join(f"{u[k]:.0%}" for k in ("out_of_view", "occluded", "not_seen")) if u else "-"
+        out.append(f"| {concept} | {e['instances']} | {e['median_visible_s']:.1f} | {e['max_visible_s']:.1f} | {split} |")
     return out

@@ -34,6 +34,7 @@ from vsi_wild.stages import metadata as meta
 from vsi_wild.stages import pose as po
 from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages import segment as seg
+from vsi_wild.stages import visibility as vis
 from vsi_wild.stages.backends import base as backends
 from vsi_wild.stages.video_io import frame_batches, sampled_frames
 from vsi_wild.store import Store, UnitRef
@@ -351,13 +352,16 @@ def run_metadata(job: Job) -> None:
     job.out.write_table("motion_samples.parquet", schema.table(schema.MOTION_SAMPLES, inputs.motion_samples))
     job.out.write_table("view_agreement.parquet", schema.table(schema.VIEW_AGREEMENT, agreement_rows))
     job.out.write_table("fixes_applied.parquet", schema.table(schema.FIXES_APPLIED, derived.applied))
+    job.out.write_table("visibility.parquet", schema.table(schema.VISIBILITY, vis.visibility_columns(
+        vid, derived.instances, derived.observations, inputs.poses, inputs.image_size,
+        inputs.params.visibility_min_consistency)))
     if derived.reviews:  # the qa stage drops the rejected questions (only then: no file, same bytes)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
 
 
 METADATA = Stage(
     name="metadata",
-    outputs=schema.ARTIFACTS["metadata"], version="1", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
+    outputs=schema.ARTIFACTS["metadata"], version="2", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
     sections=("metadata", "segment", "pose", "reconcile"), raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )

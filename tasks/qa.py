@@ -1,7 +1,7 @@
 """The `qa` stage (one unit per view video): its questions, before answer letters, and its VPO images.
 
 Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata/instances.parquet``,
-``metadata/motion.parquet``, ``pose/poses.parquet`` (VPO's place gap), the probed
+``metadata/motion.parquet``, ``metadata/visibility.parquet``, ``pose/poses.parquet`` (VPO's place gap), the probed
 source row (``probe/source.parquet``) for the panorama file, and the ``qa`` and ``faces`` config
 sections. Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED),
 ``images.parquet`` (QA_IMAGES) and ``images/*``.
@@ -73,7 +73,8 @@ def run(job: Job) -> None:
     motion = job.read("metadata", "motion.parquet")
     poses = _poses(job, vid)
     prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
-    result = plan_video(video, instances, motion, poses, params, prov)
+    visibility = job.read("metadata", "visibility.parquet")  # VOO counts real sightings only
+    result = plan_video(video, instances, motion, poses, params, prov, visibility)
     if result.renders:  # the face model and the panorama only for a video with images to render
         blur = image_blurrer(*face_setup(job.config))
         render_video(result, video, params, _panorama(job), job.out.path, blur)
@@ -91,7 +92,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="1",
+    version="2",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

@@ -21,7 +21,8 @@ from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import leak_probe, report_diff
-from vsi_wild.stages.report import build_report, render_markdown
+from vsi_wild.stages.report import build_report, render_markdown, visibility_summary
+from vsi_wild.stages.segment import SAMPLE_STEP
 from vsi_wild.stages.report import text_probe_summary
 from vsi_wild.stages.report_html import build_cards, render_html
 from vsi_wild.stages.report_plots import all_plots
@@ -174,6 +175,9 @@ def text_probe(job: Job, release: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # ------------------------------------------------------------------------------------ the report
+VISIBILITY_COLUMNS = ["video_id", "instance_id", "concept", "state"]  # what the report's visibility section reads
+
+
 def _stage_versions() -> dict[str, str]:
     from vsi_wild.tasks.registry import STAGES  # the registry imports this module
 
@@ -191,6 +195,9 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
     rep["text_probe"] = text_probe(job, [r for r in rows if r["split"] == "release"])
     fixes = {video: store.read_table(ref, "fixes_applied.parquet").to_pylist()
              for video, ref in sorted(job.refs("metadata").items())}
+    rep["visibility"] = visibility_summary(
+        [r for ref in job.refs("metadata").values()
+         for r in store.read_table(ref, "visibility.parquet").select(VISIBILITY_COLUMNS).to_pylist()], SAMPLE_STEP)
     release = [r for r in rows if r["split"] == "release"]
     questions = report_diff.snapshot(release)
     rep["build"] = report_diff.build_info(job.ref("export").key, _stage_versions(), fixes)
@@ -276,7 +283,7 @@ def published_report(store: Store) -> PublishedReport | None:
 REPORT = Stage(
     name="report",
     outputs=schema.ARTIFACTS["report"],
-    version="2",
+    version="3",
     unit_kind="all",
     run=run,
     needs=("export", "probe", "metadata"),

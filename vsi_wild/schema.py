@@ -500,6 +500,27 @@ OBSERVATIONS = _schema(
     f("origin", pa.string(), doc="auto | fix"),
 )
 
+VISIBILITY = _schema(
+    "Each instance's visibility track in one video (stages/visibility.py): one row per instance and 2 FPS "
+    "timestamp of the video's poses, visible when observed (with the observation's box), else out_of_view "
+    "or occluded by its estimated position projected through the view's camera, or not_seen where no "
+    "consistent position says which.",
+    f("video_id", pa.string()),
+    f("instance_id", pa.int64()),
+    f("concept", pa.string()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("frame", pa.int64()),
+    f("fps", pa.float64()),
+    f("state", pa.string(), doc="visible | out_of_view | occluded | not_seen"),
+    f("geometric", pa.bool_(), doc="the instance's position decided its unobserved states (else not_seen)"),
+    f("x0", pa.float64(), True, doc="the observed box in view pixels (visible only; null for one a fix added)"),
+    f("y0", pa.float64(), True),
+    f("x1", pa.float64(), True),
+    f("y1", pa.float64(), True),
+    f("area", pa.int64(), True, doc="mask pixels of the observation"),
+)
+
 MOTION_SAMPLES = _schema(
     "Camera motion of one video per 2 FPS timestamp (the candidates VMR's pivot is chosen from).",
     f("video_id", pa.string()),
@@ -863,6 +884,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("motion_samples.parquet", MOTION_SAMPLES),
         _parquet("view_agreement.parquet", VIEW_AGREEMENT),
         _parquet("fixes_applied.parquet", FIXES_APPLIED),
+        _parquet("visibility.parquet", VISIBILITY),
         _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
     ),
     "qa": (

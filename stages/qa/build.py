@@ -52,9 +52,9 @@ def _check(task: QATask, q: Question) -> None:
 
 
 def plan_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: pa.Table | None,
-               params: QAParams, prov: Provenance) -> VideoQA:
+               params: QAParams, prov: Provenance, visibility: pa.Table | None = None) -> VideoQA:
     """Every question of one video (pure: no pixels); the images to render are listed."""
-    inputs = VideoInputs(video, instances, motion, poses)
+    inputs = VideoInputs(video, instances, motion, poses, visibility)
     qs: list[Question] = []
     jobs: list[RenderJob] = []
     skipped: list[dict] = []

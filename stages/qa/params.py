@@ -43,6 +43,14 @@ class QAParams(BaseModel):
     voo_first: int = Field(5, ge=0, description="first-appearance questions per view video")
     voo_last: int = Field(5, ge=0, description="last-appearance questions per view video")
     voo_min_gap_s: float = Field(2.0, ge=0, description="the 4 concepts' times pairwise at least this far apart")
+    voo_min_visible_s: float = Field(
+        1.0, ge=0, description="an appearance counts only in a real sighting: at least this long visible without a "
+        "break (0.5 s per 2 FPS timestamp of the visibility track), so a one-frame glimpse does not"
+    )
+    voo_min_visible_px: float = Field(
+        0.0, ge=0, description="... each of its boxes at least this many view pixels on its shorter side (0: the "
+        "masks segment.min_area keeps)"
+    )
 
     # VOC
     voc_checkpoint_s: float | None = Field(

@@ -41,6 +41,7 @@ class VideoInputs:
     instances: pa.Table  # schema.INSTANCES (metadata)
     motion: pa.Table  # schema.MOTION (metadata)
     poses: pa.Table | None  # schema.POSES of this video (pose), None when unknown
+    visibility: pa.Table | None = None  # schema.VISIBILITY (metadata), None when unknown
 
 
 @dataclass

@@ -30,20 +30,29 @@ from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, difficulty_bin, gaps, horizon_bin, stamp, stratified_pick
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, QATask, TaskQuestions, VideoInputs, copied
+from vsi_wild.stages.segment import SAMPLE_STEP
+from vsi_wild.stages.visibility import real_sightings
 
 SUBTYPES = ("first", "last")
 _ENUMERATE_MAX = 100_000  # above this many 4-sets, sample instead of enumerating
 
 
-def concept_times(instances: pa.Table, video_id: str, which: str) -> dict[str, float]:
-    """concept -> its first appearance (min first_time) or last appearance (max last_time)."""
+def concept_times(instances: pa.Table, video_id: str, which: str,
+                  sightings: dict[int, tuple[float, float]] | None = None) -> dict[str, float]:
+    """concept -> its first appearance (min first_time) or last appearance (max last_time).
+    ``sightings`` (``visibility.real_sightings``): an automatic instance counts from its first to its
+    last real sighting, and not at all without one; a person's fixes (origin "fix") stand as given."""
     out: dict[str, float] = {}
     col = "first_time" if which == "first" else "last_time"
     pick = min if which == "first" else max
-    for r in instances.select(["video_id", "concept", col]).to_pylist():
+    for r in instances.select(["video_id", "concept", "instance_id", "origin", col]).to_pylist():
         if r["video_id"] != video_id:
             continue
         t = float(r[col])
+        if sightings is not None and r["origin"] == "auto":
+            if r["instance_id"] not in sightings:
+                continue
+            t = sightings[r["instance_id"]][0 if which == "first" else 1]
         out[r["concept"]] = pick(out.get(r["concept"], t), t)
     return out
 
@@ -81,11 +90,14 @@ def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng,
     return found
 
 
-def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance) -> tuple[list[Question], list[dict]]:
+def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance,
+                  visibility: pa.Table | None = None) -> tuple[list[Question], list[dict]]:
     questions: list[Question] = []
     skipped: list[dict] = []
+    sightings = None if visibility is None else real_sightings(
+        visibility.to_pylist(), SAMPLE_STEP, params.voo_min_visible_s, params.voo_min_visible_px)
     for which, count in (("first", params.voo_first), ("last", params.voo_last)):
-        times = concept_times(instances, video.video_id, which)
+        times = concept_times(instances, video.video_id, which, sightings)
 
         def stratum(s: tuple[str, ...], times: dict[str, float] = times, which: str = which) -> tuple[str, str]:
             ts = sorted(times[c] for c in s)
@@ -136,7 +148,7 @@ def _query_time(ordered_times: list[float], which: str, video: VideoInfo) -> flo
 
 
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
-    return TaskQuestions(*voo_questions(inputs.instances, inputs.video, params, prov))
+    return TaskQuestions(*voo_questions(inputs.instances, inputs.video, params, prov, inputs.visibility))
 
 
 TASK = QATask(

@@ -1,0 +1,197 @@
+"""Visibility tracks (seed 002's "visible, occluded, or out of view" per object and moment).
+
+For each instance of one view video and each 2 FPS timestamp, one state:
+
+* ``visible``: the instance was observed then (its box is the observation's);
+* ``out_of_view``: not observed, and its estimated position projects outside the view's frustum;
+* ``occluded``: not observed, although its position projects inside the frustum;
+* ``not_seen``: not observed, and no consistent position says why.
+
+The frustum test uses the view's own camera at that timestamp (``stages.pose.Track``) and the
+instance's estimated world position (``INSTANCES`` x, y, z: ``stages.reconcile.locate``). The
+position is a point (ground contact or triangulated centre), not the object's extent, so each
+instance's box is modelled from its own sightings: its size and the offset of the box centre from
+the projected point, both in world units (pixels x depth / focal length), and the predicted box at
+another timestamp is that model at the new depth. The instance is in the frustum when the predicted
+box overlaps the image.
+
+Positions are only as good as the poses behind them (da3's unit is arbitrary, a twoview track
+drifts): an instance's position is used only when it explains its own sightings, i.e. when the
+predicted box is in the frustum at no fewer than ``min_consistency`` of the timestamps it was seen
+at. Otherwise, and for instances without position, every unobserved timestamp is ``not_seen``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from vsi_wild.stages.pose import Track
+
+VISIBLE, OUT_OF_VIEW, OCCLUDED, NOT_SEEN = "visible", "out_of_view", "occluded", "not_seen"
+STATES = (VISIBLE, OUT_OF_VIEW, OCCLUDED, NOT_SEEN)
+_MIN_DEPTH = 1e-6  # pose units: a point this close to the camera plane has no projection
+
+
+@dataclass(frozen=True)
+class BoxModel:
+    """An instance's box in world units: width and height, and the box centre's offset from the
+    projected position (right and down), each divided by the depth gives pixels / focal length."""
+
+    width: float
+    height: float
+    dx: float
+    dy: float
+
+
+def _project(track: Track, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pixel coordinates (n, 2) and depths (n,) of a world point in every camera of the track."""
+    cam = np.einsum("nij,nj->ni", track.R, position[None, :] - track.C)
+    depth = cam[:, 2]
+    safe = np.where(depth > _MIN_DEPTH, depth, np.nan)
+    u = track.K[:, 0, 0] * cam[:, 0] / safe + track.K[:, 0, 2]
+    v = track.K[:, 1, 1] * cam[:, 1] / safe + track.K[:, 1, 2]
+    return np.stack([u, v], axis=1), depth
+
+
+def box_model(boxes: dict[int, tuple[float, float, float, float]], pixels: np.ndarray, depth: np.ndarray,
+              track: Track) -> BoxModel | None:
+    """The instance's box model from its sightings (track row -> box), median over them; None when
+    no sighting has the point in front of the camera."""
+    rows = [i for i in boxes if depth[i] > _MIN_DEPTH and np.isfinite(pixels[i]).all()]
+    if not rows:
+        return None
+    fx, fy = track.K[rows, 0, 0], track.K[rows, 1, 1]
+    b = np.array([boxes[i] for i in rows])
+    z = depth[rows]
+    return BoxModel(
+        width=float(np.median((b[:, 2] - b[:, 0]) * z / fx)), height=float(np.median((b[:, 3] - b[:, 1]) * z / fy)),
+        dx=float(np.median(((b[:, 0] + b[:, 2]) / 2 - pixels[rows, 0]) * z / fx)),
+        dy=float(np.median(((b[:, 1] + b[:, 3]) / 2 - pixels[rows, 1]) * z / fy)))
+
+
+def in_frustum(model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track,
+               image_size: tuple[int, int]) -> np.ndarray:
+    """Per track row: the predicted box overlaps the image (and the point is in front)."""
+    w, h = image_size
+    ok = track.valid & (depth > _MIN_DEPTH) & np.isfinite(pixels).all(axis=1)
+    z = np.where(ok, depth, 1.0)
+    fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
+    cx, cy = pixels[:, 0] + model.dx * fx / z, pixels[:, 1] + model.dy * fy / z
+    hw, hh = model.width * fx / z / 2, model.height * fy / z / 2
+    with np.errstate(invalid="ignore"):
+        overlaps = (cx + hw > 0) & (cx - hw < w) & (cy + hh > 0) & (cy - hh < h)
+    return ok & overlaps
+
+
+def visibility_columns(video_id: str, instances: Sequence[dict], observations: Sequence[dict], track: Track,
+                       image_size: tuple[int, int], min_consistency: float) -> dict[str, np.ndarray]:
+    """``schema.VISIBILITY`` columns: every instance (``INSTANCES`` rows) at every timestamp of
+    ``track`` (the view's 2 FPS poses, valid or not) and of its observations (``OBSERVATIONS``
+    rows; one a fix added may lie past the last pose), from the observations and, where
+    consistent, its position. Built as arrays: a long video has instances x timestamps rows."""
+    row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+    timeline = {int(k): (float(track.times[i]), int(track.frames[i])) for k, i in row_of.items()}
+    seen: dict[int, dict[int, dict]] = {}
+    for o in observations:
+        k = int(o["sample_index"])
+        seen.setdefault(int(o["instance_id"]), {})[k] = o
+        timeline.setdefault(k, (float(o["time"]), int(o["frame"])))
+    ks = np.array(sorted(timeline), dtype=np.int64)
+    n = len(ks)
+    times = np.array([timeline[k][0] for k in ks], dtype=np.float64)
+    frames = np.array([timeline[k][1] for k in ks], dtype=np.int64)
+    track_row = np.array([row_of.get(int(k), -1) for k in ks], dtype=np.int64)  # -1: no pose at that timestamp
+    position_of = {int(k): j for j, k in enumerate(ks)}
+    fps = float(track.fps) if len(track.sample_indices) else float(observations[0]["fps"]) if observations else 0.0
+    ordered = sorted(instances, key=lambda r: r["instance_id"])
+    m = len(ordered)
+    state = np.full((m, n), STATES.index(NOT_SEEN), dtype=np.int8)
+    frame = np.tile(frames, (m, 1))
+    geometric = np.zeros(m, dtype=bool)
+    box = {c: np.zeros((m, n)) for c in ("x0", "y0", "x1", "y1", "area")}
+    has_box = {c: np.zeros((m, n), dtype=bool) for c in box}
+    for j, ins in enumerate(ordered):
+        obs = seen.get(int(ins["instance_id"]), {})
+        frustum = _frustum_track(ins, {row_of[k]: o for k, o in obs.items() if k in row_of}, track, image_size,
+                                 min_consistency)
+        if frustum is not None:
+            geometric[j] = True
+            posed = track_row >= 0
+            state[j, posed] = np.where(frustum[track_row[posed]], STATES.index(OCCLUDED), STATES.index(OUT_OF_VIEW))
+        for k, o in obs.items():
+            at = position_of[k]
+            state[j, at] = STATES.index(VISIBLE)
+            frame[j, at] = int(o["frame"])
+            for c in box:
+                if o[c] is not None:
+                    box[c][j, at], has_box[c][j, at] = o[c], True
+    cols: dict[str, np.ndarray] = {
+        "video_id": np.full(m * n, video_id),
+        "instance_id": np.repeat(np.array([int(r["instance_id"]) for r in ordered], dtype=np.int64), n),
+        "concept": np.repeat(np.array([r["concept"] for r in ordered], dtype=str), n),
+        "sample_index": np.tile(ks, m), "time": np.tile(times, m), "frame": frame.ravel(),
+        "fps": np.full(m * n, fps), "state": np.array(STATES)[state.ravel()],
+        "geometric": np.repeat(geometric, n),
+    }
+    for c in box:  # null where there is no observed box
+        values = box[c].ravel() if c != "area" else box[c].ravel().astype(np.int64)
+        cols[c] = np.ma.masked_array(values, mask=~has_box[c].ravel())
+    return cols
+
+
+def _frustum_track(ins: dict, obs: dict[int, dict], track: Track, image_size: tuple[int, int],
+                   min_consistency: float) -> np.ndarray | None:
+    """Per track row, whether the instance is in the frustum; None when its position is unknown
+    or does not explain its own sightings."""
+    if ins["x"] is None or not track.valid.any():
+        return None
+    pixels, depth = _project(track, np.array([ins["x"], ins["y"], ins["z"]], dtype=np.float64))
+    boxes = {i: (o["x0"], o["y0"], o["x1"], o["y1"]) for i, o in obs.items()
+             if o["x0"] is not None and track.valid[i]}
+    model = box_model(boxes, pixels, depth, track) if boxes else None
+    if model is None:
+        return None
+    inside = in_frustum(model, pixels, depth, track, image_size)
+    if float(np.mean([inside[i] for i in boxes])) < min_consistency:
+        return None
+    return inside
+
+
+def sighting_runs(states: Sequence[tuple[float, str, float | None]], step: float, min_px: float
+                  ) -> list[tuple[float, float, float]]:
+    """An instance's sightings: runs of consecutive timestamps (``step`` apart) that are visible with
+    a box at least ``min_px`` on its shorter side (``None``: a box a person added, no size to check),
+    from (time, state, shorter side) in time order. Each run as (start, end, duration), the
+    duration counting ``step`` per timestamp."""
+    runs: list[list[float]] = []
+    last = None
+    for t, state, side in states:
+        real = state == VISIBLE and (side is None or side >= min_px)
+        if not real:
+            last = None
+            continue
+        if last is not None and t - last <= step * 1.5:
+            runs[-1][1] = t
+        else:
+            runs.append([t, t])
+        last = t
+    return [(a, b, b - a + step) for a, b in runs]
+
+
+def real_sightings(visibility: Sequence[dict], step: float, min_s: float, min_px: float
+                   ) -> dict[int, tuple[float, float]]:
+    """instance id -> (start of its first, last timestamp of its last) real sighting: a run of
+    ``sighting_runs`` at least ``min_s`` long. Instances without one are left out."""
+    by_instance: dict[int, list[tuple[float, str, float | None]]] = {}
+    for r in sorted(visibility, key=lambda r: (r["instance_id"], r["time"])):
+        side = None if r["x0"] is None else min(r["x1"] - r["x0"], r["y1"] - r["y0"])
+        by_instance.setdefault(int(r["instance_id"]), []).append((float(r["time"]), r["state"], side))
+    out = {}
+    for i, states in by_instance.items():
+        runs = [(a, b) for a, b, d in sighting_runs(states, step, min_px) if d >= min_s - 1e-9]
+        if runs:
+            out[i] = (runs[0][0], runs[-1][1])
+    return out
