@@ -216,6 +216,7 @@ def test_cli_blind_json_is_one_object_per_line(tmp_path: Path):
     probe = [r for r in records if r["baseline"] == "text_probe"]
     assert [(r["task"], r["flagged"], r["n"]) for r in probe] == [("VMR", True, len(rows))]
     assert {r["baseline"] for r in records} == {"prior", "consensus", "text_probe"}
+    assert all(r["n"] == len(rows) and r["metric"] == "accuracy" for r in records)
 
 
 # ------------------------------------------------------------------------------------ the report

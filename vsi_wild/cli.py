@@ -5,6 +5,7 @@ Heavy modules (Prefect, the stages) are imported inside the commands, so that `-
 
 from __future__ import annotations
 
+import collections
 import json
 import os
 import sys
@@ -468,8 +469,9 @@ def evaluate(
                                                                "frame_indices", "options")}, ensure_ascii=False) + "\n")
         out.print(f"wrote {write_shuffle24}")
     if blind:
-        metrics = {t: ev.task(t).metric.name for t in {r["task_type"] for r in rows}}
-        _print_blind(ev.blind_report(rows), ev.text_probe_report(rows), metrics, blind_json)
+        counts = collections.Counter(r["task_type"] for r in rows)
+        metrics = {t: ev.task(t).metric.name for t in counts}
+        _print_blind(ev.blind_report(rows), ev.text_probe_report(rows), metrics, counts, blind_json)
     if predictions:
         preds = {p["doc_id"]: p.get("prediction") for p in ev.load_jsonl(predictions)}
         t = Table(title=f"scores ({len(rows)} questions)")
@@ -485,13 +487,14 @@ def evaluate(
         raise typer.Exit(2)
 
 
-def _blind_records(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str]) -> list[dict[str, Any]]:
-    """One record per (blind baseline, task): its metric, score, chance, and whether it flags the
-    task (``metrics``: task -> its metric's name; the rule baselines' chance is that of accuracy,
-    none for a task scored otherwise)."""
+def _blind_records(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str],
+                   counts: dict[str, int]) -> list[dict[str, Any]]:
+    """One record per (blind baseline, task): its metric, score, chance, questions, and whether it
+    flags the task (``metrics``: task -> its metric's name; the rule baselines' chance is that of
+    accuracy, none for a task scored otherwise; ``counts``: task -> questions)."""
     flagged = {x["task"] for x in rules["leaks"]}
     records = [{"baseline": name, "task": t, "metric": metrics[t], "score": value,
-                "chance": rules["chance"] if metrics[t] == "accuracy" else None,
+                "chance": rules["chance"] if metrics[t] == "accuracy" else None, "n": counts[t],
                 "flagged": t in flagged and value > rules["chance"] + rules["margin"]}
                for name, scores in rules["baselines"].items() for t, value in scores.items()]
     records += [{"baseline": text_probe["probe"], **{("score" if k == "probe" else k): v for k, v in p.items()},
@@ -499,8 +502,9 @@ def _blind_records(rules: dict[str, Any], text_probe: dict[str, Any], metrics: d
     return records
 
 
-def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str], as_json: bool) -> None:
-    records = _blind_records(rules, text_probe, metrics)
+def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str], counts: dict[str, int],
+                 as_json: bool) -> None:
+    records = _blind_records(rules, text_probe, metrics, counts)
     if as_json:
         for r in records:
             emit_json(r)
@@ -511,7 +515,7 @@ def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dic
     for r in records:
         chance = "" if r["chance"] is None else f"{r['chance']:.3f}"
         score = "" if r["score"] is None else f"{r['score']:.3f}"
-        t.add_row(r["baseline"], r["task"], r["metric"], score, chance, str(r.get("n", "")),
+        t.add_row(r["baseline"], r["task"], r["metric"], score, chance, str(r["n"]),
                   "LEAK" if r["flagged"] else "")
     _console().print(t)
     for p in text_probe["tasks"]:
