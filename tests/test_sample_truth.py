@@ -18,7 +18,7 @@ from vsi_wild import schema
 from vsi_wild.ids import VIEWS
 from vsi_wild.stages import geometry
 from vsi_wild.stages.sample import SampleParams, generate_sample
-from vsi_wild.stages.sample.world import BOX, CONE, CYL, QUAD, SPHERE, build_world
+from vsi_wild.stages.sample.world import BOX, CATEGORIES, CONE, CYL, DEFAULT_LAYOUT, QUAD, SPHERE, ZONES, build_world
 
 FULL = SampleParams(duration_s=120.0, width=128, fps=8.0, truth_view_width=320, truth_view_height=180)
 
@@ -86,6 +86,12 @@ def test_route_motion_requirements(full):
     # every 30 s window of the 120 s route holds a whole steady move of >= 4 s
     for w0 in np.arange(0.0, 90.0 + 1e-9, 0.5):
         assert any(w0 <= a and b <= w0 + 30.0 for a, b, _ in long_runs), f"no steady move in [{w0}, {w0 + 30}]"
+    # 15 s motion clips (configs/sample.yaml): all but one hold the middle of a steady move of >= 4 s
+    # (+- 2 s around it, what VMR's pivot needs); the one without is the stop with a pause of >= 3 s
+    still = [c0 for c0 in np.arange(0.0, 120.0, 15.0)
+             if not any(a + 2.0 < c0 + 15.0 and b - 2.0 >= c0 for a, b, _ in long_runs)]
+    assert len(still) == 1, still
+    assert any(a < still[0] + 15.0 and b > still[0] and b - a >= 3.0 - 1e-6 for a, b in still_runs(p, FULL.fps))
     # the 8 directions relative to the heading, each as a steady move of >= 4 s
     sectors = {int(round(r / 45.0)) % 8 for _, _, r in long_runs}
     assert sectors == set(range(8)), sorted(sectors)
@@ -167,7 +173,12 @@ def test_objects_table(full):
     cats = {}
     for c in o["category"]:
         cats[c] = cats.get(c, 0) + 1
-    assert len(cats) >= 5 and min(cats.values()) >= 3
+    # the default layout's counts per category, each object in its zone
+    assert cats == {c: sum(n for _, n in zones) for c, zones in DEFAULT_LAYOUT.items()}
+    zones = [z for c in CATEGORIES for z, n in DEFAULT_LAYOUT[c.name] for _ in range(n)]  # placement order
+    for i, zone in zip(o["instance_id"], zones):
+        place, x0, y0, x1, y1 = ZONES[zone]
+        assert o["place"][i] == place and x0 <= o["x"][i] <= x1 and y0 <= o["y"][i] <= y1, (i, zone)
     assert sorted(o["instance_id"]) == list(range(len(o["instance_id"])))
     places = full.places.to_pydict()
     assert set(places["place"]) == {"plaza", "street", "hall", "corridor"}

@@ -224,8 +224,9 @@ def _move(dist: float, rel_deg: float, speed: float) -> Move:
 def loop_route() -> Route:
     """The default 120 s closed walk: plaza -> street -> hall -> corridor -> plaza.
 
-    Every 30 s window holds a steady move of >= 4 s; the moves cover forward, backward, left,
-    right and the four diagonals relative to the heading; there are pauses of >= 3 s, turns in
+    Every 30 s window holds a steady move of >= 4 s, and so does every 15 s window but 45-60 s (the
+    stop at the face photograph: turns, steps under 4 s, pauses); the moves cover forward, backward,
+    left, right and the four diagonals relative to the heading; there are pauses of >= 3 s, turns in
     place both ways and a walking turn; the plaza is visited at the start and again at the end.
     Headings: 0 = north, 90 = east.
     """
@@ -240,9 +241,13 @@ def loop_route() -> Route:
         Turn(2.0, -90.0),  # turn left in place: heading east
         _move(6.0, -90.0, 1.2),  # left (north) to (6, 36)
         Turn(1.5, 45.0),  # heading south-east
-        _move(7.5, -135.0, 1.2),  # backward-left (north) through the hall's door to (6, 43.5)
+        _move(7.5, -135.0, 1.45),  # backward-left (north) through the hall's door to (6, 43.5), by 45.6 s
+        # 45-60 s, the face photograph: only turns, short steps (< 4 s: no steady motion) and pauses,
+        # so that this 15 s motion clip is `none` (metadata.motion_clip_seconds: 15 in configs/sample.yaml)
         Turn(1.5, -45.0),  # heading east
-        _move(3.5 * d, -45.0, 1.1),  # forward-left (north-east) to (9.5, 47)
+        _move(1.75 * d, -45.0, 1.2),  # a step forward-left (north-east) to (7.75, 45.25)
+        Pause(1.0),
+        _move(1.75 * d, -45.0, 1.2),  # another to (9.5, 47)
         Turn(1.8, -90.0),  # face the north wall and its face photograph
         _move(1.5, 0.0, 1.0),  # step towards it: (9.5, 48.5)
         Pause(3.5),
@@ -279,6 +284,11 @@ def short_route() -> Route:
 
 
 ROUTES = {"loop": loop_route, "short": short_route}
+
+# Walls across the mouths at y = 20 (x ranges): gates of 2.4 m where the loop crosses (x = 6 out of
+# the plaza, x = 22 back into it).
+GATE_WALLS = ((2.0, 4.8), (7.2, 10.0), (19.0, 20.8), (23.2, 27.0))
+GATE_WALL_HEIGHT = 3.0
 
 # Face photograph slots: (place, centre x, centre y, normal x, normal y); the route passes each
 # within ~3.5-4 m, facing it for a while (slot 0 has a pause in front of it).
@@ -332,8 +342,51 @@ def textures_for(seed: int) -> tuple[tx.TextureAtlas, np.ndarray]:
     return atlas, sky
 
 
-def build_world(seed: int = 0, route: str = "loop", n_per_category: int = 4, n_faces: int = 1) -> World:
-    """The world of a sample: deterministic in (seed, route, n_per_category, n_faces)."""
+# Placement zones of the default layout: (place, x_min, y_min, x_max, y_max), clipped to the place.
+# The street's east side and the corridor's west side lie behind the gate walls as seen from the
+# plaza, so that what is placed there is seen only from inside (its last appearance is not at the
+# end of the loop).
+ZONES: dict[str, tuple[str, float, float, float, float]] = {
+    "plaza": ("plaza", 0.0, 0.0, 28.0, 20.0),
+    "street": ("street", 2.0, 20.0, 10.0, 40.0),
+    "street east": ("street", 7.0, 20.0, 10.0, 40.0),
+    "hall": ("hall", 0.0, 40.0, 28.0, 52.0),
+    "hall south": ("hall", 10.5, 40.0, 17.0, 47.5),
+    "corridor west": ("corridor", 19.0, 20.0, 21.8, 40.0),
+    "corridor": ("corridor", 19.0, 20.0, 27.0, 40.0),
+}
+
+# The default sample's objects (``n_per_category=None``): per category, how many in which zone.
+# Chosen so that the default sample exercises every QA rule (tests/test_sample_oracle.py): counts
+# of 1-9 per category, so VOC totals per view spread over 1..8; categories whose first and whose
+# last appearances fall in different places, so that both VOO subtypes find concepts >= 2 s apart
+# (the plaza, seen at the start and again at the end, holds only two categories); most categories
+# spread over places the route visits in different 30 s windows, so streaming counts rise.
+DEFAULT_LAYOUT: dict[str, tuple[tuple[str, int], ...]] = {
+    "traffic cone": (("street east", 2), ("hall south", 3), ("corridor west", 3)),
+    "trash can": (("hall south", 5),),
+    "fire hydrant": (("street east", 3),),
+    "vending machine": (("hall south", 2),),
+    "bench": (("plaza", 3),),
+    "beach ball": (("corridor west", 6),),
+}
+
+
+def _category_zones(category: str, n_per_category: int | None, rng: np.random.Generator) -> list[str]:
+    """The zones (``ZONES``) of a category's instances, in placement order."""
+    if n_per_category is None:
+        return [zone for zone, n in DEFAULT_LAYOUT[category] for _ in range(n)]
+    # uniform: half of each category in the plaza (visited twice), the rest spread over the others
+    others = [str(p) for p in rng.permutation(["street", "hall", "corridor"])]
+    order = ["plaza", others[0], others[1], "plaza", others[2], "plaza"]
+    return [order[k % len(order)] for k in range(n_per_category)]
+
+
+def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None = None, n_faces: int = 1) -> World:
+    """The world of a sample: deterministic in (seed, route, n_per_category, n_faces).
+
+    ``n_per_category``: that many instances of every category (half in the plaza); None: the
+    default sample's ``DEFAULT_LAYOUT``."""
     if route not in ROUTES:
         raise ValueError(f"unknown route {route!r}: expected one of {sorted(ROUTES)}")
     if not 0 <= n_faces <= len(FACE_SLOTS):
@@ -410,6 +463,10 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int = 4, n_f
         b.cylinder(lx, ly, 0.08, 0, 4.2, mats(metal))  # lamp posts
         b.sphere(lx, ly, 4.35, 0.18, mats(lamp))
     b.box(8.3, 9.8, 27.0, 29.0, 0, 2.6, mats(plaster, pz=roof))  # a kiosk in the street
+    # garden walls narrow the street's and the corridor's mouths to gates the route walks through,
+    # so that from the plaza only a slice of each is in view (the revisit does not see everything)
+    for x0, x1 in GATE_WALLS:
+        b.box(x0, x1, 19.8, 20.2, 0, GATE_WALL_HEIGHT, mats(brick, pz=stone))
     # faces: the astronaut photograph on the chosen slots
     faces: list[FacePhoto] = []
     used_slots = []
@@ -451,19 +508,17 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int = 4, n_f
     placed: list[tuple[float, float, float]] = []  # x, y, radius
     iid = 0
     for ci, cat in enumerate(CATEGORIES):
-        # half of each category in the plaza (visited twice), the rest spread over the others
-        others = [str(p) for p in rng.permutation(["street", "hall", "corridor"])]
-        order = ["plaza", others[0], others[1], "plaza", others[2], "plaza"]
-        for k in range(n_per_category):
-            pname = str(order[k % len(order)])
+        for k, zone in enumerate(_category_zones(cat.name, n_per_category, rng)):
+            pname, zx0, zy0, zx1, zy1 = ZONES[zone]
             pl = places[pname]
+            zx0, zy0, zx1, zy1 = max(zx0, pl.x_min), max(zy0, pl.y_min), min(zx1, pl.x_max), min(zy1, pl.y_max)
             sx, sy, sz = cat.size
             if cat.shape == BOX and rng.random() < 0.5:
                 sx, sy = sy, sx
             rad = 0.5 * math.hypot(sx, sy)
             for _attempt in range(2000):
-                x = float(rng.uniform(pl.x_min + 0.3 + sx / 2, pl.x_max - 0.3 - sx / 2))
-                y = float(rng.uniform(pl.y_min + 0.3 + sy / 2, pl.y_max - 0.3 - sy / 2))
+                x = float(rng.uniform(zx0 + 0.3 + sx / 2, zx1 - 0.3 - sx / 2))
+                y = float(rng.uniform(zy0 + 0.3 + sy / 2, zy1 - 0.3 - sy / 2))
                 if pl.name in ("street", "corridor") and not (pl.y_min + 1.0 < y < pl.y_max - 1.0):
                     continue  # keep doorways and mouths clear
                 if np.min(np.hypot(route_xy[:, 0] - x, route_xy[:, 1] - y)) < rad + 1.0:
@@ -479,7 +534,7 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int = 4, n_f
                     continue
                 break
             else:  # pragma: no cover - the layout leaves plenty of room
-                raise RuntimeError(f"could not place {cat.name} #{k} in {pname}")
+                raise RuntimeError(f"could not place {cat.name} #{k} in {zone}")
             m = cat_mats[cat.name]
             if cat.shape == BOX:
                 p = b.box(x - sx / 2, x + sx / 2, y - sy / 2, y + sy / 2, 0.0, sz, m, label=iid)
