@@ -269,10 +269,10 @@ def _probe_items(questions: Sequence[dict[str, Any]]) -> list[leak_probe.Item]:
         if q["split"] != RELEASE:
             continue
         if task(q["task_type"]).kind == MC:
-            items.append(leak_probe.Item(str(i), q["task_type"], q["question"], q["source_id"],
+            items.append(leak_probe.Item(str(i), q["task_type"], q["question"], q["source_id"], q["video_id"],
                                          options=(q["correct"], *q["distractors"]), correct=0))
         else:
-            items.append(leak_probe.Item(str(i), q["task_type"], q["question"], q["source_id"],
+            items.append(leak_probe.Item(str(i), q["task_type"], q["question"], q["source_id"], q["video_id"],
                                          answer=float(q["answers"][-1])))
     return items
 

@@ -4,7 +4,8 @@ The text probe of seed 003 and the "train on the test set" method of the debiase
 classifier is trained on the benchmark itself, with k-fold cross-validation, and every question is
 answered by a model that never saw it (out of fold). The folds are grouped by source video (the
 four views of one 360° video share objects, places and wording), so a question is never answered
-by a model trained on its own source's questions.
+by a model trained on its own source's questions. A task whose questions all come from one source
+(the embedded sample) is grouped by view video instead, and says so (``grouped_by``, a note).
 
 Multiple-choice tasks (VMR, VPO, VOO): every (question, option) pair is a sample, labelled 1 for the
 correct option; its features are
@@ -49,18 +50,19 @@ from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages.qa.registry import NUMBER, task
 
 PROBE_NAME = "text_probe"
-VERSION = "1"  # bump when the probe's features or models change: a cached figure of another version is redone
+VERSION = "2"  # bump when the probe's features or models change: a cached figure of another version is redone
 _WORD = re.compile(r"\w+")
 
 
 @dataclass(frozen=True)
 class Item:
-    """One question as the probe sees it: texts, the truth and its group (the source video)."""
+    """One question as the probe sees it: texts, the truth and its groups (source and view video)."""
 
-    key: str  # unique within a probe run (a doc_id, or a question's id before letters exist)
+    key: str  # unique within a probe run (a doc_id, or a question's row number before letters exist)
     task_type: str
     question: str
-    group: str
+    group: str  # the source video: the folds' groups
+    video: str  # the view video: the groups when a task has one source only
     options: tuple[str, ...] = ()  # MC: the option texts, without letters
     correct: int | None = None  # MC: index of the correct option
     answer: float | None = None  # numeric: the true count
@@ -78,12 +80,13 @@ class TaskProbe:
     chance: float | None  # MC: mean 1/options; numeric: the best constant's MRA
     p_value: float | None  # MC: one-sided binomial test of the probe's hits against chance
     flagged: bool
+    grouped_by: str = "source video"
     note: str = ""
 
     def as_json(self) -> dict[str, Any]:
         return {"task": self.task_type, "metric": self.metric, "n": self.n, "sources": self.sources,
                 "probe": self.probe, "chance": self.chance, "p_value": self.p_value, "flagged": self.flagged,
-                **({"note": self.note} if self.note else {})}
+                "grouped_by": self.grouped_by, **({"note": self.note} if self.note else {})}
 
 
 @dataclass
@@ -100,7 +103,7 @@ class ProbeResult:
         return [t for t, p in self.tasks.items() if p.flagged]
 
     def as_json(self) -> dict[str, Any]:
-        return {"probe": PROBE_NAME, "folds": self.folds_k, "grouped_by": "source video", "margin": self.margin,
+        return {"probe": PROBE_NAME, "folds": self.folds_k, "margin": self.margin,
                 "min_n": self.min_n, "alpha": self.alpha, "tasks": [p.as_json() for p in self.tasks.values()],
                 "flagged": self.flagged()}
 
@@ -112,14 +115,14 @@ def items_from_release(rows: Iterable[Mapping[str, Any]]) -> list[Item]:
     without its view suffix (the public file's ``<youtube id>_<view>.mp4``)."""
     out = []
     for r in rows:
-        group = ev._source(r)
+        group, video = ev._source(r), r["video_name"]
         if task(r["task_type"]).kind == NUMBER:
             value = ev.parse_count(r["answer"])
             if value is None:
                 raise ev.EvalError(f"{r['doc_id']}: answer {r['answer']!r} is not a number")
-            out.append(Item(r["doc_id"], r["task_type"], r["question"], group, answer=value))
+            out.append(Item(r["doc_id"], r["task_type"], r["question"], group, video, answer=value))
         else:
-            out.append(Item(r["doc_id"], r["task_type"], r["question"], group,
+            out.append(Item(r["doc_id"], r["task_type"], r["question"], group, video,
                             options=tuple(ev.option_texts(r)), correct=ev.correct_index(r)))
     return out
 
@@ -277,10 +280,18 @@ def probe(items: Sequence[Item], folds: int = 5, seed: int = 0, margin: float = 
         sources = len({it.group for it in its})
         entry = TaskProbe(name, "MRA" if numeric else "accuracy", len(its), sources, None, None, None, False)
         result.tasks[name] = entry
+        groups = [it.group for it in its]
         if sources < 2:
-            entry.note = "one source video: cross-validation grouped by source needs two"
-            continue
-        fold = fold_of([it.group for it in its], folds, seed)
+            # One 360° video (the embedded sample): its views are the only groups there are. They share
+            # objects and places, so a probe trained on one view can know another's answers: an upper bound.
+            groups = [it.video for it in its]
+            entry.grouped_by = "view video"
+            entry.note = ("one source video: folds grouped by view video instead (its views share objects, so "
+                          "this can overstate a leak)")
+            if len(set(groups)) < 2:
+                entry.note = "one view video: cross-validation needs two groups"
+                continue
+        fold = fold_of(groups, folds, seed)
         result.folds.update({it.key: f for it, f in zip(its, fold)})
         if numeric:
             scores, baseline = _probe_numeric(its, fold)
@@ -295,7 +306,7 @@ def probe(items: Sequence[Item], folds: int = 5, seed: int = 0, margin: float = 
             result.bias.update({it.key: p - c for it, p, c in zip(its, probs, chances)})
             beats = entry.probe - entry.chance > margin and entry.p_value < alpha
         if len(its) < min_n:
-            entry.note = f"fewer than {min_n} questions: too few to call a leak"
+            entry.note = "; ".join(filter(None, [entry.note, f"fewer than {min_n} questions: too few to call a leak"]))
         entry.flagged = beats and len(its) >= min_n
     return result
 

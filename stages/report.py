@@ -310,7 +310,8 @@ def text_probe_markdown(tp: Mapping[str, Any] | None) -> list[str]:
             return "-"
         if e["probe"] is None:
             return f"not probed ({e.get('note', '')})"
-        return f"{e['probe']:.3f} · {e['chance']:.3f} ({e['n']})" + (" **flagged**" if e["flagged"] else "")
+        by_view = " (folds by view video)" if e.get("grouped_by") == "view video" else ""
+        return f"{e['probe']:.3f} · {e['chance']:.3f} ({e['n']})" + (" **flagged**" if e["flagged"] else "") + by_view
 
     build_tasks = {e["task"]: e for e in tp["build"]["tasks"]}
     for name in [*build_tasks, *(t for t in ref_tasks if t not in build_tasks)]:

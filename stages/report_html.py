@@ -272,7 +272,8 @@ def _text_probe(rep: Mapping[str, Any]) -> str:
     def cells(e: Mapping[str, Any] | None) -> list[str]:
         if not e or e["probe"] is None:
             return ["-", "-", str(e["n"]) if e else "-"]
-        return [f"{e['probe']:.3f}" + (" (flagged)" if e["flagged"] else ""), f"{e['chance']:.3f}", str(e["n"])]
+        by_view = " (folds by view video)" if e.get("grouped_by") == "view video" else ""
+        return [f"{e['probe']:.3f}" + (" (flagged)" if e["flagged"] else "") + by_view, f"{e['chance']:.3f}", str(e["n"])]
 
     build = {e["task"]: e for e in tp["build"]["tasks"]}
     names = [*build, *(t for t in ref_tasks if t not in build)]

@@ -201,7 +201,7 @@ def summary_line(where: str, counts: dict) -> str:
 EXPORT = Stage(
     name="export",
     outputs=schema.ARTIFACTS["export"],
-    version="2",
+    version="3",
     unit_kind="all",
     run=run,
     needs=("qa", "project"),

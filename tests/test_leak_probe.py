@@ -135,10 +135,20 @@ def test_folds_are_grouped_by_source_video():
     assert lp.fold_of(["a", "b", "a", "c"], 5, seed=0)[0] == lp.fold_of(["a", "b", "a", "c"], 5, seed=0)[2]
 
 
-def test_one_source_is_reported_not_probed():
+def test_one_source_is_grouped_by_view_video_and_one_video_is_not_probed():
     rows, _ = vmr_set(leak=True, sources=1, per_source=8)
-    vmr = task_entry(lp.probe(lp.items_from_release(rows)), "VMR")
-    assert vmr.probe is None and not vmr.flagged and "two" in vmr.note
+    vmr = task_entry(lp.probe(lp.items_from_release(rows)), "VMR")  # every row: src00_front.mp4
+    assert vmr.probe is None and not vmr.flagged and "one view video" in vmr.note
+    views = ["front", "right", "back", "left"]
+    for i, r in enumerate(rows):  # the embedded sample's shape: one source, its four views
+        r["video_name"] = f"src00_{views[i % 4]}.mp4"
+    res = lp.probe(lp.items_from_release(rows))
+    vmr = task_entry(res, "VMR")
+    assert vmr.probe is not None and vmr.grouped_by == "view video" and "grouped by view video" in vmr.note
+    fold_of_video: dict[str, set[int]] = {}
+    for r in rows:
+        fold_of_video.setdefault(r["video_name"], set()).add(res.folds[r["doc_id"]])
+    assert all(len(f) == 1 for f in fold_of_video.values()) and len(set().union(*fold_of_video.values())) == 4
 
 
 def test_probe_is_deterministic():
