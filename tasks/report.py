@@ -23,7 +23,7 @@ from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import leak_probe, report_diff
 from vsi_wild.stages.report import build_report, render_markdown, visibility_summary
 from vsi_wild.stages.segment import SAMPLE_STEP
-from vsi_wild.stages.report import text_probe_summary
+from vsi_wild.stages.report import answer_controls, text_probe_summary
 from vsi_wild.stages.report_html import build_cards, render_html
 from vsi_wild.stages.report_plots import all_plots
 from vsi_wild.store import Store, UnitRef
@@ -174,6 +174,18 @@ def text_probe(job: Job, release: list[dict[str, Any]]) -> dict[str, Any]:
     return text_probe_summary(ev.text_probe_report(release), reference_probe(job.config, job.store), dropped)
 
 
+def public_release_rows(config: Config) -> list[dict[str, Any]] | None:
+    """The public release's rows (``report.reference_qa``) for the answer controls' figures by the
+    same code; None when it is absent or unreadable (the text probe's section says which)."""
+    path = _reference_qa(config)
+    if path is None or not path.is_file():
+        return None
+    try:
+        return ev.load_jsonl(path)
+    except ev.EvalError:
+        return None
+
+
 # ------------------------------------------------------------------------------------ the report
 VISIBILITY_COLUMNS = ["video_id", "instance_id", "concept", "state"]  # what the report's visibility section reads
 
@@ -193,6 +205,7 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
     status = [r for r in store.status_table().to_pylist() if r["stage"] != "report"]
     rep = build_report(rows, status, sources)
     rep["text_probe"] = text_probe(job, [r for r in rows if r["split"] == "release"])
+    rep["answer_controls"] = answer_controls([r for r in rows if r["split"] == "release"], public_release_rows(job.config))
     fixes = {video: store.read_table(ref, "fixes_applied.parquet").to_pylist()
              for video, ref in sorted(job.refs("metadata").items())}
     rep["visibility"] = visibility_summary(
@@ -283,7 +296,7 @@ def published_report(store: Store) -> PublishedReport | None:
 REPORT = Stage(
     name="report",
     outputs=schema.ARTIFACTS["report"],
-    version="3",
+    version="4",
     unit_kind="all",
     run=run,
     needs=("export", "probe", "metadata"),

@@ -174,3 +174,19 @@ def test_the_report_shows_the_balanced_histograms_and_both_priors():
     assert "| VMR | cardinal | " in md and "public release: best constant" in md
     assert "no higher here" in md or "HIGHER here" in md
     assert "not available" in "\n".join(report.answer_controls_markdown(report.answer_controls(release, None)))
+
+
+def test_the_report_stage_reads_the_public_release_for_the_priors(tmp_path):
+    import json
+
+    from vsi_wild.config import Config
+    from vsi_wild.tasks.report import public_release_rows
+
+    rows = [{"doc_id": "v_front.mp4|0|VOC|0", "video_name": "v_front.mp4", "task_type": "VOC", "answer": "3",
+             "question": "count the total number of cup(s) you observe.", "frame_indices": None, "options": None}]
+    path = tmp_path / "release.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert public_release_rows(Config.model_validate({"report": {"reference_qa": str(path)}})) == rows
+    assert public_release_rows(Config.model_validate({"report": {"reference_qa": str(tmp_path / "nope.jsonl")}})) is None
+    path.write_text("not json\n")
+    assert public_release_rows(Config.model_validate({"report": {"reference_qa": str(path)}})) is None
