@@ -65,6 +65,11 @@ def _metadata(job):
     w = world(source)
     job.out.write_table("instances.parquet", instances_table(w, view))
     job.out.write_table("motion.parquet", motion_table(w, view, 10.0))
+    # every sighting of the world is a real one (visible, a box well above any size floor)
+    job.out.write_table("visibility.parquet", schema.table(schema.VISIBILITY, [
+        {"video_id": job.unit, "instance_id": v["instance_id"], "concept": v["category"], "sample_index": int(v["time"] * 2),
+         "time": v["time"], "frame": int(round(v["time"] * FPS)), "fps": FPS, "state": "visible", "geometric": False,
+         "x0": 0.0, "y0": 0.0, "x1": 32.0, "y1": 32.0, "area": 1024} for v in w.visibility if v["view"] == view]))
 
 
 def _probe(job):
