@@ -532,11 +532,24 @@ def _distance(a: ClipInstance, b: ClipInstance, params: ReconcileParams,
     return dist, False, drift, False
 
 
+def _cut_iou(a: ClipInstance, b: ClipInstance, last: int, first: int) -> float:
+    """Overlap of the boxes either side of a cut: as they are, or with one box carried across the
+    cut at its own image motion (its previous or next sample): an object near the camera moves
+    far between two 2 FPS samples."""
+    box_a, box_b = np.asarray(a.samples[last].box), np.asarray(b.samples[first].box)
+    ious = [_iou(box_a, box_b)]
+    if last - 1 in a.samples:
+        ious.append(_iou(2 * box_a - np.asarray(a.samples[last - 1].box), box_b))
+    if first + 1 in b.samples:
+        ious.append(_iou(box_a, 2 * box_b - np.asarray(b.samples[first + 1].box)))
+    return max(ious)
+
+
 def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: ReconcileParams,
                  layout: Layout | None) -> Proposal:
     """The evidence that ``a`` (earlier clip) and ``b`` are one object, scored."""
     boundary = b.clip == a.clip + 1 and cuts.last[a.clip] in a.samples and cuts.first[b.clip] in b.samples
-    iou = _iou(a.samples[cuts.last[a.clip]].box, b.samples[cuts.first[b.clip]].box) if boundary else None
+    iou = _cut_iou(a, b, cuts.last[a.clip], cuts.first[b.clip]) if boundary else None
     app = bhattacharyya(a.appearance, b.appearance)
     looks_differ = app < params.min_appearance and min(a.mean_area, b.mean_area) >= params.appearance_min_area
     dist, by_rays, drift, used_layout = _distance(a, b, params, layout)
@@ -551,7 +564,13 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
         if dist <= limit and not looks_differ:
             score = (1.5 if by_rays else 2.0) + (1.0 - dist / limit) / 2
             why = f"same place{how} (distance {dist:.2f} of range) and look (appearance {app:.2f})"
-            weak = not by_rays and dist > params.decisive_fraction * limit
+            # beyond the decisive fraction the place alone cannot tell look-alikes apart; seen in
+            # the last sample before the cut and the first after it, the time tells (a look-alike
+            # would have to vanish and another appear at that instant, at nearly the same place)
+            far = not by_rays and dist > params.decisive_fraction * limit
+            weak = far and not boundary
+            if far and boundary:
+                why += f", seen either side of the cut (box IoU {iou:.2f})"
             if weak:
                 why = (f"near{how} (distance {dist:.2f} of range, over {params.decisive_fraction:g} of the limit "
                        f"{limit:.2f}) with the same look (appearance {app:.2f}): too weak to tell look-alikes apart")

@@ -242,6 +242,22 @@ def test_look_alikes_on_weak_position_evidence_stay_apart_for_review():
     assert groups.find(first.key) == groups.find(other.key)
 
 
+def test_an_object_moving_fast_across_a_cut_continues():
+    """A cone near the camera sweeps 60 px per 2 FPS sample across the image: its boxes either side
+    of the cut do not overlap, but its box carried on at its own motion lands on the next one."""
+    clips = seg.clip_spans(40.0, 20.0)  # samples 0-39 and 40-79
+
+    def cone(clip, ks):
+        obs = {k: rc.Obs(k * 0.5, (100.0 + 60 * (k - 38), 200.0, 140.0 + 60 * (k - 38), 260.0), 2400, 4 * k, 8.0, (W, H))
+               for k in ks}
+        return rc.ClipInstance(clip, 0, "traffic cone", min(ks) * 0.5, max(ks) * 0.5, np.r_[1.0, np.zeros(71)], 2400.0, obs)
+
+    before, after = cone(0, [38, 39]), cone(1, [40, 41])
+    p = rc.propose_pair(before, after, rc.Cuts.of(clips), rc.ReconcileParams(), None)
+    assert rc._iou(before.samples[39].box, after.samples[40].box) == 0.0
+    assert p.continues and p.box_iou == pytest.approx(1.0)
+
+
 def test_sam3_reads_the_clip_folder_when_the_frames_are_its_files(tmp_path):
     """The segment stage's JPEG folder goes to sam3 as a folder (decoded one frame at a time);
     anything else (arrays, a folder with other files, names out of order) as images."""
