@@ -26,8 +26,6 @@ from vsi_wild.stages.qa.common import Question, StableRng
 
 T = TypeVar("T")
 
-DIFFICULTY_BINS = ("near", "medium", "far")
-HORIZON_BINS = ("early", "middle", "late")
 DIFFICULTY_COLUMNS = ("gaps_s", "since_s", "difficulty_s", "difficulty_bin", "horizon_bin")  # copied to the export
 
 
