@@ -27,7 +27,8 @@ same training folds (the constant that maximises MRA there). A question's bias s
 the probe's answer minus the constant's.
 
 A task is flagged when it has at least ``min_n`` questions, the probe beats chance (the constant) by
-more than ``margin`` and the binomial test (MC) says that is not luck (p < ``alpha``).
+more than ``margin`` and the binomial test (MC) says that is not luck (p < ``alpha``), with folds grouped
+by source (by view video, what one view teaches about another is the shared world, not wording).
 
 ``debias`` is the debiased VSI-Bench's iterative bias pruning: drop the questions with the highest
 bias score, retrain, and repeat until the probe is within ``stop_margin`` of chance.
@@ -286,8 +287,8 @@ def probe(items: Sequence[Item], folds: int = 5, seed: int = 0, margin: float = 
             # objects and places, so a probe trained on one view can know another's answers: an upper bound.
             groups = [it.video for it in its]
             entry.grouped_by = "view video"
-            entry.note = ("one source video: folds grouped by view video instead (its views share objects, so "
-                          "this can overstate a leak)")
+            entry.note = ("one source video: folds grouped by view video instead; its views share the world (the "
+                          "order objects are passed in, their counts), so the probe's lead is no leak and is not flagged")
             if len(set(groups)) < 2:
                 entry.note = "one view video: cross-validation needs two groups"
                 continue
@@ -307,7 +308,7 @@ def probe(items: Sequence[Item], folds: int = 5, seed: int = 0, margin: float = 
             beats = entry.probe - entry.chance > margin and entry.p_value < alpha
         if len(its) < min_n:
             entry.note = "; ".join(filter(None, [entry.note, f"fewer than {min_n} questions: too few to call a leak"]))
-        entry.flagged = beats and len(its) >= min_n
+        entry.flagged = beats and len(its) >= min_n and entry.grouped_by == "source video"
     return result
 
 

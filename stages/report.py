@@ -299,7 +299,8 @@ def text_probe_markdown(tp: Mapping[str, Any] | None) -> list[str]:
     out = ["", "## Text-only leak probe", "",
            "A classifier of the question and option texts alone (TF-IDF + logistic regression; VOC: a ridge "
            f"regression scored by MRA against the best constant answer), {tp['build']['folds']}-fold out of fold with "
-           "the folds grouped by source video. A task is flagged when the probe beats chance by more than "
+           "the folds grouped by source video (a task from one source only: by view video, and never flagged, as "
+           "its views share one world). A task is flagged when the probe beats chance by more than "
            f"{tp['build']['margin']:.0%} on at least {tp['build']['min_n']} questions (binomial p < {tp['build']['alpha']}).", ""]
     ref = tp["reference"]
     ref_tasks = {e["task"]: e for e in ref.get("tasks", [])}
