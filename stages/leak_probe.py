@@ -327,7 +327,8 @@ def debias(items: Sequence[Item], stop_margin: float = 0.05, step: float = 0.05,
     chance (the constant) and, for a multiple-choice task, its lead is significant (binomial p <
     ``alpha``: a lead that luck explains is chance), drop the ``step`` fraction (at least one) of the
     task's questions with the highest positive bias score, and retrain. Stops too when no question
-    has a positive score, when fewer than two sources are left, or after ``max_rounds``."""
+    has a positive score, when fewer than two sources are left (folds by view video: no leak is
+    called there), or after ``max_rounds``."""
     kept = list(items)
     dropped: list[dict[str, Any]] = []
     rounds: dict[str, list[dict[str, Any]]] = {}
@@ -338,7 +339,8 @@ def debias(items: Sequence[Item], stop_margin: float = 0.05, step: float = 0.05,
             entry = res.tasks[name]
             rounds.setdefault(name, []).append({"round": rnd, "n": entry.n, "probe": entry.probe, "chance": entry.chance})
             if (entry.probe is None or entry.probe - entry.chance <= stop_margin
-                    or (entry.p_value is not None and entry.p_value >= alpha)):
+                    or (entry.p_value is not None and entry.p_value >= alpha)
+                    or entry.grouped_by != "source video"):  # one source: its lead is the shared world (``probe``)
                 break
             biased = sorted((it for it in its if res.bias[it.key] > 0), key=lambda it: (-res.bias[it.key], it.key))
             if not biased:

@@ -146,6 +146,7 @@ def test_one_source_is_grouped_by_view_video_and_one_video_is_not_probed():
     vmr = task_entry(res, "VMR")
     assert vmr.probe is not None and vmr.grouped_by == "view video" and "grouped by view video" in vmr.note
     assert vmr.probe > 0.4 and not vmr.flagged  # the views of one walk share it: not called a leak
+    assert lp.debias(lp.items_from_release(rows)).dropped == []  # nor pruned
     fold_of_video: dict[str, set[int]] = {}
     for r in rows:
         fold_of_video.setdefault(r["video_name"], set()).add(res.folds[r["doc_id"]])
