@@ -325,7 +325,7 @@ def text_probe_markdown(tp: Mapping[str, Any] | None) -> list[str]:
     if "debias_dropped" in tp:
         d = tp["debias_dropped"]
         out += ["", "Dropped by qa.debias_text (text_debias.parquet): "
-                + (", ".join(f"{t} {n}" for t, n in d.items()) if d else "none (the probe was at chance).")]
+                + (", ".join(f"{t} {n}" for t, n in d.items()) if d else "none (no task's probe to prune).")]
     return out
 
 

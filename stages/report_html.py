@@ -292,7 +292,7 @@ def _text_probe(rep: Mapping[str, Any]) -> str:
     if "debias_dropped" in tp:
         d = tp["debias_dropped"]
         out.append("<p>Dropped by qa.debias_text: " + (_e(", ".join(f"{t} {n}" for t, n in d.items())) if d
-                                                        else "none (the probe was at chance).") + "</p>")
+                                                        else "none (no task's probe to prune).") + "</p>")
     return "\n".join(out)
 
 
