@@ -414,7 +414,7 @@ def _visibility_markdown(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
            "Seconds each instance is visible (metadata/visibility.parquet, over every view video), and where it "
            "is when not observed: out of the view's frustum, in it but occluded (or too small to segment), or "
            "not known (no consistent position).", "",
-           "| concept | instances | visible s per instance (median) | longest | unobserved: out of view · occluded · not seen |",
+           "| concept | instances | visible s per instance: median | max | unobserved: out of view · occluded · not seen |",
            "|---|---|---|---|---|"]
     for concept, e in summary.items():
         u = e["unobserved"]

@@ -27,6 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from vsi_wild.stages.pose import Track
 
@@ -181,12 +183,14 @@ def sighting_runs(states: Sequence[tuple[float, str, float | None]], step: float
     return [(a, b, b - a + step) for a, b in runs]
 
 
-def real_sightings(visibility: Sequence[dict], step: float, min_s: float, min_px: float
-                   ) -> dict[int, tuple[float, float]]:
+def real_sightings(visibility: pa.Table, step: float, min_s: float, min_px: float) -> dict[int, tuple[float, float]]:
     """instance id -> (start of its first, last timestamp of its last) real sighting: a run of
-    ``sighting_runs`` at least ``min_s`` long. Instances without one are left out."""
+    ``sighting_runs`` at least ``min_s`` long, from ``schema.VISIBILITY`` rows. Instances without
+    one are left out. Only the visible rows are read (a gap in time ends a run)."""
+    seen = visibility.filter(pc.equal(visibility["state"], VISIBLE)).select(
+        ["instance_id", "time", "state", "x0", "y0", "x1", "y1"]).to_pylist()
     by_instance: dict[int, list[tuple[float, str, float | None]]] = {}
-    for r in sorted(visibility, key=lambda r: (r["instance_id"], r["time"])):
+    for r in sorted(seen, key=lambda r: (r["instance_id"], r["time"])):
         side = None if r["x0"] is None else min(r["x1"] - r["x0"], r["y1"] - r["y0"])
         by_instance.setdefault(int(r["instance_id"]), []).append((float(r["time"]), r["state"], side))
     out = {}

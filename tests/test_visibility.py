@@ -156,7 +156,7 @@ def test_voo_sighting_size_and_fixes():
         if r["concept"] == "cone" and r["time"] >= 20 and r["state"] == vz.VISIBLE:
             r["x1"] = r["x0"] + 2
     small = schema.table(schema.VISIBILITY, rows)
-    sightings = vz.real_sightings(small.to_pylist(), 0.5, 1.0, 4.0)
+    sightings = vz.real_sightings(small, 0.5, 1.0, 4.0)
     assert "cone" not in concept_times(instances, VID, "first", sightings)
     # a person's set_appearance (origin fix) stands as given
     fixed = instances.to_pylist()

@@ -95,7 +95,7 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
     questions: list[Question] = []
     skipped: list[dict] = []
     sightings = None if visibility is None else real_sightings(
-        visibility.to_pylist(), SAMPLE_STEP, params.voo_min_visible_s, params.voo_min_visible_px)
+        visibility, SAMPLE_STEP, params.voo_min_visible_s, params.voo_min_visible_px)
     for which, count in (("first", params.voo_first), ("last", params.voo_last)):
         times = concept_times(instances, video.video_id, which, sightings)
 
