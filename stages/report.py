@@ -211,62 +211,6 @@ def _changes_markdown(changes: Mapping[str, Any] | None) -> list[str]:
     return out
 
 
-# ------------------------------------------------------------------------------------ answer controls
-def answer_controls(release: Sequence[Mapping[str, Any]],
-                    public: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
-    """report.json's ``answer_controls``: the answer texts the export's balance left per task and
-    subtype (``qa.balance.answer_histograms``), the VOC count priors (``evaluate.voc_priors``: the
-    best constant answer, the leave-one-source-out per-concept median) on this build and, by the
-    same code, on the public release's rows (``public``; None: not available), and the release
-    questions per difficulty and horizon bin (``qa.difficulty``)."""
-    from vsi_wild.stages.qa.balance import answer_histograms
-
-    strata: dict[str, dict[str, Counter]] = defaultdict(lambda: {"difficulty": Counter(), "horizon": Counter()})
-    for r in release:
-        if r.get("difficulty_bin"):
-            strata[r["task_type"]]["difficulty"][r["difficulty_bin"]] += 1
-        if r.get("horizon_bin"):
-            strata[r["task_type"]]["horizon"][r["horizon_bin"]] += 1
-    return {"answer_texts": answer_histograms(release),
-            "voc_priors": {"build": ev.voc_priors(release), "public": ev.voc_priors(public) if public is not None else None},
-            "strata": {t: {k: dict(sorted(c.items())) for k, c in e.items()} for t, e in sorted(strata.items())}}
-
-
-def answer_controls_markdown(ac: Mapping[str, Any] | None) -> list[str]:
-    """The report's section on the answer distributions, the VOC priors and the difficulty strata."""
-    if not ac:
-        return []
-    out = ["", "## Answer distributions and difficulty", "",
-           "Largest share of one answer text per task and subtype, after the export's balance (qa.max_answer_ratio, "
-           "qa.voc_max_answer_share):", "", "| task | subtype | questions | distinct answers | largest share | most common |",
-           "|---|---|---|---|---|---|"]
-    for t, by_subtype in ac["answer_texts"].items():
-        for st, h in by_subtype.items():
-            common = ", ".join(f"{k} {v}" for k, v in list(h["top"].items())[:3])
-            out.append(f"| {t} | {st} | {h['n']} | {h['distinct']} | {h['max_share']:.1%} | {common} |")
-    vp = ac["voc_priors"]
-
-    def priors(p: Mapping[str, Any] | None) -> str:
-        if not p:
-            return "n/a"
-        return (f"best constant {p['best_constant']['answer']}: MRA {p['best_constant']['mra']:.3f} · "
-                f"per-concept median prior: MRA {p['median_prior_mra']:.3f} ({p['n']} questions)")
-
-    out += ["", "VOC count priors (the same code on both):", "", f"- this build: {priors(vp['build'])}",
-            f"- public release: {priors(vp['public']) if vp['public'] is not None else 'not available (report.reference_qa)'}"]
-    if vp["build"] and vp["public"]:
-        ok = vp["build"]["median_prior_mra"] <= vp["public"]["median_prior_mra"]
-        out.append("- the median prior scores " + ("no higher here than on the public release." if ok else
-                                                   "HIGHER here than on the public release: the counts are guessable."))
-    if ac["strata"]:
-        out += ["", "| task | near · medium · far | early · middle · late |", "|---|---|---|"]
-        for t, e in ac["strata"].items():
-            d, h = e["difficulty"], e["horizon"]
-            out.append(f"| {t} | {d.get('near', 0)} · {d.get('medium', 0)} · {d.get('far', 0)} | "
-                       f"{h.get('early', 0)} · {h.get('middle', 0)} · {h.get('late', 0)} |")
-    return out
-
-
 # ------------------------------------------------------------------------------------ the text probe
 DEFAULT_REFERENCE_QA = "../shared/reference/vsi_super_wild_qa.jsonl"
 
