@@ -51,7 +51,8 @@ def bench_config(seed: int, n_per_category: int, width: int):
     from vsi_wild.stages.segment import SegmentParams
 
     return Config(
-        sample=SampleParams(source_id=f"sample-bench-s{seed}-n{n_per_category}-w{width}", seed=seed, n_per_category=n_per_category, width=width,
+        sample=SampleParams(source_id=f"sample-bench-s{seed}-n{n_per_category or 'layout'}-w{width}", seed=seed,
+                            n_per_category=n_per_category or None, width=width,
                             fps=2.0, truth_view_width=320, truth_view_height=180),
         project=ProjectParams(width=320, height=180, preset="ultrafast"),
         faces=FaceParams(detect_every=8),
@@ -109,7 +110,7 @@ def score(members: list[dict], truth_of: dict[tuple[int, int], int]) -> tuple[in
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4])
-    ap.add_argument("--n-per-category", type=int, default=6)
+    ap.add_argument("--n-per-category", type=int, default=6, help="uniform count per category; 0: the default sample's layout")
     ap.add_argument("--width", type=int, default=640, help="equirectangular width of the rendered samples")
     ap.add_argument("--root", type=Path, default=REPO / "build" / "bench_reconcile")
     ap.add_argument("--max-false-merges", type=int, default=3, help="more than this in total fails the bench")
