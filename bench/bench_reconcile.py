@@ -21,7 +21,7 @@ The target is 0 false merges; the command exits non-zero when there are more tha
 or a stage failed.
 
 Usage: python bench/bench_reconcile.py [--seeds 1 2 3 4] [--n-per-category 6] [--width 640]
-                                       [--root build/bench_reconcile] [--max-false-merges 3]
+                                       [--root build/bench_reconcile] [--max-false-merges 2]
 """
 
 from __future__ import annotations
@@ -113,7 +113,7 @@ def main() -> int:
     ap.add_argument("--n-per-category", type=int, default=6, help="uniform count per category; 0: the default sample's layout")
     ap.add_argument("--width", type=int, default=640, help="equirectangular width of the rendered samples")
     ap.add_argument("--root", type=Path, default=REPO / "build" / "bench_reconcile")
-    ap.add_argument("--max-false-merges", type=int, default=3, help="more than this in total fails the bench")
+    ap.add_argument("--max-false-merges", type=int, default=2, help="more than this in total fails the bench")
     args = ap.parse_args()
 
     from vsi_wild import ids

@@ -422,13 +422,15 @@ def best_pairings(proposals: Iterable[Proposal]) -> set[tuple]:
     then, per concept and pair of clips, the position matches that pair the remaining instances
     one to one with the highest total score. Taken one at a time by score, the single closest
     pair can take the partner of another instance and leave both others unpaired (two trash cans
-    side by side, with the poses off by a few % of the range: each a near match for either)."""
+    side by side, with the poses off by a few % of the range: each a near match for either). Weak
+    matches take part (a weak pairing that scores more in total says the strong one is not sure),
+    though ``merge_proposals`` merges none of them."""
     chosen: set[tuple] = set()
     groups: dict[tuple, list[Proposal]] = {}
     for p in proposals:
         if p.continues:
             chosen.add(p.keys)
-        elif p.score > 0 and not p.weak:
+        elif p.score > 0:
             groups.setdefault((p.a.concept, p.a.clip, p.b.clip), []).append(p)
     linked = {k for pair in chosen for k in pair}
     for _, group in sorted(groups.items()):
