@@ -133,7 +133,7 @@ def poses_table(w: World, view: str, invalid_every: int = 0) -> pa.Table:
         valid = not (invalid_every and k % invalid_every == 0)
         rows.append({
             "video_id": w.video_id(view), "sample_index": k, "time": p["time"], "frame": int(round(p["time"] * w.fps)),
-            "fps": w.fps, "extrinsics": [0.0] * 12, "intrinsics": [0.0] * 9,
+            "fps": w.fps, "extrinsics": p.get("extrinsics", [0.0] * 12), "intrinsics": [0.0] * 9,
             "x": p["x"], "y": p["y"], "z": p["z"], "valid": valid, "backend": "groundtruth",
         })
     return schema.table(schema.POSES, rows)

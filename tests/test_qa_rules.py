@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import math
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -271,6 +272,27 @@ def test_vpo_position_gap_on_a_back_and_forth_walk():
     for k, p in enumerate(w.poses):
         phase = (p["time"] % 80.0) / 80.0  # 0 -> 40 m -> 0 every 80 s
         p["x"], p["y"] = 40.0 * (1 - abs(2 * phase - 1)), 0.0
+    params = QAParams(clip_seconds=CLIP, vpo_min_gap_s=10.0, vpo_min_position_frac=0.2, vpo_per_video=3)
+    qs = [q for q in plan(w, "front", params=params).questions if q.task_type == "VPO" and q.subtype == "rotated"]
+    assert qs
+    for q in qs:
+        xs = [w.pose_at(f / w.fps)["x"] for f in q.frame_indices]
+        for a, b in itertools.combinations(xs, 2):
+            assert abs(a - b) >= 0.2 * 40.0 - 1e-9
+
+
+def test_vpo_place_is_measured_on_the_ground_plane():
+    """The shuttle walk again, with the estimated height drifting 40 m over the video (a pose
+    backend's drift, cameras level): two anchors above the same spot of the ground are the same
+    place however far the drift has carried their heights apart."""
+    w = make_world(5, duration=400.0)
+    for p in w.poses:
+        phase = (p["time"] % 80.0) / 80.0
+        p["x"], p["y"], p["z"] = 40.0 * (1 - abs(2 * phase - 1)), 0.0, 1.6 + 0.1 * p["time"]
+        heading = (1.0, 0.0, 0.0) if phase < 0.5 else (-1.0, 0.0, 0.0)
+        R = np.array([np.cross((0.0, 0.0, -1.0), heading), (0.0, 0.0, -1.0), heading])  # rows: camera x, y (down), z
+        t = -R @ np.array([p["x"], p["y"], p["z"]])
+        p["extrinsics"] = np.concatenate([R, t[:, None]], axis=1).ravel().tolist()
     params = QAParams(clip_seconds=CLIP, vpo_min_gap_s=10.0, vpo_min_position_frac=0.2, vpo_per_video=3)
     qs = [q for q in plan(w, "front", params=params).questions if q.task_type == "VPO" and q.subtype == "rotated"]
     assert qs

@@ -198,10 +198,10 @@ def test_vpo_selection_meets_the_revisit(oracle):
     assert asked_without_rule > 0
 
 
-@pytest.mark.xfail(strict=True, reason="the place condition compares the estimated 3D positions: the CPU pose "
-                   "backend's height drifts ~1.8 m over the loop, so a pair 2.1 m apart in the plaza (t = 1.5 s "
-                   "and 117 s, back view) passes it")
 def test_vpo_exports_no_anchor_pair_at_the_same_place(oracle):
+    """Measured on the ground plane (stages/qa/vpo.ground_positions): in 3D, the CPU pose backend's
+    height drift (~2 m over the loop) let a pair 2.1 m apart in the plaza (t = 1.5 s and 117 s,
+    back view) through."""
     vpo = [r for r in oracle[2] if r["task_type"] == "VPO"]
     assert vpo
     for view, _, _, revisit in _revisits(oracle):

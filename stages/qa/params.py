@@ -27,7 +27,8 @@ class QAParams(BaseModel):
     vpo_min_gap_s: float = Field(30.0, ge=0, description="any two anchors at least this far apart in time")
     vpo_min_position_frac: float = Field(
         0.1, ge=0, description="where poses exist, any two anchors at least this fraction of the "
-        "trajectory's extent (bounding-box diagonal) apart; scale-free, as pose scale is arbitrary"
+        "trajectory's extent (bounding-box diagonal) apart on the ground plane (heights drift); scale-free, "
+        "as pose scale is arbitrary"
     )
     vpo_edge_margin_s: float = Field(1.0, ge=0, description="no anchor closer than this to either end")
     vpo_offset_min_deg: float = Field(30.0, ge=0, le=180)

@@ -2,8 +2,8 @@
 
 Per view video, ``vpo_per_video`` questions of 4 anchors each. Repairs over the release:
 - any two anchors of a question are at least ``vpo_min_gap_s`` apart in time and, where poses
-  exist, ``vpo_min_position_frac`` of the trajectory's extent apart in place (the release had pairs
-  1 frame apart);
+  exist, ``vpo_min_position_frac`` of the trajectory's extent apart in place, on the ground plane
+  (the release had pairs 1 frame apart);
 - each anchor is really rendered from the *panorama* at the view's yaw plus a signed offset drawn
   from [offset_min, offset_max] degrees (the release's evaluation read the unrotated frames), blurred
   by the face backend like every published frame, and shipped as an image file;
@@ -52,7 +52,7 @@ from vsi_wild.stages.video_io import VideoReader
 class Candidate:
     time: float  # time of the frame shown (the sample time until rendering reads the frame's own)
     frame: int
-    pos: tuple[float, float, float] | None  # camera centre when a valid pose exists
+    pos: tuple[float, float, float] | None  # camera centre on the ground plane when a valid pose exists
 
 
 def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> list[Candidate]:
@@ -60,17 +60,15 @@ def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> li
     away from both ends of the video."""
     lo, hi = params.vpo_edge_margin_s, video.duration_s - params.vpo_edge_margin_s
     out: dict[int, Candidate] = {}
-    cols = ["video_id", "time", "frame", "x", "y", "z", "valid"]
-    rows = poses.select(cols).to_pylist() if poses is not None and poses.num_rows else []
+    rows = poses.to_pylist() if poses is not None and poses.num_rows else []
     rows = [r for r in rows if r["video_id"] == video.video_id]
     if rows:  # the 2 FPS sampler's (t_k, nearest frame) pairs: right for variable frame rates too
+        ground = ground_positions(rows)
         for r in sorted(rows, key=lambda r: r["time"]):
             frame = int(r["frame"])
             if not 0 <= frame < video.n_frames:
                 continue
-            pos = (float(r["x"]), float(r["y"]), float(r["z"])) if r["valid"] and all(
-                math.isfinite(float(r[k])) for k in "xyz") else None
-            out.setdefault(frame, Candidate(float(r["time"]), frame, pos))
+            out.setdefault(frame, Candidate(float(r["time"]), frame, ground.get(int(r["sample_index"]))))
     else:
         k = 0
         while k / 2.0 <= video.duration_s:
@@ -78,6 +76,26 @@ def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> li
             out.setdefault(frame, Candidate(video.time_of(frame), frame, None))
             k += 1
     return [c for c in sorted(out.values(), key=lambda c: c.frame) if lo <= c.time <= hi]
+
+
+def ground_positions(rows: Sequence[dict]) -> dict[int, tuple[float, float, float]]:
+    """sample index -> the camera centre (x, y, z) on the ground plane: its component along the
+    cameras' mean down axis removed, for the valid, finite poses of one video (schema.POSES rows).
+    A place is a position on the ground: an estimated track's height drifts (the CPU backend's by
+    ~2 m over the sample's loop), a walker's eye height does not, and the drift must not part two
+    anchors. Rotations that give no down axis (all zero) leave the centres as they are."""
+    centres, downs = {}, []
+    for r in rows:
+        c = np.array([r["x"], r["y"], r["z"]], dtype=np.float64)
+        if r["valid"] and np.isfinite(c).all():
+            centres[int(r["sample_index"])] = c
+            downs.append(np.asarray(r["extrinsics"], dtype=np.float64)[4:7])  # row 1 of R = R^T (0, 1, 0)
+    down = np.mean(downs, axis=0) if downs else np.zeros(3)
+    norm = float(np.linalg.norm(down))
+    if not (np.isfinite(norm) and norm > 1e-9):
+        return {k: tuple(map(float, c)) for k, c in centres.items()}
+    down /= norm
+    return {k: tuple(map(float, c - (c @ down) * down)) for k, c in centres.items()}
 
 
 def trajectory_extent(cands: Sequence[Candidate]) -> float:
