@@ -296,6 +296,67 @@ def _text_probe(rep: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _distributions(rep: Mapping[str, Any]) -> str:
+    """report.json ``answer_controls``: the answer texts left after the export's balance, the VOC
+    count priors beside the public release's, the questions per difficulty and horizon bin."""
+    ac = rep.get("answer_controls")
+    if not ac:
+        return '<p class="muted">No release questions: no answer distribution.</p>'
+    rows = []
+    for t, by_subtype in ac["answer_texts"].items():
+        for st, h in by_subtype.items():
+            common = ", ".join(f"{k} ({v})" for k, v in sorted(h["top"].items(), key=lambda kv: (-kv[1], kv[0]))[:4])
+            rows.append([t, st, h["n"], h["distinct"], f"{h['max_share']:.1%}", common])
+    out = ["<p>Per task and subtype, after the export's balance (qa.max_answer_ratio over the uniform share, "
+           "qa.voc_max_answer_share for counts): how often the most common answer text is the answer.</p>",
+           _table(["task", "subtype", "questions", "distinct answers", "largest share", "most common"], rows,
+                  numeric=(2, 3, 4))]
+    vp = ac["voc_priors"]
+
+    def prior_cells(p: Mapping[str, Any] | None) -> list[str]:
+        if not p:
+            return ["-", "-", "-"]
+        return [f"{p['best_constant']['answer']} (MRA {p['best_constant']['mra']:.3f})", f"{p['median_prior_mra']:.3f}",
+                str(p["n"])]
+
+    out += ["<h3>VOC count priors</h3><p>Answers guessable without the video, by the same code on both builds.</p>",
+            _table(["questions of", "best constant answer", "per-concept median prior (MRA)", "questions"],
+                   [["this build", *prior_cells(vp["build"])], ["public release", *prior_cells(vp["public"])]],
+                   numeric=(2, 3))]
+    if vp["build"] and vp["public"]:
+        out.append('<p class="ok">The median prior scores no higher here than on the public release.</p>'
+                   if vp["build"]["median_prior_mra"] <= vp["public"]["median_prior_mra"] else
+                   '<p class="warn">The median prior scores higher here than on the public release: counts are '
+                   "guessable.</p>")
+    elif vp["public"] is None:
+        out.append('<p class="muted">Public release not available (report.reference_qa).</p>')
+    if ac["strata"]:
+        bins = ("near", "medium", "far"), ("early", "middle", "late")
+        out += ["<h3>Difficulty and horizon</h3><p>Questions per bin of the temporal gap that makes each hard "
+                "(difficulty_bin) and of the query time's place in the video (horizon_bin).</p>",
+                _table(["task", *bins[0], *bins[1]],
+                       [[t, *(e["difficulty"].get(b, 0) for b in bins[0]), *(e["horizon"].get(b, 0) for b in bins[1])]
+                        for t, e in ac["strata"].items()], numeric=(1, 2, 3, 4, 5, 6))]
+    return "\n".join(out)
+
+
+def _visibility(rep: Mapping[str, Any]) -> str:
+    """report.json ``visibility``: per concept, how long its instances are visible and where they are
+    when not observed (metadata/visibility.parquet)."""
+    vis = rep.get("visibility")
+    if not vis:
+        return '<p class="muted">No visibility tracks in this build.</p>'
+    rows = []
+    for concept, e in vis.items():
+        u = e["unobserved"]
+        rows.append([concept, e["instances"], f"{e['median_visible_s']:.1f}", f"{e['max_visible_s']:.1f}",
+                     *((f"{u[k]:.0%}" for k in ("out_of_view", "occluded", "not_seen")) if u else ("-",) * 3)])
+    return ("<p>Seconds each instance is visible, over every view video, and where it is when not observed: out of "
+            "the view, in it but occluded (or too small to segment), or not known (no consistent position).</p>"
+            + _table(["concept", "instances", "visible s: median", "max", "out of view", "occluded", "not seen"], rows,
+                     numeric=(1, 2, 3, 4, 5, 6)))
+
+
 def _changes(changes: Mapping[str, Any] | None) -> str:
     if changes is None:
         return '<p class="muted">No previous build of this data root to compare with.</p>'
@@ -390,7 +451,8 @@ def _brief(value: Any) -> str:
 
 
 SECTIONS = (("contents", "Contents"), ("questions", "Questions (release split)"), ("plots", "Statistics"),
-            ("cards", "Question cards"), ("blind", "Blind baselines"), ("changes", "What changed"),
+            ("cards", "Question cards"), ("distributions", "Answer distributions"), ("blind", "Blind baselines"),
+            ("visibility", "Visibility"), ("changes", "What changed"),
             ("lost", "Failures and losses"), ("fixes", "Human fixes"), ("verification", "Verification"))
 
 
@@ -400,6 +462,7 @@ def render_html(rep: Mapping[str, Any], plots: Sequence[Plot], cards: Sequence[C
     (file name -> its JSON, or None)."""
     body = {
         "contents": _contents(rep), "questions": _questions(rep), "plots": _plots(plots), "cards": _cards(cards),
+        "distributions": _distributions(rep), "visibility": _visibility(rep),
         "blind": _blind(rep) + _text_probe(rep), "changes": _changes(rep.get("changes")), "lost": _lost(rep),
         "fixes": _fixes(rep.get("fixes") or {}), "verification": _verification(rep.get("verification")),
     }

@@ -96,6 +96,14 @@ def test_numbers_equal_counts_from_the_export_and_the_registry(built):
         assert f"<tr><td>{name}</td><td class=n>{e['n']}</td><td class=n>{e['videos']}</td>" in page
     assert f"<b>{len(videos)}</b>view videos" in page and f"<b>{len(rows)}</b>release questions" in page
     assert "No previous build of this data root to compare with." in page  # the first build
+    # the answer distributions: each (task, subtype)'s answer texts, counted here from the export
+    texts: dict[tuple[str, str], Counter] = {}
+    for r in rows:
+        texts.setdefault((r["task_type"], r["subtype"]), Counter())[r["answer_text"]] += 1
+    for (t, st), hist in texts.items():
+        n = sum(hist.values())
+        assert (f"<tr><td>{t}</td><td>{st}</td><td class=n>{n}</td><td class=n>{len(hist)}</td>"
+                f"<td class=n>{max(hist.values()) / n:.1%}</td>") in page, (t, st)
     # the markdown report keeps its tables and says the same
     md = (root / "report.md").read_text()
     assert md.startswith("# VSI-Super-Wild build report") and "## Lost on the way" in md and "## Scene categories" in md
