@@ -1,0 +1,96 @@
+"""The fused pose track of the embedded sample against its truth, from a finished run's data root.
+
+Reads artifacts/pose/sample-walk/*/poses.parquet (the front view's track = the source's, yaw 0)
+and view_poses.parquet (each view's independent estimate), and the sample's truth_poses.parquet;
+the estimate's world is the first camera's axes, so it is put in the truth's world by the truth's
+first pose (no fitting: errors accumulate as they do for the reconciler). Prints, per 2 FPS step,
+nothing by default; with --steps the steps whose length or turn is off by more than --tol:
+
+    track_position_error_m: median / p90 / max over the samples
+    track_yaw_error_deg: median / p90 / max (absolute)
+    track_step_length_error_m: median / p90 (|estimated - true| per step)
+    track_step_turn_error_deg: median / p90 (per step)
+
+Usage: python bench/pose_track_error.py DATA_ROOT [--steps] [--tol 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import math
+
+import numpy as np
+import pyarrow.parquet as pq
+
+
+def _read(pattern: str) -> list[dict]:
+    paths = glob.glob(pattern)
+    if not paths:
+        raise SystemExit(f"no file matches {pattern}")
+    return pq.read_table(paths[0]).to_pylist()
+
+
+def ground_track(rows: list[dict], video_id: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Times, ground-plane positions (x right, z forward of the first camera) and headings (degrees,
+    positive right) of one video's poses."""
+    rows = sorted((r for r in rows if r["video_id"] == video_id), key=lambda r: r["sample_index"])
+    if not rows:
+        raise SystemExit(f"no poses of {video_id}")
+    E = np.array([r["extrinsics"] for r in rows]).reshape(-1, 3, 4)
+    R = E[:, :, :3]
+    C = -np.einsum("nji,nj->ni", R, E[:, :, 3])
+    fwd = R[:, 2, :]  # the camera's z axis in the world
+    yaw = np.degrees(np.unwrap(np.arctan2(fwd[:, 0], fwd[:, 2])))
+    return np.array([r["time"] for r in rows]), C[:, [0, 2]], yaw
+
+
+def truth_track(rows: list[dict], times: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The truth's positions in its first camera's ground axes (x right, z forward) and headings
+    relative to its first, at ``times``."""
+    t = np.array([r["time"] for r in rows])
+    x, y = np.array([r["x"] for r in rows]), np.array([r["y"] for r in rows])
+    yaw = np.degrees(np.unwrap(np.radians([r["yaw_deg"] for r in rows])))
+    h0 = math.radians(yaw[0])
+    right = np.array([math.cos(h0), -math.sin(h0)])
+    fwd = np.array([math.sin(h0), math.cos(h0)])
+    d = np.c_[np.interp(times, t, x) - x[0], np.interp(times, t, y) - y[0]]
+    return np.c_[d @ right, d @ fwd], np.interp(times, t, yaw) - yaw[0]
+
+
+def stats(a: np.ndarray) -> str:
+    return f"{np.median(a):.3f} / {np.percentile(a, 90):.3f} / {a.max():.3f}"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("root")
+    ap.add_argument("--steps", action="store_true", help="list the steps off by more than --tol")
+    ap.add_argument("--tol", type=float, default=0.3, help="metres (length) or degrees x 0.1 (turn)")
+    a = ap.parse_args()
+    A = f"{a.root}/artifacts"
+    truth = _read(f"{A}/sample/sample-walk/*/truth_poses.parquet")
+    fused = _read(f"{A}/pose/sample-walk/*/poses.parquet")
+    t, P, yaw = ground_track(fused, "sample-walk_front")
+    P_true, yaw_true = truth_track(truth, t)
+    pos_err = np.linalg.norm(P - P_true, axis=1)
+    yaw_err = np.abs((yaw - yaw_true + 180.0) % 360.0 - 180.0)
+    step = np.linalg.norm(np.diff(P, axis=0), axis=1)
+    step_true = np.linalg.norm(np.diff(P_true, axis=0), axis=1)
+    turn_err = np.abs(np.diff(yaw) - np.diff(yaw_true))
+    print(f"track_position_error_m: {stats(pos_err)}  (median / p90 / max)")
+    print(f"track_yaw_error_deg: {stats(yaw_err)}")
+    print(f"track_step_length_error_m: {stats(np.abs(step - step_true))}")
+    print(f"track_step_turn_error_deg: {stats(turn_err)}")
+    if a.steps:
+        views = _read(f"{A}/pose/sample-walk/*/view_poses.parquet")
+        per_view = {v: ground_track(views, f"sample-walk_{v}") for v in ("front", "right", "back", "left")}
+        for k in range(len(step)):
+            if abs(step[k] - step_true[k]) > a.tol or turn_err[k] > 10 * a.tol:
+                vs = " ".join(f"{v[0]}{np.linalg.norm(tr[1][k + 1] - tr[1][k]):.2f}" for v, tr in per_view.items())
+                print(f"  k{k}: step {step[k]:.2f} true {step_true[k]:.2f}  turn {np.diff(yaw)[k]:+.1f} true "
+                      f"{np.diff(yaw_true)[k]:+.1f}  views {vs}  pos err {pos_err[k + 1]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
