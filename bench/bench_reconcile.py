@@ -22,11 +22,13 @@ or a stage failed.
 
 Usage: python bench/bench_reconcile.py [--seeds 1 2 3 4] [--n-per-category 6] [--width 640]
                                        [--root build/bench_reconcile] [--max-false-merges 2]
+                                       [--reconcile '{"pixel_error": 1}']
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 from pathlib import Path
@@ -38,7 +40,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
 
-def bench_config(seed: int, n_per_category: int, width: int):
+def bench_config(seed: int, n_per_category: int, width: int, reconcile: dict | None = None):
     """Small views and 2 FPS renders (what reconciliation sees at 2 FPS is the same), 30 s clips."""
     from vsi_wild.config import Config
     from vsi_wild.stages.backends.params import ModelsParams
@@ -47,6 +49,7 @@ def bench_config(seed: int, n_per_category: int, width: int):
     from vsi_wild.stages.faces import FaceParams
     from vsi_wild.stages.pose import PoseParams
     from vsi_wild.stages.project import ProjectParams
+    from vsi_wild.stages.reconcile import ReconcileParams
     from vsi_wild.stages.sample import SampleParams
     from vsi_wild.stages.segment import SegmentParams
 
@@ -61,6 +64,7 @@ def bench_config(seed: int, n_per_category: int, width: int):
         detect=DetectParams(backend="groundtruth", max_fraction=0.8),
         segment=SegmentParams(backend="groundtruth", clip_seconds=30.0),
         pose=PoseParams(backend="twoview"),
+        reconcile=ReconcileParams(**(reconcile or {})),
     )
 
 
@@ -114,6 +118,8 @@ def main() -> int:
     ap.add_argument("--width", type=int, default=640, help="equirectangular width of the rendered samples")
     ap.add_argument("--root", type=Path, default=REPO / "build" / "bench_reconcile")
     ap.add_argument("--max-false-merges", type=int, default=2, help="more than this in total fails the bench")
+    ap.add_argument("--reconcile", type=json.loads, default={},
+                    help='reconcile parameters to measure instead of the defaults (JSON, e.g. \'{"pixel_error": 1}\')')
     args = ap.parse_args()
 
     from vsi_wild import ids
@@ -132,7 +138,7 @@ def main() -> int:
     failed = False
     store = Store(args.root)
     for seed in args.seeds:
-        config = bench_config(seed, args.n_per_category, args.width)
+        config = bench_config(seed, args.n_per_category, args.width, args.reconcile)
         plan = Plan.load(config, store, stages, force=frozenset({"reconcile"}))
         engine.run_stages(plan, stages, engine.run_inline(plan))
         seconds += sum(o.seconds for o in plan.outcomes.get("reconcile", {}).values())

@@ -16,7 +16,8 @@ those are different objects), so two objects seen together are never merged. Obj
 category often look identical, so a position match is only decisive well inside its limit
 (``decisive_fraction``): a weaker one leaves the two apart and records the pair as a proposal for
 the reviewer (decision ``review``; `vsi-wild verify` lists them, a ``merge`` fix joins them), as a
-false merge would silently undercount VOC. Revisits of a place
+false merge would silently undercount VOC. So is a match between instances located too loosely
+for their distance to mean anything (``Location.sigma``: an object seen once from far away). Revisits of a place
 link back to the first visit by position and appearance, so they do not inflate counts.
 
 ``reconcile`` runs in phases: locate the instances (``locate_instances``), align the layouts of
@@ -32,7 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -92,6 +93,15 @@ class ReconcileParams(BaseModel):
         0.5, gt=0, le=1, description="a position match farther apart than this fraction of its limit is too weak to "
         "tell look-alikes apart: the pair is left apart and recorded for a reviewer (decision `review`)"
     )
+    pixel_error: float = Field(
+        1.0, ge=0, description="how far (pixels) a box edge or centre may be off, the poses' tilt errors included: an "
+        "instance's location uncertainty is what this error moves its position by (a ground contact seen far away "
+        "moves by range^2 / (height x focal) per pixel), with the spread of its per-sighting positions"
+    )
+    location_sigmas: float = Field(
+        3.0, ge=0, description="a position match is decisive only when this many location uncertainties of the pair "
+        "(both instances', over the range) fit within its limit: else a look-alike could be where the match is"
+    )
 
 
 
@@ -129,6 +139,7 @@ class ClipInstance:
     position: np.ndarray | None = None
     range: float | None = None
     extent: float = 0.0  # apparent width in pose units (how far apart two sightings' ground contacts may be)
+    sigma: float = 0.0  # location uncertainty in pose units (``Location.sigma``)
 
     @property
     def key(self) -> tuple[int, int]:
@@ -168,9 +179,21 @@ def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[di
 
 
 # --------------------------------------------------------------------------------- positions
-def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: float) -> tuple[np.ndarray, float] | None:
+class Location(NamedTuple):
+    """Where an instance is: its world position, mean viewing range and location uncertainty (pose
+    units: how far ``pixel_error`` moves the position, combined with the spread of the sightings)."""
+
+    position: np.ndarray
+    range: float
+    sigma: float
+
+
+def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: float,
+                angle_error: float = 0.0) -> Location | None:
     """Least-squares point nearest to the rays, and its mean range; None when the rays are too
-    parallel (the camera barely moved) or the point lies behind the cameras."""
+    parallel (the camera barely moved) or the point lies behind the cameras. ``angle_error``
+    (radians) is how far a ray may be off: the uncertainty follows the rays' geometry (nearly
+    parallel rays leave the depth loose), with the rays' own misses of the point."""
     if len(rays) < 2:
         return None
     dirs = np.array([d for _, d in rays])
@@ -192,9 +215,15 @@ def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: f
     depths = np.array([(X - c) @ d for c, d in rays])
     if np.median(depths) <= 0:
         return None
-    return X, float(np.mean([np.linalg.norm(X - c) for c, _ in rays]))
-
-
+    ranges = [float(np.linalg.norm(X - c)) for c, _ in rays]
+    # a ray off by angle_error misses by range x angle_error: weigh each ray's projector by it
+    W = sum((np.eye(3) - np.outer(d, d)) / max(r, 1e-9) ** 2 for (_, d), r in zip(rays, ranges))
+    misses = [float(np.linalg.norm((np.eye(3) - np.outer(d, d)) @ (X - c))) for c, d in rays]
+    try:
+        geometric = angle_error ** 2 * float(np.trace(np.linalg.inv(W)))
+    except np.linalg.LinAlgError:
+        geometric = math.inf
+    return Location(X, float(np.mean(ranges)), math.sqrt(geometric + float(np.mean(np.square(misses))) / len(rays)))
 
 
 def _rays(samples: dict, poses: Track) -> list:
@@ -339,38 +368,55 @@ def _ray_gap(lone: ClipInstance, placed: ClipInstance, poses: Track, basis: np.n
 
 
 def locate(samples: dict[int, Obs], poses: Track, camera_height: float | None, min_spread_deg: float,
-           level: bool = True) -> tuple[np.ndarray, float] | None:
-    """World position and viewing range of an object from its sightings: where it meets the
-    ground when the camera height is known, else by triangulation; None when neither works.
-    ``level``: the views are level (the ground plane is below each camera's own down axis, which
-    is immune to drift of the estimated pitch); else the ground is below the cameras' mean down."""
+           level: bool = True, pixel_error: float = 0.0) -> Location | None:
+    """World position, viewing range and uncertainty of an object from its sightings: where it
+    meets the ground when the camera height is known, else by triangulation; None when neither
+    works. ``level``: the views are level (the ground plane is below each camera's own down axis,
+    which is immune to drift of the estimated pitch); else the ground is below the cameras' mean
+    down. ``pixel_error``: how far a box may be off, in pixels (``ReconcileParams.pixel_error``)."""
     if camera_height:
-        loc = ground_contact(samples, poses, camera_height, None if level else poses.down())
+        loc = ground_contact(samples, poses, camera_height, None if level else poses.down(), pixel_error=pixel_error)
         if loc is not None:
             return loc
-    return triangulate(_rays(samples, poses), min_spread_deg)
+    rays = _rays(samples, poses)
+    focal = np.median([poses.K[poses.row(k)][0, 0] for k in samples if poses.row(k) is not None] or [math.inf])
+    return triangulate(rays, min_spread_deg, pixel_error / focal)
 
 
 def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: np.ndarray | None,
-                   min_depression_deg: float = 1.0) -> tuple[np.ndarray, float] | None:
+                   min_depression_deg: float = 1.0, pixel_error: float = 0.0) -> Location | None:
     """An object standing on the ground, located from single frames: the bottom centre of its box
     is where it meets the ground, and the ground lies ``height`` (the camera's height, in pose
     units) below the camera. Median over the observations whose box bottom is not cut off by the
-    image; with the mean range from the cameras."""
-    pts, ranges = [], []
+    image; with the mean range from the cameras. Uncertainty: how far ``pixel_error`` moves each
+    sighting's ground point (about range^2 / (height x focal) per pixel down the image, range /
+    focal across), with their positions' spread over the square root of the sightings."""
+    pts, ranges, moves = [], [], []
     for k, o in sorted(samples.items()):
         w, h = o.size
         if h and o.box[3] >= h - 2:
             continue
-        X = poses.ground_point(k, (o.box[0] + o.box[2]) / 2.0, o.box[3], height, down, min_depression_deg)
+        u, v = (o.box[0] + o.box[2]) / 2.0, o.box[3]
+        X = poses.ground_point(k, u, v, height, down, min_depression_deg)
         if X is not None:
             pts.append(X)
             ranges.append(float(np.linalg.norm(X - poses.C[poses.row(k)])))
+            lower = poses.ground_point(k, u, v + 1.0, height, down, min_depression_deg)
+            beside = poses.ground_point(k, u + 1.0, v, height, down, min_depression_deg)
+            moves.append(float(np.linalg.norm(lower - X) ** 2 + np.linalg.norm(beside - X) ** 2)
+                         if lower is not None and beside is not None else math.inf)
     if not pts:
         return None
     # The error grows with the square of the distance: keep the nearer half of the sightings.
     order = np.argsort(ranges, kind="stable")[: max(1, (len(pts) + 1) // 2)]
-    return np.median(np.array(pts)[order], axis=0), float(np.median(np.array(ranges)[order]))
+    near = np.array(pts)[order]
+    X = np.median(near, axis=0)
+    spread = float(np.mean(np.sum((near - X) ** 2, axis=1)))
+    moved = pixel_error ** 2 * float(np.mean(np.array(moves)[order])) if pixel_error > 0 else 0.0
+    # the pixel term is not averaged down over the sightings: the poses' tilt errors, which it also
+    # stands for, are shared by sightings close in time
+    variance = moved + spread / len(order)
+    return Location(X, float(np.median(np.array(ranges)[order])), math.sqrt(variance))
 
 
 # --------------------------------------------------------------------------------- proposals
@@ -475,9 +521,10 @@ def locate_instances(instances: Iterable[ClipInstance], poses: Track, camera_hei
                      params: ReconcileParams) -> None:
     """Fill in each instance's position, viewing range and apparent width where it can be located."""
     for ci in instances:
-        loc = locate(ci.samples, poses, camera_height, params.min_ray_spread_deg, params.level_views)
+        loc = locate(ci.samples, poses, camera_height, params.min_ray_spread_deg, params.level_views,
+                     params.pixel_error)
         if loc is not None:
-            ci.position, ci.range = loc
+            ci.position, ci.range, ci.sigma = loc
             widths = [(o.box[2] - o.box[0]) / poses.K[poses.row(k)][0, 0] for k, o in ci.samples.items()
                       if poses.row(k) is not None and not o.clipped()]
             ci.extent = ci.range * float(np.median(widths)) if widths else 0.0
@@ -557,6 +604,8 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
     dist, by_rays, drift, used_layout = _distance(a, b, params, layout)
     continues = boundary and iou >= params.boundary_iou
     limit = None if dist is None else (params.max_ray_distance if by_rays else params.max_distance + drift)
+    uncertainty = (math.hypot(a.sigma, b.sigma) / max((a.range + b.range) / 2.0, 1e-9)
+                   if a.position is not None and b.position is not None else None)
     weak = False
     if continues:
         score, why = 3.0 + iou, f"continues across the cut (box IoU {iou:.2f})"
@@ -570,12 +619,19 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
             # the last sample before the cut and the first after it, the time tells (a look-alike
             # would have to vanish and another appear at that instant, at nearly the same place)
             far = not by_rays and dist > params.decisive_fraction * limit
-            weak = far and not boundary
-            if far and boundary:
+            # where either was located loosely (seen once, far away) a look-alike could be anywhere
+            # in that reach: a near distance says nothing
+            loose = not by_rays and uncertainty is not None and params.location_sigmas * uncertainty > limit
+            weak = (far or loose) and not boundary
+            if (far or loose) and boundary:
                 why += f", seen either side of the cut (box IoU {iou:.2f})"
-            if weak:
+            if weak and far:
                 why = (f"near{how} (distance {dist:.2f} of range, over {params.decisive_fraction:g} of the limit "
                        f"{limit:.2f}) with the same look (appearance {app:.2f}): too weak to tell look-alikes apart")
+            elif weak:
+                why = (f"near{how} (distance {dist:.2f} of range) with the same look (appearance {app:.2f}), but "
+                       f"located too loosely (uncertainty {uncertainty:.2f} of range; {params.location_sigmas:g} of "
+                       f"it over the limit {limit:.2f}) to tell look-alikes apart")
         else:
             score, why = 0.0, (f"distance{how} {dist:.2f} (max {limit:.2f})" if dist > limit else
                                f"same place{how} (distance {dist:.2f}) but the looks differ "

@@ -285,3 +285,58 @@ def test_sam3_reads_the_clip_folder_when_the_frames_are_its_files(tmp_path):
     cv2.imwrite(str(paths[1]), np.zeros((14, 20, 3), np.uint8))
     with pytest.raises(UnitError, match="different sizes"):
         sam3_frames(batch(seg.JpegFrames(paths)))
+
+
+def _level_camera(height: float = 1.6, focal: float = 320.0) -> po.Track:
+    """One level camera at the origin looking along world +y (camera x: right, y: down = world -z)."""
+    R = np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]])
+    K = np.array([[[focal, 0.0, W / 2], [0.0, focal, H / 2], [0.0, 0.0, 1.0]]])
+    return po.Track(np.array([10]), np.array([5.0]), np.array([40]), 8.0, R, np.array([[0.0, 0.0, height]]), K,
+                    np.array([True]))
+
+
+def _sighting_at(distance: float, height: float = 1.6, focal: float = 320.0) -> dict[int, rc.Obs]:
+    """A box whose bottom centre meets the ground ``distance`` straight ahead of ``_level_camera``."""
+    v = H / 2 + focal * height / distance
+    return {10: rc.Obs(5.0, (W / 2 - 10.0, v - 30.0, W / 2 + 10.0, v), 600, 40, 8.0, (W, H))}
+
+
+@pytest.mark.parametrize("distance", [8.0, 32.0])
+def test_a_ground_contacts_uncertainty_is_what_a_pixel_moves_it(distance):
+    """Seen once, an object's ground contact moves by range^2 / (height x focal) per pixel down the
+    image (to first order; exactly: the distance at one pixel lower) and by range / focal across."""
+    track = _level_camera()
+    loc = rc.ground_contact(_sighting_at(distance), track, 1.6, None, pixel_error=1.0)
+    assert loc.position == pytest.approx([0.0, distance, 0.0], abs=1e-6)
+    down = distance - 320.0 * 1.6 / (320.0 * 1.6 / distance + 1.0)
+    assert loc.sigma == pytest.approx(math.hypot(down, distance / 320.0), rel=1e-6)
+    assert down == pytest.approx(distance ** 2 / (1.6 * 320.0), rel=0.1)
+
+
+def test_a_far_single_sighting_near_a_look_alike_is_reviewed_a_near_well_located_pair_merges():
+    """Two trash cans' sightings 8 m away in clips 0 and 2, 0.2 m apart: well located (0.1 m per
+    pixel), one object, merged. Clip 1's is seen once from 40 m: a pixel moves it 3 m, so that it
+    lands 0.3 m from clip 0's says nothing (a look-alike could be anywhere within metres): left
+    apart for review. Without the uncertainty (location_sigmas 0) the far sighting is merged."""
+    track = _level_camera()
+
+    def located(clip, x, seen_from):
+        k = clip * 40 + 10  # a sighting in the middle of the clip: no boundary evidence
+        loc = rc.ground_contact(_sighting_at(seen_from), track, 1.6, None, pixel_error=1.0)
+        obs = {k: rc.Obs(k * 0.5, (300.0, 150.0, 340.0, 220.0), 2800, 4 * k, 8.0, (W, H))}
+        return rc.ClipInstance(clip, 3, "trash can", k * 0.5, k * 0.5, np.r_[1.0, np.zeros(71)], 2800.0, obs,
+                               position=np.array([x, 10.0, 0.0]), range=loc.range, sigma=loc.sigma)
+
+    first, far, again = located(0, 0.0, 8.0), located(1, 0.3, 40.0), located(2, 0.2, 8.0)
+    instances = [first, far, again]
+    clips = seg.clip_spans(120.0, 20.0)
+    layout = rc.Layout(None, np.eye(3)[:2], lambda k0, k1: 0.0, {})  # no walking drift, no revisit alignment
+    for params, far_merged in ((rc.ReconcileParams(), False), (rc.ReconcileParams(location_sigmas=0), True)):
+        groups = rc.Groups(instances)
+        decided = {p.keys: p for p in rc.merge_proposals(rc.propose(instances, rc.Cuts.of(clips), params, layout)[0],
+                                                         groups)}
+        assert decided[(first.key, again.key)].decision == "merge"
+        assert (groups.find(far.key) == groups.find(first.key)) == far_merged
+        if not far_merged:
+            weak = decided[(first.key, far.key)]
+            assert weak.decision == "review" and "located too loosely" in weak.reason
