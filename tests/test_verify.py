@@ -10,6 +10,7 @@ the token. Every page is saved as a screenshot (``screenshot_dir``).
 from __future__ import annotations
 
 import http.client
+import math
 import socket
 import threading
 import time
@@ -36,16 +37,9 @@ SID = "sample-walk"
 VID = f"{SID}_front"
 TOKEN = "test-token"
 CONCEPT = "fire hydrant"
-# fire hydrant #5 of the front view is seen in clips 0 and 3 (reconciled across the plaza's revisit);
-# the hand-written file splits its clip-3 member out, a duplicate for the interface to merge back
-SPLIT = {"clip": 3, "local_id": 12, "instance": 5}
-HAND_WRITTEN = f"""# checked by hand: a duplicate for the interface to merge back
-video_id: {VID}
-fixes:
-  - op: split   # the plaza's revisit, split on purpose
-    clip: {SPLIT['clip']}
-    local_id: {SPLIT['local_id']}
-"""
+# The clip of the front view a reviewer marks `none` by hand (one with an automatic question), and
+# the clip whose pivot and angle they fix
+FIXED_CLIP = 2
 
 
 @pytest.fixture(scope="session")
@@ -61,6 +55,43 @@ def root(sample_root, tmp_path_factory) -> Path:
 @pytest.fixture(scope="module")
 def config():
     return load_config(REPO / "configs" / "sample.yaml")
+
+
+def _current(root: Path, stage: str, unit: str, name: str) -> list[dict]:
+    store = Store(root)
+    return pq.read_table(root / "artifacts" / stage / unit / store.read_status(stage, unit)["key"] / name).to_pylist()
+
+
+@pytest.fixture(scope="module")
+def split(root) -> dict[str, int]:
+    """A CONCEPT instance of the front view that reconciliation joined across clips: the
+    hand-written file splits its last clip's member out, a duplicate for the interface to merge back."""
+    members = [m for m in _current(root, "reconcile", VID, "members.parquet") if m["concept"] == CONCEPT]
+    clips: dict[int, list[dict]] = {}
+    for m in members:
+        clips.setdefault(m["instance_id"], []).append(m)
+    joined = sorted(i for i, ms in clips.items() if len({m["clip_index"] for m in ms}) >= 2)
+    assert joined, f"no {CONCEPT} of {VID} seen in two clips"
+    last = max(clips[joined[0]], key=lambda m: m["clip_index"])
+    return {"clip": last["clip_index"], "local_id": last["local_id"], "instance": joined[0]}
+
+
+@pytest.fixture(scope="module")
+def hand_written(split) -> str:
+    return f"""# checked by hand: a duplicate for the interface to merge back
+video_id: {VID}
+fixes:
+  - op: split   # seen again later, split on purpose
+    clip: {split['clip']}
+    local_id: {split['local_id']}
+"""
+
+
+@pytest.fixture(scope="module")
+def none_clip(root) -> int:
+    """The first motion clip after FIXED_CLIP with an automatic direction: the one marked `none`."""
+    motion = _current(root, "metadata", VID, "motion.parquet")
+    return min(m["clip_index"] for m in motion if m["clip_index"] > FIXED_CLIP and m["state"] == "ok")
 
 
 def serve(app) -> tuple[str, uvicorn.Server, threading.Thread]:
@@ -113,7 +144,7 @@ def save(page: Page) -> None:
 
 
 # ------------------------------------------------------------------------------ videos page
-def test_videos_page_lists_every_view_sortable_and_filterable(page: Page, live, screenshot_dir):
+def test_videos_page_lists_every_view_sortable_and_filterable(page: Page, live, config, screenshot_dir):
     page.goto(live + "/")
     rows = page.locator("#videos tbody tr")
     expect(rows).to_have_count(4)
@@ -122,7 +153,8 @@ def test_videos_page_lists_every_view_sortable_and_filterable(page: Page, live, 
     assert rows.first.get_attribute("data-video") == f"{SID}_right"
     cells = rows.first.locator("td")
     assert cells.nth(4).inner_text() == "done" and int(cells.nth(5).inner_text()) > 0
-    assert cells.nth(6).inner_text() == "4"  # 30 s motion clips of the 2-minute sample
+    n_clips = math.ceil(config.sample.duration_s / config.metadata.motion_clip_seconds - 1e-9)
+    assert cells.nth(6).inner_text() == str(n_clips)  # the motion clips of the sample
     page.select_option("#filter", "temporal")
     expect(rows).to_have_count(0)
     page.select_option("#filter", "all")
@@ -160,26 +192,27 @@ def test_masks_drawn_cover_the_truth_mask_at_a_seeked_time(page: Page, live, roo
 
 
 # ------------------------------------------------------------------------------ a reviewer's session
-def test_a_stale_save_is_refused_and_the_file_unchanged(page: Page, live, root):
+def test_a_stale_save_is_refused_and_the_file_unchanged(page: Page, live, root, hand_written):
     open_temporal(page, live)  # loaded before the file exists
     fix_file(root).parent.mkdir(parents=True, exist_ok=True)
-    fix_file(root).write_text(HAND_WRITTEN)  # meanwhile, a person writes the file by hand
+    fix_file(root).write_text(hand_written)  # meanwhile, a person writes the file by hand
     page.fill("#rename-to", "hydrant")
     page.click("#rename-add")
     expect(page.locator("#pending li")).to_have_count(1)
     page.click("#save")
     expect(page.locator("#save-error")).to_contain_text("refused")
     expect(page.locator("#save-error")).to_contain_text("changed since this page loaded it")
-    assert fix_file(root).read_text() == HAND_WRITTEN
+    assert fix_file(root).read_text() == hand_written
 
 
-def test_merge_the_duplicate_back_and_the_voc_count_is_the_truths(page: Page, live, root, config, screenshot_dir):
+def test_merge_the_duplicate_back_and_the_voc_count_is_the_truths(page: Page, live, root, config, split, hand_written,
+                                                                  screenshot_dir):
     truth = truth_count(root, config, CONCEPT)
     open_temporal(page, live)
     expect(page.locator("#pending li")).to_have_count(1)  # the hand-written split
     assert voc_final(page, CONCEPT) == truth + 1  # the preview of the file: one too many
     new_id = int(page.locator("#instances .sel").evaluate_all("els => Math.max(...els.map(e => +e.dataset.id))"))
-    for i in (SPLIT["instance"], new_id):
+    for i in (split["instance"], new_id):
         page.check(f'#instances input.sel[data-id="{i}"]')
     page.click("#merge-add")
     expect(page.locator("#pending li")).to_have_count(2)
@@ -187,18 +220,21 @@ def test_merge_the_duplicate_back_and_the_voc_count_is_the_truths(page: Page, li
     page.screenshot(path=str(screenshot_dir / "verify_temporal_merge.png"), full_page=True)
     save(page)
     text = fix_file(root).read_text()
-    assert text.startswith("# checked by hand") and "# the plaza's revisit, split on purpose" in text  # comments kept
+    assert text.startswith("# checked by hand") and "# seen again later, split on purpose" in text  # comments kept
     doc = YAML(typ="safe").load(text)
-    assert doc["fixes"][1] == {"op": "merge", "instances": [SPLIT["instance"], new_id]}
+    assert doc["fixes"][1] == {"op": "merge", "instances": [split["instance"], new_id]}
     history = sorted((fix_file(root).parent / ".history" / VID).glob("*.yaml"))
-    assert [p.read_text() for p in history] == [HAND_WRITTEN]  # the previous version kept
+    assert [p.read_text() for p in history] == [hand_written]  # the previous version kept
 
 
 def test_an_invalid_fix_is_refused_next_to_its_control(page: Page, live, root):
     open_temporal(page, live)
     before = fix_file(root).read_text()
-    page.check('#instances input.sel[data-id="1"]')
-    page.check('#instances input.sel[data-id="2"]')  # a beach ball and a bench
+    concept_of = {i["instance_id"]: i["concept"] for i in _current(root, "metadata", VID, "instances.parquet")}
+    a = min(concept_of)
+    b = min(i for i, c in concept_of.items() if c != concept_of[a])
+    page.check(f'#instances input.sel[data-id="{a}"]')
+    page.check(f'#instances input.sel[data-id="{b}"]')  # two instances of different concepts
     page.click("#merge-add")
     expect(page.locator("#merge-error")).to_contain_text("different concepts")
     expect(page.locator("#pending li")).to_have_count(2)
@@ -251,12 +287,12 @@ def test_reject_and_accept_questions(page: Page, live, root, screenshot_dir):
         {"op": "review_question", "question": REVIEWED["accept"], "verdict": "accept"}]
 
 
-def test_vmr_pivot_from_the_keyboard_angle_from_the_compass_and_a_clip_marked_none(page: Page, live, root,
+def test_vmr_pivot_from_the_keyboard_angle_from_the_compass_and_a_clip_marked_none(page: Page, live, root, none_clip,
                                                                                      screenshot_dir):
     page.goto(f"{live}/videos/{VID}/spatial")
     page.wait_for_function("window.pageReady === true")
-    auto = float(page.locator('#clips tr[data-clip="2"] td').nth(4).inner_text().rstrip("°"))
-    page.click('#clips tr[data-clip="2"]')  # seeks to its pivot
+    auto = float(page.locator(f'#clips tr[data-clip="{FIXED_CLIP}"] td').nth(4).inner_text().rstrip("°"))
+    page.click(f'#clips tr[data-clip="{FIXED_CLIP}"]')  # seeks to its pivot
     pivot = page.evaluate("document.getElementById('video').currentTime")
     for key in ("ArrowRight", "ArrowRight", ".", ","):
         page.keyboard.press(key)
@@ -271,20 +307,20 @@ def test_vmr_pivot_from_the_keyboard_angle_from_the_compass_and_a_clip_marked_no
     page.mouse.up()
     assert page.evaluate("M.angle") == target
     page.click("#apply")
-    expect(page.locator('#clips tr[data-clip="2"] td').nth(7)).to_have_text("fix")
-    page.click('#clips tr[data-clip="3"]')
+    expect(page.locator(f'#clips tr[data-clip="{FIXED_CLIP}"] td').nth(7)).to_have_text("fix")
+    page.click(f'#clips tr[data-clip="{none_clip}"]')
     page.click("#none")
-    expect(page.locator('#clips tr[data-clip="3"] td').nth(6)).to_have_text("none")
+    expect(page.locator(f'#clips tr[data-clip="{none_clip}"] td').nth(6)).to_have_text("none")
     page.check("#clip-verified")
     page.screenshot(path=str(screenshot_dir / "verify_spatial.png"), full_page=True)
     save(page)
     fixes = YAML(typ="safe").load(fix_file(root).read_text())["fixes"]
-    assert fixes[-2:] == [{"op": "motion", "clip": 2, "pivot_time": pivot + 2, "angle_deg": target},
-                          {"op": "motion", "clip": 3, "state": "none"}]
+    assert fixes[-2:] == [{"op": "motion", "clip": FIXED_CLIP, "pivot_time": pivot + 2, "angle_deg": target},
+                          {"op": "motion", "clip": none_clip, "state": "none"}]
     REVIEWED["vmr_sector"] = {-135.0: "backward-left", 45.0: "forward-right"}[target]
 
 
-def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, config, screenshot_dir):
+def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, config, none_clip, screenshot_dir):
     truth = truth_count(root, config, CONCEPT)
     benches = truth_count(root, config, "bench")
     open_temporal(page, live)
@@ -306,7 +342,9 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     assert "trash can" not in voc  # the rejected question left the export
     answers = [r["answer_text"] for r in qa if r["video_id"] == VID and r["task_type"] == "VMR" and r["split"] == "release"]
     assert REVIEWED["vmr_sector"] in answers
-    assert len(answers) == 3  # clip 3 has no meaningful motion: no question
+    motion = _current(root, "metadata", VID, "motion.parquet")  # after the fixes: the marked clip is none
+    assert [m["state"] for m in motion if m["clip_index"] == none_clip] == ["none"]
+    assert len(answers) == sum(m["state"] == "ok" for m in motion)  # one question per clip with a direction
     reviewed = pq.read_table(root / "exports" / "reviewed.parquet").to_pylist()
     assert {r["question_id"] for r in reviewed} == {REVIEWED["accept"]}
     assert any(r["split"] == "release" for r in reviewed)
@@ -342,7 +380,7 @@ def test_timeline_seeks_and_zooms_and_a_reordered_appearance_becomes_set_appeara
     assert added and all(f["op"] == "set_appearance" and "last_time" in f for f in added)
 
 
-def test_progress_is_kept_and_shown_by_status(page: Page, live, root):
+def test_progress_is_kept_and_shown_by_status(page: Page, live, root, config):
     open_temporal(page, live)
     page.check("#verified")
     expect(page.locator("#status")).to_contain_text("marked verified")
@@ -353,7 +391,8 @@ def test_progress_is_kept_and_shown_by_status(page: Page, live, root):
 
     out = CliRunner().invoke(app, ["status", "-c", str(REPO / "configs" / "sample.yaml"), "--data-root", str(root)])
     assert out.exit_code == 0, out.output
-    assert f"{VID}: temporal verified, clips 1/4, questions 2/" in out.output
+    n_clips = math.ceil(config.sample.duration_s / config.metadata.motion_clip_seconds - 1e-9)
+    assert f"{VID}: temporal verified, clips 1/{n_clips}, questions 2/" in out.output
 
 
 def test_fixes_check_validates_without_running(root):
