@@ -6,10 +6,8 @@ views of a source are one camera turned by fixed yaws, so:
 1. a pose backend estimates each configured view independently (long videos in overlapping
    chunks, stitched: ``estimate_chunked``);
 2. the per-step motions of the views are rotated into the source camera's axes by their yaws and
-   fused (``fuse_views``): rotations by their chordal L1 median (of four views, the farthest
-   left out), translation directions by a robust mean, step lengths by the median of the views'
-   measured ones (of four, the one that jumps most from its own neighbouring steps left out),
-   else of each view's normalised step;
+   fused (``fuse_views``): rotations by their chordal L1 median, translation directions by a
+   robust mean, step lengths by the median of each view's normalised step;
 3. each view's poses are derived from the fused source poses by its yaw (``derive_view``), so the
    four views' motions agree by construction; the independent estimates are kept to flag clips
    where the views disagree (``view_agreement``).
@@ -85,9 +83,6 @@ class Track:
     K: np.ndarray  # (n, 3, 3)
     valid: np.ndarray  # (n,) bool
     metric: np.ndarray | None = None  # (n,) bool: step i-1 -> i has a trusted length (see fuse_views)
-    # (n,) bool: step i-1 -> i was estimated (backends chaining two-view steps: twoview). Such a
-    # backend's pose after a failed step is only offset, so the step out of it is still measured.
-    step_valid: np.ndarray | None = None
 
     @property
     def extrinsics(self) -> np.ndarray:
@@ -98,7 +93,7 @@ class Track:
         """Per step k -> k+1: rotation cam_k -> cam_{k+1}, displacement in cam_k axes, validity."""
         dR = np.einsum("nij,nkj->nik", self.R[1:], self.R[:-1])
         d = np.einsum("nij,nj->ni", self.R[:-1], self.C[1:] - self.C[:-1])
-        ok = self.step_valid[1:].copy() if self.step_valid is not None else self.valid[1:] & self.valid[:-1]
+        ok = self.valid[1:] & self.valid[:-1]
         return dR, d, ok
 
     @cached_property
@@ -184,14 +179,14 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     common unit: ``last_metric``). Holds at most one chunk of images."""
     assert chunk >= 3
     ks, ts, fs = [], [], []
-    Rs, Cs, Ks, valid, metric, step_valid = [], [], [], [], [], []
-    has_metric = has_step_valid = False
+    Rs, Cs, Ks, valid, metric = [], [], [], [], []
+    has_metric = False
     buf: list[tuple[int, float, int, np.ndarray]] = []
     first = True
     scale = 1.0
 
     def run(items):
-        nonlocal first, scale, has_metric, has_step_valid
+        nonlocal first, scale, has_metric
         batch = FrameBatch(video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items],
                            [x[0] for x in items], fps)
         tr = track_from_result(([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps),
@@ -200,9 +195,6 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
         m = getattr(estimator, "last_metric", None)
         m = np.asarray(m, dtype=bool) if m is not None and len(m) == len(items) else None
         has_metric = has_metric or m is not None
-        sv = getattr(estimator, "last_step_valid", None)
-        sv = np.asarray(sv, dtype=bool) if sv is not None and len(sv) == len(items) else None
-        has_step_valid = has_step_valid or sv is not None
         if first:
             start = 0
             R_al, C_al, s = np.eye(3), np.zeros(3), 1.0
@@ -235,7 +227,6 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
             Ks.append(tr.K[i])
             valid.append(bool(tr.valid[i]))
             metric.append(bool(m[i]) if m is not None else False)
-            step_valid.append(bool(sv[i]) if sv is not None else bool(tr.valid[i] and (i == 0 or tr.valid[i - 1])))
         first = False
 
     for item in frames:
@@ -249,35 +240,13 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     return Track(np.asarray(ks, dtype=np.int64), np.asarray(ts, dtype=float), np.asarray(fs, dtype=np.int64),
                  float(fps), np.asarray(Rs).reshape(n, 3, 3), np.asarray(Cs).reshape(n, 3),
                  np.asarray(Ks).reshape(n, 3, 3), np.asarray(valid, dtype=bool),
-                 np.asarray(metric, dtype=bool) if has_metric else None,
-                 np.asarray(step_valid, dtype=bool) if has_step_valid else None)
+                 np.asarray(metric, dtype=bool) if has_metric else None)
 
 
 # ------------------------------------------------------------------------------ fusion
-def _angle_deg(A: np.ndarray, B: np.ndarray) -> float:
-    """The angle of the rotation between A and B."""
-    return math.degrees(math.acos(max(-1.0, min(1.0, (float(np.trace(A.T @ B)) - 1.0) / 2.0))))
-
-
-def _local_median(x: np.ndarray, keep: np.ndarray, window: int) -> np.ndarray:
-    """Per element: the median of the kept elements within ``window`` either side (0 if none)."""
-    out = np.zeros(len(x))
-    for k in range(len(x)):
-        sel = slice(max(0, k - window), k + window + 1)
-        if keep[sel].any():
-            out[k] = float(np.median(x[sel][keep[sel]]))
-    return out
-
-
 def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: float = 60.0,
-               turns: dict[int, np.ndarray] | None = None, rotation_outlier_deg: float = 3.0,
-               length_window: int = 5) -> Track:
+               turns: dict[int, np.ndarray] | None = None) -> Track:
     """The source camera's track (axes of a yaw-0 view) from independent tracks of its views.
-
-    ``rotation_outlier_deg``: with four views or more, the view whose step rotation is farthest
-    from their median, if this far, is left out of it. ``length_window``: with four views or more
-    measuring a step's length, the one farthest (by ratio) from its own median over this many steps
-    either side is left out.
 
     ``turns``: rotations (rig axes, ``x_{k+1} = R x_k``) of steps k -> k+1 that fewer than two
     views could estimate (a turn too fast for a view to overlap itself), recovered by matching
@@ -292,7 +261,6 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
         if not np.array_equal(tracks[v].sample_indices, ref.sample_indices):
             raise ValueError(f"view {v}: its samples differ from view {names[0]}'s")
     steps = {}
-    lengths: dict[str, np.ndarray] = {}
     typicals = []
     for v in names:
         M = yaw_matrix(yaws[v])
@@ -305,7 +273,6 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
         if moving.any():
             typicals.append(typical)
         steps[v] = (dR_s, d_s, ok, mag / typical)
-        lengths[v] = _local_median(mag, moving, length_window)
     # Each view's steps are normalised by its median step (monocular backends may give each view
     # its own scale), then the fused steps are put back in the views' common unit when they share
     # one (twoview's ground-plane scale: metres).
@@ -327,14 +294,6 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
             continue
         valid[k + 1] = True
         dR = rotation_median([steps[v][0][k] for v in oks])
-        if len(oks) >= 4:
-            # The L1 median of four rotations is any point between the middle two: one view far off
-            # (a side view along a corridor wall, 7-12° a step on the sample) and one a little off
-            # pulled it 2-3° a step. The view farthest from it is left out, the others' median taken.
-            far = [_angle_deg(steps[v][0][k], dR) for v in oks]
-            if max(far) > rotation_outlier_deg:
-                drop = int(np.argmax(far))
-                dR = rotation_median([steps[v][0][k] for i, v in enumerate(oks) if i != drop])
         mags = np.array([steps[v][3][k] for v in oks])
         movers = [v for v in oks if steps[v][3][k] > 1e-9]
         d = np.zeros(3)
@@ -348,14 +307,8 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
             if np.linalg.norm(mean) > 1e-9:
                 d = mean / np.linalg.norm(mean) * float(np.median(mags)) * unit
         # Step lengths a view measured against the ground (metric) beat everything else.
-        trusted_views = [v for v in oks if tracks[v].metric is not None and tracks[v].metric[k + 1]]
-        trusted = [float(np.linalg.norm(steps[v][1][k])) for v in trusted_views]
-        if len(trusted) >= 4:
-            # A view's parallax-based length jumps when a near object passes it (a side view: x3-x10
-            # on the sample for a few steps) while the walk's pace is steady: the view whose step is
-            # farthest from its own neighbouring steps is left out, the others' median taken.
-            jump = [abs(math.log(max(x, 1e-9) / max(lengths[v][k], 1e-9))) for v, x in zip(trusted_views, trusted)]
-            trusted.pop(int(np.argmax(jump)))
+        trusted = [float(np.linalg.norm(steps[v][1][k])) for v in oks
+                   if tracks[v].metric is not None and tracks[v].metric[k + 1]]
         if trusted and np.linalg.norm(d) > 1e-12:
             d = d / np.linalg.norm(d) * float(np.median(trusted))
         R[k + 1] = dR @ R[k]
@@ -368,7 +321,7 @@ def weak_steps(tracks: dict[str, Track]) -> list[int]:
     n = min(len(t.sample_indices) for t in tracks.values())
     counts = np.zeros(max(n - 1, 0), dtype=int)
     for t in tracks.values():
-        counts += t.steps()[2][: n - 1]
+        counts += t.valid[1:n] & t.valid[: n - 1]
     return [int(k) for k in np.nonzero(counts < 2)[0]]
 
 

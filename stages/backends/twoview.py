@@ -43,7 +43,7 @@ class TwoViewPoseEstimator:
                  n_features: int = 2000, ratio: float = 0.8, min_matches: int = 25,
                  min_parallax_deg: float = 0.15, ransac_px: float = 1.0, camera_height: float | None = 1.6,
                  ground_min_depression_deg: float = 8.0, ground_max_tilt_deg: float = 25.0,
-                 ground_min_spread: float = 0.1, ground_window: int = 8, scene_turn_deg: float = 20.0):
+                 ground_min_spread: float = 0.1):
         if features not in ("sift", "orb"):
             raise ValueError(f"twoview features must be 'sift' or 'orb', not {features!r}")
         self.hfov_deg = float(hfov_deg)
@@ -58,11 +58,8 @@ class TwoViewPoseEstimator:
         self.ground_min_depression_deg = float(ground_min_depression_deg)
         self.ground_max_tilt_deg = float(ground_max_tilt_deg)
         self.ground_min_spread = float(ground_min_spread)
-        self.ground_window = int(ground_window)
-        self.scene_turn_deg = float(scene_turn_deg)
         self.last_height: float | None = None
         self.last_metric: np.ndarray | None = None  # per frame of the last estimate(): step i-1 -> i was metric
-        self.last_step_valid: np.ndarray | None = None  # per frame of the last estimate(): step i-1 -> i was estimated
         if features == "sift":
             self._det = cv2.SIFT_create(nfeatures=self.n_features)
             self._norm = cv2.NORM_L2
@@ -202,12 +199,10 @@ class TwoViewPoseEstimator:
 
     # ------------------------------------------------------------------ a sequence
     def estimate(self, batch: FrameBatch) -> PoseResult:
-        """Chain the pairwise motions from the first frame. Step lengths: the parallax-based
-        length times the metres per unit of the steps that saw the ground plane (``camera_height``
-        / camera height in baselines / parallax-based length), their median within
-        ``ground_window`` steps of the same scene (no turn by ``scene_turn_deg`` in between;
-        ``last_metric``), else over the batch (so a whole trajectory has one consistent scale,
-        metres when ``camera_height`` is the true one)."""
+        """Chain the pairwise motions from the first frame. Step lengths: ``camera_height`` /
+        (camera height above the ground in baselines) where the ground plane is seen, else the
+        parallax-based length times the median ratio of the two over the batch (so a whole
+        trajectory has one consistent scale, metres when ``camera_height`` is the true one)."""
         n = len(batch.images)
         intr = np.zeros((n, 3, 3))
         valid = np.ones(n, dtype=bool)
@@ -225,15 +220,9 @@ class TwoViewPoseEstimator:
                 valid[i] = ok
                 steps.append((R, c, self.last_height if ok else None))
             prev = feats
-        # metres per parallax-based unit (1 / typical depth) at each step that saw the ground
-        ratios = {i: self.camera_height / hgt / np.linalg.norm(c) for i, (_, c, hgt) in enumerate(steps, start=1)
-                  if self.camera_height and hgt and np.linalg.norm(c) > 0}
-        ratio = float(np.median(list(ratios.values()))) if ratios else 1.0
-        # A turn faster than ``scene_turn_deg`` a step brings another scene into view (the street
-        # after a turn about in a plaza): the ground steps before it say nothing of the depth after.
-        turned = [np.degrees(np.arccos(np.clip((np.trace(R) - 1.0) / 2.0, -1.0, 1.0))) > self.scene_turn_deg
-                  for R, _, _ in steps]
-        scene = np.concatenate([[0], np.cumsum(turned)])  # per frame
+        ratios = [self.camera_height / hgt / np.linalg.norm(c) for _, c, hgt in steps
+                  if self.camera_height and hgt and np.linalg.norm(c) > 0]
+        ratio = float(np.median(ratios)) if ratios else 1.0
         ext = np.zeros((n, 3, 4))
         R_w = np.eye(3)
         C_w = np.zeros(3)
@@ -241,13 +230,8 @@ class TwoViewPoseEstimator:
         metric = np.zeros(n, dtype=bool)
         for i, (R, c, hgt) in enumerate(steps, start=1):
             norm = np.linalg.norm(c)
-            # The typical depth changes with the scene (a plaza, then a street whose facades are
-            # near the side views): a step's scale is the median of the ground steps' within
-            # ``ground_window`` steps of the same scene, not of the whole batch's; one ground fit
-            # alone was off by x0.4-x3 now and then on the sample, so its neighbours outvote it.
-            near = [r for j, r in ratios.items() if abs(j - i) <= self.ground_window and scene[j] == scene[i]]
-            if norm > 0 and near:
-                c = c * float(np.median(near))
+            if norm > 0 and self.camera_height and hgt:
+                c = c / norm * (self.camera_height / hgt)
                 metric[i] = True
             else:
                 c = c * ratio
@@ -257,12 +241,9 @@ class TwoViewPoseEstimator:
             R_w = R @ R_w
             ext[i, :, :3] = R_w
             ext[i, :, 3] = -R_w @ C_w
-        # Which steps got their scale from ground steps near them (read by stages.pose.fuse_views:
-        # among a rig's views, those steps are trusted over the others).
+        # Which steps got their length from the ground plane (read by stages.pose.fuse_views:
+        # among a rig's views, those steps are trusted over the parallax-based ones).
         self.last_metric = metric
-        # valid[i] says that step i-1 -> i was estimated, not that pose i is bad: the next step,
-        # measured from the frames alone, holds (read by stages.pose.estimate_chunked).
-        self.last_step_valid = valid.copy()
         return PoseResult(extrinsics=ext, intrinsics=intr, valid=valid)
 
 
