@@ -11,6 +11,7 @@ from __future__ import annotations
 import pyarrow.parquet as pq
 import pytest
 
+from sample_oracle import RECONCILE_SPLITS
 from vsi_wild import ids
 from vsi_wild.config import Config
 from vsi_wild.stages.backends.params import ModelsParams
@@ -85,6 +86,7 @@ def built(tmp_path_factory):
     return store, config, plan
 
 
+@pytest.mark.xfail(strict=True, reason=RECONCILE_SPLITS)
 def test_counts_per_category_equal_the_truth_across_the_revisit(built):
     store, _, plan = built
     vis = load_truth(store, SID)["visibility"].to_pylist()
