@@ -32,6 +32,9 @@ from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app
 
 pytestmark = pytest.mark.slow
+# A save goes through the pipeline's own validation (a dry-run apply on the metadata stage's inputs):
+# seconds on a loaded machine, beyond expect's default 5 s (a CI run saw an accept not shown in time)
+expect.set_options(timeout=30_000)
 
 SID = "sample-walk"
 VID = f"{SID}_front"
