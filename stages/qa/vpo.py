@@ -29,6 +29,7 @@ from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
 from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.export import image_export_path
+from vsi_wild.stages.pose import track_from_rows
 from vsi_wild.stages.project import render_view
 from vsi_wild.stages.qa.common import (
     Provenance,
@@ -84,17 +85,13 @@ def ground_positions(rows: Sequence[dict]) -> dict[int, tuple[float, float, floa
     A place is a position on the ground: an estimated track's height drifts (the CPU backend's by
     ~2 m over the sample's loop), a walker's eye height does not, and the drift must not part two
     anchors. Rotations that give no down axis (all zero) leave the centres as they are."""
-    centres, downs = {}, []
-    for r in rows:
-        c = np.array([r["x"], r["y"], r["z"]], dtype=np.float64)
-        if r["valid"] and np.isfinite(c).all():
-            centres[int(r["sample_index"])] = c
-            downs.append(np.asarray(r["extrinsics"], dtype=np.float64)[4:7])  # row 1 of R = R^T (0, 1, 0)
-    down = np.mean(downs, axis=0) if downs else np.zeros(3)
-    norm = float(np.linalg.norm(down))
-    if not (np.isfinite(norm) and norm > 1e-9):
-        return {k: tuple(map(float, c)) for k, c in centres.items()}
-    down /= norm
+    centres = {int(r["sample_index"]): c for r in rows
+               if r["valid"] and np.isfinite(c := np.array([r["x"], r["y"], r["z"]], dtype=np.float64)).all()}
+    if not centres:
+        return {}
+    down = track_from_rows(rows).down()  # zero when the rotations give no axis
+    if not np.isfinite(down).all():
+        down = np.zeros(3)
     return {k: tuple(map(float, c - (c @ down) * down)) for k, c in centres.items()}
 
 
