@@ -23,8 +23,9 @@ link back to the first visit by position and appearance, so they do not inflate 
 ``reconcile`` runs in phases: locate the instances (``locate_instances``), align the layouts of
 revisited places (``align_clips``), weigh every pair (``propose``), merge the strong proposals
 strongest evidence first, except that between two clips a concept's instances are paired one to
-one by the best total score (``best_pairings``) before the other matches are tried
-(``merge_proposals``), join the instances that could not be located by their viewing rays
+one by the closest total (``best_pairings``) before the other matches are tried, and a pairing
+that a look-alike could take as well is left for review (``ambiguous_pairings``;
+``merge_proposals``), join the instances that could not be located by their viewing rays
 (``assign_unlocated``), and number the global instances (``global_instances``).
 """
 
@@ -97,6 +98,11 @@ class ReconcileParams(BaseModel):
         1.0, ge=0, description="how far (pixels) a box edge or centre may be off, the poses' tilt errors included: an "
         "instance's location uncertainty is what this error moves its position by (a ground contact seen far away "
         "moves by range^2 / (height x focal) per pixel), with the spread of its per-sighting positions"
+    )
+    rival_sigmas: float = Field(
+        1.0, ge=0, description="a one-to-one pairing by position is decisive only when the best pairing that "
+        "leaves the two apart is worse by this many location uncertainties of the pair: else a look-alike "
+        "nearly as close could be the one (the pairs are left for a reviewer)"
     )
     location_sigmas: float = Field(
         3.0, ge=0, description="a position match is decisive only when this many location uncertainties of the pair "
@@ -446,6 +452,7 @@ class Proposal:
     reason: str
     decision: Decision | None = None  # once decided
     weak: bool = False  # a position match too far apart to tell look-alikes apart: never merges on its own
+    uncertainty: float | None = None  # the two positions' combined uncertainty over the range
 
     @property
     def keys(self) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -463,35 +470,107 @@ class Proposal:
         }
 
 
+def _pairing_gain(p: Proposal) -> float:
+    """How much a pairing adds to a one-to-one pairing's total: its closeness (0 at the limit, 1 at
+    the same place), without the score's base, which would make the most pairs win over the
+    closest (four look-alikes paired at half the limit outscoring three at nearly no distance)."""
+    if p.distance is not None and p.distance_limit:
+        return max(0.0, 1.0 - p.distance / p.distance_limit)
+    return max(0.0, p.score - 1.0)
+
+
 def best_pairings(proposals: Iterable[Proposal]) -> set[tuple]:
     """The keys of the merge proposals to make first: every object that continues across a cut,
     then, per concept and pair of clips, the position matches that pair the remaining instances
-    one to one with the highest total score. Taken one at a time by score, the single closest
+    one to one with the highest total closeness (``_pairing_gain``). Taken one at a time by score, the single closest
     pair can take the partner of another instance and leave both others unpaired (two trash cans
     side by side, with the poses off by a few % of the range: each a near match for either). Weak
     matches take part (a weak pairing that scores more in total says the strong one is not sure),
     though ``merge_proposals`` merges none of them."""
-    chosen: set[tuple] = set()
-    groups: dict[tuple, list[Proposal]] = {}
-    for p in proposals:
-        if p.continues:
-            chosen.add(p.keys)
-        elif p.score > 0:
-            groups.setdefault((p.a.concept, p.a.clip, p.b.clip), []).append(p)
-    linked = {k for pair in chosen for k in pair}
-    for _, group in sorted(groups.items()):
-        group = [p for p in group if p.a.key not in linked and p.b.key not in linked]
+    chosen = {p.keys for p in proposals if p.continues}
+    for group in _pairing_groups(proposals, chosen):
         if len(group) <= 1:
             chosen |= {p.keys for p in group}
             continue
-        rows = sorted({p.a.key for p in group})
-        cols = sorted({p.b.key for p in group})
-        gain = np.zeros((len(rows), len(cols)))
-        for p in group:
-            gain[rows.index(p.a.key), cols.index(p.b.key)] = p.score
-        r_, c_ = linear_sum_assignment(gain, maximize=True)
-        chosen |= {(rows[r], cols[c]) for r, c in zip(r_, c_) if gain[r, c] > 0}
+        rows, cols, gain = _gain_matrix(group)
+        chosen |= {(rows[r], cols[c]) for r, c in _assignment(gain)}
     return chosen
+
+
+def _pairing_groups(proposals: Iterable[Proposal], continuing: set[tuple]) -> list[list[Proposal]]:
+    """The position matches to pair one to one: per concept and pair of clips, those of instances
+    that do not continue across the cut between those two clips (an instance continuing across a
+    cut is paired there; between other clips it takes part: left out, a look-alike would take its
+    partner by default)."""
+    groups: dict[tuple, list[Proposal]] = {}
+    for p in proposals:
+        if not p.continues and p.score > 0:
+            groups.setdefault((p.a.concept, p.a.clip, p.b.clip), []).append(p)
+    linked: dict[tuple[int, int], set] = {}
+    for a, b in continuing:
+        linked.setdefault((a[0], b[0]), set()).update((a, b))
+    out = []
+    for (_, clip_a, clip_b), group in sorted(groups.items()):
+        taken = linked.get((clip_a, clip_b), set())
+        out.append([p for p in group if p.a.key not in taken and p.b.key not in taken])
+    return out
+
+
+def _gain_matrix(group: list[Proposal]) -> tuple[list, list, np.ndarray]:
+    rows = sorted({p.a.key for p in group})
+    cols = sorted({p.b.key for p in group})
+    gain = np.zeros((len(rows), len(cols)))
+    for p in group:
+        gain[rows.index(p.a.key), cols.index(p.b.key)] = _pairing_gain(p)
+    return rows, cols, gain
+
+
+def _assignment(gain: np.ndarray) -> list[tuple[int, int]]:
+    """The one-to-one pairing of the highest total gain (pairs of no gain left out)."""
+    r_, c_ = linear_sum_assignment(gain, maximize=True)
+    return [(int(r), int(c)) for r, c in zip(r_, c_) if gain[r, c] > 0]
+
+
+def ambiguous_pairings(proposals: Iterable[Proposal], chosen: set[tuple], rival_sigmas: float) -> dict[tuple, str]:
+    """The position pairings a look-alike could take as well, each with its reason: a pairing of
+    the best one-to-one pairing (``best_pairings``) is ambiguous when the best pairing without it is
+    worse by less than ``rival_sigmas`` of its location uncertainty (two hydrants a step apart, one
+    seen once from afar: which of them a third sighting is, the positions cannot say); so are
+    the pairs that the pairing without it uses instead. Leaving the instance unpaired counts as a
+    rival too: a pairing near its limit is ambiguous by the same measure."""
+    out: dict[tuple, str] = {}
+    if rival_sigmas <= 0:
+        return out
+    proposals = list(proposals)
+    for group in _pairing_groups(proposals, {p.keys for p in proposals if p.continues}):
+        positional = [p for p in group if p.distance is not None and not p.by_rays and p.uncertainty is not None]
+        if not positional:
+            continue
+        rows, cols, gain = _gain_matrix(group)
+        best = _assignment(gain)
+        total = sum(gain[r, c] for r, c in best)
+        by_cell = {(rows.index(p.a.key), cols.index(p.b.key)): p for p in group}
+        for r, c in best:
+            p = by_cell[(r, c)]
+            if p not in positional or p.keys not in chosen:
+                continue
+            without = gain.copy()
+            without[r, c] = 0.0
+            alt = _assignment(without)
+            worse = total - sum(without[i, j] for i, j in alt)  # in gain units: distance / limit
+            margin = rival_sigmas * p.uncertainty / p.distance_limit
+            if worse >= margin:
+                continue
+            instead = [by_cell[(i, j)] for i, j in alt if (i == r or j == c) and (i, j) in by_cell]
+            rival = (f"{instead[0].b.key if instead[0].a.key == p.a.key else instead[0].a.key} at distance "
+                     f"{instead[0].distance:.2f}" if instead and instead[0].distance is not None else "none at all")
+            out[p.keys] = (f"the best pairing without it is worse by {worse * p.distance_limit:.2f} of range, under "
+                           f"{rival_sigmas:g} location uncertainties ({p.uncertainty:.2f}): as good a pairing is "
+                           f"{rival}")
+            for q in instead:
+                out.setdefault(q.keys, f"a rival of the pairing {p.a.key}-{p.b.key} (distance {p.distance:.2f}), "
+                                       f"nearly as close")
+    return out
 
 
 # --------------------------------------------------------------------------------- phases
@@ -640,7 +719,8 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
         score, why = 1.0 + app / 2, f"same look (appearance {app:.2f}), neither could be located"
     else:
         score, why = 0.0, f"appearance {app:.2f}, neither could be located"
-    return Proposal(a, b, boundary, iou, app, looks_differ, dist, limit, by_rays, continues, score, why, weak=weak)
+    return Proposal(a, b, boundary, iou, app, looks_differ, dist, limit, by_rays, continues, score, why, weak=weak,
+                    uncertainty=uncertainty)
 
 
 def propose(instances: list[ClipInstance], cuts: Cuts, params: ReconcileParams,
@@ -690,12 +770,16 @@ class Groups:
         return bool(self.clips[ra] & self.clips[rb])
 
 
-def merge_proposals(proposals: list[Proposal], groups: Groups) -> list[Proposal]:
+def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: float = 0.0) -> list[Proposal]:
     """Decide the proposals, best one-to-one pairings first, then strongest evidence first
     (deterministic tie-break on keys); a merge that would put two instances of one clip into one
     global instance is blocked. A weak position match never merges: unless other evidence joined
     its two instances already, or separates them (blocked), it is left apart for review."""
     paired = best_pairings(proposals)
+    rivals = ambiguous_pairings(proposals, paired, rival_sigmas)
+    # an ambiguous pairing is as weak as a far one (seen either side of the cut, the time tells)
+    proposals = [replace(p, weak=True, reason=f"{p.reason}, but {rivals[p.keys]}")
+                 if p.keys in rivals and not p.boundary and not p.weak else p for p in proposals]
     decided = []
     # the weak ones last: whether other evidence joined them already, or separates them, is known then
     for p in sorted(proposals, key=lambda p: (p.weak, p.keys not in paired, -p.score, p.a.key, p.b.key)):
@@ -752,12 +836,31 @@ def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance
                     M[li, gi] = d
             rows_, cols_ = linear_sum_assignment(M)
             chosen = {(int(r), int(c)) for r, c in zip(rows_, cols_) if M[r, c] < big}
+        # a look-alike whose position the rays pass nearly as close (within the two positions'
+        # uncertainty) could be the one as well: left for a reviewer
+        ambiguous: dict[tuple[int, int], str] = {}
+        for li, gi in chosen:
+            d, p = cost[(li, gi)]
+            placed = p.a if p.b.key == lones[li] else p.b
+            for gj in range(len(cols)):
+                if gj == gi or M[li, gj] >= big:
+                    continue
+                rival = cost[(li, gj)][1]
+                other = rival.a if rival.b.key == lones[li] else rival.b
+                unc = math.hypot(placed.sigma / max(placed.range, 1e-9), other.sigma / max(other.range, 1e-9))
+                if M[li, gj] - d < params.rival_sigmas * unc:
+                    ambiguous[(li, gi)] = (f"; but the rays pass {other.key} nearly as close (distance "
+                                           f"{M[li, gj]:.2f}, within {params.rival_sigmas:g} location "
+                                           f"uncertainties {unc:.2f})")
+                    break
         note = f" (joint assignment of {len(lones)} unlocated {concept!r} of clip {clip})" if len(lones) > 1 else ""
         for li, k in enumerate(lones):
             for placed, p in by_lone[k]:
                 g = groups.find(placed.key)
                 gi = cols.index(g) if g in cols else None
-                if gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is p:
+                if gi is not None and (li, gi) in ambiguous and cost[(li, gi)][1] is p:
+                    decided.append(p.decided("review", p.reason + ambiguous[(li, gi)] + note, 0.0))
+                elif gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is p:
                     groups.union(groups.find(k), g)
                     decided.append(p.decided("merge", p.reason + note,
                                              1.0 + (1.0 - p.distance / params.max_ray_distance) / 2))
@@ -814,6 +917,6 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
         layout = align_clips(instances, cuts, poses, params)
     strong, by_rays = propose(instances, cuts, params, layout)
     groups = Groups(instances)
-    decided = merge_proposals(strong, groups) + assign_unlocated(by_rays, instances, groups, params)
+    decided = merge_proposals(strong, groups, params.rival_sigmas) + assign_unlocated(by_rays, instances, groups, params)
     members, observations, positions = global_instances(video_id, instances, groups, poses, camera_height, params)
     return Reconciled(members, [p.row(video_id) for p in decided], observations, positions)

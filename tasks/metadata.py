@@ -259,6 +259,21 @@ def _video_poses(job: Job, vid: str) -> po.Track | None:
     return po.track_from_rows(rows) if rows else None
 
 
+SEGMENT_FIELDS = ("clip_index", "local_id", "sample_index", "time", "frame", "fps", "x0", "y0", "x1", "y1", "area",
+                  "image_width", "image_height")
+
+
+def clip_instances_in_view(view: dict, inst_rows: list[dict], seg_rows: list[dict]) -> list[rc.ClipInstance]:
+    """The clip-local instances of one view video (its ``views.parquet`` row) for reconciliation,
+    their boxes in the view's own pixels (segmentation may have run on downscaled frames)."""
+    for r in seg_rows:
+        s = float(view["width"]) / float(r["image_width"])
+        if s != 1.0:
+            r.update(x0=r["x0"] * s, y0=r["y0"] * s, x1=r["x1"] * s, y1=r["y1"] * s, area=int(round(r["area"] * s * s)))
+        r.update(image_width=int(view["width"]), image_height=int(view["height"]))
+    return rc.load_clip_instances(inst_rows, seg_rows)
+
+
 def run_reconcile(job: Job) -> None:
     vid = job.unit
     view = _view_row(job, vid)
@@ -267,16 +282,8 @@ def run_reconcile(job: Job) -> None:
     inst_rows, seg_rows = [], []
     for unit in sorted(job.refs("segment")):
         inst_rows += job.read("segment", "instances.parquet", unit).to_pylist()
-        seg_rows += job.read("segment", "segments.parquet", unit).select(
-            ["clip_index", "local_id", "sample_index", "time", "frame", "fps", "x0", "y0", "x1", "y1", "area",
-             "image_width", "image_height"]).to_pylist()
-    # Boxes to the view's own pixels (segmentation may have run on downscaled frames).
-    for r in seg_rows:
-        s = float(view["width"]) / float(r["image_width"])
-        if s != 1.0:
-            r.update(x0=r["x0"] * s, y0=r["y0"] * s, x1=r["x1"] * s, y1=r["y1"] * s, area=int(round(r["area"] * s * s)))
-        r.update(image_width=int(view["width"]), image_height=int(view["height"]))
-    instances = rc.load_clip_instances(inst_rows, seg_rows)
+        seg_rows += job.read("segment", "segments.parquet", unit).select(list(SEGMENT_FIELDS)).to_pylist()
+    instances = clip_instances_in_view(view, inst_rows, seg_rows)
     result = rc.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid),
                            camera_height=job.config.pose.ground_height())
     job.out.write_table("clips.parquet", schema.table(schema.CLIP_SPANS, [
@@ -295,7 +302,7 @@ def run_reconcile(job: Job) -> None:
 
 RECONCILE = Stage(
     name="reconcile",
-    outputs=schema.ARTIFACTS["reconcile"], version="2", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    outputs=schema.ARTIFACTS["reconcile"], version="3", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
     sections=("segment", "reconcile", "metadata", "pose"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )

@@ -13,8 +13,8 @@ VIEW_YAW = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 
 # What the default sample (stages/sample/world.py DEFAULT_LAYOUT) shows of the reconciler today
 RECONCILE_SPLITS = ("reconciliation of the default sample with the CPU pose backend: 3 false merges and 9 false "
-                    "splits against the truth (5 of 24 (view, category) VOC totals too high); the twoview track's "
-                    "error (up to 4.4 m after the street's turn) and far single sightings matched to near ones; "
+                    "splits against the truth (4 of 24 (view, category) VOC totals too high); the twoview track's "
+                    "error (up to 4.4 m after the street's turn) shifts look-alikes onto each other's places; "
                     "with the truth poses 0 / 2: issue 14 part 6")
 
 

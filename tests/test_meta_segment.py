@@ -340,3 +340,78 @@ def test_a_far_single_sighting_near_a_look_alike_is_reviewed_a_near_well_located
         if not far_merged:
             weak = decided[(first.key, far.key)]
             assert weak.decision == "review" and "located too loosely" in weak.reason
+
+
+def _ci(clip: int, local: int, concept: str = "trash can", sigma: float = 0.0, range_: float = 8.0) -> rc.ClipInstance:
+    return rc.ClipInstance(clip, local, concept, 0.0, 1.0, np.ones(72), position=np.zeros(3), range=range_,
+                           sigma=sigma)
+
+
+def _at(a: rc.ClipInstance, b: rc.ClipInstance, distance: float, limit: float = 1.0, continues: bool = False,
+        by_rays: bool = False) -> rc.Proposal:
+    """A position proposal scored as ``propose_pair`` scores it."""
+    score = 3.5 if continues else (1.5 if by_rays else 2.0) + (1.0 - distance / limit) / 2
+    unc = None if by_rays else math.hypot(a.sigma, b.sigma) / ((a.range + b.range) / 2)
+    return rc.Proposal(a, b, boundary=continues, box_iou=0.5 if continues else None, appearance=1.0,
+                       looks_differ=False, distance=distance, distance_limit=limit, by_rays=by_rays,
+                       continues=continues, score=score, reason="", uncertainty=unc)
+
+
+def test_the_closest_one_to_one_pairing_wins_over_the_most_pairs():
+    """Trash cans of clips 0 and 3 (the bench's seed 3, front view): two pair at nearly no
+    distance; pairing every instance instead (three pairs at half the limit and beyond) scored
+    more in total while the score's base counted, and merged two different cans."""
+    a3, a4, a18, b8, b15, b16 = _ci(0, 3), _ci(0, 4), _ci(0, 18), _ci(3, 8), _ci(3, 15), _ci(3, 16)
+    proposals = [_at(a3, b15, 0.02), _at(a4, b16, 0.05), _at(a3, b16, 0.44), _at(a4, b8, 0.61),
+                 _at(a18, b15, 0.63)]
+    assert rc.best_pairings(proposals) == {(a3.key, b15.key), (a4.key, b16.key)}
+
+
+def test_an_instance_continuing_across_a_cut_takes_part_in_the_other_clips_pairings():
+    """A cone continuing from clip 0 into clip 1 is seen again in clip 3, 0.06 of the range away;
+    a look-alike of clip 0 is 0.20 away. Left out of the clip 0 / clip 3 pairing because of its
+    continuation, the cone gave its revisit to the look-alike (the bench's seed 3, with the
+    truth's poses)."""
+    cone, alike, after_cut, revisit = (_ci(0, 0, "traffic cone"), _ci(0, 21, "traffic cone"),
+                                       _ci(1, 2, "traffic cone"), _ci(3, 19, "traffic cone"))
+    proposals = [_at(cone, after_cut, 0.04, continues=True), _at(cone, revisit, 0.06), _at(alike, revisit, 0.20),
+                 _at(after_cut, revisit, 0.08)]
+    assert rc.best_pairings(proposals) >= {(cone.key, after_cut.key), (cone.key, revisit.key)}
+    assert (alike.key, revisit.key) not in rc.best_pairings(proposals)
+    groups = rc.Groups([cone, alike, after_cut, revisit])
+    rc.merge_proposals(proposals, groups)
+    assert groups.find(cone.key) == groups.find(revisit.key) == groups.find(after_cut.key) != groups.find(alike.key)
+
+
+@pytest.mark.parametrize("rival_at, merged", [(0.029, False), (0.30, True)])
+def test_a_pairing_a_look_alike_could_take_as_well_is_left_for_review(rival_at, merged):
+    """A hydrant of clip 0 and two hydrants of clip 2, each seen once (location uncertainty 0.08 of
+    the range): at 0.013 and 0.029 the positions cannot tell which one it is (the bench's seed 1:
+    the nearer was the other hydrant), both pairs are left for a reviewer; with the rival at 0.30
+    the nearer one is merged. With ``rival_sigmas`` 0 the nearer is merged whatever the rival."""
+    a, b1, b2 = _ci(0, 12, "fire hydrant", 0.16), _ci(2, 9, "fire hydrant", 0.64), _ci(2, 11, "fire hydrant", 0.64)
+    proposals = [_at(a, b1, 0.013, 0.4), _at(a, b2, rival_at, 0.4)]
+    for rival_sigmas, expect_merge in ((1.0, merged), (0.0, True)):
+        groups = rc.Groups([a, b1, b2])
+        decided = {p.keys: p for p in rc.merge_proposals(proposals, groups, rival_sigmas)}
+        assert (groups.find(a.key) == groups.find(b1.key)) == expect_merge
+        assert groups.find(a.key) != groups.find(b2.key)
+        if not expect_merge:
+            assert decided[(a.key, b1.key)].decision == "review" == decided[(a.key, b2.key)].decision
+            assert "the best pairing without it is worse by 0.02 of range" in decided[(a.key, b1.key)].reason
+
+
+@pytest.mark.parametrize("rival_at, merged", [(0.204, False), (0.40, True)])
+def test_an_unlocated_instance_between_two_look_alikes_is_left_for_review(rival_at, merged):
+    """A bench seen too briefly to be located: its viewing rays pass one located bench at 0.175 of
+    the range and another at 0.204 (the bench's seed 4, right view: the nearer was the other
+    bench). Within the two benches' location uncertainty of each other, the pair is left for a
+    reviewer; with the other bench 0.40 away (beyond the rays' limit), the nearer one is joined."""
+    lone = rc.ClipInstance(0, 16, "bench", 0.0, 1.0, np.ones(72))
+    near, other = _ci(1, 2, "bench", 0.3), _ci(1, 3, "bench", 0.3)
+    proposals = [_at(lone, near, 0.175, by_rays=True), _at(lone, other, rival_at, by_rays=True)]
+    groups = rc.Groups([lone, near, other])
+    decided = {p.keys: p for p in rc.assign_unlocated(proposals, [lone, near, other], groups, rc.ReconcileParams())}
+    assert (groups.find(lone.key) == groups.find(near.key)) == merged
+    assert groups.find(lone.key) != groups.find(other.key)
+    assert decided[(lone.key, near.key)].decision == ("merge" if merged else "review")
