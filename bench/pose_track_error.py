@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import glob
 import math
+import os
 
 import numpy as np
 import pyarrow.parquet as pq
@@ -28,7 +29,8 @@ def _read(pattern: str) -> list[dict]:
     paths = glob.glob(pattern)
     if not paths:
         raise SystemExit(f"no file matches {pattern}")
-    return pq.read_table(paths[0]).to_pylist()
+    # a data root keeps the outputs of earlier versions of a stage too: the newest is the run's
+    return pq.read_table(max(paths, key=os.path.getmtime)).to_pylist()
 
 
 def ground_track(rows: list[dict], video_id: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:

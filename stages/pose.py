@@ -7,7 +7,9 @@ views of a source are one camera turned by fixed yaws, so:
    chunks, stitched: ``estimate_chunked``);
 2. the per-step motions of the views are rotated into the source camera's axes by their yaws and
    fused (``fuse_views``): rotations by their chordal L1 median, translation directions by a
-   robust mean, step lengths by the median of each view's normalised step;
+   robust mean, step lengths by the median of each view's normalised step; where the backend
+   gives its matches (twoview), a step is solved from all views' matches as one all-round camera
+   (``rig_motion``) and measured against the ground they all see (``rig_ground_height``);
 3. each view's poses are derived from the fused source poses by its yaw (``derive_view``), so the
    four views' motions agree by construction; the independent estimates are kept to flag clips
    where the views disagree (``view_agreement``).
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -83,6 +85,9 @@ class Track:
     K: np.ndarray  # (n, 3, 3)
     valid: np.ndarray  # (n,) bool
     metric: np.ndarray | None = None  # (n,) bool: step i-1 -> i has a trusted length (see fuse_views)
+    # per row: the matched bearings (b1, b2, camera axes) of step i-1 -> i where the backend gave
+    # them (twoview), else None; held in memory for fuse_views, never written
+    bearings: list | None = field(default=None, repr=False, compare=False)
 
     @property
     def extrinsics(self) -> np.ndarray:
@@ -179,14 +184,14 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     common unit: ``last_metric``). Holds at most one chunk of images."""
     assert chunk >= 3
     ks, ts, fs = [], [], []
-    Rs, Cs, Ks, valid, metric = [], [], [], [], []
-    has_metric = False
+    Rs, Cs, Ks, valid, metric, bearings = [], [], [], [], [], []
+    has_metric = has_bearings = False
     buf: list[tuple[int, float, int, np.ndarray]] = []
     first = True
     scale = 1.0
 
     def run(items):
-        nonlocal first, scale, has_metric
+        nonlocal first, scale, has_metric, has_bearings
         batch = FrameBatch(video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items],
                            [x[0] for x in items], fps)
         tr = track_from_result(([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps),
@@ -195,6 +200,9 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
         m = getattr(estimator, "last_metric", None)
         m = np.asarray(m, dtype=bool) if m is not None and len(m) == len(items) else None
         has_metric = has_metric or m is not None
+        pairs = getattr(estimator, "last_bearings", None)
+        pairs = pairs if pairs is not None and len(pairs) == len(items) else None
+        has_bearings = has_bearings or pairs is not None
         if first:
             start = 0
             R_al, C_al, s = np.eye(3), np.zeros(3), 1.0
@@ -227,6 +235,7 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
             Ks.append(tr.K[i])
             valid.append(bool(tr.valid[i]))
             metric.append(bool(m[i]) if m is not None else False)
+            bearings.append(pairs[i] if pairs is not None else None)
         first = False
 
     for item in frames:
@@ -240,17 +249,160 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     return Track(np.asarray(ks, dtype=np.int64), np.asarray(ts, dtype=float), np.asarray(fs, dtype=np.int64),
                  float(fps), np.asarray(Rs).reshape(n, 3, 3), np.asarray(Cs).reshape(n, 3),
                  np.asarray(Ks).reshape(n, 3, 3), np.asarray(valid, dtype=bool),
-                 np.asarray(metric, dtype=bool) if has_metric else None)
+                 np.asarray(metric, dtype=bool) if has_metric else None, bearings if has_bearings else None)
 
 
 # ------------------------------------------------------------------------------ fusion
+def _epipolar_normals(pairs, dR):
+    b1 = np.concatenate([p[0] for p in pairs])
+    b2 = np.concatenate([p[1] for p in pairs]) @ dR  # dR^T b2, rows
+    return b1, b2, np.cross(b1, b2)
+
+
+def rig_motion(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR0: np.ndarray, tol: float,
+               max_change_deg: float = 3.0) -> tuple[np.ndarray, np.ndarray] | None:
+    """One step's rotation and translation direction from all of a rig's matches (bearings in the
+    rig's axes): the translation by ``rig_translation`` given the rotation, the rotation refined
+    from ``dR0`` (the views' median) by minimising the smallest eigenvalue of the epipolar normals'
+    scatter (``sum n n^T``, ``n = b1 x dR^T b2``: zero when one translation lies in every epipolar
+    plane). A single 90° view confuses a small turn with a sideways step, which the views' median
+    inherits as a steady heading drift on straight walks; all around, the two differ. The refined
+    rotation is kept when it moves less than ``max_change_deg`` and leaves as many matches within
+    ``tol``. None when too few matches agree."""
+    from scipy.optimize import minimize
+    from scipy.spatial.transform import Rotation
+
+    c0, inl = rig_translation(pairs, dR0, tol, with_inliers=True) or (None, None)
+    if c0 is None:
+        return None
+    b1 = np.concatenate([p[0] for p in pairs])[inl]
+    b2 = np.concatenate([p[1] for p in pairs])[inl]
+
+    def cost(w):
+        N = np.cross(b1, b2 @ (Rotation.from_rotvec(w).as_matrix() @ dR0))
+        return float(np.linalg.eigvalsh(N.T @ N)[0]) / len(N)
+
+    res = minimize(cost, np.zeros(3), method="Nelder-Mead",
+                   options={"xatol": 1e-6, "fatol": 1e-14, "initial_simplex": np.r_[[np.zeros(3)], 1e-3 * np.eye(3)]})
+    w = res.x
+    dR = Rotation.from_rotvec(w).as_matrix() @ dR0
+    if np.degrees(np.linalg.norm(w)) > max_change_deg:
+        return dR0, c0
+    c1 = rig_translation(pairs, dR, tol, with_inliers=True)
+    if c1 is None or c1[1].sum() < inl.sum():
+        return dR0, c0
+    return dR, c1[0]
+
+
+def rig_ground_height(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, c: np.ndarray, tol: float,
+                      min_depression_deg: float = 8.0, plane_tol: float = 0.05, min_spread: float = 0.1) -> float | None:
+    """The rig's height above the ground in units of the step's baseline (``c`` unit length), from
+    all of its views' matches at once: the points triangulated below the horizon (at least
+    ``min_depression_deg``), the ground their densest level plane (the views are level: its normal
+    is the rig's down axis), within ``plane_tol`` of its height. One view alone sees a facade's
+    sills or a car's roof as often as the ground (twoview's per-view heights disagreed by x2-x4
+    on the sample's street); all around, the ground is what every view sees below. The plane's
+    points must spread across the ground (both horizontal directions, ``min_spread``: the smaller
+    spread over the larger), not lie along one line. None when the ground is not seen well enough."""
+    b1, b2, N = _epipolar_normals(pairs, dR)
+    on_plane = np.abs(N @ c) < tol
+    b1, b2 = b1[on_plane], b2[on_plane]
+    # depths along both rays: lambda1 b1 - lambda2 (dR^T b2) = c, least squares per match
+    a12 = -(b1 * b2).sum(axis=1)
+    r1, r2 = b1 @ c, -(b2 @ c)
+    det = 1.0 - a12 * a12
+    ok = det > 1e-6  # some parallax
+    lam1 = np.where(ok, (r1 - a12 * r2) / np.where(ok, det, 1.0), -1.0)
+    lam2 = np.where(ok, (r2 - a12 * r1) / np.where(ok, det, 1.0), -1.0)
+    X = lam1[:, None] * b1
+    below = ok & (lam1 > 0) & (lam2 > 0) & (b1[:, 1] > math.sin(math.radians(min_depression_deg)))
+    heights = X[below, 1]
+    if len(heights) < 8:
+        return None
+    support = np.array([(np.abs(heights - h) < plane_tol * h).sum() for h in heights])
+    best = int(np.argmax(support))
+    if support[best] < max(8, 0.3 * len(heights)):
+        return None
+    inliers = np.abs(heights - heights[best]) < plane_tol * heights[best]
+    ground = X[below][inliers][:, [0, 2]]
+    spread = np.linalg.svd(ground - ground.mean(axis=0), compute_uv=False)
+    if spread[1] < min_spread * spread[0]:
+        return None
+    return float(np.median(heights[inliers]))
+
+
+def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, tol: float,
+                    min_inliers: int = 12, seed: int = 0, with_inliers: bool = False):
+    """The direction of one step's translation from the matches of all of a rig's views at once.
+
+    The views of a panorama share its centre, so their bearings (rotated into the rig's axes) are
+    the rays of one camera seeing all around: with the step's rotation ``dR`` (``x_{k+1} = dR
+    x_k``) known, the camera's displacement ``c`` lies in every match's epipolar plane,
+    ``c . (b1 x dR^T b2) = 0``. Views facing the motion see the focus of expansion, views beside it
+    see the parallax: together they fix the direction far better than one 90° view (whose
+    estimates the per-view fusion could only average). RANSAC on pairs of planes, least squares
+    over the inliers (``|c . n| < tol``, about a pixel's angle), sign from the matches' depths (in
+    front of both cameras). None when too few matches agree; ``with_inliers``: (direction, the
+    matches' inlier mask)."""
+    if not pairs:
+        return None
+    b1, b2, N = _epipolar_normals(pairs, dR)
+    mag = np.linalg.norm(N, axis=1)
+    informative = mag > tol  # matches with parallax (the others lie in every plane)
+    if informative.sum() < min_inliers:
+        return None
+    Ni, b1i, b2i = N[informative], b1[informative], b2[informative]
+    rng = np.random.default_rng(seed)
+    best, best_n = None, 0
+    m = len(Ni)
+    for _ in range(min(200, m * (m - 1) // 2)):
+        i, j = rng.choice(m, 2, replace=False)
+        c = np.cross(Ni[i], Ni[j])
+        nc = np.linalg.norm(c)
+        if nc < 1e-12:
+            continue
+        c /= nc
+        n_in = int((np.abs(Ni @ c) < tol).sum())
+        if n_in > best_n:
+            best, best_n = c, n_in
+    if best is None or best_n < min_inliers:
+        return None
+    inl = np.abs(Ni @ best) < tol
+    _, _, Vt = np.linalg.svd(Ni[inl])
+    c = Vt[2] if Vt[2] @ best >= 0 else -Vt[2]
+    inl = np.abs(Ni @ c) < tol
+    # depths along both rays for c: lambda1 b1 - lambda2 (dR^T b2) = c, least squares per match
+    a11 = np.ones(int(inl.sum()))
+    a12 = -(b1i[inl] * b2i[inl]).sum(axis=1)
+    r1, r2 = b1i[inl] @ c, -(b2i[inl] @ c)
+    det = a11 * a11 - a12 * a12
+    ok = np.abs(det) > 1e-9
+    lam1 = np.where(ok, (r1 * a11 - a12 * r2) / np.where(ok, det, 1.0), 0.0)
+    lam2 = np.where(ok, (a11 * r2 - a12 * r1) / np.where(ok, det, 1.0), 0.0)
+    front = int(((lam1 > 0) & (lam2 > 0)).sum())
+    behind = int(((lam1 < 0) & (lam2 < 0)).sum())
+    c = c if front >= behind else -c
+    if not with_inliers:
+        return c
+    mask = np.zeros(len(N), dtype=bool)
+    mask[np.nonzero(informative)[0][inl]] = True
+    return c, mask
+
+
 def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: float = 60.0,
-               turns: dict[int, np.ndarray] | None = None) -> Track:
+               turns: dict[int, np.ndarray] | None = None, bearing_tol: float = 0.01,
+               camera_height: float | None = None, length_window: int = 10) -> Track:
     """The source camera's track (axes of a yaw-0 view) from independent tracks of its views.
 
     ``turns``: rotations (rig axes, ``x_{k+1} = R x_k``) of steps k -> k+1 that fewer than two
     views could estimate (a turn too fast for a view to overlap itself), recovered by matching
-    across views (``stages.backends.twoview.rig_rotation``)."""
+    across views (``stages.backends.twoview.rig_rotation``).
+
+    Where the views' matches are known (``Track.bearings``), a moving step's rotation and direction
+    are solved from all of them at once (``rig_motion``, tolerance ``bearing_tol`` radians) rather
+    than averaged over the views' own estimates, and with ``camera_height`` its length is measured
+    against the ground all views see (``rig_ground_height``); unmeasured steps take the scale of
+    the measured ones within ``length_window`` steps (``step_lengths``)."""
     turns = turns or {}
     if not tracks:
         raise ValueError("no view tracks to fuse")
@@ -283,14 +435,20 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
     R[0] = np.eye(3)
     valid[0] = any(tracks[v].valid[0] for v in names)
     cos_out = math.cos(math.radians(outlier_deg))
+    rig_lengths: dict[int, float] = {}
+    # per step: the displacement's direction (world), its parallax-based length (the views' common
+    # unit) and its measured length (metres, against the ground) where one was measured
+    direction = np.zeros((n, 3))
+    parallax_length = np.zeros(n)
+    by_view: dict[int, float] = {}  # the views' own ground-measured lengths (median)
     for k in range(n - 1):
         oks = [v for v in names if steps[v][2][k]]
         if k in turns and len(oks) < 2:  # a fast turn: the rig's rotation, no translation
-            R[k + 1], C[k + 1] = turns[k] @ R[k], C[k]
+            R[k + 1] = turns[k] @ R[k]
             valid[k + 1] = True
             continue
         if not oks:
-            R[k + 1], C[k + 1] = R[k], C[k]
+            R[k + 1] = R[k]
             continue
         valid[k + 1] = True
         dR = rotation_median([steps[v][0][k] for v in oks])
@@ -306,14 +464,55 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
                     mean = units[keep].sum(axis=0)
             if np.linalg.norm(mean) > 1e-9:
                 d = mean / np.linalg.norm(mean) * float(np.median(mags)) * unit
-        # Step lengths a view measured against the ground (metric) beat everything else.
+            pairs = []
+            for v in oks:
+                b = tracks[v].bearings[k + 1] if tracks[v].bearings is not None else None
+                if b is not None:
+                    M = yaw_matrix(yaws[v])
+                    pairs.append((b[0] @ M.T, b[1] @ M.T))
+            joint = rig_motion(pairs, dR, bearing_tol) if len(pairs) >= 2 else None
+            if joint is not None and np.linalg.norm(d) > 1e-12:
+                dR, d = joint[0], joint[1] * np.linalg.norm(d)
+                h = rig_ground_height(pairs, dR, joint[1], bearing_tol) if camera_height else None
+                if h is not None:
+                    rig_lengths[k] = camera_height / h
+        # Step lengths the views measured against the ground (metric), where the rig did not.
         trusted = [float(np.linalg.norm(steps[v][1][k])) for v in oks
                    if tracks[v].metric is not None and tracks[v].metric[k + 1]]
-        if trusted and np.linalg.norm(d) > 1e-12:
-            d = d / np.linalg.norm(d) * float(np.median(trusted))
+        # a view that saw no parallax (its "standing still" is exact) where the others saw the rig
+        # move: it looked at far things only, its zero measures nothing
+        trusted = [x for x in trusted if x > 0] if np.linalg.norm(d) > 1e-12 else trusted
+        length = float(np.linalg.norm(d))
+        if length > 1e-12:
+            direction[k] = R[k].T @ (d / length)
+            parallax_length[k] = length
+            if trusted:
+                by_view[k] = float(np.median(trusted))
         R[k + 1] = dR @ R[k]
-        C[k + 1] = C[k] + R[k].T @ d
+    lengths = step_lengths(parallax_length, rig_lengths, by_view, length_window)
+    C[1:] = np.cumsum(direction[:-1] * lengths[:-1, None], axis=0)
     return Track(ref.sample_indices.copy(), ref.times.copy(), ref.frames.copy(), ref.fps, R, C, ref.K.copy(), valid)
+
+
+def step_lengths(parallax: np.ndarray, by_rig: dict[int, float], by_view: dict[int, float], window: int) -> np.ndarray:
+    """The length of every moving step (``parallax`` > 0): measured against the ground by the
+    whole rig (``rig_ground_height``), else by the views themselves (their median); the others
+    their parallax-based length (baseline over the scene's typical depth) times the median ratio
+    of measured to parallax-based lengths of the measured steps within ``window`` steps. The
+    typical depth changes with the scene (a street's facades, a plaza's far side): one ratio per
+    chunk of a view made a narrow street's steps twice as long as they were. Without a measured
+    step near, the parallax-based length as it is (the views' common unit)."""
+    measured = {**by_view, **by_rig}
+    out = parallax.copy()
+    ks = np.array(sorted(k for k in measured if parallax[k] > 1e-12), dtype=int)
+    for k in np.nonzero(parallax > 1e-12)[0]:
+        if k in measured:
+            out[k] = measured[k]
+            continue
+        near = ks[np.abs(ks - k) <= window]
+        if len(near):
+            out[k] = parallax[k] * float(np.median([measured[j] / parallax[j] for j in near]))
+    return out
 
 
 def weak_steps(tracks: dict[str, Track]) -> list[int]:
@@ -388,7 +587,11 @@ def estimate_source(views: dict[str, ViewInput], make_estimator: Callable[[ViewI
         need = {first + k for k in weak} | {first + k + 1 for k in weak}
         frames = {v: {k - first: rgb for k, _t, _i, rgb in vi.frames() if k in need} for v, vi in views.items()}
         turns = recover_turns(weak, frames, yaws, next(iter(views.values())).hfov_deg)
-    return fuse_views(tracks, yaws, params.outlier_deg, turns), tracks
+    # a match agrees with a step's translation within about two pixels of the frames matched
+    focal = min((float(tr.K[0][0, 0]) * frame_w[v] / views[v].width for v, tr in tracks.items() if len(tr.K)),
+                default=0.0)
+    tol = 2.0 / focal if focal > 0 else 0.01
+    return fuse_views(tracks, yaws, params.outlier_deg, turns, tol, params.ground_height()), tracks
 
 
 def derive_view(source: Track, yaw_deg: float, K: np.ndarray | None = None) -> Track:

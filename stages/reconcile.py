@@ -100,7 +100,7 @@ class ReconcileParams(BaseModel):
         "moves by range^2 / (height x focal) per pixel), with the spread of its per-sighting positions"
     )
     rival_sigmas: float = Field(
-        1.0, ge=0, description="a one-to-one pairing by position is decisive only when the best pairing that "
+        1.5, ge=0, description="a one-to-one pairing by position is decisive only when the best pairing that "
         "leaves the two apart is worse by this many location uncertainties of the pair: else a look-alike "
         "nearly as close could be the one (the pairs are left for a reviewer)"
     )

@@ -92,7 +92,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="2",
+    version="3",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

@@ -320,3 +320,26 @@ def test_questions_are_deterministic_and_seeded(worlds):
     assert a.equals(b)
     c = plan(w, "left", params=PARAMS.model_copy(update={"seed": 1})).tables()[0]
     assert not a.equals(c)
+
+
+def test_vpo_place_condition_grows_with_the_path_walked_between_the_anchors():
+    """The sample's loop: the estimated track put its end (t = 117 s) 5.1 m from its start (4.5 s),
+    1.3 m by the truth, after a 110 m walk. Apart by the extent's fraction alone (4 m) the two
+    passed as different places; with the drift allowance (0.05 of the path between them) they
+    need 9.5 m. Anchors 15 m apart after a 20 m walk stay compatible. ``candidates`` measures the
+    path along the track's ground positions."""
+    from vsi_wild.stages.qa.vpo import Candidate, compatible
+
+    start, end = Candidate(4.5, 36, (0.0, 0.0, 0.0), 0.0), Candidate(117.0, 936, (5.1, 0.0, 0.0), 110.0)
+    near_in_path = Candidate(25.0, 200, (15.0, 0.0, 0.0), 20.0)
+    assert compatible(start, end, 10.0, 4.0)
+    assert not compatible(start, end, 10.0, 4.0, 0.05)
+    assert compatible(start, near_in_path, 10.0, 4.0, 0.05)
+    w = make_world(5, duration=60.0)
+    for p in w.poses:
+        p["x"], p["y"] = 1.5 * p["time"], 0.0  # 1.5 m/s straight ahead
+    from vsi_wild.stages.qa.vpo import candidates
+
+    cands = candidates(poses_table(w, "front"), video_of(w, "front"), PARAMS)
+    a, b = cands[0], cands[-1]
+    assert b.walked - a.walked == pytest.approx(1.5 * (b.time - a.time), rel=0.02)

@@ -60,6 +60,10 @@ class TwoViewPoseEstimator:
         self.ground_min_spread = float(ground_min_spread)
         self.last_height: float | None = None
         self.last_metric: np.ndarray | None = None  # per frame of the last estimate(): step i-1 -> i was metric
+        # per frame of the last estimate(): the inlier bearings (b1, b2: unit rays in the view's camera
+        # axes at frames i-1 and i) of step i-1 -> i, or None (read by stages.pose.fuse_views)
+        self.last_bearings: list[tuple[np.ndarray, np.ndarray] | None] | None = None
+        self._pair: tuple[np.ndarray, np.ndarray] | None = None
         if features == "sift":
             self._det = cv2.SIFT_create(nfeatures=self.n_features)
             self._norm = cv2.NORM_L2
@@ -104,6 +108,7 @@ class TwoViewPoseEstimator:
         camera-1 coordinates into camera 2 and ``c`` is camera 2's centre in camera-1 coordinates
         (length = baseline / typical depth; zero when the camera only turned)."""
         self.last_height = None
+        self._pair = None
         q1, q2 = self._match(f1, f2)
         if len(q1) < self.min_matches:
             return np.eye(3), np.zeros(3), False
@@ -120,6 +125,7 @@ class TwoViewPoseEstimator:
             R_rot = _kabsch(b1[inl], b2[inl])
             resid = _angles(b1 @ R_rot.T, b2)
             if np.median(resid) < self.min_parallax:
+                self._pair = (b1[inl].astype(np.float32), b2[inl].astype(np.float32))
                 return R_rot, np.zeros(3), True
 
         E, emask = cv2.findEssentialMat(q1, q2, K, method=cv2.RANSAC, prob=0.999, threshold=self.ransac_px)
@@ -140,6 +146,7 @@ class TwoViewPoseEstimator:
             good = sin_a > 0.05
         scale = float(np.median(par[good] / sin_a[good])) if good.any() else float(np.median(par))
         self.last_height = self._ground_height(q1[inl], q2[inl], K, R, t)
+        self._pair = (b1[inl].astype(np.float32), b2[inl].astype(np.float32))  # 2.4 KB per 100 matches
         return R, c * scale, True
 
     def _ground_height(self, q1: np.ndarray, q2: np.ndarray, K: np.ndarray, R: np.ndarray, t: np.ndarray) -> float | None:
@@ -207,6 +214,7 @@ class TwoViewPoseEstimator:
         intr = np.zeros((n, 3, 3))
         valid = np.ones(n, dtype=bool)
         steps: list[tuple[np.ndarray, np.ndarray, float | None]] = []
+        bearings: list[tuple[np.ndarray, np.ndarray] | None] = [None]
         prev = None
         for i in range(n):
             image = batch.images[i]
@@ -219,6 +227,7 @@ class TwoViewPoseEstimator:
                 R, c, ok = self.relative(prev, feats, K)
                 valid[i] = ok
                 steps.append((R, c, self.last_height if ok else None))
+                bearings.append(self._pair if ok else None)
             prev = feats
         ratios = [self.camera_height / hgt / np.linalg.norm(c) for _, c, hgt in steps
                   if self.camera_height and hgt and np.linalg.norm(c) > 0]
@@ -244,6 +253,7 @@ class TwoViewPoseEstimator:
         # Which steps got their length from the ground plane (read by stages.pose.fuse_views:
         # among a rig's views, those steps are trusted over the parallax-based ones).
         self.last_metric = metric
+        self.last_bearings = bearings
         return PoseResult(extrinsics=ext, intrinsics=intr, valid=valid)
 
 

@@ -30,6 +30,10 @@ class QAParams(BaseModel):
         "trajectory's extent (bounding-box diagonal) apart on the ground plane (heights drift); scale-free, "
         "as pose scale is arbitrary"
     )
+    vpo_drift_per_distance: float = Field(
+        0.05, ge=0, description="... plus this fraction of the path walked between them (pose drift grows with "
+        "it: a loop's end can seem metres from its start); 0: the place condition as it is"
+    )
     vpo_edge_margin_s: float = Field(1.0, ge=0, description="no anchor closer than this to either end")
     vpo_offset_min_deg: float = Field(30.0, ge=0, le=180)
     vpo_offset_max_deg: float = Field(60.0, ge=0, le=180)

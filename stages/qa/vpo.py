@@ -2,7 +2,8 @@
 
 Per view video, ``vpo_per_video`` questions of 4 anchors each. Repairs over the release:
 - any two anchors of a question are at least ``vpo_min_gap_s`` apart in time and, where poses
-  exist, ``vpo_min_position_frac`` of the trajectory's extent apart in place, on the ground plane
+  exist, ``vpo_min_position_frac`` of the trajectory's extent apart in place, on the ground plane,
+  plus ``vpo_drift_per_distance`` of the path walked between them (the estimated track drifts)
   (the release had pairs 1 frame apart);
 - each anchor is really rendered from the *panorama* at the view's yaw plus a signed offset drawn
   from [offset_min, offset_max] degrees (the release's evaluation read the unrotated frames), blurred
@@ -18,7 +19,7 @@ from __future__ import annotations
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import cv2
@@ -54,6 +55,7 @@ class Candidate:
     time: float  # time of the frame shown (the sample time until rendering reads the frame's own)
     frame: int
     pos: tuple[float, float, float] | None  # camera centre on the ground plane when a valid pose exists
+    walked: float = 0.0  # ground path length of the camera from the video's first pose to here
 
 
 def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> list[Candidate]:
@@ -76,7 +78,14 @@ def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> li
             frame = video.frame_at(k / 2.0)
             out.setdefault(frame, Candidate(video.time_of(frame), frame, None))
             k += 1
-    return [c for c in sorted(out.values(), key=lambda c: c.frame) if lo <= c.time <= hi]
+    ordered = []
+    walked, last = 0.0, None
+    for c in sorted(out.values(), key=lambda c: c.frame):
+        if c.pos is not None:
+            walked += math.dist(c.pos, last) if last is not None else 0.0
+            last = c.pos
+        ordered.append(replace(c, walked=walked))
+    return [c for c in ordered if lo <= c.time <= hi]
 
 
 def ground_positions(rows: Sequence[dict]) -> dict[int, tuple[float, float, float]]:
@@ -102,11 +111,14 @@ def trajectory_extent(cands: Sequence[Candidate]) -> float:
     return float(np.linalg.norm(pts.max(axis=0) - pts.min(axis=0)))
 
 
-def compatible(a: Candidate, b: Candidate, min_gap_s: float, min_dist: float) -> bool:
+def compatible(a: Candidate, b: Candidate, min_gap_s: float, min_dist: float, drift_per_distance: float = 0.0) -> bool:
+    """Far enough apart in time and, where both have a pose, in place: ``min_dist``, plus
+    ``drift_per_distance`` of the path walked between them (the estimated track drifts with the
+    distance walked: at the end of the sample's loop it put the start 5 m away, 1.3 m by the truth)."""
     if abs(a.time - b.time) < min_gap_s or a.frame == b.frame:
         return False
     if min_dist > 0 and a.pos is not None and b.pos is not None:
-        return math.dist(a.pos, b.pos) >= min_dist
+        return math.dist(a.pos, b.pos) >= min_dist + drift_per_distance * abs(a.walked - b.walked)
     return True
 
 
@@ -136,7 +148,8 @@ def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams,
                 for c in rng.shuffled(cands):
                     if not allow_reuse and c.frame in used:
                         continue
-                    if all(compatible(c, p, params.vpo_min_gap_s, min_dist) for p in picked):
+                    if all(compatible(c, p, params.vpo_min_gap_s, min_dist, params.vpo_drift_per_distance)
+                           for p in picked):
                         picked.append(c)
                         if len(picked) == 4:
                             break
