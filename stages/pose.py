@@ -253,6 +253,18 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
 
 
 # ------------------------------------------------------------------------------ fusion
+def _depths(b1: np.ndarray, b2: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per match, the depths along both rays, ``lambda1 b1 - lambda2 b2 = c`` in least squares
+    (``b2`` already turned into the first camera's axes, ``dR^T b2``), and whether the rays are far
+    enough from parallel for them to mean anything (0 where not)."""
+    a12 = -(b1 * b2).sum(axis=1)
+    r1, r2 = b1 @ c, -(b2 @ c)
+    det = 1.0 - a12 * a12
+    ok = np.abs(det) > 1e-9
+    safe = np.where(ok, det, 1.0)
+    return (np.where(ok, (r1 - a12 * r2) / safe, 0.0), np.where(ok, (r2 - a12 * r1) / safe, 0.0), ok)
+
+
 def _epipolar_normals(pairs, dR):
     b1 = np.concatenate([p[0] for p in pairs])
     b2 = np.concatenate([p[1] for p in pairs]) @ dR  # dR^T b2, rows
@@ -307,15 +319,10 @@ def rig_ground_height(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.nda
     b1, b2, N = _epipolar_normals(pairs, dR)
     on_plane = np.abs(N @ c) < tol
     b1, b2 = b1[on_plane], b2[on_plane]
-    # depths along both rays: lambda1 b1 - lambda2 (dR^T b2) = c, least squares per match
-    a12 = -(b1 * b2).sum(axis=1)
-    r1, r2 = b1 @ c, -(b2 @ c)
-    det = 1.0 - a12 * a12
-    ok = det > 1e-6  # some parallax
-    lam1 = np.where(ok, (r1 - a12 * r2) / np.where(ok, det, 1.0), -1.0)
-    lam2 = np.where(ok, (r2 - a12 * r1) / np.where(ok, det, 1.0), -1.0)
+    lam1, lam2, _ = _depths(b1, b2, c)
+    parallax = 1.0 - (b1 * b2).sum(axis=1) ** 2 > 1e-6  # some parallax
     X = lam1[:, None] * b1
-    below = ok & (lam1 > 0) & (lam2 > 0) & (b1[:, 1] > math.sin(math.radians(min_depression_deg)))
+    below = parallax & (lam1 > 0) & (lam2 > 0) & (b1[:, 1] > math.sin(math.radians(min_depression_deg)))
     heights = X[below, 1]
     if len(heights) < 8:
         return None
@@ -371,14 +378,7 @@ def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarr
     _, _, Vt = np.linalg.svd(Ni[inl])
     c = Vt[2] if Vt[2] @ best >= 0 else -Vt[2]
     inl = np.abs(Ni @ c) < tol
-    # depths along both rays for c: lambda1 b1 - lambda2 (dR^T b2) = c, least squares per match
-    a11 = np.ones(int(inl.sum()))
-    a12 = -(b1i[inl] * b2i[inl]).sum(axis=1)
-    r1, r2 = b1i[inl] @ c, -(b2i[inl] @ c)
-    det = a11 * a11 - a12 * a12
-    ok = np.abs(det) > 1e-9
-    lam1 = np.where(ok, (r1 * a11 - a12 * r2) / np.where(ok, det, 1.0), 0.0)
-    lam2 = np.where(ok, (a11 * r2 - a12 * r1) / np.where(ok, det, 1.0), 0.0)
+    lam1, lam2, _ = _depths(b1i[inl], b2i[inl], c)
     front = int(((lam1 > 0) & (lam2 > 0)).sum())
     behind = int(((lam1 < 0) & (lam2 < 0)).sum())
     c = c if front >= behind else -c

@@ -531,9 +531,9 @@ def _assignment(gain: np.ndarray) -> list[tuple[int, int]]:
     return [(int(r), int(c)) for r, c in zip(r_, c_) if gain[r, c] > 0]
 
 
-def ambiguous_pairings(proposals: Iterable[Proposal], chosen: set[tuple], rival_sigmas: float) -> dict[tuple, str]:
+def ambiguous_pairings(proposals: Iterable[Proposal], rival_sigmas: float) -> dict[tuple, str]:
     """The position pairings a look-alike could take as well, each with its reason: a pairing of
-    the best one-to-one pairing (``best_pairings``) is ambiguous when the best pairing without it is
+    the best one-to-one pairing (``best_pairings``'s, computed the same way) is ambiguous when the best pairing without it is
     worse by less than ``rival_sigmas`` of its location uncertainty (two hydrants a step apart, one
     seen once from afar: which of them a third sighting is, the positions cannot say); so are
     the pairs that the pairing without it uses instead. Leaving the instance unpaired counts as a
@@ -552,7 +552,7 @@ def ambiguous_pairings(proposals: Iterable[Proposal], chosen: set[tuple], rival_
         by_cell = {(rows.index(p.a.key), cols.index(p.b.key)): p for p in group}
         for r, c in best:
             p = by_cell[(r, c)]
-            if p not in positional or p.keys not in chosen:
+            if p not in positional:
                 continue
             without = gain.copy()
             without[r, c] = 0.0
@@ -776,7 +776,7 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
     global instance is blocked. A weak position match never merges: unless other evidence joined
     its two instances already, or separates them (blocked), it is left apart for review."""
     paired = best_pairings(proposals)
-    rivals = ambiguous_pairings(proposals, paired, rival_sigmas)
+    rivals = ambiguous_pairings(proposals, rival_sigmas)
     # an ambiguous pairing is as weak as a far one (seen either side of the cut, the time tells)
     proposals = [replace(p, weak=True, reason=f"{p.reason}, but {rivals[p.keys]}")
                  if p.keys in rivals and not p.boundary and not p.weak else p for p in proposals]
