@@ -361,6 +361,14 @@ class EncoderSettings:
     faststart: bool = True
 
 
+# x264's macroblock-tree rate control reads memory it has not written: its output changed with
+# what the heap held before (MALLOC_PERTURB_=85 and =170 gave two different files from the same
+# frames, and two `make run`s in a process with torch loaded gave two different view videos, so
+# every stage after them differed). Without it x264 is byte-reproducible (checked under both
+# perturbations, 1 and auto threads); the cost: the sample's views are 5 % larger at the same CRF.
+X264_REPRODUCIBLE = "mbtree=0"
+
+
 class VideoWriter:
     """An H.264/MP4 writer that keeps the given timestamps (variable frame rate included).
 
@@ -381,6 +389,8 @@ class VideoWriter:
             s.time_base = time_base
             s.codec_context.time_base = time_base
             s.options = {"preset": settings.preset, "crf": str(settings.crf)}
+            if settings.codec == "libx264":
+                s.options["x264-params"] = X264_REPRODUCIBLE
             if settings.threads:
                 s.codec_context.thread_count = settings.threads
             self.stream = s

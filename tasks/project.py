@@ -48,7 +48,7 @@ def run(job: Job) -> None:
 PROJECT = Stage(
     name="project",
     outputs=schema.ARTIFACTS["project"],
-    version="1",
+    version="2",  # 2: x264 without mbtree (byte-reproducible views)
     unit_kind="source",
     run=run,
     needs=("probe", "review"),
