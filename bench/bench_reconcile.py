@@ -14,6 +14,8 @@ truth's own visibility table, independently of reconciliation. Prints per seed a
     reconcile_review_pairs_seed<s>: pairs left apart for a reviewer (decision "review")
     reconcile_false_merges_total, reconcile_false_splits_total, reconcile_review_pairs_total,
     reconcile_review_pairs_same_object_total (of those, pairs that are one object),
+    reconcile_false_splits_after_review_seed<s> / _total: the false splits left once a reviewer has
+        merged the review pairs that are one object (the splits no proposal points at)
     reconcile_seconds (the reconcile stage's units, all seeds)
     reconcile_truth_poses_false_merges_total, reconcile_truth_poses_false_splits_total: the same
         reconciliation with the truth's camera poses in place of the CPU backend's (the errors the
@@ -114,6 +116,26 @@ def score(members: list[dict], truth_of: dict[tuple[int, int], int]) -> tuple[in
     return (sum(len(o) - 1 for o in objects_of.values()), sum(len(i) - 1 for i in instances_of.values()))
 
 
+def after_review(members: list[dict], decisions: list[dict], truth_of: dict[tuple[int, int], int]) -> list[dict]:
+    """``members`` once a reviewer has merged every review pair that is one object (and rejected
+    the others): the instances such a pair joins become one."""
+    instance_of = {(int(m["clip_index"]), int(m["local_id"])): m["instance_id"] for m in members}
+    parent: dict = {}
+
+    def root(i):
+        while parent.get(i, i) != i:
+            i = parent[i]
+        return i
+
+    for d in decisions:
+        a, b = (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
+        if d["decision"] == "review" and truth_of[a] == truth_of[b] and a in instance_of and b in instance_of:
+            ra, rb = root(instance_of[a]), root(instance_of[b])
+            if ra != rb:
+                parent[rb] = ra
+    return [{**m, "instance_id": root(m["instance_id"])} for m in members]
+
+
 def truth_track(track, truth_poses: list[dict], view_yaw_deg: float):
     """``track`` (a view's estimated poses) with the truth's camera poses at its samples: the
     truth's world (z up, the camera ``z`` above the ground), level views turned by the view's yaw."""
@@ -157,7 +179,8 @@ def main() -> int:
     from vsi_wild.tasks.sample import SAMPLE, load_truth
 
     stages = [SAMPLE, PROBE, REVIEW, PROJECT, *(s for s in tm.STAGES if s.name != "metadata")]
-    totals = {"merges": 0, "splits": 0, "review": 0, "review_same": 0, "truth_merges": 0, "truth_splits": 0}
+    totals = {"merges": 0, "splits": 0, "review": 0, "review_same": 0, "reviewed_splits": 0, "truth_merges": 0,
+              "truth_splits": 0}
     seconds = 0.0
     failed = False
     store = Store(args.root)
@@ -177,7 +200,7 @@ def main() -> int:
         views = {r["video_id"]: r for r in store.read_table(UnitRef("project", sid, plan.outcomes["project"][sid].key),
                                                              "views.parquet").to_pylist()}
         poses = store.read_table(UnitRef("pose", sid, plan.outcomes["pose"][sid].key), "poses.parquet").to_pylist()
-        merges = splits = review = review_same = truth_merges = truth_splits = 0
+        merges = splits = review = review_same = truth_merges = truth_splits = reviewed_splits = 0
         for view in ids.VIEWS:
             vid = ids.video_id(sid, view)
             segments, clip_rows = [], []
@@ -196,24 +219,30 @@ def main() -> int:
             m, s = score(ideal.members, truth_of)
             truth_merges, truth_splits = truth_merges + m, truth_splits + s
             ref = UnitRef("reconcile", vid, plan.outcomes["reconcile"][vid].key)
-            m, s = score(store.read_table(ref, "members.parquet").to_pylist(), truth_of)
-            for d in store.read_table(ref, "merge_decisions.parquet").to_pylist():
+            members = store.read_table(ref, "members.parquet").to_pylist()
+            decisions = store.read_table(ref, "merge_decisions.parquet").to_pylist()
+            m, s = score(members, truth_of)
+            for d in decisions:
                 if d["decision"] == "review":
                     review += 1
                     review_same += truth_of[(d["clip_a"], d["local_a"])] == truth_of[(d["clip_b"], d["local_b"])]
             merges, splits = merges + m, splits + s
+            reviewed_splits += score(after_review(members, decisions, truth_of), truth_of)[1]
         print(f"reconcile_false_merges_seed{seed}: {merges}")
         print(f"reconcile_false_splits_seed{seed}: {splits}")
         print(f"reconcile_review_pairs_seed{seed}: {review}")
+        print(f"reconcile_false_splits_after_review_seed{seed}: {reviewed_splits}")
         print(f"reconcile_truth_poses_false_merges_seed{seed}: {truth_merges}")
         print(f"reconcile_truth_poses_false_splits_seed{seed}: {truth_splits}", flush=True)
         for name, v in (("merges", merges), ("splits", splits), ("review", review), ("review_same", review_same),
+                        ("reviewed_splits", reviewed_splits),
                         ("truth_merges", truth_merges), ("truth_splits", truth_splits)):
             totals[name] += v
     print(f"reconcile_false_merges_total: {totals['merges']}")
     print(f"reconcile_false_splits_total: {totals['splits']}")
     print(f"reconcile_review_pairs_total: {totals['review']}")
     print(f"reconcile_review_pairs_same_object_total: {totals['review_same']}")
+    print(f"reconcile_false_splits_after_review_total: {totals['reviewed_splits']}")
     print(f"reconcile_seconds: {seconds:.0f}")
     print(f"reconcile_truth_poses_false_merges_total: {totals['truth_merges']}")
     print(f"reconcile_truth_poses_false_splits_total: {totals['truth_splits']}")

@@ -780,6 +780,13 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
     # an ambiguous pairing is as weak as a far one (seen either side of the cut, the time tells)
     proposals = [replace(p, weak=True, reason=f"{p.reason}, but {rivals[p.keys]}")
                  if p.keys in rivals and not p.boundary and not p.weak else p for p in proposals]
+    # so is a near match that the best one-to-one pairing does not make: that pairing joins its
+    # instances to others (weak matches, which do not merge, count), and says this one is not sure
+    otherwise = {p.keys for p in proposals
+                 if p.keys not in paired and p.score > 0 and not p.continues and not p.boundary and not p.weak}
+    proposals = [replace(p, weak=True, reason=f"{p.reason}, but the best one-to-one pairing of clips {p.a.clip} and "
+                                              f"{p.b.clip} pairs them otherwise")
+                 if p.keys in otherwise else p for p in proposals]
     decided = []
     # the weak ones last: whether other evidence joined them already, or separates them, is known then
     for p in sorted(proposals, key=lambda p: (p.weak, p.keys not in paired, -p.score, p.a.key, p.b.key)):
@@ -792,7 +799,7 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
             decided.append(p.decided("review", p.reason))
         elif groups.share_a_clip(ra, rb):
             decided.append(p.decided("blocked", p.reason + "; would join two instances of one clip" + (
-                "" if p.keys in paired else
+                "" if p.keys in paired or p.keys in otherwise else
                 f" (the best one-to-one pairing of clips {p.a.clip} and {p.b.clip} pairs them otherwise)")))
         else:
             groups.union(ra, rb)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pycocotools.mask as mask_utils
@@ -399,6 +400,26 @@ def test_a_pairing_a_look_alike_could_take_as_well_is_left_for_review(rival_at, 
         if not expect_merge:
             assert decided[(a.key, b1.key)].decision == "review" == decided[(a.key, b2.key)].decision
             assert "the best pairing without it is worse by 0.02 of range" in decided[(a.key, b1.key)].reason
+
+
+@pytest.mark.parametrize("with_rivals", [True, False])
+def test_a_near_match_the_best_pairing_does_not_make_is_left_for_review(with_rivals):
+    """Two hydrants of clip 0 and two of clip 1 (the sample's left view): 2 is 0.15 of the range
+    from 0 of clip 1, the other hydrant's, while 2-1 and 1-0, the true pairs, are weak matches at
+    0.21. The best one-to-one pairing is the two weak ones (0.92 against 0.63); merging the near
+    pair anyway, because it alone is strong, joined two hydrants. Without the rivals it merges."""
+    a1, a2, b0, b1 = (_ci(0, 1, "fire hydrant"), _ci(0, 2, "fire hydrant"), _ci(1, 0, "fire hydrant"),
+                      _ci(1, 1, "fire hydrant"))
+    near = _at(a2, b0, 0.147, 0.40)
+    rivals = [replace(_at(a2, b1, 0.215, 0.40), weak=True), replace(_at(a1, b0, 0.212, 0.39), weak=True)]
+    proposals = [near, *rivals] if with_rivals else [near]
+    groups = rc.Groups([a1, a2, b0, b1])
+    decided = {p.keys: p for p in rc.merge_proposals(proposals, groups)}
+    assert (groups.find(a2.key) == groups.find(b0.key)) == (not with_rivals)
+    if with_rivals:
+        assert rc.best_pairings(proposals) == {r.keys for r in rivals}
+        assert {p.decision for p in decided.values()} == {"review"}
+        assert "the best one-to-one pairing of clips 0 and 1 pairs them otherwise" in decided[near.keys].reason
 
 
 @pytest.mark.parametrize("rival_at, merged", [(0.204, False), (0.40, True)])
