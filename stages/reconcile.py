@@ -533,10 +533,10 @@ def _assignment(gain: np.ndarray) -> list[tuple[int, int]]:
 
 def ambiguous_pairings(proposals: Iterable[Proposal], rival_sigmas: float) -> dict[tuple, str]:
     """The position pairings a look-alike could take as well, each with its reason: a pairing of
-    the best one-to-one pairing (``best_pairings``'s, computed the same way) is ambiguous when the best pairing without it is
-    worse by less than ``rival_sigmas`` of its location uncertainty (two hydrants a step apart, one
-    seen once from afar: which of them a third sighting is, the positions cannot say); so are
-    the pairs that the pairing without it uses instead. Leaving the instance unpaired counts as a
+    the best one-to-one pairing (``best_pairings``'s, computed the same way) is ambiguous when the
+    best pairing without it is worse by less than ``rival_sigmas`` of its location uncertainty (two
+    hydrants a step apart, one seen once from afar: which of them a third sighting is, the
+    positions cannot say); so are the pairs that the pairing without it uses instead. Leaving the instance unpaired counts as a
     rival too: a pairing near its limit is ambiguous by the same measure."""
     out: dict[tuple, str] = {}
     if rival_sigmas <= 0:
@@ -777,16 +777,21 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
     its two instances already, or separates them (blocked), it is left apart for review."""
     paired = best_pairings(proposals)
     rivals = ambiguous_pairings(proposals, rival_sigmas)
-    # an ambiguous pairing is as weak as a far one (seen either side of the cut, the time tells)
-    proposals = [replace(p, weak=True, reason=f"{p.reason}, but {rivals[p.keys]}")
-                 if p.keys in rivals and not p.boundary and not p.weak else p for p in proposals]
-    # so is a near match that the best one-to-one pairing does not make: that pairing joins its
-    # instances to others (weak matches, which do not merge, count), and says this one is not sure
-    otherwise = {p.keys for p in proposals
-                 if p.keys not in paired and p.score > 0 and not p.continues and not p.boundary and not p.weak}
-    proposals = [replace(p, weak=True, reason=f"{p.reason}, but the best one-to-one pairing of clips {p.a.clip} and "
-                                              f"{p.b.clip} pairs them otherwise")
-                 if p.keys in otherwise else p for p in proposals]
+    # Weak as a far match (seen either side of the cut, the time tells): an ambiguous pairing, and
+    # a near match that the best one-to-one pairing does not make (that pairing joins its instances
+    # to others, weak matches included, which says this one is not sure).
+    doubt: dict[tuple, str] = {}
+    otherwise: set[tuple] = set()
+    for p in proposals:
+        if p.boundary or p.weak:
+            continue
+        if p.keys in rivals:
+            doubt[p.keys] = rivals[p.keys]
+        elif p.keys not in paired and p.score > 0:
+            doubt[p.keys] = f"the best one-to-one pairing of clips {p.a.clip} and {p.b.clip} pairs them otherwise"
+            otherwise.add(p.keys)
+    proposals = [replace(p, weak=True, reason=f"{p.reason}, but {doubt[p.keys]}") if p.keys in doubt else p
+                 for p in proposals]
     decided = []
     # the weak ones last: whether other evidence joined them already, or separates them, is known then
     for p in sorted(proposals, key=lambda p: (p.weak, p.keys not in paired, -p.score, p.a.key, p.b.key)):

@@ -364,8 +364,9 @@ class EncoderSettings:
 # x264's macroblock-tree rate control reads memory it has not written: its output changed with
 # what the heap held before (MALLOC_PERTURB_=85 and =170 gave two different files from the same
 # frames; in the pipeline's processes, torch loaded, two `make run`s gave two different view
-# videos, so every stage after them differed). Without it x264 is byte-reproducible (checked under both
-# perturbations, 1 and auto threads); the cost: the sample's views are 5 % larger at the same CRF.
+# videos, so every stage after them differed). Without it x264 is byte-reproducible (checked
+# under both perturbations, 1 and auto threads); the cost: the sample's views are 5 % larger at
+# the same CRF.
 X264_REPRODUCIBLE = "mbtree=0"
 
 
