@@ -922,6 +922,8 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
     triangulating the rays through their box centres (needs parallax)."""
     if poses is not None and not (params.use_positions and poses.valid.any()):
         poses = None
+    for ci in instances:  # the positions phase fills these in place: an earlier call's must not stay
+        ci.position, ci.range, ci.extent, ci.sigma = None, None, 0.0, 0.0
     cuts = Cuts.of(clips)
     layout = None
     if poses is not None:

@@ -209,6 +209,21 @@ def test_without_poses_only_the_cuts_are_bridged():
     assert len(groups) > len(set(truth_of.values()))
 
 
+def test_reconciling_the_same_instances_again_forgets_the_earlier_positions():
+    """reconcile fills the instances' positions in place: a second call on the same instances
+    (another pose track, or none: a notebook, a tool re-deriving after a fix) must decide as on
+    fresh ones, not on the first call's positions."""
+    clips, inst_rows, seg_rows, _, poses = scene(0.0, clip_s=20.0)
+    instances = rc.load_clip_instances(inst_rows, seg_rows)
+    rc.reconcile("sample-x_front", instances, clips, rc.ReconcileParams(), poses, camera_height=1.6 * 1.02)
+    assert any(ci.position is not None for ci in instances)
+    again = rc.reconcile("sample-x_front", instances, clips, rc.ReconcileParams())
+    fresh = rc.reconcile("sample-x_front", rc.load_clip_instances(inst_rows, seg_rows), clips, rc.ReconcileParams())
+    assert again.members == fresh.members
+    assert again.decisions == fresh.decisions
+    assert all(ci.position is None and ci.range is None for ci in instances)
+
+
 def test_look_alikes_on_weak_position_evidence_stay_apart_for_review():
     """Three identical trash cans' sightings in clips 0, 1 and 2, located on the ground 8 m away:
     clip 2's is 0.2 m from clip 0's (strong evidence: one object, merged); clip 1's is 2.4 m
