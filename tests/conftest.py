@@ -68,7 +68,8 @@ def vsi_wild(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, ti
 # ------------------------------------------------------------------------------ browser tests
 # Pages are driven in Debian's chromium through pytest-playwright's `page` / `browser` fixtures
 # (`playwright install` cannot download a browser here: the launch points at the system binary).
-# Screenshots go to $VSI_WILD_SCREENSHOTS (default: tests' tmp folder), to be looked at.
+# Screenshots go to $VSI_WILD_SCREENSHOTS, to be looked at (default: the tests' tmp folder, which
+# pytest removes when the session passes: tmp_path_retention_policy in pyproject.toml).
 def chromium_executable() -> str:
     import shutil
 
