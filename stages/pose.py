@@ -88,6 +88,10 @@ class Track:
     # per row: the matched bearings (b1, b2, camera axes) of step i-1 -> i where the backend gave
     # them (twoview), else None; held in memory for fuse_views, never written
     bearings: list | None = field(default=None, repr=False, compare=False)
+    # (n,) bool: step i-1 -> i was measured, whatever came before, from backends that chain pairwise
+    # steps (twoview: a step it missed leaves the pose before as it was, the next step is measured
+    # again); None: a step is as valid as both of its poses
+    measured: np.ndarray | None = None
 
     @property
     def extrinsics(self) -> np.ndarray:
@@ -98,8 +102,13 @@ class Track:
         """Per step k -> k+1: rotation cam_k -> cam_{k+1}, displacement in cam_k axes, validity."""
         dR = np.einsum("nij,nkj->nik", self.R[1:], self.R[:-1])
         d = np.einsum("nij,nj->ni", self.R[:-1], self.C[1:] - self.C[:-1])
-        ok = self.valid[1:] & self.valid[:-1]
-        return dR, d, ok
+        return dR, d, self.step_ok()
+
+    def step_ok(self) -> np.ndarray:
+        """Per step k -> k+1: whether it was estimated."""
+        if self.measured is not None:
+            return self.measured[1:].copy()
+        return self.valid[1:] & self.valid[:-1]
 
     @cached_property
     def _valid_rows(self) -> dict[int, int]:
@@ -186,6 +195,7 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     ks, ts, fs = [], [], []
     Rs, Cs, Ks, valid, metric, bearings = [], [], [], [], [], []
     has_metric = has_bearings = False
+    chained = bool(getattr(estimator, "chains_steps", False))
     buf: list[tuple[int, float, int, np.ndarray]] = []
     first = True
     scale = 1.0
@@ -249,7 +259,8 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     return Track(np.asarray(ks, dtype=np.int64), np.asarray(ts, dtype=float), np.asarray(fs, dtype=np.int64),
                  float(fps), np.asarray(Rs).reshape(n, 3, 3), np.asarray(Cs).reshape(n, 3),
                  np.asarray(Ks).reshape(n, 3, 3), np.asarray(valid, dtype=bool),
-                 np.asarray(metric, dtype=bool) if has_metric else None, bearings if has_bearings else None)
+                 np.asarray(metric, dtype=bool) if has_metric else None, bearings if has_bearings else None,
+                 measured=np.asarray(valid, dtype=bool) if chained else None)
 
 
 # ------------------------------------------------------------------------------ fusion
@@ -480,8 +491,10 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
         trusted = [float(np.linalg.norm(steps[v][1][k])) for v in oks
                    if tracks[v].metric is not None and tracks[v].metric[k + 1]]
         # a view that saw no parallax (its "standing still" is exact) where the others saw the rig
-        # move: it looked at far things only, its zero measures nothing
-        trusted = [x for x in trusted if x > 0] if np.linalg.norm(d) > 1e-12 else trusted
+        # move: it looked at far things only, its zero measures nothing. Its zero comes back from
+        # the chained poses as rounding (1e-15 to 1e-13: 2-3 steps of every sample and bench seed),
+        # which a test against 0 kept as a measured length of nothing.
+        trusted = [x for x in trusted if x > 1e-9] if np.linalg.norm(d) > 1e-12 else trusted
         length = float(np.linalg.norm(d))
         if length > 1e-12:
             direction[k] = R[k].T @ (d / length)
@@ -520,7 +533,7 @@ def weak_steps(tracks: dict[str, Track]) -> list[int]:
     n = min(len(t.sample_indices) for t in tracks.values())
     counts = np.zeros(max(n - 1, 0), dtype=int)
     for t in tracks.values():
-        counts += t.valid[1:n] & t.valid[: n - 1]
+        counts += t.step_ok()[: n - 1]
     return [int(k) for k in np.nonzero(counts < 2)[0]]
 
 

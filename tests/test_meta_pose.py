@@ -133,6 +133,36 @@ def test_twoview_motion_directions_and_scale(rendered):
     assert np.median(est_steps[m] / true_steps[m]) == pytest.approx(1.0, abs=0.1)
 
 
+@pytest.mark.slow
+def test_a_step_twoview_missed_does_not_lose_the_next_one(rendered):
+    """twoview chains pairwise steps: a frame it cannot match (blank: no features) loses the steps
+    into and out of it, and only those; the step after is measured from its own two frames, as it
+    is without the blank frame. With the blank frame in three views of four, those two steps are
+    the rig's weak ones (fewer than two views), not the step after them too."""
+    _, frames = rendered
+    span, blank = range(8, 34), 20
+
+    def track(view, blanked):
+        est = base.create("pose_estimator", "twoview", hfov_deg=90.0, camera_height=1.6)
+        items = [(k, k * 0.5, 4 * k, np.full_like(frames[view][k], 128) if blanked and k == blank else frames[view][k])
+                 for k in span]
+        return po.estimate_chunked(est, iter(items), f"sample-x_{view}", 8.0, chunk=64)
+
+    clean = {v: track(v, False) for v in VIEWS}
+    blanked = {v: track(v, v != "right") for v in VIEWS}
+    i = blank - span[0]  # the blank frame's row: steps i-1 -> i and i -> i+1 touch it
+    for v in ("front", "back", "left"):
+        dR_c, d_c, ok_c = clean[v].steps()
+        dR_b, d_b, ok_b = blanked[v].steps()
+        assert ok_c[i - 1 : i + 2].all(), v  # the clean frames match (the test's premise)
+        assert not ok_b[i - 1] and not ok_b[i], v
+        assert ok_b[i + 1], f"{v}: the step after the blank frame was lost"
+        assert np.allclose(dR_b[i + 1], dR_c[i + 1], atol=1e-9)
+        others = np.r_[: i - 1, i + 1 : len(ok_c)]
+        assert np.array_equal(ok_b[others], ok_c[others]), v
+    assert set(po.weak_steps(blanked)) == set(po.weak_steps(clean)) | {i - 1, i}
+
+
 class MetricPoses:
     """A metric pose estimator for testing the stitching (as twoview is): each call in a rigid world
     frame of its own, the lengths of the steps it measured (``last_metric``) exact, the others in a
@@ -316,6 +346,26 @@ def test_the_rigs_ground_is_the_level_plane_every_view_sees_below():
     b2 = (line - c) @ dR.T
     b2 /= np.linalg.norm(b2, axis=1, keepdims=True)
     assert po.rig_ground_height([(b1, b2)], dR, c / 0.5, 2.0 / 320.0) is None
+
+
+def test_a_views_standing_still_in_rounding_is_no_measured_length():
+    """Two views measure the rig's 0.6 m steps against the ground; on one step the front view saw
+    no parallax (far things only): its zero comes back from the chained poses as rounding (1e-14),
+    not as 0. That is no measured length either: the step keeps the back view's 0.6 m, not the
+    median of 0.6 and nothing."""
+    n = 5
+    C = np.c_[np.zeros(n), np.zeros(n), 0.6 * np.arange(n)]
+    front_C = C.copy()
+    front_C[3:] -= [0.0, 0.0, 0.6]  # the front view stood still on step 2 -> 3 ...
+    front_C[3:] += [1e-14, 0.0, 0.0]  # ... up to rounding
+    tracks = {}
+    for view, centres in (("front", front_C), ("back", C)):
+        R = np.repeat(po.yaw_matrix(VIEWS[view]).T[None], n, 0)
+        tracks[view] = po.Track(np.arange(n), np.arange(n) * 0.5, np.arange(n) * 4, 8.0, R, centres,
+                                np.repeat(np.eye(3)[None], n, 0), np.ones(n, bool), metric=np.ones(n, bool))
+    fused = po.fuse_views(tracks, {v: VIEWS[v] for v in tracks})
+    assert np.linalg.norm(fused.C[3] - fused.C[2]) == pytest.approx(0.6, rel=1e-6)
+    assert np.linalg.norm(np.diff(fused.C, axis=0), axis=1) == pytest.approx([0.6] * (n - 1), rel=1e-6)
 
 
 def test_unmeasured_steps_take_the_ratio_of_their_measured_neighbours():

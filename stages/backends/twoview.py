@@ -38,6 +38,9 @@ def _angles(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 class TwoViewPoseEstimator:
     name = "twoview"
+    # a frame's validity is its step's (i-1 -> i): a missed step leaves the pose as it was and the
+    # next one is measured from its own two frames (read by stages.pose.estimate_chunked)
+    chains_steps = True
 
     def __init__(self, hfov_deg: float = 90.0, max_width: int = 640, features: str = "sift",
                  n_features: int = 2000, ratio: float = 0.8, min_matches: int = 25,
