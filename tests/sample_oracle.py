@@ -12,10 +12,10 @@ import pyarrow.compute as pc
 VIEW_YAW = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 
 # What the default sample (stages/sample/world.py DEFAULT_LAYOUT) shows of the reconciler today
-RECONCILE_SPLITS = ("reconciliation of the default sample with the CPU pose backend: 0 false merges and 7 false "
-                    "splits against the truth (5 of 24 (view, category) VOC totals too high); the twoview track's "
-                    "error (1.7 m median, 4.1 m p90) lays look-alikes near each other's places, and such pairs "
-                    "are left apart for review (6 of the 7 splits are review pairs a reviewer's merge mends); with "
+RECONCILE_SPLITS = ("reconciliation of the default sample with the CPU pose backend: 0 false merges and 4 false "
+                    "splits against the truth (3 of 24 (view, category) VOC totals too high); the twoview track's "
+                    "error (1.1 m median, 3.4 m p90) lays look-alikes near each other's places, and such pairs "
+                    "are left apart for review (3 of the 4 splits are review pairs a reviewer's merge mends); with "
                     "the truth poses 0 / 3: issue 14 part 6")
 
 
