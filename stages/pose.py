@@ -88,10 +88,10 @@ class Track:
     # per row: the matched bearings (b1, b2, camera axes) of step i-1 -> i where the backend gave
     # them (twoview), else None; held in memory for fuse_views, never written
     bearings: list | None = field(default=None, repr=False, compare=False)
-    # (n,) bool: step i-1 -> i was measured, whatever came before, from backends that chain pairwise
-    # steps (twoview: a step it missed leaves the pose before as it was, the next step is measured
-    # again); None: a step is as valid as both of its poses
-    measured: np.ndarray | None = None
+    # valid[i] says whether step i-1 -> i was measured, whatever came before: backends that chain
+    # pairwise steps (twoview: a step it missed leaves the pose before as it was, the next step is
+    # measured again). False: a step is as valid as both of its poses
+    chained: bool = False
 
     @property
     def extrinsics(self) -> np.ndarray:
@@ -106,9 +106,7 @@ class Track:
 
     def step_ok(self) -> np.ndarray:
         """Per step k -> k+1: whether it was estimated."""
-        if self.measured is not None:
-            return self.measured[1:].copy()
-        return self.valid[1:] & self.valid[:-1]
+        return self.valid[1:].copy() if self.chained else self.valid[1:] & self.valid[:-1]
 
     @cached_property
     def _valid_rows(self) -> dict[int, int]:
@@ -260,7 +258,7 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
                  float(fps), np.asarray(Rs).reshape(n, 3, 3), np.asarray(Cs).reshape(n, 3),
                  np.asarray(Ks).reshape(n, 3, 3), np.asarray(valid, dtype=bool),
                  np.asarray(metric, dtype=bool) if has_metric else None, bearings if has_bearings else None,
-                 measured=np.asarray(valid, dtype=bool) if chained else None)
+                 chained=chained)
 
 
 # ------------------------------------------------------------------------------ fusion

@@ -536,8 +536,9 @@ def ambiguous_pairings(proposals: Iterable[Proposal], rival_sigmas: float) -> di
     the best one-to-one pairing (``best_pairings``'s, computed the same way) is ambiguous when the
     best pairing without it is worse by less than ``rival_sigmas`` of its location uncertainty (two
     hydrants a step apart, one seen once from afar: which of them a third sighting is, the
-    positions cannot say); so are the pairs that the pairing without it uses instead. Leaving the instance unpaired counts as a
-    rival too: a pairing near its limit is ambiguous by the same measure."""
+    positions cannot say); so are the pairs that the pairing without it uses instead. Leaving the
+    instance unpaired counts as a rival too: a pairing near its limit is ambiguous by the same
+    measure."""
     out: dict[tuple, str] = {}
     if rival_sigmas <= 0:
         return out
@@ -780,16 +781,17 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
     # Weak as a far match (seen either side of the cut, the time tells): an ambiguous pairing, and
     # a near match that the best one-to-one pairing does not make (that pairing joins its instances
     # to others, weak matches included, which says this one is not sure).
+    def pairs_otherwise(p: Proposal) -> str:
+        return f"the best one-to-one pairing of clips {p.a.clip} and {p.b.clip} pairs them otherwise"
+
     doubt: dict[tuple, str] = {}
-    otherwise: set[tuple] = set()
     for p in proposals:
         if p.boundary or p.weak:
             continue
         if p.keys in rivals:
             doubt[p.keys] = rivals[p.keys]
         elif p.keys not in paired and p.score > 0:
-            doubt[p.keys] = f"the best one-to-one pairing of clips {p.a.clip} and {p.b.clip} pairs them otherwise"
-            otherwise.add(p.keys)
+            doubt[p.keys] = pairs_otherwise(p)
     proposals = [replace(p, weak=True, reason=f"{p.reason}, but {doubt[p.keys]}") if p.keys in doubt else p
                  for p in proposals]
     decided = []
@@ -804,8 +806,7 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
             decided.append(p.decided("review", p.reason))
         elif groups.share_a_clip(ra, rb):
             decided.append(p.decided("blocked", p.reason + "; would join two instances of one clip" + (
-                "" if p.keys in paired or p.keys in otherwise else
-                f" (the best one-to-one pairing of clips {p.a.clip} and {p.b.clip} pairs them otherwise)")))
+                "" if p.keys in paired or doubt.get(p.keys) == pairs_otherwise(p) else f" ({pairs_otherwise(p)})")))
         else:
             groups.union(ra, rb)
             decided.append(p.decided("merge", p.reason))
