@@ -17,16 +17,20 @@ category often look identical, so a position match is only decisive well inside 
 (``decisive_fraction``): a weaker one leaves the two apart and records the pair as a proposal for
 the reviewer (decision ``review``; `vsi-wild verify` lists them, a ``merge`` fix joins them), as a
 false merge would silently undercount VOC. So is a match between instances located too loosely
-for their distance to mean anything (``Location.sigma``: an object seen once from far away). Revisits of a place
-link back to the first visit by position and appearance, so they do not inflate counts.
+for their distance to mean anything (``Location.sigma``: an object seen once from far away, or one
+whose foot a nearer object hides, ``mark_occluded_bottoms``), and the match of an instance seen
+once that could not be located (one viewing ray: a direction, no distance). Revisits of a place
+link back to the first visit by position and appearance, so they do not inflate counts; between
+two clips whose layouts align, every pair is measured after the alignment.
 
-``reconcile`` runs in phases: locate the instances (``locate_instances``), align the layouts of
-revisited places (``align_clips``), weigh every pair (``propose``), merge the strong proposals
-strongest evidence first, except that between two clips a concept's instances are paired one to
-one by the closest total (``best_pairings``) before the other matches are tried, and a pairing
-that a look-alike could take as well is left for review (``ambiguous_pairings``;
-``merge_proposals``), join the instances that could not be located by their viewing rays
-(``assign_unlocated``), and number the global instances (``global_instances``).
+``reconcile`` runs in phases: mark the sightings whose foot is hidden (``mark_occluded_bottoms``),
+locate the instances (``locate_instances``), align the layouts of revisited places
+(``align_clips``), weigh every pair (``propose``), merge the strong proposals strongest evidence
+first, except that between two clips a concept's instances are paired one to one by the closest
+total (``best_pairings``) before the other matches are tried, and a pairing that a look-alike
+could take as well is left for review (``ambiguous_pairings``; ``merge_proposals``), join the
+instances that could not be located by their viewing rays (``assign_unlocated``), and number the
+global instances (``global_instances``).
 """
 
 from __future__ import annotations
@@ -122,6 +126,9 @@ class Obs:
     frame: int
     fps: float
     size: tuple[int, int] = (0, 0)  # image width, height of the box's pixels
+    # the bottom edge (image y) of a nearer object's box that begins where this one ends
+    # (``mark_occluded_bottoms``): this box's bottom is the occluder's top, not the ground contact
+    occluder_bottom: float | None = None
 
     def clipped(self, margin: float = 2.0) -> bool:
         """The box touches the image border: the object is cut off, its box centre is biased."""
@@ -182,6 +189,26 @@ def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[di
                                                        int(r["area"]), int(r["frame"]), float(r["fps"]),
                                                        (int(r["image_width"]), int(r["image_height"])))
     return sorted(out.values(), key=lambda c: (c.clip, c.first_time, c.local))
+
+
+def mark_occluded_bottoms(instances: Iterable[ClipInstance], margin: float = 2.0) -> None:
+    """Mark the sightings (``Obs.occluder_bottom``) whose box ends where another instance's box
+    begins, the other spanning its width and reaching lower in the image: an object standing
+    nearer, in front, hides its foot. Such a box's bottom is the occluder's top, and a ground
+    contact read there lies too far away (a hydrant behind a beach ball, seen once, was placed 3 m
+    beyond itself, beside a look-alike). Boxes of one sample are compared whatever their concepts."""
+    by_sample: dict[int, list[tuple[ClipInstance, Obs]]] = {}
+    for ci in instances:
+        for k, o in ci.samples.items():
+            by_sample.setdefault(k, []).append((ci, o))
+    for k, seen in by_sample.items():
+        for ci, o in seen:
+            x0, _, x1, bottom = o.box
+            covers = [b.box[3] for other, b in seen if other is not ci and b.box[0] <= x0 + margin
+                      and b.box[2] >= x1 - margin and abs(b.box[1] - bottom) <= margin and b.box[3] > bottom + margin]
+            occluder = max(covers) if covers else None
+            if occluder != o.occluder_bottom:
+                ci.samples[k] = replace(o, occluder_bottom=occluder)
 
 
 # --------------------------------------------------------------------------------- positions
@@ -393,15 +420,18 @@ def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: n
                    min_depression_deg: float = 1.0, pixel_error: float = 0.0) -> Location | None:
     """An object standing on the ground, located from single frames: the bottom centre of its box
     is where it meets the ground, and the ground lies ``height`` (the camera's height, in pose
-    units) below the camera. Median over the observations whose box bottom is not cut off by the
-    image; with the mean range from the cameras. Uncertainty: how far ``pixel_error`` moves each
-    sighting's ground point (about range^2 / (height x focal) per pixel down the image, range /
-    focal across), with their positions' spread over the square root of the sightings."""
-    pts, ranges, moves = [], [], []
-    for k, o in sorted(samples.items()):
-        w, h = o.size
-        if h and o.box[3] >= h - 2:
-            continue
+    units) below the camera. Median over the observations whose box bottom is neither cut off by
+    the image nor hidden by a nearer object (``Obs.occluder_bottom``: those only when there are
+    no others); with the mean range from the cameras. Uncertainty: how far ``pixel_error`` moves
+    each sighting's ground point (about range^2 / (height x focal) per pixel down the image, range
+    / focal across), how far a hidden foot may be in front of it, with their positions' spread
+    over the square root of the sightings."""
+    pts, ranges, moves, gaps = [], [], [], []
+    whole = {k: o for k, o in samples.items() if not (o.size[1] and o.box[3] >= o.size[1] - 2)}
+    # a foot hidden by a nearer object counts only when no other is seen: the object stands
+    # somewhere between the occluder's ground contact and its own box's, and is as loose as that
+    usable = {k: o for k, o in whole.items() if o.occluder_bottom is None} or whole
+    for k, o in sorted(usable.items()):
         u, v = (o.box[0] + o.box[2]) / 2.0, o.box[3]
         X = poses.ground_point(k, u, v, height, down, min_depression_deg)
         if X is not None:
@@ -411,6 +441,11 @@ def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: n
             beside = poses.ground_point(k, u + 1.0, v, height, down, min_depression_deg)
             moves.append(float(np.linalg.norm(lower - X) ** 2 + np.linalg.norm(beside - X) ** 2)
                          if lower is not None and beside is not None else math.inf)
+            gap = 0.0
+            if o.occluder_bottom is not None:  # squared distance to where the occluder stands
+                front = poses.ground_point(k, u, o.occluder_bottom, height, down, min_depression_deg)
+                gap = float(np.sum((front - X) ** 2)) if front is not None else math.inf
+            gaps.append(gap)
     if not pts:
         return None
     # The error grows with the square of the distance: keep the nearer half of the sightings.
@@ -421,7 +456,7 @@ def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: n
     moved = pixel_error ** 2 * float(np.mean(np.array(moves)[order])) if pixel_error > 0 else 0.0
     # the pixel term is not averaged down over the sightings: the poses' tilt errors, which it also
     # stands for, are shared by sightings close in time
-    variance = moved + spread / len(order)
+    variance = moved + float(np.mean(np.array(gaps)[order])) + spread / len(order)
     return Location(X, float(np.median(np.array(ranges)[order])), math.sqrt(variance))
 
 
@@ -649,15 +684,17 @@ def _distance(a: ClipInstance, b: ClipInstance, params: ReconcileParams,
     rng_ = max((a.range + b.range) / 2.0, 1e-9)
     # a large object's ground contact moves with the viewpoint (near edge vs far edge)
     size = params.extent_weight * (a.extent + b.extent) / 2.0 / rng_
+    if (a.clip, b.clip) in layout.aligned:
+        # The alignment measured the drift between these two clips: every pair of them is measured
+        # after it. Raw distances with a drift allowance beside aligned ones would compare pairings
+        # under different limits, and a look-alike's raw 0.15 of 0.96 outscored the object's own
+        # 0.08 of 0.40 once the layouts were aligned.
+        m, t = layout.aligned[(a.clip, b.clip)]
+        za, zb = complex(*(basis @ a.position)), complex(*(basis @ b.position))
+        return abs(m * za + t - zb) / rng_, False, size, True
     # raw positions: the poses drift with the distance walked between the sightings
     dist = float(np.linalg.norm(basis @ (a.position - b.position))) / rng_
     drift = size + params.max_drift_per_distance * layout.walked(max(a.samples), min(b.samples)) / rng_
-    if (a.clip, b.clip) in layout.aligned:  # or after aligning the two clips' layouts, if closer
-        m, t = layout.aligned[(a.clip, b.clip)]
-        za, zb = complex(*(basis @ a.position)), complex(*(basis @ b.position))
-        d2 = abs(m * za + t - zb) / rng_
-        if d2 / (params.max_distance + size) < dist / (params.max_distance + drift):
-            return d2, False, size, True
     return dist, False, drift, False
 
 
@@ -813,15 +850,24 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
     return decided
 
 
+# seen in one sample and not located: ``assign_unlocated`` leaves its best match for a reviewer
+SEEN_ONCE = ("; but it was seen once: its one viewing ray says which way it is, not how far, and a look-alike "
+           "anywhere along it would match as well")
+
+
 def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance], groups: Groups,
                      params: ReconcileParams) -> list[Proposal]:
     """Instances that could not be located (seen briefly, or without parallax) join the located
     instance their viewing rays pass closest to. Several of them in one clip are assigned jointly
-    (each to a different instance), so that one wrong guess cannot push another out."""
+    (each to a different instance), so that one wrong guess cannot push another out. The match
+    of an instance seen in one sample only, or one that a look-alike's position nearly equals, is
+    left for a reviewer (decision ``review``)."""
     located = {groups.find(ci.key) for ci in instances if ci.position is not None}
+    lone_of: dict[tuple[int, int], ClipInstance] = {}
     lone_sets: dict[tuple[int, str], dict[tuple[int, int], list[tuple[ClipInstance, Proposal]]]] = {}
     for p in proposals:
         lone, placed = (p.a, p.b) if p.a.position is None else (p.b, p.a)
+        lone_of[lone.key] = lone
         lone_sets.setdefault((lone.clip, lone.concept), {}).setdefault(lone.key, []).append((placed, p))
     decided = []
     for (clip, concept), by_lone in sorted(lone_sets.items()):
@@ -873,6 +919,9 @@ def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance
                 gi = cols.index(g) if g in cols else None
                 if gi is not None and (li, gi) in ambiguous and cost[(li, gi)][1] is p:
                     decided.append(p.decided("review", p.reason + ambiguous[(li, gi)] + note, 0.0))
+                elif (gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is p
+                      and len(lone_of[k].samples) == 1):
+                    decided.append(p.decided("review", p.reason + SEEN_ONCE + note, 0.0))
                 elif gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is p:
                     groups.union(groups.find(k), g)
                     decided.append(p.decided("merge", p.reason + note,
@@ -925,6 +974,7 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
         poses = None
     for ci in instances:  # the positions phase fills these in place: an earlier call's must not stay
         ci.position, ci.range, ci.extent, ci.sigma = None, None, 0.0, 0.0
+    mark_occluded_bottoms(instances)
     cuts = Cuts.of(clips)
     layout = None
     if poses is not None:
