@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,11 @@ os.environ.setdefault("PREFECT_SERVER_ANALYTICS_ENABLED", "false")
 os.environ.setdefault("PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS", "120")
 os.environ.setdefault("PREFECT_LOGGING_LEVEL", "WARNING")
 os.environ.setdefault("PREFECT_SERVER_LOGGING_LEVEL", "CRITICAL")
+# ultralytics reads its settings folder when imported, which test modules do while being collected,
+# before any fixture runs: one folder per test process, removed when it exits
+if "YOLO_CONFIG_DIR" not in os.environ:
+    os.environ["YOLO_CONFIG_DIR"] = tempfile.mkdtemp(prefix="vsi-yolo-")
+    atexit.register(shutil.rmtree, os.environ["YOLO_CONFIG_DIR"], True)
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -25,7 +33,6 @@ REPO = Path(__file__).resolve().parents[1]
 def _private_homes(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("homes")
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
-    os.environ.setdefault("YOLO_CONFIG_DIR", str(home / "ultralytics"))
     os.environ.setdefault("MPLCONFIGDIR", str(home / "mpl"))
 
 

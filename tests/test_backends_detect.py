@@ -8,11 +8,9 @@ convention)."""
 from __future__ import annotations
 
 import os
-import tempfile
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("YOLO_OFFLINE", "1")
-os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="vsi-yolo-"))
 
 import numpy as np
 import pytest

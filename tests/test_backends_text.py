@@ -4,12 +4,10 @@ saved in both formats the production file may have (state dict, OpenAI TorchScri
 from __future__ import annotations
 
 import os
-import tempfile
 import threading
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("YOLO_OFFLINE", "1")
-os.environ.setdefault("YOLO_CONFIG_DIR", tempfile.mkdtemp(prefix="vsi-yolo-"))
 
 import numpy as np
 import pytest
