@@ -15,8 +15,8 @@ VIEW_YAW = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 RECONCILE_SPLITS = ("reconciliation of the default sample with the CPU pose backend: 0 false merges and 4 false "
                     "splits against the truth (3 of 24 (view, category) VOC totals too high); the twoview track's "
                     "error (1.1 m median, 3.4 m p90) lays look-alikes near each other's places, and such pairs "
-                    "are left apart for review (3 of the 4 splits are review pairs a reviewer's merge mends); with "
-                    "the truth poses 0 / 3: issue 14 part 6")
+                    "are left apart for review (2 of the 4 splits are review pairs a reviewer's merge mends); with "
+                    "the truth poses 0 / 1: issue 14 part 6")
 
 
 def min_pixels(config, truth) -> float:
