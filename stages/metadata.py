@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap
-from vsi_wild.stages.reconcile import Obs, locate
+from vsi_wild.stages.reconcile import Obs, locate, mark_occluded_bottoms
 from vsi_wild.stages.segment import SAMPLE_STEP, clip_of_sample
 
 
@@ -85,6 +85,15 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
     """schema.INSTANCES rows, ordered by first appearance. Positions (when ``poses`` are given)
     as in reconciliation (``stages.reconcile.locate``); ``image_size`` is the view's (w, h), the
     pixels of the observation boxes."""
+    insts = list(insts)
+    located = poses is not None and poses.valid.any()
+    sightings_of: dict[int, dict[int, Obs]] = {}
+    if located:
+        for ins in insts:
+            sightings_of[ins.id] = {k: Obs(o["time"], (o["x0"], o["y0"], o["x1"], o["y1"]), o["area"] or 0, o["frame"],
+                                           o["fps"], image_size or (0, 0))
+                                    for k, o in ins.obs.items() if o["x0"] is not None}
+        mark_occluded_bottoms(sightings_of.values())  # as reconciliation does: feet hidden by nearer objects
     rows = []
     for ins in insts:
         if not ins.obs and ins.first_override is None:
@@ -104,10 +113,8 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
                 spans[-1] = (spans[-1][0], last)
         by_time = {o["time"]: o for o in ins.obs.values()}
         pos = None
-        if poses is not None and poses.valid.any():
-            sightings = {k: Obs(o["time"], (o["x0"], o["y0"], o["x1"], o["y1"]), o["area"] or 0, o["frame"], o["fps"],
-                                image_size or (0, 0))
-                         for k, o in ins.obs.items() if o["x0"] is not None}
+        if located:
+            sightings = sightings_of[ins.id]
             loc = locate(sightings, poses, camera_height, params.min_ray_spread_deg, level) if sightings else None
             pos = loc[0] if loc is not None else None
         rows.append({

@@ -191,24 +191,26 @@ def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[di
     return sorted(out.values(), key=lambda c: (c.clip, c.first_time, c.local))
 
 
-def mark_occluded_bottoms(instances: Iterable[ClipInstance], margin: float = 2.0) -> None:
+def mark_occluded_bottoms(sightings: Iterable[dict[int, Obs]], margin: float = 2.0) -> None:
     """Mark the sightings (``Obs.occluder_bottom``) whose box ends where another instance's box
     begins, the other spanning its width and reaching lower in the image: an object standing
     nearer, in front, hides its foot. Such a box's bottom is the occluder's top, and a ground
     contact read there lies too far away (a hydrant behind a beach ball, seen once, was placed 3 m
-    beyond itself, beside a look-alike). Boxes of one sample are compared whatever their concepts."""
-    by_sample: dict[int, list[tuple[ClipInstance, Obs]]] = {}
-    for ci in instances:
-        for k, o in ci.samples.items():
-            by_sample.setdefault(k, []).append((ci, o))
+    beyond itself, beside a look-alike). ``sightings``: each instance's sample index -> sighting, all
+    the instances of one video, whatever their concepts; marked in place."""
+    by_sample: dict[int, list[tuple[int, Obs]]] = {}
+    instances = list(sightings)
+    for i, samples in enumerate(instances):
+        for k, o in samples.items():
+            by_sample.setdefault(k, []).append((i, o))
     for k, seen in by_sample.items():
-        for ci, o in seen:
+        for i, o in seen:
             x0, _, x1, bottom = o.box
-            covers = [b.box[3] for other, b in seen if other is not ci and b.box[0] <= x0 + margin
+            covers = [b.box[3] for j, b in seen if j != i and b.box[0] <= x0 + margin
                       and b.box[2] >= x1 - margin and abs(b.box[1] - bottom) <= margin and b.box[3] > bottom + margin]
             occluder = max(covers) if covers else None
             if occluder != o.occluder_bottom:
-                ci.samples[k] = replace(o, occluder_bottom=occluder)
+                instances[i][k] = replace(o, occluder_bottom=occluder)
 
 
 # --------------------------------------------------------------------------------- positions
@@ -974,7 +976,7 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
         poses = None
     for ci in instances:  # the positions phase fills these in place: an earlier call's must not stay
         ci.position, ci.range, ci.extent, ci.sigma = None, None, 0.0, 0.0
-    mark_occluded_bottoms(instances)
+    mark_occluded_bottoms(ci.samples for ci in instances)
     cuts = Cuts.of(clips)
     layout = None
     if poses is not None:

@@ -368,7 +368,7 @@ def run_metadata(job: Job) -> None:
 
 METADATA = Stage(
     name="metadata",
-    outputs=schema.ARTIFACTS["metadata"], version="2", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
+    outputs=schema.ARTIFACTS["metadata"], version="3", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
     sections=("metadata", "segment", "pose", "reconcile"), raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )

@@ -12,6 +12,7 @@ import pytest
 
 from vsi_wild import schema
 from vsi_wild.stages import geometry
+from vsi_wild.stages import metadata as md
 from vsi_wild.stages import pose as po
 from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages import segment as seg
@@ -539,3 +540,25 @@ def test_two_clips_whose_layouts_align_are_measured_after_the_alignment():
     assert groups.find(hydrant.key) == groups.find(revisit.key) != groups.find(alike.key)
     assert decided[(hydrant.key, revisit.key)].decision == "merge"
     assert decided[(hydrant.key, alike.key)].decision == "blocked"  # clip 3's revisit is the hydrant
+
+
+def test_the_metadata_positions_leave_out_hidden_feet_as_reconciliation_does():
+    """A hydrant 10 m ahead is seen three times; in two of them a beach ball in front hides its
+    foot, and its box ends where the ground 8 m away is seen. The nearer half of its ground
+    contacts would be those two (8 m); left out, the one whole sighting places it at 10 m. The
+    metadata stage locates the instances of instances.parquet again, from their observations
+    (after a person's fixes): it must leave the hidden feet out too."""
+    camera = _still_camera([10, 11, 12])
+    ten, eight, ball_foot = _ground_row(10.0), _ground_row(8.0), _ground_row(5.0)
+
+    def row(k, box):
+        return {"time": k * 0.5, "frame": 4 * k, "fps": 8.0, "area": 200, "x0": box[0], "y0": box[1], "x1": box[2],
+                "y1": box[3]}
+
+    hydrant = md.Inst(1, "fire hydrant", {k: row(k, (W / 2 - 6, v - 20, W / 2 + 6, v))
+                                          for k, v in ((10, eight), (11, eight), (12, ten))})
+    ball = md.Inst(2, "beach ball", {k: row(k, (W / 2 - 14, eight, W / 2 + 14, ball_foot)) for k in (10, 11)})
+    rows = {r["instance_id"]: r for r in md.instance_rows("sample-x_left", [hydrant, ball], 8.0, md.MetadataParams(),
+                                                          camera, 1.6, (W, H))}
+    assert rows[1]["y"] == pytest.approx(10.0, abs=1e-6) and rows[1]["x"] == pytest.approx(0.0, abs=1e-6)
+    assert rows[2]["y"] == pytest.approx(5.0, abs=1e-6)
