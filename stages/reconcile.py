@@ -196,11 +196,11 @@ def mark_occluded_bottoms(sightings: Iterable[dict[int, Obs]], margin: float = 2
     begins, the other spanning its width and reaching lower in the image: an object standing
     nearer, in front, hides its foot. Such a box's bottom is the occluder's top, and a ground
     contact read there lies too far away (a hydrant behind a beach ball, seen once, was placed 3 m
-    beyond itself, beside a look-alike). ``sightings``: each instance's sample index -> sighting, all
-    the instances of one video, whatever their concepts; marked in place."""
+    beyond itself, beside a look-alike). ``sightings``: each instance's sample index -> sighting,
+    for all the instances of one video, whatever their concepts; marked in place."""
     by_sample: dict[int, list[tuple[int, Obs]]] = {}
-    instances = list(sightings)
-    for i, samples in enumerate(instances):
+    per_instance = list(sightings)
+    for i, samples in enumerate(per_instance):
         for k, o in samples.items():
             by_sample.setdefault(k, []).append((i, o))
     for k, seen in by_sample.items():
@@ -210,7 +210,7 @@ def mark_occluded_bottoms(sightings: Iterable[dict[int, Obs]], margin: float = 2
                       and b.box[2] >= x1 - margin and abs(b.box[1] - bottom) <= margin and b.box[3] > bottom + margin]
             occluder = max(covers) if covers else None
             if occluder != o.occluder_bottom:
-                instances[i][k] = replace(o, occluder_bottom=occluder)
+                per_instance[i][k] = replace(o, occluder_bottom=occluder)
 
 
 # --------------------------------------------------------------------------------- positions
@@ -853,8 +853,8 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
 
 
 # seen in one sample and not located: ``assign_unlocated`` leaves its best match for a reviewer
-SEEN_ONCE = ("; but it was seen once: its one viewing ray says which way it is, not how far, and a look-alike "
-           "anywhere along it would match as well")
+SEEN_ONCE = ("; but it was seen once: its one viewing ray says which way it is, not how far, and a "
+             "look-alike anywhere along it would match as well")
 
 
 def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance], groups: Groups,

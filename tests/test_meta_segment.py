@@ -313,9 +313,14 @@ def _level_camera(height: float = 1.6, focal: float = 320.0) -> po.Track:
                     np.array([True]))
 
 
+def _ground_row(distance: float, height: float = 1.6, focal: float = 320.0) -> float:
+    """The image row where the ground ``distance`` straight ahead of ``_level_camera`` is seen."""
+    return H / 2 + focal * height / distance
+
+
 def _sighting_at(distance: float, height: float = 1.6, focal: float = 320.0) -> dict[int, rc.Obs]:
     """A box whose bottom centre meets the ground ``distance`` straight ahead of ``_level_camera``."""
-    v = H / 2 + focal * height / distance
+    v = _ground_row(distance, height, focal)
     return {10: rc.Obs(5.0, (W / 2 - 10.0, v - 30.0, W / 2 + 10.0, v), 600, 40, 8.0, (W, H))}
 
 
@@ -479,11 +484,6 @@ def _still_camera(samples: Sequence[int], height: float = 1.6, focal: float = 32
     n = len(samples)
     return po.Track(np.array(samples), np.array(samples) * 0.5, np.array(samples) * 4, 8.0, np.repeat(one.R, n, 0),
                     np.repeat(one.C, n, 0), np.repeat(one.K, n, 0), np.ones(n, bool))
-
-
-def _ground_row(distance: float, height: float = 1.6, focal: float = 320.0) -> float:
-    """The image row where the ground ``distance`` straight ahead of ``_level_camera`` is seen."""
-    return H / 2 + focal * height / distance
 
 
 @pytest.mark.parametrize("hidden", [True, False])
