@@ -865,11 +865,9 @@ def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance
     of an instance seen in one sample only, or one that a look-alike's position nearly equals, is
     left for a reviewer (decision ``review``)."""
     located = {groups.find(ci.key) for ci in instances if ci.position is not None}
-    lone_of: dict[tuple[int, int], ClipInstance] = {}
     lone_sets: dict[tuple[int, str], dict[tuple[int, int], list[tuple[ClipInstance, Proposal]]]] = {}
     for p in proposals:
         lone, placed = (p.a, p.b) if p.a.position is None else (p.b, p.a)
-        lone_of[lone.key] = lone
         lone_sets.setdefault((lone.clip, lone.concept), {}).setdefault(lone.key, []).append((placed, p))
     decided = []
     for (clip, concept), by_lone in sorted(lone_sets.items()):
@@ -921,13 +919,13 @@ def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance
                 gi = cols.index(g) if g in cols else None
                 if gi is not None and (li, gi) in ambiguous and cost[(li, gi)][1] is p:
                     decided.append(p.decided("review", p.reason + ambiguous[(li, gi)] + note, 0.0))
-                elif (gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is p
-                      and len(lone_of[k].samples) == 1):
-                    decided.append(p.decided("review", p.reason + SEEN_ONCE + note, 0.0))
                 elif gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is p:
-                    groups.union(groups.find(k), g)
-                    decided.append(p.decided("merge", p.reason + note,
-                                             1.0 + (1.0 - p.distance / params.max_ray_distance) / 2))
+                    if len((p.a if p.a.key == k else p.b).samples) == 1:
+                        decided.append(p.decided("review", p.reason + SEEN_ONCE + note, 0.0))
+                    else:
+                        groups.union(groups.find(k), g)
+                        decided.append(p.decided("merge", p.reason + note,
+                                                 1.0 + (1.0 - p.distance / params.max_ray_distance) / 2))
                 else:
                     decided.append(p.decided("apart", p.reason if p.distance > params.max_ray_distance else
                                              p.reason + "; another pairing was closer" + note, 0.0))
