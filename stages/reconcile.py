@@ -28,7 +28,9 @@ locate the instances (``locate_instances``), align the layouts of revisited plac
 (``align_clips``), weigh every pair (``propose``), merge the strong proposals strongest evidence
 first, except that between two clips a concept's instances are paired one to one by the closest
 total (``best_pairings``) before the other matches are tried, and a pairing that a look-alike
-could take as well is left for review (``ambiguous_pairings``; ``merge_proposals``), join the
+could take as well is left for review (``ambiguous_pairings``; ``merge_proposals``), as is a merge
+that would also join two instances that their own pair measures apart or leaves in doubt
+(``_implied_against``: merging is transitive, the evidence must hold for every pair), join the
 instances that could not be located by their viewing rays (``assign_unlocated``), and number the
 global instances (``global_instances``).
 """
@@ -787,11 +789,12 @@ def propose(instances: list[ClipInstance], cuts: Cuts, params: ReconcileParams,
 
 
 class Groups:
-    """Union-find over clip instances (by key); each group knows the clips of its members."""
+    """Union-find over clip instances (by key); each group knows its members and their clips."""
 
     def __init__(self, instances: Iterable[ClipInstance]):
         self.parent = {ci.key: ci.key for ci in instances}
         self.clips = {k: {k[0]} for k in self.parent}
+        self.members = {k: [k] for k in self.parent}
 
     def find(self, x: tuple[int, int]) -> tuple[int, int]:
         parent = self.parent
@@ -805,6 +808,7 @@ class Groups:
         root, child = (ra, rb) if ra < rb else (rb, ra)
         self.parent[child] = root
         self.clips[root] |= self.clips.pop(child)
+        self.members[root] += self.members.pop(child)
 
     def share_a_clip(self, ra: tuple[int, int], rb: tuple[int, int]) -> bool:
         return bool(self.clips[ra] & self.clips[rb])
@@ -814,7 +818,9 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
     """Decide the proposals, best one-to-one pairings first, then strongest evidence first
     (deterministic tie-break on keys); a merge that would put two instances of one clip into one
     global instance is blocked. A weak position match never merges: unless other evidence joined
-    its two instances already, or separates them (blocked), it is left apart for review."""
+    its two instances already, or separates them (blocked), it is left apart for review. Neither
+    does a match that would join, besides its own two instances, two that their own pair says may
+    be different objects (``_implied_against``): it is left for review."""
     paired = best_pairings(proposals)
     rivals = ambiguous_pairings(proposals, rival_sigmas)
     # Weak as a far match (seen either side of the cut, the time tells): an ambiguous pairing, and
@@ -833,6 +839,7 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
             doubt[p.keys] = pairs_otherwise(p)
     proposals = [replace(p, weak=True, reason=f"{p.reason}, but {doubt[p.keys]}") if p.keys in doubt else p
                  for p in proposals]
+    by_keys = {p.keys: p for p in proposals}
     decided = []
     # the weak ones last: whether other evidence joined them already, or separates them, is known then
     for p in sorted(proposals, key=lambda p: (p.weak, p.keys not in paired, -p.score, p.a.key, p.b.key)):
@@ -846,10 +853,34 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
         elif groups.share_a_clip(ra, rb):
             decided.append(p.decided("blocked", p.reason + "; would join two instances of one clip" + (
                 "" if p.keys in paired or doubt.get(p.keys) == pairs_otherwise(p) else f" ({pairs_otherwise(p)})")))
+        elif against := _implied_against(p, groups.members[ra], groups.members[rb], by_keys, doubt):
+            decided.append(p.decided("review", p.reason + against))
         else:
             groups.union(ra, rb)
             decided.append(p.decided("merge", p.reason))
     return decided
+
+
+def _implied_against(p: Proposal, members_a: list, members_b: list, by_keys: dict[tuple, Proposal],
+                     doubt: dict[tuple, str]) -> str:
+    """Why merging ``p``'s two groups may be wrong, from the other pairs it joins ('' when nothing
+    says so): every member of one group becomes the other's members' object, and a pair of them
+    measured apart (over its limit, or looking different) or in doubt (``merge_proposals``: a
+    look-alike could be its match) says otherwise. A chain through a match that a drift allowance
+    widened (raw positions, clips far apart on the walk) joined an object's revisit to a look-alike
+    that a sharper measurement, after aligning the layouts, had put apart from the object."""
+    apart = doubted = None
+    for x in members_a:
+        for y in members_b:
+            q = by_keys.get((x, y) if x[0] < y[0] else (y, x))
+            if q is None or q is p:
+                continue
+            if q.looks_differ or (q.distance is not None and q.distance > q.distance_limit):
+                apart = apart or q
+            elif q.keys in doubt:
+                doubted = doubted or q
+    q = apart or doubted
+    return "" if q is None else f"; but it would also join {q.a.key} and {q.b.key}: {q.reason}"
 
 
 # seen in one sample and not located: ``assign_unlocated`` leaves its best match for a reviewer

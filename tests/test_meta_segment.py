@@ -542,6 +542,51 @@ def test_two_clips_whose_layouts_align_are_measured_after_the_alignment():
     assert decided[(hydrant.key, alike.key)].decision == "blocked"  # clip 3's revisit is the hydrant
 
 
+
+def _benches(*keys: tuple[int, int], sigma: float = 0.0) -> list[rc.ClipInstance]:
+    return [_ci(clip, local, "bench", sigma) for clip, local in keys]
+
+
+def test_a_merge_that_would_join_two_benches_measured_apart_is_left_for_review():
+    """The bench's seed 15, front view. Bench A continues from clip 0 into clip 1 (A0, A1), so
+    does bench B (B0, B1); clip 3 sees B again (B3). Clips 0 and 3's layouts align: B0-B3 is 0.10
+    of the range after the alignment, A0-B3 0.375 against a limit of 0.37, apart. Clips 1 and 3
+    do not align: A1-B3 is 0.16 as the poses are, inside a limit that the drift over the walk
+    widened to 0.78, and it scored more than B0-B3. Merged, it joined A0 and B3 as well, the pair
+    the sharper measurement put apart: two benches became one. It is left for review, and B0-B3
+    merges."""
+    a0, a1, b0, b1, b3 = _benches((0, 21), (1, 2), (0, 0), (1, 1), (3, 21))
+    raw, revisit = _at(a1, b3, 0.16, 0.78), _at(b0, b3, 0.10, 0.37)
+    proposals = [_at(a0, a1, 0.02, continues=True), _at(b0, b1, 0.02, continues=True), raw, revisit,
+                 replace(_at(a0, b3, 0.375, 0.37), score=0.0)]
+    assert raw.score > revisit.score  # the widened limit: why it came first
+    groups = rc.Groups([a0, a1, b0, b1, b3])
+    decided = {p.keys: p for p in rc.merge_proposals(proposals, groups, 1.5)}
+    assert groups.find(b3.key) == groups.find(b0.key) == groups.find(b1.key) != groups.find(a1.key)
+    assert decided[raw.keys].decision == "review"
+    assert f"but it would also join {a0.key} and {b3.key}" in decided[raw.keys].reason
+    assert decided[revisit.keys].decision == "merge"
+
+
+def test_a_merge_that_would_join_an_ambiguous_pair_is_left_for_review():
+    """The bench's seed 15, right view. Benches A and B of clip 0 are 0.13 and 0.16 of the range
+    from C of clip 1 (location uncertainty 0.09): either could be C, so that pairing is in doubt
+    (C is B). D of clip 3 is A, 0.14 from it after aligning clips 0 and 3; C-D, as the poses are
+    (clips 1 and 3 do not align), is 0.27 inside a limit widened to 0.56. Merging C-D after A-D
+    made C A without anything to tell A from B: two benches became one. It is left for review,
+    with the two pairs of the doubted pairing; A and D merge."""
+    a, b, c, d = _benches((0, 15), (0, 16), (1, 4), (3, 10), sigma=0.51)
+    proposals = [_at(a, d, 0.14, 0.43), replace(_at(b, d, 0.44, 0.43), score=0.0), _at(a, c, 0.13, 0.39),
+                 _at(b, c, 0.16, 0.39), _at(c, d, 0.27, 0.56)]
+    groups = rc.Groups([a, b, c, d])
+    decided = {p.keys: p for p in rc.merge_proposals(proposals, groups, 1.5)}
+    assert groups.find(a.key) == groups.find(d.key) != groups.find(c.key)
+    assert groups.find(b.key) != groups.find(c.key)
+    assert decided[(a.key, d.key)].decision == "merge"
+    assert decided[(c.key, d.key)].decision == "review"
+    assert f"but it would also join {a.key} and {c.key}" in decided[(c.key, d.key)].reason
+    assert decided[(a.key, c.key)].decision == decided[(b.key, c.key)].decision == "review"
+
 def test_the_metadata_positions_leave_out_hidden_feet_as_reconciliation_does():
     """A hydrant 10 m ahead is seen three times; in two of them a beach ball in front hides its
     foot, and its box ends where the ground 8 m away is seen. The nearer half of its ground
