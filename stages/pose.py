@@ -505,24 +505,37 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
     return Track(ref.sample_indices.copy(), ref.times.copy(), ref.frames.copy(), ref.fps, R, C, ref.K.copy(), valid)
 
 
-def step_lengths(parallax: np.ndarray, by_rig: dict[int, float], by_view: dict[int, float], window: int) -> np.ndarray:
+def step_lengths(parallax: np.ndarray, by_rig: dict[int, float], by_view: dict[int, float], window: int,
+                 max_ratio: float = 4.0) -> np.ndarray:
     """The length of every moving step (``parallax`` > 0): measured against the ground by the
     whole rig (``rig_ground_height``), else by the views themselves (their median); the others
     their parallax-based length (baseline over the scene's typical depth) times the median ratio
     of measured to parallax-based lengths of the measured steps within ``window`` steps. The
     typical depth changes with the scene (a street's facades, a plaza's far side): one ratio per
     chunk of a view made a narrow street's steps twice as long as they were. Without a measured
-    step near, the parallax-based length as it is (the views' common unit)."""
-    measured = {**by_view, **by_rig}
+    step near, the parallax-based length as it is (the views' common unit).
+
+    A measured step whose ratio is more than ``max_ratio`` times off the median ratio of the
+    other measured steps within the window is a mismeasure and is treated as unmeasured: the
+    scene's depth does not change that much in a few steps, a wrong ground match does (one view
+    measured 36 m for a 0.5 m step, the bench's seed 18, and the track jumped by as much)."""
+    measured = {k: x for k, x in {**by_view, **by_rig}.items() if parallax[k] > 1e-12}
+    ratio = {k: x / parallax[k] for k, x in measured.items()}
+    ks = np.array(sorted(measured), dtype=int)
+    mismeasured = set()
+    for k in ks:
+        others = [ratio[int(j)] for j in ks[np.abs(ks - k) <= window] if j != k]
+        if others and not (1.0 / max_ratio <= ratio[int(k)] / float(np.median(others)) <= max_ratio):
+            mismeasured.add(int(k))
+    ks = np.array([k for k in ks if k not in mismeasured], dtype=int)
     out = parallax.copy()
-    ks = np.array(sorted(k for k in measured if parallax[k] > 1e-12), dtype=int)
     for k in np.nonzero(parallax > 1e-12)[0]:
-        if k in measured:
+        if k in measured and k not in mismeasured:
             out[k] = measured[k]
             continue
         near = ks[np.abs(ks - k) <= window]
         if len(near):
-            out[k] = parallax[k] * float(np.median([measured[j] / parallax[j] for j in near]))
+            out[k] = parallax[k] * float(np.median([ratio[int(j)] for j in near]))
     return out
 
 

@@ -245,7 +245,7 @@ def run_pose(job: Job) -> None:
 
 POSE = Stage(
     name="pose",
-    outputs=schema.ARTIFACTS["pose"], version="4", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
+    outputs=schema.ARTIFACTS["pose"], version="5", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
     backends=(BackendUse("pose_estimator", "pose.backend"),),
     gpu_memory_gib=12,  # DA3-Large on 64-frame windows at 504 px (rough)
     description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",

@@ -378,3 +378,20 @@ def test_unmeasured_steps_take_the_ratio_of_their_measured_neighbours():
     by_view = {4: 1.0, 1: 9.0}
     got = po.step_lengths(parallax, by_rig, by_view, window=2)
     assert got == pytest.approx([0.5, 0.5, 0.6, 0.0, 1.0, 0.3 * 10.0, 0.3 * 10.0, 0.3])
+
+
+def test_a_step_measured_far_off_its_neighbours_scale_is_treated_as_unmeasured():
+    """The bench's seed 18: one view measured a 0.5 m step as 36 m against the ground (a wrong
+    ground match), the fused track jumped by as much and 38 objects seen after it were split from
+    their earlier sightings. A measured step whose measured-to-parallax ratio is more than
+    ``max_ratio`` times off its measured neighbours' takes their ratio; one twice off (the scene's
+    depth changing, a street opening onto a plaza) keeps its measurement."""
+    parallax = np.full(12, 0.1)
+    by_view = {k: 0.05 for k in range(12)}
+    by_view[6] = 3.6
+    by_view[9] = 0.1
+    got = po.step_lengths(parallax, {}, by_view, window=3)
+    assert got[6] == pytest.approx(0.05)
+    assert got[9] == pytest.approx(0.1)
+    assert np.delete(got, [6, 9]) == pytest.approx([0.05] * 10)
+    assert po.step_lengths(parallax, {}, by_view, window=3, max_ratio=100.0)[6] == pytest.approx(3.6)
