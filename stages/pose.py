@@ -516,16 +516,17 @@ def step_lengths(parallax: np.ndarray, by_rig: dict[int, float], by_view: dict[i
     step near, the parallax-based length as it is (the views' common unit).
 
     A measured step whose ratio is more than ``max_ratio`` times off the median ratio of the
-    other measured steps within the window is a mismeasure and is treated as unmeasured: the
-    scene's depth does not change that much in a few steps, a wrong ground match does (one view
-    measured 36 m for a 0.5 m step, the bench's seed 18, and the track jumped by as much)."""
+    other measured steps within the window (two at least: of two alone, neither can say which
+    is off) is a mismeasure and is treated as unmeasured: the scene's depth does not change that
+    much in a few steps, a wrong ground match does (one view measured 36 m for a 0.5 m step, the
+    bench's seed 18, and the track jumped by as much)."""
     measured = {k: x for k, x in {**by_view, **by_rig}.items() if parallax[k] > 1e-12}
     ratio = {k: x / parallax[k] for k, x in measured.items()}
     ks = np.array(sorted(measured), dtype=int)
     mismeasured = set()
     for k in ks:
         others = [ratio[int(j)] for j in ks[np.abs(ks - k) <= window] if j != k]
-        if others and not (1.0 / max_ratio <= ratio[int(k)] / float(np.median(others)) <= max_ratio):
+        if len(others) >= 2 and not (1.0 / max_ratio <= ratio[int(k)] / float(np.median(others)) <= max_ratio):
             mismeasured.add(int(k))
     ks = np.array([k for k in ks if k not in mismeasured], dtype=int)
     out = parallax.copy()
