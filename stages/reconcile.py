@@ -30,7 +30,8 @@ first, except that between two clips a concept's instances are paired one to one
 total (``best_pairings``) before the other matches are tried, and a pairing that a look-alike
 could take as well is left for review (``ambiguous_pairings``; ``merge_proposals``), as is a merge
 that would also join two instances that their own pair measures apart or leaves in doubt
-(``_implied_against``: merging is transitive, the evidence must hold for every pair), join the
+(``_implied_against``: merging is transitive, the evidence must hold for every pair) or that a
+third instance as near to one of the two contradicts (``_nearer_elsewhere``), join the
 instances that could not be located by their viewing rays (``assign_unlocated``), and number the
 global instances (``global_instances``).
 """
@@ -814,13 +815,21 @@ class Groups:
         return bool(self.clips[ra] & self.clips[rb])
 
 
+# A third instance is "as near" (``_nearer_elsewhere``) within this fraction of ``rival_sigmas``
+# location uncertainties of the match: over bench seeds 1-28, of 0, 0.5, 0.75 and 1, 0.5 is the
+# smallest that left no false merge (0: one), and each step up sent more true merges to review
+# (1: 18 more pairs than 0.5).
+NEAR_FRACTION = 0.5
+
+
 def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: float = 0.0) -> list[Proposal]:
     """Decide the proposals, best one-to-one pairings first, then strongest evidence first
     (deterministic tie-break on keys); a merge that would put two instances of one clip into one
     global instance is blocked. A weak position match never merges: unless other evidence joined
     its two instances already, or separates them (blocked), it is left apart for review. Neither
     does a match that would join, besides its own two instances, two that their own pair says may
-    be different objects (``_implied_against``): it is left for review."""
+    be different objects (``_implied_against``), or one that a third instance as near to either
+    of them says may be wrong (``_nearer_elsewhere``): it is left for review."""
     paired = best_pairings(proposals)
     rivals = ambiguous_pairings(proposals, rival_sigmas)
     # Weak as a far match (seen either side of the cut, the time tells): an ambiguous pairing, and
@@ -837,6 +846,11 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
             doubt[p.keys] = rivals[p.keys]
         elif p.keys not in paired and p.score > 0:
             doubt[p.keys] = pairs_otherwise(p)
+    near: dict[tuple, list[Proposal]] = {}  # each instance's position matches within their limits
+    for p in proposals:
+        if p.score > 0 and not p.continues and p.distance is not None and p.distance <= p.distance_limit:
+            near.setdefault(p.a.key, []).append(p)
+            near.setdefault(p.b.key, []).append(p)
     proposals = [replace(p, weak=True, reason=f"{p.reason}, but {doubt[p.keys]}") if p.keys in doubt else p
                  for p in proposals]
     by_keys = {p.keys: p for p in proposals}
@@ -855,10 +869,74 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
                 "" if p.keys in paired or doubt.get(p.keys) == pairs_otherwise(p) else f" ({pairs_otherwise(p)})")))
         elif against := _implied_against(p, groups.members[ra], groups.members[rb], by_keys, doubt):
             decided.append(p.decided("review", p.reason + against))
+        elif against := _nearer_elsewhere(p, groups, near, by_keys, rival_sigmas * NEAR_FRACTION):
+            decided.append(p.decided("review", p.reason + against))
         else:
             groups.union(ra, rb)
             decided.append(p.decided("merge", p.reason))
     return decided
+
+
+def _measured_apart(members_a: list, members_b: list, by_keys: dict[tuple, Proposal],
+                    skip: Proposal | None = None) -> Iterable[Proposal]:
+    """The pairs between two groups' members that are measured apart: over their distance limit,
+    or looking different."""
+    for x in members_a:
+        for y in members_b:
+            q = by_keys.get((x, y) if x[0] < y[0] else (y, x))
+            if q is not None and q is not skip and (
+                    q.looks_differ or (q.distance is not None and q.distance > q.distance_limit)):
+                yield q
+
+
+def _nearer_elsewhere(p: Proposal, groups: Groups, near: dict[tuple, list[Proposal]],
+                      by_keys: dict[tuple, Proposal], margin: float) -> str:
+    """Why merging ``p`` may be wrong from a third instance ('' when none says so). Each of its
+    instances' other position matches that are as near as ``p`` (within ``margin`` location
+    uncertainties of ``p``), in another clip than ``p``'s other instance, is a place it could
+    belong to as well, unless the segmenter says it cannot (the match's group has an instance in
+    a clip of the instance's group; a pair measured apart does not rule it out: such evidence
+    raises doubts here, it does not settle them):
+
+    - one whose group cannot be the merged object (it shares a clip with the other instance's
+      group, or a pair between them is measured apart) is ruled out only by this merge;
+    - when both instances' nearest such matches in one clip are in two different groups, the two
+      instances point at two objects there.
+
+    Either way the match is left for review. What it catches: a raw match between clips far apart
+    on the walk, inside a limit that the drift allowance widened, took an object whose sharper
+    match (after aligning its clip to the first visit) was a look-alike's group. The one-to-one
+    pairing of two clips already weighs a nearer instance in the other one's clip."""
+    if p.continues or p.distance is None:
+        return ""
+    roots = {p.a.key: groups.find(p.a.key), p.b.key: groups.find(p.b.key)}
+    as_near = p.distance + margin * (p.uncertainty or 0.0)
+    nearest: dict[tuple, dict[int, tuple[float, ClipInstance]]] = {p.a.key: {}, p.b.key: {}}
+
+    def apart(r1: tuple, r2: tuple) -> str:
+        if groups.share_a_clip(r1, r2):
+            return "its group has another instance in a clip of theirs"
+        q = next(_measured_apart(groups.members[r1], groups.members[r2], by_keys), None)
+        return "" if q is None else f"{q.a.key} and {q.b.key}: {q.reason}"
+
+    for x, other in ((p.a, p.b), (p.b, p.a)):
+        rx, ro = roots[x.key], roots[other.key]
+        for q in near.get(x.key, ()):
+            c = q.b if q.a is x else q.a
+            rc = groups.find(c.key)
+            if q is p or c.clip == other.clip or q.distance > as_near or rc == ro or groups.share_a_clip(rc, rx):
+                continue
+            if why := apart(rc, ro):
+                return (f"; but {c.key} is as near to {x.key} (distance {q.distance:.2f} of range) and cannot be "
+                        f"the same object as {other.key} ({why})")
+            if c.clip not in nearest[x.key] or q.distance < nearest[x.key][c.clip][0]:
+                nearest[x.key][c.clip] = (q.distance, c)
+    for clip in sorted(nearest[p.a.key].keys() & nearest[p.b.key].keys()):
+        (da, ca), (db, cb) = nearest[p.a.key][clip], nearest[p.b.key][clip]
+        if groups.find(ca.key) != groups.find(cb.key):
+            return (f"; but their nearest in clip {clip} are two objects: {ca.key} to {p.a.key} (distance {da:.2f}) "
+                    f"and {cb.key} to {p.b.key} ({db:.2f})")
+    return ""
 
 
 def _implied_against(p: Proposal, members_a: list, members_b: list, by_keys: dict[tuple, Proposal],
@@ -869,17 +947,9 @@ def _implied_against(p: Proposal, members_a: list, members_b: list, by_keys: dic
     look-alike could be its match) says otherwise. A chain through a match that a drift allowance
     widened (raw positions, clips far apart on the walk) joined an object's revisit to a look-alike
     that a sharper measurement, after aligning the layouts, had put apart from the object."""
-    apart = doubted = None
-    for x in members_a:
-        for y in members_b:
-            q = by_keys.get((x, y) if x[0] < y[0] else (y, x))
-            if q is None or q is p:
-                continue
-            if q.looks_differ or (q.distance is not None and q.distance > q.distance_limit):
-                apart = apart or q
-            elif q.keys in doubt:
-                doubted = doubted or q
-    q = apart or doubted
+    q = next(_measured_apart(members_a, members_b, by_keys, skip=p), None) or next(
+        (q for x in members_a for y in members_b
+         if (q := by_keys.get((x, y) if x[0] < y[0] else (y, x))) is not None and q is not p and q.keys in doubt), None)
     return "" if q is None else f"; but it would also join {q.a.key} and {q.b.key}: {q.reason}"
 
 
