@@ -963,9 +963,11 @@ def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance
     """Instances that could not be located (seen briefly, or without parallax) join the located
     instance their viewing rays pass closest to. Several of them in one clip are assigned jointly
     (each to a different instance), so that one wrong guess cannot push another out. The match
-    of an instance seen in one sample only, or one that a look-alike's position nearly equals, is
-    left for a reviewer (decision ``review``)."""
+    of an instance seen in one sample only, one that a look-alike's position nearly equals, or one
+    whose rays another member of the group passes too far (or that looks different), is left for a
+    reviewer (decision ``review``)."""
     located = {groups.find(ci.key) for ci in instances if ci.position is not None}
+    by_keys = {p.keys: p for p in proposals}
     lone_sets: dict[tuple[int, str], dict[tuple[int, int], list[tuple[ClipInstance, Proposal]]]] = {}
     for p in proposals:
         lone, placed = (p.a, p.b) if p.a.position is None else (p.b, p.a)
@@ -1013,6 +1015,12 @@ def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance
                                            f"{M[li, gj]:.2f}, within {params.rival_sigmas:g} location "
                                            f"uncertainties {unc:.2f})")
                     break
+        # the group's other members must match as well (merging is transitive): one whose own pair
+        # the rays put over the limit, or that looks different, says this is another object
+        for li, gi in chosen:
+            if (li, gi) not in ambiguous and (q := next(_measured_apart([lones[li]], groups.members[cols[gi]], by_keys),
+                                                         None)) is not None:
+                ambiguous[(li, gi)] = f"; but it would also join {q.a.key} and {q.b.key}: {q.reason}"
         note = f" (joint assignment of {len(lones)} unlocated {concept!r} of clip {clip})" if len(lones) > 1 else ""
         for li, k in enumerate(lones):
             for placed, p in by_lone[k]:

@@ -478,6 +478,30 @@ def test_an_unlocated_instance_seen_once_is_left_for_review(sightings, merged):
     assert ("its one viewing ray says which way it is, not how far" in decided[0].reason) == (not merged)
 
 
+@pytest.mark.parametrize("first_at, merged", [(0.32, False), (0.22, True)])
+def test_an_unlocated_instance_whose_rays_pass_another_member_too_far_is_left_for_review(first_at, merged):
+    """A beach ball of clip 0 that could not be located (seen twice, without parallax): its rays
+    pass a located ball of clip 3 at 0.20 of the range, within the limit of 0.25, but that ball is
+    one object with balls of clips 1 and 2, which the rays pass at 0.32 and 1.09 (the bench's seed
+    33, left view: it was another ball). Joining it would join it to those as well: it is left
+    for review. With the rays passing the clip 1 ball at 0.22 and no measure of the clip 2 one, it
+    is joined."""
+    obs = {k: rc.Obs(k * 0.5, (300.0, 150.0, 340.0, 220.0), 2800, 4 * k, 8.0, (W, H)) for k in (10, 11)}
+    lone = rc.ClipInstance(0, 12, "beach ball", 5.0, 5.5, np.ones(72), samples=obs)
+    b1, b2, b3 = _ci(1, 7, "beach ball", 0.3), _ci(2, 5, "beach ball", 0.3), _ci(3, 2, "beach ball", 0.3)
+    groups = rc.Groups([lone, b1, b2, b3])
+    groups.union(groups.find(b1.key), groups.find(b2.key))
+    groups.union(groups.find(b1.key), groups.find(b3.key))
+    proposals = [_at(lone, b3, 0.20, 0.25, by_rays=True), _at(lone, b1, first_at, 0.25, by_rays=True)]
+    if not merged:
+        proposals.append(_at(lone, b2, 1.09, 0.25, by_rays=True))
+    decided = {p.keys: p for p in rc.assign_unlocated(proposals, [lone, b1, b2, b3], groups, rc.ReconcileParams())}
+    assert (groups.find(lone.key) == groups.find(b3.key)) == merged
+    chosen = decided[(lone.key, b3.key)]
+    assert chosen.decision == ("merge" if merged else "review")
+    assert (f"but it would also join {lone.key} and {b1.key}" in chosen.reason) == (not merged)
+
+
 def _still_camera(samples: Sequence[int], height: float = 1.6, focal: float = 320.0) -> po.Track:
     """``_level_camera`` standing still over several samples."""
     one = _level_camera(height, focal)
