@@ -22,9 +22,11 @@ truth's own visibility table, independently of reconciliation. Prints per seed a
         reconciler makes by itself; the difference is the pose backend's share)
 
 The target is 0 false merges; the command exits non-zero when there are more than
-``--max-false-merges`` (0: a regression guard; met on seeds 1-12 since reconcile v5, and 2 on
-seeds 13-16, which no rule was worked out on: docs/metadata.md) or a stage failed. A seed's first
-run renders its sample (about 1.5 minutes); later runs reuse it.
+``--max-false-merges`` (0: a regression guard; met on seeds 1-28 since reconcile v7, and 1 on
+seeds 29-36, rendered after its first rule was written: docs/metadata.md) or a stage failed. A
+seed's first run renders its sample (about 1.5 minutes); later runs reuse it. Run one bench at a
+time on one root: two processes computing the same unit race in the store (seen once: a unit
+left with its manifest and none of its files, which later runs trust).
 
 Usage: python bench/bench_reconcile.py [--seeds 1 2 3 4 5 6 7 8] [--n-per-category 6] [--width 640]
                                        [--root build/bench_reconcile] [--max-false-merges 0]

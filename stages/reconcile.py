@@ -816,9 +816,9 @@ class Groups:
 
 
 # A third instance is "as near" (``_nearer_elsewhere``) within this fraction of ``rival_sigmas``
-# location uncertainties of the match: over bench seeds 1-28, of 0, 0.5, 0.75 and 1, 0.5 is the
-# smallest that left no false merge (0: one), and each step up sent more true merges to review
-# (1: 18 more pairs than 0.5).
+# location uncertainties of the match: measured on bench seeds 1-28 with the rule's first form, of
+# 0, 0.5, 0.75 and 1, 0.5 was the smallest that left no false merge (0: one), and each step up
+# sent more true merges to review (1: 18 more pairs than 0.5).
 NEAR_FRACTION = 0.5
 
 
