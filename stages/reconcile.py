@@ -877,16 +877,22 @@ def merge_proposals(proposals: list[Proposal], groups: Groups, rival_sigmas: flo
     return decided
 
 
+def _pairs_between(members_a: list, members_b: list, by_keys: dict[tuple, Proposal],
+                   skip: Proposal | None = None) -> Iterable[Proposal]:
+    """The proposals between two groups' members (keyed earlier clip first), ``skip`` left out."""
+    for x in members_a:
+        for y in members_b:
+            q = by_keys.get((x, y) if x[0] < y[0] else (y, x))
+            if q is not None and q is not skip:
+                yield q
+
+
 def _measured_apart(members_a: list, members_b: list, by_keys: dict[tuple, Proposal],
                     skip: Proposal | None = None) -> Iterable[Proposal]:
     """The pairs between two groups' members that are measured apart: over their distance limit,
     or looking different."""
-    for x in members_a:
-        for y in members_b:
-            q = by_keys.get((x, y) if x[0] < y[0] else (y, x))
-            if q is not None and q is not skip and (
-                    q.looks_differ or (q.distance is not None and q.distance > q.distance_limit)):
-                yield q
+    return (q for q in _pairs_between(members_a, members_b, by_keys, skip)
+            if q.looks_differ or (q.distance is not None and q.distance > q.distance_limit))
 
 
 def _nearer_elsewhere(p: Proposal, groups: Groups, near: dict[tuple, list[Proposal]],
@@ -948,8 +954,7 @@ def _implied_against(p: Proposal, members_a: list, members_b: list, by_keys: dic
     widened (raw positions, clips far apart on the walk) joined an object's revisit to a look-alike
     that a sharper measurement, after aligning the layouts, had put apart from the object."""
     q = next(_measured_apart(members_a, members_b, by_keys, skip=p), None) or next(
-        (q for x in members_a for y in members_b
-         if (q := by_keys.get((x, y) if x[0] < y[0] else (y, x))) is not None and q is not p and q.keys in doubt), None)
+        (q for q in _pairs_between(members_a, members_b, by_keys, skip=p) if q.keys in doubt), None)
     return "" if q is None else f"; but it would also join {q.a.key} and {q.b.key}: {q.reason}"
 
 
@@ -1000,7 +1005,7 @@ def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance
             chosen = {(int(r), int(c)) for r, c in zip(rows_, cols_) if M[r, c] < big}
         # a look-alike whose position the rays pass nearly as close (within the two positions'
         # uncertainty) could be the one as well: left for a reviewer
-        ambiguous: dict[tuple[int, int], str] = {}
+        to_review: dict[tuple[int, int], str] = {}
         for li, gi in chosen:
             d, p = cost[(li, gi)]
             placed = p.a if p.b.key == lones[li] else p.b
@@ -1011,23 +1016,23 @@ def assign_unlocated(proposals: list[Proposal], instances: Iterable[ClipInstance
                 other = rival.a if rival.b.key == lones[li] else rival.b
                 unc = math.hypot(placed.sigma / max(placed.range, 1e-9), other.sigma / max(other.range, 1e-9))
                 if M[li, gj] - d < params.rival_sigmas * unc:
-                    ambiguous[(li, gi)] = (f"; but the rays pass {other.key} nearly as close (distance "
+                    to_review[(li, gi)] = (f"; but the rays pass {other.key} nearly as close (distance "
                                            f"{M[li, gj]:.2f}, within {params.rival_sigmas:g} location "
                                            f"uncertainties {unc:.2f})")
                     break
         # the group's other members must match as well (merging is transitive): one whose own pair
         # the rays put over the limit, or that looks different, says this is another object
         for li, gi in chosen:
-            if (li, gi) not in ambiguous and (q := next(_measured_apart([lones[li]], groups.members[cols[gi]], by_keys),
+            if (li, gi) not in to_review and (q := next(_measured_apart([lones[li]], groups.members[cols[gi]], by_keys),
                                                          None)) is not None:
-                ambiguous[(li, gi)] = f"; but it would also join {q.a.key} and {q.b.key}: {q.reason}"
+                to_review[(li, gi)] = f"; but it would also join {q.a.key} and {q.b.key}: {q.reason}"
         note = f" (joint assignment of {len(lones)} unlocated {concept!r} of clip {clip})" if len(lones) > 1 else ""
         for li, k in enumerate(lones):
             for placed, p in by_lone[k]:
                 g = groups.find(placed.key)
                 gi = cols.index(g) if g in cols else None
-                if gi is not None and (li, gi) in ambiguous and cost[(li, gi)][1] is p:
-                    decided.append(p.decided("review", p.reason + ambiguous[(li, gi)] + note, 0.0))
+                if gi is not None and (li, gi) in to_review and cost[(li, gi)][1] is p:
+                    decided.append(p.decided("review", p.reason + to_review[(li, gi)] + note, 0.0))
                 elif gi is not None and (li, gi) in chosen and cost[(li, gi)][1] is p:
                     if len((p.a if p.a.key == k else p.b).samples) == 1:
                         decided.append(p.decided("review", p.reason + SEEN_ONCE + note, 0.0))
