@@ -76,3 +76,44 @@ def test_stages_json_is_one_object_per_stage_into_a_narrow_pipe():
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["stage"] for x in rows] == [s.name for s in registry.STAGES]
     assert all(x["description"] == s.description for x, s in zip(rows, registry.STAGES))
+
+
+# A native teardown that aborts after Python has finalised, as Arrow's thread pool now and then did
+# after a finished `vsi-wild sources` (SIGABRT, "terminate called without an active exception"):
+# libc's abort registered with __cxa_atexit runs where (and as) the C++ runtime's static destructors do.
+NATIVE_ABORT_AT_EXIT = """
+import atexit, ctypes, sys
+libc = ctypes.CDLL(None)
+getattr(libc, "__cxa_atexit")(ctypes.cast(libc.abort, ctypes.c_void_p), None, None)
+atexit.register(lambda: print("python atexit ran", file=sys.stderr, flush=True))
+"""
+
+
+@pytest.mark.parametrize("through_main", [True, False])
+def test_a_native_abort_after_finalisation_does_not_fail_a_finished_command(root, through_main):
+    """`main` ends the process once Python's exit work is done (threads, atexit handlers, streams),
+    so a native library's teardown cannot turn a finished command into a crash; without it the same
+    teardown aborts the process (the control: the test can fail)."""
+    import subprocess
+    import sys
+
+    call = ("from vsi_wild.cli import main; main()" if through_main else
+            "from vsi_wild.cli import app; app()")
+    code = NATIVE_ABORT_AT_EXIT + f"sys.argv = ['vsi-wild', 'status', '--data-root', {str(root)!r}, '--json']\n" + call
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert "python atexit ran" in r.stderr
+    if through_main:
+        assert r.returncode == 0, r.stderr
+        assert len([json.loads(line) for line in r.stdout.splitlines()]) == 3
+    else:
+        assert r.returncode == -6, (r.returncode, r.stderr)
+
+
+def test_main_keeps_the_commands_exit_code_and_its_whole_output_into_a_pipe(root):
+    """Usage errors exit 2 with typer's message; a large output arrives whole through a pipe."""
+    r = vsi_wild("no-such-command")
+    assert r.returncode == 2 and "No such command" in r.stderr
+    r = vsi_wild("status", "--data-root", str(root / "missing"), "--json")
+    assert r.returncode == 0, r.stderr
+    r = vsi_wild("stages", "--help", env=NARROW)
+    assert r.returncode == 0 and r.stdout.rstrip().endswith("─╯"), r.stdout[-300:]

@@ -5,13 +5,14 @@ Heavy modules (Prefect, the stages) are imported inside the commands, so that `-
 
 from __future__ import annotations
 
+import atexit
 import collections
 import json
 import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import typer
 from rich.console import Console
@@ -547,12 +548,38 @@ from vsi_wild.cli_weights import weights_app as _weights_app  # noqa: E402 - `vs
 app.add_typer(_weights_app, name="weights")
 
 
-def main() -> None:
+def main() -> NoReturn:
+    code: int | str | None = 0
     try:
         app()
+    except SystemExit as e:  # typer ends every command so
+        code = e.code
     except KeyboardInterrupt:
         _console(stderr=True).print("interrupted")
-        sys.exit(130)
+        code = 130
+    _exit(code)
+
+
+def _exit(code: int | str | None) -> NoReturn:
+    """End the process as the interpreter's exit would, but for the native libraries' teardown after
+    it: Arrow's thread pool, destroyed by the C++ runtime once Python has finalised, now and then
+    aborted a command that had done its work and written its output ("terminate called without an
+    active exception", SIGABRT; apache/arrow#34314; seen once in CI's `vsi-wild sources`). The
+    non-daemon threads are waited for and the atexit handlers (Prefect's, logging's) run, as at a
+    normal exit; the streams are flushed; then the process ends with the command's exit code."""
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): printed, exit code 1
+        print(code, file=sys.stderr)
+        code = 1
+    threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize does first
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (BrokenPipeError, ValueError):  # the reader left (`| head`), or the stream is closed
+            pass
+    os._exit(code)
 
 
 if __name__ == "__main__":
