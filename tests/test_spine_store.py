@@ -197,3 +197,31 @@ def test_remote_root_same_guarantees(tmp_path):
     assert remote.read_table(ref, "t.parquet").equals(local.read_table(ref, "t.parquet"))
     assert manifest_fingerprint(remote.manifest(ref)) == local.fingerprint(ref)
     assert remote.fs.exists(f"{remote.unit_dir(ref)}/{MANIFEST_NAME}")
+
+
+def test_two_processes_committing_one_unit_leave_it_whole(tmp_path):
+    """Two processes that compute the same unit at once (two workers, or two benches on one root)
+    each commit it many times: none fails, and what stays is one whole output, its files those its
+    manifest lists, with their hashes. (Before: one's cleanup removed the other's files, whose
+    manifest then landed in the empty folder, or its rename failed on the other's folder.)"""
+    code = textwrap.dedent(f"""
+        import sys
+        from vsi_wild.store import Store, UnitRef
+        st, me = Store({str(tmp_path)!r}), sys.argv[1]
+        for i in range(150):
+            with st.writer(UnitRef("s", "u", "k")) as w:
+                for j in range(4):
+                    w.path(f"{{me}}-{{j}}.bin").write_bytes((me * 2000).encode())
+    """)
+    procs = [subprocess.Popen([sys.executable, "-c", code, name], stderr=subprocess.PIPE, text=True)
+             for name in ("a", "b")]
+    errors = [p.communicate(timeout=600)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], errors
+    store, ref = Store(tmp_path), UnitRef("s", "u", "k")
+    assert store.is_complete(ref)
+    listed = {r["file"]: r["sha256"] for r in store.manifest(ref).to_pylist()}
+    on_disk = sorted(p.name for p in Path(store.unit_dir(ref)).iterdir() if p.name != MANIFEST_NAME)
+    assert sorted(listed) == on_disk and len(on_disk) == 4
+    for name, sha in listed.items():
+        assert hashlib.sha256((Path(store.unit_dir(ref)) / name).read_bytes()).hexdigest() == sha
+    assert store.clean_scratch() == 0 and not list((tmp_path / "tmp").iterdir())

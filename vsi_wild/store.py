@@ -19,6 +19,7 @@ without a manifest, which no reader trusts and the next writer replaces.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import shutil
@@ -366,16 +367,42 @@ class UnitWriter:
         final = self.store.unit_dir(self.ref)
         st = self.store
         if st.is_local:
-            if os.path.exists(final):  # an earlier attempt died before its manifest: not trusted
-                shutil.rmtree(final)
-            os.makedirs(os.path.dirname(final), exist_ok=True)
-            os.rename(self.scratch, final)  # same file system (scratch lives under the root)
+            self._commit_local(final, table_bytes(manifest))
+            return
         else:
             if st.fs.exists(final):
                 st.fs.rm(final, recursive=True)
             for p in files:
                 st.fs.put_file(str(p), f"{final}/{p.relative_to(self.scratch).as_posix()}")
         st.write_table_atomic(f"{final}/{MANIFEST_NAME}", manifest)
+
+    def _commit_local(self, final: str, manifest: bytes) -> None:
+        """The files and their manifest appear at ``final`` in one rename (scratch lives under the
+        root: one file system), replacing what is there (an attempt that died before its manifest,
+        or the output a forced re-run recomputes) by moving it aside first. Two processes that
+        compute the same unit at once each leave a whole output there, the later one's; before,
+        one's cleanup removed the other's files and its manifest landed in the empty folder (seen
+        with two benches on one root: a unit complete by its manifest, with none of its files)."""
+        with open(self.scratch / MANIFEST_NAME, "wb") as fh:
+            fh.write(manifest)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.makedirs(os.path.dirname(final), exist_ok=True)
+        for _ in range(100):
+            try:
+                os.rename(self.scratch, final)
+                return
+            except OSError as e:
+                if e.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+                    raise
+            # named as scratch is, so that clean_scratch removes it if this process dies here
+            aside = self.scratch.with_name(f"{self.scratch.name}-replaced")
+            try:
+                os.rename(final, aside)
+            except FileNotFoundError:  # another process moved it aside first: try again
+                continue
+            shutil.rmtree(aside, ignore_errors=True)
+        raise StoreError(f"could not commit {final}: other processes kept replacing it")
 
 
 def _pid_alive(pid: int) -> bool:
