@@ -279,8 +279,13 @@ def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: f
 
 
 def _rays(samples: dict, poses: Track) -> list:
-    """Rays through the box centres; boxes cut off by the image border are left out when at least
-    two others remain (their centres are biased towards the image)."""
+    """Rays (centre, direction) through the box centres; boxes cut off by the image border are left
+    out when at least two others remain (their centres are biased towards the image)."""
+    return [r for _, r in _sample_rays(samples, poses)]
+
+
+def _sample_rays(samples: dict, poses: Track) -> list[tuple[int, tuple[np.ndarray, np.ndarray]]]:
+    """``_rays`` with the sample index of each."""
     whole = {k: o for k, o in samples.items() if not o.clipped()}
     if len(whole) >= 2:
         samples = whole
@@ -289,7 +294,7 @@ def _rays(samples: dict, poses: Track) -> list:
         box = o.box
         r = poses.ray(k, (box[0] + box[2]) / 2.0, (box[1] + box[3]) / 2.0)
         if r is not None:
-            rays.append(r)
+            rays.append((k, r))
     return rays
 
 
@@ -392,28 +397,46 @@ def _walked(poses: Track) -> Callable[[int, int], float]:
     return distance
 
 
-def _ray_gap(lone: ClipInstance, placed: ClipInstance, poses: Track, basis: np.ndarray,
-             sim: tuple[complex, complex] | None, lone_is_later: bool) -> float | None:
+# A viewing ray pointing below the horizon by more than this (the poses' pitch may be off by as
+# much) is bounded by the ground: what it sees stands no farther than where it meets the ground.
+RAY_DEPRESSION_SLACK_DEG = 2.0
+
+
+def _ray_gap(lone: ClipInstance, placed: ClipInstance, layout: Layout, lone_is_later: bool) -> float | None:
     """Median ground-plane distance from ``placed``'s position to ``lone``'s viewing rays, over
-    ``placed``'s range. ``sim`` maps the earlier clip's ground plane onto the later one's."""
-    rays = _rays(lone.samples, poses)
+    ``placed``'s range; the earlier clip's ground plane is mapped onto the later one's where their
+    layouts align. Where the camera height is known, a ray that points below the horizon ends where
+    it meets the ground: the box centre it passes through is a point of the object, above the
+    ground, so the object stands nearer (an unlocated bench passing beside the camera, its boxes
+    cut off by the image's bottom, was joined by its rays to a look-alike 13 m away, 4 times as far
+    as its rays reach)."""
+    poses, basis = layout.poses, layout.basis
+    rays = _sample_rays(lone.samples, poses)
     if not rays:
         return None
     p = basis @ placed.position
+    sim = layout.aligned.get((lone.clip, placed.clip) if lone_is_later is False else (placed.clip, lone.clip))
     if sim is not None:
         m, t = sim
         z = complex(*p)
         z = (z - t) / m if lone_is_later is False else m * z + t  # into the lone instance's frame
         p = np.array([z.real, z.imag])
+    slack = math.radians(RAY_DEPRESSION_SLACK_DEG)
     gaps = []
-    for c, d in rays:
+    for k, (c, d) in rays:
         c2, d2 = basis @ c, basis @ d
         nd = np.linalg.norm(d2)
         if nd < 1e-9:
             continue
         d2 = d2 / nd
-        along = (p - c2) @ d2
-        gaps.append(np.linalg.norm(p - c2 - max(along, 0.0) * d2))
+        reach = math.inf
+        if layout.camera_height:
+            down = poses.R[poses.row(k)].T @ np.array([0.0, 1.0, 0.0]) if layout.level else poses.down()
+            depression = math.asin(float(np.clip(d @ down, -1.0, 1.0))) - slack
+            if depression > 0:  # ground-plane length to where the ray, that much shallower, meets the ground
+                reach = layout.camera_height / math.tan(depression)
+        along = min(max(float((p - c2) @ d2), 0.0), reach)
+        gaps.append(np.linalg.norm(p - c2 - along * d2))
     if not gaps:
         return None
     return float(np.median(gaps)) / max(placed.range, 1e-9)
@@ -649,6 +672,8 @@ class Layout:
     basis: np.ndarray  # ground_basis
     walked: Callable[[int, int], float]  # camera path length between two samples
     aligned: dict[tuple[int, int], tuple[complex, complex]]  # (clip i, clip j) -> similarity of i's layout onto j's
+    camera_height: float | None = None  # above the ground, in pose units (None: unknown)
+    level: bool = True  # ReconcileParams.level_views: the ground is below each camera's own down axis
 
 
 def locate_instances(instances: Iterable[ClipInstance], poses: Track, camera_height: float | None,
@@ -664,7 +689,8 @@ def locate_instances(instances: Iterable[ClipInstance], poses: Track, camera_hei
             ci.extent = ci.range * float(np.median(widths)) if widths else 0.0
 
 
-def align_clips(instances: list[ClipInstance], cuts: Cuts, poses: Track, params: ReconcileParams) -> Layout | None:
+def align_clips(instances: list[ClipInstance], cuts: Cuts, poses: Track, params: ReconcileParams,
+                camera_height: float | None = None) -> Layout | None:
     """The ground layout, with every pair of clips whose located instances align as a revisited
     place (``align_layouts``); None when no instance was located."""
     ranges = [ci.range for ci in instances if ci.range is not None]
@@ -686,7 +712,7 @@ def align_clips(instances: list[ClipInstance], cuts: Cuts, poses: Track, params:
                                     params.max_layout_rotation_deg, shift)
                 if sim is not None:
                     aligned[(i, j)] = sim
-    return Layout(poses, basis, walked, aligned)
+    return Layout(poses, basis, walked, aligned, camera_height, params.level_views)
 
 
 def _distance(a: ClipInstance, b: ClipInstance, params: ReconcileParams,
@@ -695,7 +721,7 @@ def _distance(a: ClipInstance, b: ClipInstance, params: ReconcileParams,
     if (a.position is None) != (b.position is None) and layout is not None:
         # one of them was not located: do its viewing rays pass the other's position?
         lone, placed = (a, b) if a.position is None else (b, a)
-        gap = _ray_gap(lone, placed, layout.poses, layout.basis, layout.aligned.get((a.clip, b.clip)), lone is b)
+        gap = _ray_gap(lone, placed, layout, lone is b)
         return gap, True, 0.0, False
     if a.position is None or b.position is None:
         return None, False, 0.0, False
@@ -1113,7 +1139,7 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
     layout = None
     if poses is not None:
         locate_instances(instances, poses, camera_height, params)
-        layout = align_clips(instances, cuts, poses, params)
+        layout = align_clips(instances, cuts, poses, params, camera_height)
     strong, by_rays = propose(instances, cuts, params, layout)
     groups = Groups(instances)
     decided = merge_proposals(strong, groups, params.rival_sigmas) + assign_unlocated(by_rays, instances, groups, params)

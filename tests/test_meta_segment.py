@@ -510,6 +510,32 @@ def _still_camera(samples: Sequence[int], height: float = 1.6, focal: float = 32
                     np.repeat(one.C, n, 0), np.repeat(one.K, n, 0), np.ones(n, bool))
 
 
+@pytest.mark.parametrize("placed_at, camera_height, merged", [(13.0, 1.6, False), (13.0, None, True),
+                                                              (3.0, 1.6, True)])
+def test_an_unlocated_instances_rays_reach_no_farther_than_the_ground(placed_at, camera_height, merged):
+    """A bench passing beside the camera, seen twice standing still with its boxes cut off by the
+    image's bottom: it cannot be located. Its rays through the box centres point 23.6 degrees below
+    the horizon, so what they see stands within 4 m (1.6 m below the camera, 2 degrees of slack for
+    the poses' pitch): a look-alike 13 m straight ahead, which the rays' ground-plane lines pass
+    through, is not it (the bench's seed 38, right view: joined so to a bench 13 m away). Without
+    the camera height nothing bounds the rays and it is joined; a bench 3 m ahead is joined."""
+    track = _still_camera([10, 11])
+    obs = {k: rc.Obs(k * 0.5, (300.0, 280.0, 340.0, float(H)), 3200, 4 * k, 8.0, (W, H)) for k in (10, 11)}
+    lone = rc.ClipInstance(0, 4, "bench", 5.0, 5.5, np.ones(72), samples=obs)
+    assert rc.locate(obs, track, 1.6, 3.0) is None
+    placed = rc.ClipInstance(1, 7, "bench", 30.0, 31.0, np.ones(72), position=np.array([0.0, placed_at, 0.0]),
+                             range=placed_at, sigma=0.1)
+    layout = rc.Layout(track, rc.ground_basis(track), lambda k0, k1: 0.0, {}, camera_height)
+    _, [by_rays] = rc.propose([lone, placed], rc.Cuts.of(seg.clip_spans(40.0, 20.0)), rc.ReconcileParams(), layout)
+    reach = 1.6 / math.tan(math.atan((320.0 - H / 2) / 320.0) - math.radians(2.0))  # 4.04 m
+    beyond = max(0.0, placed_at - reach) if camera_height else 0.0
+    assert by_rays.distance == pytest.approx(beyond / placed_at, abs=1e-9)
+    groups = rc.Groups([lone, placed])
+    [decided] = rc.assign_unlocated([by_rays], [lone, placed], groups, rc.ReconcileParams())
+    assert (groups.find(lone.key) == groups.find(placed.key)) == merged
+    assert decided.decision == ("merge" if merged else "apart")
+
+
 @pytest.mark.parametrize("hidden", [True, False])
 def test_a_foot_hidden_by_a_nearer_object_does_not_place_it_beside_a_look_alike(hidden):
     """A hydrant stands 7 m ahead, seen once in clip 0 behind a beach ball 6 m ahead that hides its
