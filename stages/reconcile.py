@@ -21,9 +21,10 @@ for their distance to mean anything (``Location.sigma``: an object seen once fro
 whose foot a nearer object hides, ``mark_occluded_bottoms``), a match of an instance seen only in
 part (``ClipInstance.seen_in_part``: every box of it cut off by the image's side, so that where it
 stands is not seen), and the match of an instance seen once that could not be located (one
-viewing ray: a direction, no distance). Revisits of a place
-link back to the first visit by position and appearance, so they do not inflate counts; between
-two clips whose layouts align, every pair is measured after the alignment.
+viewing ray: a direction, no distance; a ray below the horizon reaches no farther than the
+ground, ``_ray_gap``). Revisits of a place link back to the first visit by position and
+appearance, so they do not inflate counts; between two clips whose layouts align, every pair is
+measured after the alignment.
 
 ``reconcile`` runs in phases: mark the sightings whose foot is hidden (``mark_occluded_bottoms``),
 locate the instances (``locate_instances``), align the layouts of revisited places
@@ -415,7 +416,7 @@ def _ray_gap(lone: ClipInstance, placed: ClipInstance, layout: Layout, lone_is_l
     if not rays:
         return None
     p = basis @ placed.position
-    sim = layout.aligned.get((lone.clip, placed.clip) if lone_is_later is False else (placed.clip, lone.clip))
+    sim = layout.aligned.get((placed.clip, lone.clip) if lone_is_later else (lone.clip, placed.clip))
     if sim is not None:
         m, t = sim
         z = complex(*p)
@@ -794,8 +795,8 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
                        f"{limit:.2f}) with the same look (appearance {app:.2f}): too weak to tell look-alikes apart")
             elif weak and part is not None:
                 why = (f"near{how} (distance {dist:.2f} of range) with the same look (appearance {app:.2f}), but "
-                       f"{part.key} was seen only in part (every box of it cut off by the image's side) to tell "
-                       f"look-alikes apart by where it stands")
+                       f"{part.key} was seen only in part (every box of it cut off by the image's side): where it "
+                       f"stands was not seen, too weak to tell look-alikes apart")
             elif weak:
                 why = (f"near{how} (distance {dist:.2f} of range) with the same look (appearance {app:.2f}), but "
                        f"located too loosely (uncertainty {uncertainty:.2f} of range; {params.location_sigmas:g} of "
