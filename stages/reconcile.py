@@ -114,8 +114,10 @@ class ReconcileParams(BaseModel):
         "nearly as close could be the one (the pairs are left for a reviewer)"
     )
     location_sigmas: float = Field(
-        3.0, ge=0, description="a position match is decisive only when this many location uncertainties of the pair "
-        "(both instances', over the range) fit within its limit: else a look-alike could be where the match is"
+        3.5, ge=0, description="a position match is decisive only when this many location uncertainties of the pair "
+        "(both instances', over the range) fit within its limit: else a look-alike could be where the match is (3 "
+        "merged a bench's part, seen once 4 m away, with a look-alike at 3.1 of them; real errors run about twice "
+        "the uncertainties: docs/metadata.md)"
     )
     part_error: float = Field(
         3.0, ge=1, description="an instance seen only in part (every box of it cut off by the image's side) is "
