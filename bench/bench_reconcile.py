@@ -39,6 +39,7 @@ import argparse
 import json
 import os
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -157,6 +158,66 @@ def truth_track(track, truth_poses: list[dict], view_yaw_deg: float):
     return dataclasses.replace(track, R=np.array(Rs), C=np.array(Cs), valid=np.ones(len(Rs), dtype=bool))
 
 
+@dataclass
+class ViewInputs:
+    """What reconciliation of one view video of a bench seed reads, with the truth to score it."""
+
+    view: str
+    video_id: str
+    row: dict  # its views.parquet row
+    segments: list[dict]  # segments.parquet rows of its clips
+    clip_rows: list[dict]  # instances.parquet rows of its clips
+    clips: list  # segment.clip_spans
+    track: object  # its estimated poses (pose.Track)
+    truth_track: object  # the same samples with the truth's camera poses
+    truth_of: dict[tuple[int, int], int]  # (clip, local id) -> truth object
+    objects: dict[int, dict]  # truth object id -> truth_objects.parquet row
+
+    def instances(self) -> list:
+        """Fresh clip instances (reconciliation fills theirs in place)."""
+        from vsi_wild.tasks import metadata as tm
+
+        return tm.clip_instances_in_view(self.row, [dict(r) for r in self.clip_rows], [dict(r) for r in self.segments])
+
+
+def view_inputs(store, config) -> list[ViewInputs]:
+    """The four views' inputs of the bench seed ``config`` describes, read from the store's last
+    completed outputs of each stage (the seed must have run up to the pose stage)."""
+    from vsi_wild import ids
+    from vsi_wild.stages import pose as po
+    from vsi_wild.stages import segment as seg
+    from vsi_wild.store import UnitRef
+    from vsi_wild.tasks.sample import load_truth
+
+    def done(stage: str, unit: str) -> UnitRef:
+        st = store.read_status(stage, unit)
+        if not st or st["state"] != "done":
+            raise SystemExit(f"{stage}:{unit} has not run on {store.url}: run bench_reconcile.py on this seed first")
+        return UnitRef(stage, unit, st["key"])
+
+    sid = config.sample.source_id
+    truth = load_truth(store, sid)
+    visibility, truth_poses = truth["visibility"].to_pylist(), truth["poses"].to_pylist()
+    objects = {o["instance_id"]: o for o in truth["objects"].to_pylist()}
+    views = {r["video_id"]: r for r in store.read_table(done("project", sid), "views.parquet").to_pylist()}
+    poses = store.read_table(done("pose", sid), "poses.parquet").to_pylist()
+    status = [r for r in store.status_table().to_pylist() if r["stage"] == "segment"]
+    out = []
+    for view in ids.VIEWS:
+        vid = ids.video_id(sid, view)
+        segments, clip_rows = [], []
+        for unit in sorted(r["unit"] for r in status if r["unit"].startswith(vid + "@")):
+            segments += store.read_table(done("segment", unit), "segments.parquet").to_pylist()
+            clip_rows += store.read_table(done("segment", unit), "instances.parquet").to_pylist()
+        row = views[vid]
+        track = po.track_from_rows([r for r in poses if r["video_id"] == vid])
+        out.append(ViewInputs(view, vid, row, segments, clip_rows,
+                              seg.clip_spans(float(row["duration_s"]), config.segment.clip_seconds), track,
+                              truth_track(track, truth_poses, float(row["yaw_deg"])),
+                              truth_of_clip_instances(segments, visibility, view), objects))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5, 6, 7, 8])
@@ -168,10 +229,7 @@ def main() -> int:
                     help='reconcile parameters to measure instead of the defaults (JSON, e.g. \'{"pixel_error": 1}\')')
     args = ap.parse_args()
 
-    from vsi_wild import ids
-    from vsi_wild.stages import pose as po
     from vsi_wild.stages import reconcile as rc
-    from vsi_wild.stages import segment as seg
     from vsi_wild.store import Store, UnitRef
     from vsi_wild.tasks import engine
     from vsi_wild.tasks import metadata as tm
@@ -179,7 +237,7 @@ def main() -> int:
     from vsi_wild.tasks.probe import PROBE
     from vsi_wild.tasks.project import PROJECT
     from vsi_wild.tasks.review import REVIEW
-    from vsi_wild.tasks.sample import SAMPLE, load_truth
+    from vsi_wild.tasks.sample import SAMPLE
 
     stages = [SAMPLE, PROBE, REVIEW, PROJECT, *(s for s in tm.STAGES if s.name != "metadata")]
     totals = {"merges": 0, "splits": 0, "review": 0, "review_same": 0, "reviewed_splits": 0, "truth_merges": 0,
@@ -200,31 +258,15 @@ def main() -> int:
             print(f"reconcile_seed{seed}: error {bad}", file=sys.stderr)
             failed = True
             continue
-        sid = config.sample.source_id
-        truth = load_truth(store, sid)
-        visibility, truth_poses = truth["visibility"].to_pylist(), truth["poses"].to_pylist()
-        views = {r["video_id"]: r for r in store.read_table(UnitRef("project", sid, plan.outcomes["project"][sid].key),
-                                                             "views.parquet").to_pylist()}
-        poses = store.read_table(UnitRef("pose", sid, plan.outcomes["pose"][sid].key), "poses.parquet").to_pylist()
         merges = splits = review = review_same = truth_merges = truth_splits = reviewed_splits = 0
-        for view in ids.VIEWS:
-            vid = ids.video_id(sid, view)
-            segments, clip_rows = [], []
-            for unit, o in sorted(plan.outcomes["segment"].items()):
-                if unit.startswith(vid + "@"):
-                    segments += store.read_table(UnitRef("segment", unit, o.key), "segments.parquet").to_pylist()
-                    clip_rows += store.read_table(UnitRef("segment", unit, o.key), "instances.parquet").to_pylist()
-            truth_of = truth_of_clip_instances(segments, visibility, view)
+        for vi in view_inputs(store, config):
+            truth_of = vi.truth_of
             # the same reconciliation with the truth's poses
-            v = views[vid]
-            track = truth_track(po.track_from_rows([r for r in poses if r["video_id"] == vid]), truth_poses,
-                                float(v["yaw_deg"]))
-            ideal = rc.reconcile(vid, tm.clip_instances_in_view(v, clip_rows, [dict(r) for r in segments]),
-                                 seg.clip_spans(float(v["duration_s"]), config.segment.clip_seconds),
-                                 config.reconcile, track, camera_height=config.pose.ground_height())
+            ideal = rc.reconcile(vi.video_id, vi.instances(), vi.clips, config.reconcile, vi.truth_track,
+                                 camera_height=config.pose.ground_height())
             m, s = score(ideal.members, truth_of)
             truth_merges, truth_splits = truth_merges + m, truth_splits + s
-            ref = UnitRef("reconcile", vid, plan.outcomes["reconcile"][vid].key)
+            ref = UnitRef("reconcile", vi.video_id, plan.outcomes["reconcile"][vi.video_id].key)
             members = store.read_table(ref, "members.parquet").to_pylist()
             decisions = store.read_table(ref, "merge_decisions.parquet").to_pylist()
             m, s = score(members, truth_of)

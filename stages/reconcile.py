@@ -115,15 +115,15 @@ class ReconcileParams(BaseModel):
     )
     location_sigmas: float = Field(
         3.5, ge=0, description="a position match is decisive only when this many location uncertainties of the pair "
-        "(both instances', over the range) fit within its limit: else a look-alike could be where the match is (3 "
-        "merged a bench's part, seen once 4 m away, with a look-alike at 3.1 of them; real errors run about twice "
-        "the uncertainties: docs/metadata.md)"
+        "(both instances', over the range) fit within its limit: else a look-alike could be where the match is (the "
+        "errors have long tails: a tenth of the located instances are over 5 of their uncertainties off, "
+        "bench/location_error.py; 3 merged a bench's part, seen once 4 m away, with a look-alike at 3.1)"
     )
     part_error: float = Field(
-        3.0, ge=1, description="an instance seen only in part (every box of it cut off by the image's side) is "
+        2.0, ge=1, description="an instance seen only in part (every box of it cut off by the image's side) is "
         "located this many times as loosely as its pixels say: where a part's box ends and centres is not where the "
-        "object stands (measured on bench seeds 29-34: median error 3.6 location uncertainties for such instances, "
-        "1.2 for instances never cut off at the side)"
+        "object stands (bench/location_error.py on bench seeds 1-36: errors of such instances 1.7 times those of "
+        "instances never cut off at the side at the median, 2.0 times at the 95th percentile)"
     )
 
 

@@ -693,7 +693,7 @@ def test_an_object_seen_only_in_part_is_located_as_loosely_as_its_error(cut, at_
     the object was seen: where the part's box ends and centres is not where the object stands
     (the bench's seed 31: a bench's end, 5 x 7 pixels at the border, was placed 3.6 m from itself,
     5 of its location uncertainties, beside a look-alike), and its location uncertainty is
-    ``part_error`` (3) times its pixels': the near match is too loose to tell look-alikes apart and
+    ``part_error`` (2) times its pixels': the near match is too loose to tell look-alikes apart and
     is left for review. Seen whole (its box 3 pixels inside the border) the two merge; seen in part
     in the first sample after a cut, the other in the last before it, the time tells: merged."""
     params = rc.ReconcileParams()
