@@ -19,11 +19,12 @@ the reviewer (decision ``review``; `vsi-wild verify` lists them, a ``merge`` fix
 false merge would silently undercount VOC. So is a match between instances located too loosely
 for their distance to mean anything (``Location.sigma``: an object seen once from far away, or one
 whose foot a nearer object hides, ``mark_occluded_bottoms``; one seen only in part, every box of
-it cut off by the image's side, ``ClipInstance.seen_in_part``), and the match of an instance seen
-once that could not be located (one viewing ray: a direction, no distance; a ray below the
-horizon reaches no farther than the ground, ``_ray_gap``). Revisits of a place link back to the
-first visit by position and appearance, so they do not inflate counts; between two clips whose
-layouts align, every pair is measured after the alignment.
+it cut off by the image's side, ``ClipInstance.seen_in_part``), a match of two instances each
+seen in one sample (nothing checks either place), and the match of an instance seen once that
+could not be located (one viewing ray: a direction, no distance; a ray below the horizon reaches
+no farther than the ground, ``_ray_gap``). Revisits of a place link back to the first visit by
+position and appearance, so they do not inflate counts; between two clips whose layouts align,
+every pair is measured after the alignment.
 
 ``reconcile`` runs in phases: mark the sightings whose foot is hidden (``mark_occluded_bottoms``),
 locate the instances (``locate_instances``), align the layouts of revisited places
@@ -797,12 +798,19 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
             # where either was located loosely (seen once, far away) a look-alike could be anywhere
             # in that reach: a near distance says nothing
             loose = not by_rays and uncertainty is not None and params.location_sigmas * uncertainty > limit
-            weak = (far or loose) and not boundary
-            if (far or loose) and boundary:
+            # each seen in one sample: nothing checks either place (a pose or box error at either
+            # instant lays one on the other's look-alike)
+            once = not by_rays and len(a.samples) == 1 and len(b.samples) == 1
+            weak = (far or loose or once) and not boundary
+            if (far or loose or once) and boundary:
                 why += f", seen either side of the cut (box IoU {iou:.2f})"
             if weak and far:
                 why = (f"near{how} (distance {dist:.2f} of range, over {params.decisive_fraction:g} of the limit "
                        f"{limit:.2f}) with the same look (appearance {app:.2f}): too weak to tell look-alikes apart")
+            elif weak and not loose:
+                why = (f"near{how} (distance {dist:.2f} of range) with the same look (appearance {app:.2f}), but "
+                       f"each was seen in one sample only: nothing checks either place, too weak to tell look-alikes "
+                       f"apart")
             elif weak:
                 part = [str(x.key) for x in (a, b) if x.seen_in_part]
                 why = (f"near{how} (distance {dist:.2f} of range) with the same look (appearance {app:.2f}), but "
