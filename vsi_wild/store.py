@@ -11,10 +11,11 @@ Layout under the data root (a local path or an fsspec URL such as ``s3://bucket/
     exports/                                  the published benchmark (see stages/export)
     tmp/                                      scratch space of outputs being written
 
-A unit's output is built in a private scratch folder, then moved into place; the manifest (file
-names, sizes, sha256) is written after every file, by rename on a local disk and as one object
-PUT on an object store. A run killed at any moment leaves at most a scratch folder or a folder
-without a manifest, which no reader trusts and the next writer replaces.
+A unit's output is built in a private scratch folder, then moved into place with its manifest
+(file names, sizes, sha256): on a local disk the files and the manifest appear in one rename, on
+an object store the manifest is one object PUT after every file. A run killed at any moment
+leaves at most a scratch folder or a folder without a manifest, which no reader trusts and the
+next writer replaces.
 """
 
 from __future__ import annotations
@@ -369,11 +370,10 @@ class UnitWriter:
         if st.is_local:
             self._commit_local(final, table_bytes(manifest))
             return
-        else:
-            if st.fs.exists(final):
-                st.fs.rm(final, recursive=True)
-            for p in files:
-                st.fs.put_file(str(p), f"{final}/{p.relative_to(self.scratch).as_posix()}")
+        if st.fs.exists(final):
+            st.fs.rm(final, recursive=True)
+        for p in files:
+            st.fs.put_file(str(p), f"{final}/{p.relative_to(self.scratch).as_posix()}")
         st.write_table_atomic(f"{final}/{MANIFEST_NAME}", manifest)
 
     def _commit_local(self, final: str, manifest: bytes) -> None:
