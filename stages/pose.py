@@ -131,8 +131,15 @@ class Track:
 
     def down(self) -> np.ndarray:
         """The world's down direction: the cameras' mean down axis (cameras are level on average)."""
-        d = np.mean([self.R[i].T @ np.array([0.0, 1.0, 0.0]) for i in self.valid_rows()], axis=0)
+        d = np.mean([self._down_of_row(i) for i in self.valid_rows()], axis=0)
         return d / max(np.linalg.norm(d), 1e-12)
+
+    def down_at(self, k: int) -> np.ndarray:
+        """Camera k's own down axis in the world (the world's down where the view is level)."""
+        return self._down_of_row(self.row(k))
+
+    def _down_of_row(self, i: int) -> np.ndarray:
+        return self.R[i].T @ np.array([0.0, 1.0, 0.0])
 
     def ground_point(self, k: int, u: float, v: float, height: float, down: np.ndarray | None = None,
                      min_depression_deg: float = 1.0) -> np.ndarray | None:
@@ -143,7 +150,7 @@ class Track:
         if r is None:
             return None
         c, d = r
-        s = float(d @ (self.R[self.row(k)].T @ np.array([0.0, 1.0, 0.0]) if down is None else down))
+        s = float(d @ (self.down_at(k) if down is None else down))
         if s < math.sin(math.radians(min_depression_deg)):
             return None
         return c + d * (height / s)

@@ -433,6 +433,7 @@ def _ray_gap(lone: ClipInstance, placed: ClipInstance, layout: Layout, lone_is_l
         z = (z - t) / m if lone_is_later is False else m * z + t  # into the lone instance's frame
         p = np.array([z.real, z.imag])
     slack = math.radians(RAY_DEPRESSION_SLACK_DEG)
+    mean_down = None if layout.level else poses.down()  # the world's down when views are not level
     gaps = []
     for k, (c, d) in rays:
         c2, d2 = basis @ c, basis @ d
@@ -442,7 +443,7 @@ def _ray_gap(lone: ClipInstance, placed: ClipInstance, layout: Layout, lone_is_l
         d2 = d2 / nd
         reach = math.inf
         if layout.camera_height:
-            down = poses.R[poses.row(k)].T @ np.array([0.0, 1.0, 0.0]) if layout.level else poses.down()
+            down = poses.down_at(k) if mean_down is None else mean_down
             depression = math.asin(float(np.clip(d @ down, -1.0, 1.0))) - slack
             if depression > 0:  # ground-plane length to where the ray, that much shallower, meets the ground,
                 # and beyond it by the object's size (the ray passes a point of it, its place is its foot)
