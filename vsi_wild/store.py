@@ -383,10 +383,7 @@ class UnitWriter:
         compute the same unit at once each leave a whole output there, the later one's; before,
         one's cleanup removed the other's files and its manifest landed in the empty folder (seen
         with two benches on one root: a unit complete by its manifest, with none of its files)."""
-        with open(self.scratch / MANIFEST_NAME, "wb") as fh:
-            fh.write(manifest)
-            fh.flush()
-            os.fsync(fh.fileno())
+        self.store.write_bytes_atomic(str(self.scratch / MANIFEST_NAME), manifest)
         os.makedirs(os.path.dirname(final), exist_ok=True)
         for _ in range(100):
             try:
