@@ -808,7 +808,7 @@ def propose_pair(a: ClipInstance, b: ClipInstance, cuts: Cuts, params: Reconcile
             if weak and far:
                 why = (f"near{how} (distance {dist:.2f} of range, over {params.decisive_fraction:g} of the limit "
                        f"{limit:.2f}) with the same look (appearance {app:.2f}): too weak to tell look-alikes apart")
-            elif weak and not loose:
+            elif weak and once and not loose:
                 why = (f"near{how} (distance {dist:.2f} of range) with the same look (appearance {app:.2f}), but "
                        f"each was seen in one sample only: nothing checks either place, too weak to tell look-alikes "
                        f"apart")
