@@ -86,6 +86,12 @@ class ReconcileParams(BaseModel):
     min_constellation: int = Field(
         4, ge=2, description="revisits: a layout alignment needs this many instances (of >= 2 concepts)"
     )
+    constellation_holdout: float = Field(
+        5.0, gt=0, description="revisits: ... each of which the alignment fitted without it lays within this many "
+        "constellation_tol of its match (objects near each other fix a shift, hardly a rotation: one far look-alike "
+        "can swing an alignment about them onto itself; bench seeds 1-76: true alignments need up to 3.9, the two "
+        "such chance alignments 6.7 and 12.1)"
+    )
     max_layout_rotation_deg: float = Field(30.0, ge=0, description="revisits: pose drift this large at most")
     max_layout_shift: float = Field(
         1.0, ge=0, description="revisits: ... and a shift of at most this fraction of the median viewing range ..."
@@ -326,11 +332,14 @@ def _similarity_2d(a1, a2, b1, b2) -> tuple[complex, complex] | None:
 
 
 def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarray, tol: float,
-                  min_inliers: int, max_rot_deg: float = 180.0, max_shift: float = math.inf) -> tuple[complex, complex] | None:
+                  min_inliers: int, max_rot_deg: float = 180.0, max_shift: float = math.inf,
+                  holdout_tol: float | None = None) -> tuple[complex, complex] | None:
     """The ground-plane similarity (z -> m z + t, complex) that lays clip A's instances onto clip
     B's (same concepts), found by exhaustive 2-correspondence RANSAC; None unless it aligns at
-    least ``min_inliers`` instances of at least two concepts within ``tol``. This recognises a
-    revisited place by its layout of objects, whatever the pose drift since the first visit."""
+    least ``min_inliers`` instances of at least two concepts within ``tol``, each of them (with
+    ``holdout_tol``) laid within ``holdout_tol`` of its match by the alignment fitted without it.
+    This recognises a revisited place by its layout of objects, whatever the pose drift since the
+    first visit."""
     pa_ = [(c, basis @ c.position) for c in A if c.position is not None]
     pb_ = [(c, basis @ c.position) for c in B if c.position is not None]
     corr = [(i, j) for i, (ca, _) in enumerate(pa_) for j, (cb, _) in enumerate(pb_) if ca.concept == cb.concept]
@@ -357,6 +366,7 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
     # An alignment must explain clearly more than the poses as they are (no alignment at all).
     as_is = len(inliers(1.0, 0.0)[0])
     best, best_key = None, None
+    corroborated: dict[tuple, int] = {}  # inlier set -> how many of its pairs the others predict
     for x in range(len(corr)):
         for y in range(x + 1, len(corr)):
             (i1, j1), (i2, j2) = corr[x], corr[y]
@@ -374,23 +384,56 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
                 continue
             inl, err = inliers(m, t)
             concepts = {pa_[corr[k][0]][0].concept for k in inl}
+            need = max(min_inliers, as_is + 2)
+            if len(inl) < need or len(concepts) < 2:
+                continue
+            ids = tuple(sorted(inl))
+            if holdout_tol is not None and ids not in corroborated:
+                corroborated[ids] = _corroborated(za[[corr[k][0] for k in ids]], zb[[corr[k][1] for k in ids]],
+                                                  holdout_tol)
             key = (len(inl), -err)
-            if (len(inl) >= max(min_inliers, as_is + 2) and len(concepts) >= 2
-                    and (best_key is None or key > best_key)):
+            if corroborated.get(ids, len(inl)) >= need and (best_key is None or key > best_key):
                 best, best_key = (m, t, inl), key
     if best is None:
         return None
-    # least-squares similarity over the inliers (z_b ~ m z_a + t)
     m, t, inl = best
-    A = za[[corr[k][0] for k in inl]]
-    B = zb[[corr[k][1] for k in inl]]
+    fit = _fit_similarity(za[[corr[k][0] for k in inl]], zb[[corr[k][1] for k in inl]])
+    return fit if fit is not None else (m, t)
+
+
+def _fit_similarity(A: np.ndarray, B: np.ndarray, any_scale: bool = False) -> tuple[complex, complex] | None:
+    """The least-squares ground-plane similarity B ~ m A + t (complex); None when A's points
+    coincide or the scale is not near 1 (the poses are metric, or one scale throughout)."""
     ca, cb = A.mean(), B.mean()
     den = (np.abs(A - ca) ** 2).sum()
-    if den > 1e-12:
-        m2 = ((B - cb) * np.conj(A - ca)).sum() / den
-        if 0.8 <= abs(m2) <= 1.25:
-            m, t = m2, cb - m2 * ca
-    return m, t
+    if den <= 1e-12:
+        return None
+    m = ((B - cb) * np.conj(A - ca)).sum() / den
+    if not any_scale and not 0.8 <= abs(m) <= 1.25:
+        return None
+    return m, cb - m * ca
+
+
+def _corroborated(A: np.ndarray, B: np.ndarray, tol: float) -> int:
+    """How many of an alignment's inlier pairs (A[k] onto B[k]) the others predict: the
+    similarity fitted without pair k (at any scale: three near objects fix it loosely) lays A[k]
+    within ``tol`` of B[k]. Objects near each other fix a shift but hardly a rotation, so one far
+    look-alike can swing the alignment onto itself (bench seed 71: a trash can 10 m away, laid
+    onto another by a 20 degree turn about three objects the poses already agreed on; the
+    alignment without it lays it 6.7 constellation tolerances off): such a pair is not
+    corroborated."""
+    n = len(A)
+    if n < 3:
+        return 0
+    keep = np.ones(n, dtype=bool)
+    count = 0
+    for k in range(n):
+        keep[k] = False
+        fit = _fit_similarity(A[keep], B[keep], any_scale=True)
+        keep[k] = True
+        if fit is not None and abs(fit[0] * A[k] + fit[1] - B[k]) <= tol:
+            count += 1
+    return count
 
 
 def _walked(poses: Track) -> Callable[[int, int], float]:
@@ -724,7 +767,7 @@ def align_clips(instances: list[ClipInstance], cuts: Cuts, poses: Track, params:
                 dist_walked = walked(cuts.last[i], cuts.first[j])
                 shift = params.max_layout_shift * float(np.median(ranges)) + params.max_drift_per_distance * dist_walked
                 sim = align_layouts(by_clip[i], by_clip[j], basis, tol, params.min_constellation,
-                                    params.max_layout_rotation_deg, shift)
+                                    params.max_layout_rotation_deg, shift, params.constellation_holdout * tol)
                 if sim is not None:
                     aligned[(i, j)] = sim
     return Layout(poses, basis, walked, aligned, camera_height, params.level_views)

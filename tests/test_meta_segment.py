@@ -624,6 +624,44 @@ def test_two_clips_whose_layouts_align_are_measured_after_the_alignment():
 
 
 
+# The bench's seed 71, back view: clips 0 and 2 on the ground plane (metres, as located with
+# twoview's poses). A vending machine, a bench and a cone, 4 m across, that the poses already lay
+# within about 1 m of their revisits, and a trash can 20 m from them, 9.4 m from a look-alike in
+# clip 2 (the trash can's own revisit was not located).
+SEED71_LAYOUT = (("vending machine", -10.11 - 29.13j, -10.40 - 30.37j), ("bench", -9.22 - 32.97j, -8.96 - 35.27j),
+                 ("traffic cone", -9.02 - 32.02j, -9.14 - 33.04j), ("trash can", -1.65 - 9.97j, 6.95 - 13.83j))
+
+
+def _layouts(pairs, turn: complex = 1.0, shift: complex = 0j) -> tuple[list[rc.ClipInstance], list[rc.ClipInstance]]:
+    """Clip 0 at the first positions, clip 2 at the second ones carried by z -> turn z + shift."""
+    def at(clip, local, concept, z):
+        return rc.ClipInstance(clip, local, concept, 0.0, 1.0, np.ones(72), position=np.array([z.real, z.imag, 0.0]),
+                               range=8.8)
+    return ([at(0, k, c, za) for k, (c, za, _) in enumerate(pairs)],
+            [at(2, k, c, turn * zb + shift) for k, (c, _, zb) in enumerate(pairs)])
+
+
+def test_a_layout_alignment_that_one_far_look_alike_swings_onto_itself_is_rejected():
+    """Three objects near each other fix a shift but hardly a rotation: turned 20 degrees about
+    them (each still within the tolerance of its revisit) the layout lays the far trash can onto
+    its look-alike, four aligned objects, two more than the poses as they are, and the two trash
+    cans were merged. The alignment fitted without the trash can lays it 6.7 tolerances off its
+    partner: no other object corroborates it, and the alignment is rejected. A true revisit,
+    turned as far by drift, whose objects are each predicted by the others, still aligns."""
+    tol, basis = 1.76, np.eye(3)[:2]
+    a, b = _layouts(SEED71_LAYOUT)
+    swung = rc.align_layouts(a, b, basis, tol, 4)
+    assert swung is not None and abs(math.degrees(np.angle(swung[0]))) > 15  # what v8 did
+    assert rc.align_layouts(a, b, basis, tol, 4, holdout_tol=5 * tol) is None
+    assert rc.ReconcileParams().constellation_holdout == 5
+    # the same objects with the trash can's true revisit, all turned 20 degrees and shifted 6 m by drift
+    revisit = SEED71_LAYOUT[:3] + (("trash can", -1.65 - 9.97j, -1.2 - 10.6j), ("bench", -20.0 - 15.0j, -19.4 - 15.3j))
+    turn = complex(math.cos(math.radians(20)), math.sin(math.radians(20)))
+    a, b = _layouts(revisit, turn, 6.0)
+    m, t = rc.align_layouts(a, b, basis, tol, 4, holdout_tol=5 * tol)
+    assert math.degrees(np.angle(m)) == pytest.approx(20, abs=3) and abs(m) == pytest.approx(1, abs=0.05)
+
+
 def _benches(*keys: tuple[int, int], sigma: float = 0.0) -> list[rc.ClipInstance]:
     return [_ci(clip, local, "bench", sigma) for clip, local in keys]
 
