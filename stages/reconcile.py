@@ -84,7 +84,8 @@ class ReconcileParams(BaseModel):
         0.2, gt=0, description="revisits: instances within this fraction of the median viewing range align"
     )
     min_constellation: int = Field(
-        4, ge=2, description="revisits: a layout alignment needs this many instances (of >= 2 concepts)"
+        4, ge=2, description="revisits: a layout alignment needs this many instances (of >= 2 concepts; two more "
+        "than the poses as they are match, and three they do not: any two define an alignment)"
     )
     constellation_holdout: float = Field(
         5.0, gt=0, description="revisits: ... each of which the alignment fitted without it lays within this many "
@@ -364,7 +365,9 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
         return inl, err
 
     # An alignment must explain clearly more than the poses as they are (no alignment at all).
-    as_is = len(inliers(1.0, 0.0)[0])
+    as_is_inliers = inliers(1.0, 0.0)[0]
+    as_is = len(as_is_inliers)
+    matched_as_is = {corr[k][0] for k in as_is_inliers}  # A's objects the poses as they are match
     best, best_key = None, None
     corroborated: dict[tuple, int] = {}  # inlier set -> how many of its pairs the others predict
     for x in range(len(corr)):
@@ -386,6 +389,13 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
             concepts = {pa_[corr[k][0]][0].concept for k in inl}
             need = max(min_inliers, as_is + 2)
             if len(inl) < need or len(concepts) < 2:
+                continue
+            # Any two correspondences define a similarity that lays both onto their partners, and a
+            # turn about objects the poses already match keeps those: an alignment is evidence only
+            # from a third object it lays that the poses as they are do not (bench seed 79: a 21
+            # degree turn about a vending machine and a hydrant the poses matched laid a cone and a
+            # hydrant onto look-alikes 10 and 16 m from them, two pairs, what any turn gets for free)
+            if sum(corr[k][0] not in matched_as_is for k in inl) < 3:
                 continue
             ids = tuple(sorted(inl))
             if holdout_tol is not None and ids not in corroborated:

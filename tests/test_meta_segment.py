@@ -644,15 +644,18 @@ def _layouts(pairs, turn: complex = 1.0, shift: complex = 0j) -> tuple[list[rc.C
 def test_a_layout_alignment_that_one_far_look_alike_swings_onto_itself_is_rejected():
     """Three objects near each other fix a shift but hardly a rotation: turned 20 degrees about
     them (each still within the tolerance of its revisit) the layout lays the far trash can onto
-    its look-alike, four aligned objects, two more than the poses as they are, and the two trash
-    cans were merged. The alignment fitted without the trash can lays it 6.7 tolerances off its
-    partner: no other object corroborates it, and the alignment is rejected. A true revisit,
-    turned as far by drift, whose objects are each predicted by the others, still aligns."""
+    its look-alike, and the two trash cans were merged. Here clip 2 lies 5 m off as the poses are
+    (drift: none of the four matches as they are, so the rule of a third object beyond those does
+    not apply). The alignment fitted without the trash can lays it 6.7 tolerances off its partner:
+    no other object corroborates it, and the alignment is rejected. A true revisit, turned as far
+    by drift, whose objects are each predicted by the others, still aligns."""
     tol, basis = 1.76, np.eye(3)[:2]
-    a, b = _layouts(SEED71_LAYOUT)
+    a, b = _layouts(SEED71_LAYOUT, shift=5.0)
     swung = rc.align_layouts(a, b, basis, tol, 4)
     assert swung is not None and abs(math.degrees(np.angle(swung[0]))) > 15  # what v8 did
     assert rc.align_layouts(a, b, basis, tol, 4, holdout_tol=5 * tol) is None
+    a, b = _layouts(SEED71_LAYOUT)  # as the poses were: the third-object rule rejects it as well
+    assert rc.align_layouts(a, b, basis, tol, 4) is None
     assert rc.ReconcileParams().constellation_holdout == 5
     # the same objects with the trash can's true revisit, all turned 20 degrees and shifted 6 m by drift
     revisit = SEED71_LAYOUT[:3] + (("trash can", -1.65 - 9.97j, -1.2 - 10.6j), ("bench", -20.0 - 15.0j, -19.4 - 15.3j))
@@ -660,6 +663,32 @@ def test_a_layout_alignment_that_one_far_look_alike_swings_onto_itself_is_reject
     a, b = _layouts(revisit, turn, 6.0)
     m, t = rc.align_layouts(a, b, basis, tol, 4, holdout_tol=5 * tol)
     assert math.degrees(np.angle(m)) == pytest.approx(20, abs=3) and abs(m) == pytest.approx(1, abs=0.05)
+
+
+# The bench's seed 79, front view: clips 1 and 2. The poses lay a vending machine and a hydrant
+# within 1.4 m of their revisits; a cone and a hydrant (seen once, 22 m away) lie 10 and 16 m from
+# look-alikes of theirs.
+SEED79_LAYOUT = (("vending machine", 10.11 - 40.03j, 11.21 - 39.20j), ("fire hydrant", 10.62 - 43.29j, 11.23 - 42.97j),
+                 ("traffic cone", -5.46 - 23.96j, 4.65 - 21.83j), ("fire hydrant", -9.03 - 6.66j, 6.45 - 9.28j))
+
+
+def test_a_layout_alignment_needs_a_third_object_beyond_what_the_poses_match():
+    """Any two correspondences define a similarity that lays both onto their partners: turned 21
+    degrees about the two objects the poses already match, the layout lays the cone and the far
+    hydrant onto look-alikes, four aligned objects, two more than the poses as they are, each
+    corroborated by the other three, and the cones were merged. Nothing beyond the two pairs that
+    any turn gets for free supports it: rejected. With a third object laid onto its own revisit,
+    the same turn is a revisit."""
+    tol, basis = 1.81, np.eye(3)[:2]
+    a, b = _layouts(SEED79_LAYOUT)
+    swung = rc.align_layouts(a, b, basis, tol, 4, holdout_tol=5 * tol, max_rot_deg=30.0, max_shift=25.0)
+    assert swung is None
+    # the third: a bench the turn (as fitted to the four above) lays onto its revisit
+    m, t = complex(0.7917, -0.2884), complex(15.09, -6.33)  # the turn v9 found
+    z = -2.0 - 15.0j
+    a, b = _layouts(SEED79_LAYOUT + (("bench", z, m * z + t),))
+    aligned = rc.align_layouts(a, b, basis, tol, 4, holdout_tol=5 * tol, max_rot_deg=30.0, max_shift=25.0)
+    assert aligned is not None and math.degrees(np.angle(aligned[0])) == pytest.approx(-20, abs=3)
 
 
 def _benches(*keys: tuple[int, int], sigma: float = 0.0) -> list[rc.ClipInstance]:
