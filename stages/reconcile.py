@@ -337,10 +337,10 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
                   holdout_tol: float | None = None) -> tuple[complex, complex] | None:
     """The ground-plane similarity (z -> m z + t, complex) that lays clip A's instances onto clip
     B's (same concepts), found by exhaustive 2-correspondence RANSAC; None unless it aligns at
-    least ``min_inliers`` instances of at least two concepts within ``tol``, each of them (with
-    ``holdout_tol``) laid within ``holdout_tol`` of its match by the alignment fitted without it.
-    This recognises a revisited place by its layout of objects, whatever the pose drift since the
-    first visit."""
+    least ``min_inliers`` instances of at least two concepts within ``tol``: two more than the
+    poses as they are, three of them objects those do not match, and (with ``holdout_tol``) each
+    laid within ``holdout_tol`` of its match by the alignment fitted without it. This recognises a
+    revisited place by its layout of objects, whatever the pose drift since the first visit."""
     pa_ = [(c, basis @ c.position) for c in A if c.position is not None]
     pb_ = [(c, basis @ c.position) for c in B if c.position is not None]
     corr = [(i, j) for i, (ca, _) in enumerate(pa_) for j, (cb, _) in enumerate(pb_) if ca.concept == cb.concept]
@@ -428,10 +428,10 @@ def _corroborated(A: np.ndarray, B: np.ndarray, tol: float) -> int:
     """How many of an alignment's inlier pairs (A[k] onto B[k]) the others predict: the
     similarity fitted without pair k (at any scale: three near objects fix it loosely) lays A[k]
     within ``tol`` of B[k]. Objects near each other fix a shift but hardly a rotation, so one far
-    look-alike can swing the alignment onto itself (bench seed 71: a trash can 10 m away, laid
-    onto another by a 20 degree turn about three objects the poses already agreed on; the
-    alignment without it lays it 6.7 constellation tolerances off): such a pair is not
-    corroborated."""
+    look-alike can swing the alignment onto itself (bench seed 71: a trash can 20 m from three
+    objects the poses already agreed on, laid by a 20 degree turn about them onto a look-alike
+    9.4 m from it; the alignment without it lays it 6.7 constellation tolerances off): such a
+    pair is not corroborated."""
     n = len(A)
     if n < 3:
         return 0
