@@ -366,7 +366,7 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
 
     # An alignment must explain clearly more than the poses as they are (no alignment at all).
     as_is_inliers = inliers(1.0, 0.0)[0]
-    as_is = len(as_is_inliers)
+    need = max(min_inliers, len(as_is_inliers) + 2)
     matched_as_is = {corr[k][0] for k in as_is_inliers}  # A's objects the poses as they are match
     best, best_key = None, None
     corroborated: dict[tuple, int] = {}  # inlier set -> how many of its pairs the others predict
@@ -387,7 +387,6 @@ def align_layouts(A: list[ClipInstance], B: list[ClipInstance], basis: np.ndarra
                 continue
             inl, err = inliers(m, t)
             concepts = {pa_[corr[k][0]][0].concept for k in inl}
-            need = max(min_inliers, as_is + 2)
             if len(inl) < need or len(concepts) < 2:
                 continue
             # Any two correspondences define a similarity that lays both onto their partners, and a

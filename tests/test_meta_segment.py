@@ -626,8 +626,8 @@ def test_two_clips_whose_layouts_align_are_measured_after_the_alignment():
 
 # The bench's seed 71, back view: clips 0 and 2 on the ground plane (metres, as located with
 # twoview's poses). A vending machine, a bench and a cone, 4 m across, that the poses already lay
-# within about 1 m of their revisits, and a trash can 20 m from them, 9.4 m from a look-alike in
-# clip 2 (the trash can's own revisit was not located).
+# 1.0-2.3 m from their revisits, and a trash can 20 m from them, 9.4 m from a look-alike in clip 2
+# (the trash can's own revisit was not located).
 SEED71_LAYOUT = (("vending machine", -10.11 - 29.13j, -10.40 - 30.37j), ("bench", -9.22 - 32.97j, -8.96 - 35.27j),
                  ("traffic cone", -9.02 - 32.02j, -9.14 - 33.04j), ("trash can", -1.65 - 9.97j, 6.95 - 13.83j))
 
