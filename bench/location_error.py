@@ -7,12 +7,15 @@ carried into the estimated ground plane by the similarity (a reflection allowed)
 truth's camera centres onto the estimated ones within 20 s of the instance's sightings: drift over
 the walk is taken out, as reconciliation's layout alignment and drift allowance take it out. The
 error is how far the located position lies outside that footprint. Prints, for the instances seen
-only in part (every box cut off by the image's side), those never cut off at the side, and all:
+only in part (``ClipInstance.seen_in_part``: every box cut off by the image's side or bottom), of
+those the ones whose every box is cut off at the side and the others, the instances never cut off
+at the side or bottom, and all:
 
     location_error_over_uncertainty_<group>_p50 / _p90 / _p95, location_instances_<group>
     location_error_over_range_<group>_p50
     location_error_part_factor: the in-part median over the never-cut median (what
-        ``ReconcileParams.part_error`` stands for)
+        ``ReconcileParams.part_error`` stands for); _side_factor, _bottom_factor: the same for
+        the two kinds of in-part instances
 
 Usage: python bench/location_error.py [--seeds 29 30 31 32 33 34] [--n-per-category 6] [--width 640]
                                       [--root build/bench_reconcile]
@@ -54,7 +57,8 @@ def _outside(p: complex, obj: dict, m: complex, t: complex, mirror: bool) -> flo
 
 def errors(vi: ViewInputs, camera_height: float) -> list[dict]:
     """Each located instance of one view: its error and uncertainty (pose units), range, and
-    whether it was seen only in part or never cut off at the side."""
+    whether it was seen only in part (every box cut off at the side, or at the side or bottom) or
+    never cut off at the side or bottom."""
     from vsi_wild.stages import reconcile as rc
 
     params = rc.ReconcileParams(part_error=1.0)
@@ -80,8 +84,10 @@ def errors(vi: ViewInputs, camera_height: float) -> list[dict]:
         if mirror:
             m, t = mm, mt
         err = _outside(complex(*(basis @ ci.position)), vi.objects[vi.truth_of[ci.key]], m, t, mirror)
-        cut = [o.cut_at_side() for o in ci.samples.values()]
-        out.append({"error": err, "sigma": ci.sigma, "range": ci.range, "in_part": all(cut), "whole": not any(cut)})
+        side = [o.cut_at_side() for o in ci.samples.values()]
+        bottom = [o.cut_at_bottom() for o in ci.samples.values()]
+        out.append({"error": err, "sigma": ci.sigma, "range": ci.range, "in_part": ci.seen_in_part,
+                    "at_side": all(side), "whole": not any(side) and not any(bottom)})
     return out
 
 
@@ -102,8 +108,9 @@ def main() -> int:
         for vi in view_inputs(store, config):
             rows += errors(vi, config.pose.ground_height())
     medians = {}
-    for group, keep in (("in_part", lambda r: r["in_part"]), ("never_cut", lambda r: r["whole"]),
-                        ("all", lambda r: True)):
+    for group, keep in (("in_part", lambda r: r["in_part"]), ("in_part_at_side", lambda r: r["at_side"]),
+                        ("in_part_at_bottom", lambda r: r["in_part"] and not r["at_side"]),
+                        ("never_cut", lambda r: r["whole"]), ("all", lambda r: True)):
         sel = [r for r in rows if keep(r) and r["sigma"] > 0]
         print(f"location_instances_{group}: {len(sel)}")
         if not sel:
@@ -113,8 +120,10 @@ def main() -> int:
             print(f"location_error_over_uncertainty_{group}_p{q}: {np.percentile(z, q):.2f}")
         print(f"location_error_over_range_{group}_p50: {np.median([r['error'] / r['range'] for r in sel]):.3f}")
         medians[group] = float(np.median(z))
-    if "in_part" in medians and medians.get("never_cut"):
-        print(f"location_error_part_factor: {medians['in_part'] / medians['never_cut']:.2f}")
+    if medians.get("never_cut"):
+        for group, name in (("in_part", "part"), ("in_part_at_side", "side"), ("in_part_at_bottom", "bottom")):
+            if group in medians:
+                print(f"location_error_{name}_factor: {medians[group] / medians['never_cut']:.2f}")
     return 0
 
 

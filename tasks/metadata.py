@@ -302,7 +302,7 @@ def run_reconcile(job: Job) -> None:
 
 RECONCILE = Stage(
     name="reconcile",
-    outputs=schema.ARTIFACTS["reconcile"], version="10", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    outputs=schema.ARTIFACTS["reconcile"], version="11", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
     sections=("segment", "reconcile", "metadata", "pose"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
