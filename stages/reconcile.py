@@ -503,7 +503,7 @@ def _ray_gap(lone: ClipInstance, placed: ClipInstance, layout: Layout, lone_is_l
     p = basis @ placed.position
     sim = layout.aligned.get((placed.clip, lone.clip) if lone_is_later else (lone.clip, placed.clip))
     if sim is not None:
-        m, t = sim.m, sim.t
+        m, t, _ = sim
         z = complex(*p)
         z = (z - t) / m if lone_is_later is False else m * z + t  # into the lone instance's frame
         p = np.array([z.real, z.imag])
@@ -557,7 +557,7 @@ def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: n
     / focal across), how far a hidden foot may be in front of it, with their positions' spread
     over the square root of the sightings."""
     pts, ranges, moves, gaps = [], [], [], []
-    whole = {k: o for k, o in samples.items() if not (o.size[1] and o.box[3] >= o.size[1] - 2)}
+    whole = {k: o for k, o in samples.items() if not o.cut_at_bottom()}
     # a foot hidden by a nearer object counts only when no other is seen: the object stands
     # somewhere between the occluder's ground contact and its own box's, and is as loose as that
     usable = {k: o for k, o in whole.items() if o.occluder_bottom is None} or whole
@@ -824,7 +824,7 @@ def _distance(a: ClipInstance, b: ClipInstance, params: ReconcileParams,
         # after it. Raw distances with a drift allowance beside aligned ones would compare pairings
         # under different limits, and a look-alike's raw 0.15 of 0.96 outscored the object's own
         # 0.08 of 0.40 once the layouts were aligned.
-        m, t = layout.aligned[(a.clip, b.clip)].m, layout.aligned[(a.clip, b.clip)].t
+        m, t, _ = layout.aligned[(a.clip, b.clip)]
         za, zb = complex(*(basis @ a.position)), complex(*(basis @ b.position))
         return abs(m * za + t - zb) / rng_, False, size, True
     # raw positions: the poses drift with the distance walked between the sightings
