@@ -23,9 +23,8 @@ truth's own visibility table, independently of reconciliation. Prints per seed a
 
 The target is 0 false merges; the command exits non-zero when there are more than
 ``--max-false-merges`` (0: a regression guard; met on seeds 1-60 since reconcile v8, which were
-worked out on them; reconcile v10 makes 2 in the 192 views of seeds 61-108, none on the 32 seeds
-measured after v9 or v10 was fixed but the one v10 was worked out on: docs/metadata.md) or a stage
-failed. ``location_error.py`` measures the located instances' errors on the same root. A
+worked out on them; reconcile v11 makes 1 in the 544 views of seeds 1-136, a pose error, and none
+on the 16 seeds rendered after it was fixed: docs/metadata.md) or a stage failed. ``location_error.py`` measures the located instances' errors on the same root. A
 seed's first run renders its sample (about 1.5 minutes); later runs reuse it. Each seed plans its
 own source alone (a broken unit of one seed fails no other, and reconcile re-runs for the seed
 measured only).
