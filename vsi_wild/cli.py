@@ -5,7 +5,6 @@ Heavy modules (Prefect, the stages) are imported inside the commands, so that `-
 
 from __future__ import annotations
 
-import atexit
 import collections
 import json
 import os
@@ -17,6 +16,8 @@ from typing import Any, NoReturn, Optional
 import typer
 from rich.console import Console
 from rich.table import Table
+
+from vsi_wild.process_exit import exit_process
 
 # Into a pipe or a file, rich would fold lines and squeeze tables to $COLUMNS or to the width of
 # whatever terminal stdin is attached to: `vsi-wild status | grep` and `... --json | jq` broke.
@@ -557,29 +558,7 @@ def main() -> NoReturn:
     except KeyboardInterrupt:
         _console(stderr=True).print("interrupted")
         code = 130
-    _exit(code)
-
-
-def _exit(code: int | str | None) -> NoReturn:
-    """End the process as the interpreter's exit would, but for the native libraries' teardown after
-    it: Arrow's thread pool, destroyed by the C++ runtime once Python has finalised, now and then
-    aborted a command that had done its work and written its output ("terminate called without an
-    active exception", SIGABRT; apache/arrow#34314; seen once in CI's `vsi-wild sources`). The
-    non-daemon threads are waited for and the atexit handlers (Prefect's, logging's) run, as at a
-    normal exit; the streams are flushed; then the process ends with the command's exit code."""
-    if code is None:
-        code = 0
-    elif not isinstance(code, int):  # sys.exit("message"): printed, exit code 1
-        print(code, file=sys.stderr)
-        code = 1
-    threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize does first
-    atexit._run_exitfuncs()
-    for stream in (sys.stdout, sys.stderr):
-        try:
-            stream.flush()
-        except (BrokenPipeError, ValueError):  # the reader left (`| head`), or the stream is closed
-            pass
-    os._exit(code)
+    exit_process(code)  # not sys.exit: vsi_wild/process_exit.py says why
 
 
 if __name__ == "__main__":

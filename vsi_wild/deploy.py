@@ -456,4 +456,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from vsi_wild.process_exit import exit_process
+
+    exit_process(main())  # `up` and `yaml` load pyarrow, whose teardown can abort a clean exit
