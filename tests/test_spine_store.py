@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import uuid
 from pathlib import Path
 
 import pyarrow as pa
@@ -225,3 +226,61 @@ def test_two_processes_committing_one_unit_leave_it_whole(tmp_path):
     for name, sha in listed.items():
         assert hashlib.sha256((Path(store.unit_dir(ref)) / name).read_bytes()).hexdigest() == sha
     assert store.clean_scratch() == 0 and not list((tmp_path / "tmp").iterdir())
+
+
+def test_remote_commit_racing_another_leaves_no_manifest_without_its_files(monkeypatch):
+    """Two workers commit one unit on an object store: A has PUT its files; B starts its commit and
+    dies at its first PUT; then A's manifest lands. A's output must be whole. (Before: B's commit
+    began by removing the unit's folder, so A's manifest landed on an emptied folder: complete by
+    its manifest, none of its files there.)"""
+    st = Store(f"memory://vsi-wild-race-{uuid.uuid4().hex[:8]}/root")
+    ref = UnitRef("s", "u", "k")
+    real_put, real_manifest_write = st.fs.put_file, st.write_table_atomic
+
+    def put_that_dies_in_b(*a, **k):
+        if b_running:
+            raise ConnectionError("worker B lost its connection")
+        return real_put(*a, **k)
+
+    def b_commits_before_a_manifest(path, table):
+        nonlocal b_running
+        b_running = True
+        with pytest.raises(ConnectionError), st.writer(ref) as wb:
+            wb.path("v.bin").write_bytes(b"B")
+        b_running = False
+        real_manifest_write(path, table)
+
+    b_running = False
+    monkeypatch.setattr(st.fs, "put_file", put_that_dies_in_b)
+    monkeypatch.setattr(st, "write_table_atomic", b_commits_before_a_manifest)
+    with st.writer(ref) as wa:
+        wa.write_table("t.parquet", _table(3))
+        wa.path("v.bin").write_bytes(b"A")
+    assert st.is_complete(ref)
+    for row in st.manifest(ref).to_pylist():
+        data = st.fs.cat_file(f"{st.unit_dir(ref)}/{row['file']}")
+        assert hashlib.sha256(data).hexdigest() == row["sha256"], row["file"]
+    assert st.local_file(ref, "v.bin").read_bytes() == b"A"
+
+
+def test_remote_commit_replacing_an_output_is_untrusted_until_its_manifest(monkeypatch):
+    """A forced re-run on an object store that dies while PUTting its files leaves the unit
+    incomplete (recomputed next time), not the old manifest over a mix of old and new files."""
+    st = Store(f"memory://vsi-wild-replace-{uuid.uuid4().hex[:8]}/root")
+    ref = UnitRef("s", "u", "k")
+    with st.writer(ref) as w:
+        w.path("a.bin").write_bytes(b"old a")
+        w.path("b.bin").write_bytes(b"old b")
+    real_put, puts = st.fs.put_file, []
+
+    def put_then_die(*a, **k):
+        puts.append(a)
+        if len(puts) == 2:
+            raise ConnectionError("killed")
+        return real_put(*a, **k)
+
+    monkeypatch.setattr(st.fs, "put_file", put_then_die)
+    with pytest.raises(ConnectionError), st.writer(ref) as w:
+        w.path("a.bin").write_bytes(b"new a")
+        w.path("b.bin").write_bytes(b"new b")
+    assert not st.is_complete(ref)

@@ -13,9 +13,9 @@ Layout under the data root (a local path or an fsspec URL such as ``s3://bucket/
 
 A unit's output is built in a private scratch folder, then moved into place with its manifest
 (file names, sizes, sha256): on a local disk the files and the manifest appear in one rename, on
-an object store the manifest is one object PUT after every file. A run killed at any moment
-leaves at most a scratch folder or a folder without a manifest, which no reader trusts and the
-next writer replaces.
+an object store the old manifest is removed first and the new one is one object PUT after every
+file. A run killed at any moment leaves at most a scratch folder or a folder without a manifest,
+which no reader trusts and the next writer replaces.
 """
 
 from __future__ import annotations
@@ -370,11 +370,24 @@ class UnitWriter:
         if st.is_local:
             self._commit_local(final, table_bytes(manifest))
             return
-        if st.fs.exists(final):
-            st.fs.rm(final, recursive=True)
+        self._commit_remote(final, files, manifest)
+
+    def _commit_remote(self, final: str, files: list[Path], manifest: pa.Table) -> None:
+        """An object store has no rename: the old manifest goes first (no reader trusts an output
+        whose files are being replaced), every file is PUT over its name, the manifest last. Nothing
+        else is removed: another worker committing the same unit at once may already have PUT its
+        manifest, whose files must stay (removing the folder, as before, let a manifest land on
+        an emptied folder: complete by its manifest, with none of its files). Files an earlier
+        attempt left under other names stay, unlisted, and no reader looks at them."""
+        st = self.store
+        manifest_path = f"{final}/{MANIFEST_NAME}"
+        try:
+            st.fs.rm(manifest_path)
+        except FileNotFoundError:  # a first commit, or another worker's commit removed it just now
+            pass
         for p in files:
             st.fs.put_file(str(p), f"{final}/{p.relative_to(self.scratch).as_posix()}")
-        st.write_table_atomic(f"{final}/{MANIFEST_NAME}", manifest)
+        st.write_table_atomic(manifest_path, manifest)
 
     def _commit_local(self, final: str, manifest: bytes) -> None:
         """The files and their manifest appear at ``final`` in one rename (scratch lives under the
