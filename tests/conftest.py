@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import os
 import shutil
 import subprocess
@@ -34,6 +35,15 @@ def _private_homes(tmp_path_factory: pytest.TempPathFactory) -> None:
     home = tmp_path_factory.mktemp("homes")
     os.environ.setdefault("PREFECT_HOME", str(home / "prefect"))
     os.environ.setdefault("MPLCONFIGDIR", str(home / "mpl"))
+
+
+def load_bench(name: str):
+    """The module bench/<name>.py (the benchmarks are scripts, not a package), registered under its name."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "bench" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
 
 
 def make_video(path: Path, width: int = 256, height: int = 128, fps: float = 8, seconds: float = 3,

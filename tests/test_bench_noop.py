@@ -6,25 +6,18 @@ keys or outputs change, this test fails instead of the benchmark timing a run th
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-import sys
-from pathlib import Path
 
 import pytest
 
-from conftest import REPO
+from conftest import load_bench
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_noop", REPO / "bench" / "bench_noop.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_noop"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_noop")
 
 
 @pytest.fixture(scope="module")

@@ -5,23 +5,17 @@ read reconcile's merge_decisions.parquet, which the synthetic store did not have
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import load_bench
 from vsi_wild import schema
 from vsi_wild.store import Store, UnitRef
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_verify", REPO / "bench" / "bench_verify.py")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["bench_verify"] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_bench("bench_verify")
 
 
 @pytest.fixture(scope="module")

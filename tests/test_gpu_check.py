@@ -5,13 +5,11 @@ minutes (tests/test_backends_segment.py covers its adapter)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import load_bench
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 
@@ -19,10 +17,7 @@ pytestmark = [pytest.mark.models, pytest.mark.slow]
 def test_the_gpu_check_runs_in_its_reduced_form(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("VSI_WILD_WEIGHTS", str(tmp_path / "no-weights"))  # random weights, and said so
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(tmp_path / "yolo"))
-    spec = importlib.util.spec_from_file_location("gpu_check", REPO / "bench" / "gpu_check.py")
-    gpu_check = importlib.util.module_from_spec(spec)
-    sys.modules["gpu_check"] = gpu_check
-    spec.loader.exec_module(gpu_check)
+    gpu_check = load_bench("gpu_check")
     out = tmp_path / "gpu_check.json"
     report = gpu_check.main(["--cpu", "--tiny", "--stages", "detect,pose,faces,text", "--out", str(out)])
     assert report["errors"] == {}
