@@ -52,16 +52,15 @@ def _status(store, stage: str, unit: str, key: str) -> None:
 
 
 def _output(store, stage: str, unit: str, tables: dict) -> None:
-    from vsi_wild.store import UnitRef
-
     from vsi_wild import schema
+    from vsi_wild.store import UnitRef
 
     ref = UnitRef(stage, unit, "bench")
     # the stage's other declared tables, which the app does not read, empty: a store the stage could
     # have written (tests/test_bench_verify.py checks it, so a new output the app reads is noticed)
-    for a in schema.ARTIFACTS[stage]:
-        if a.schema is not None and not (a.optional or a.is_pattern or a.name in tables):
-            tables = {**tables, a.name: a.schema.empty_table()}
+    declared = {a.name: a.schema.empty_table() for a in schema.ARTIFACTS[stage]
+                if a.schema is not None and not (a.optional or a.is_pattern)}
+    tables = {**declared, **tables}
     with store.writer(ref) as w:
         for name, table in tables.items():
             w.write_table(name, table)

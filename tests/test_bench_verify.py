@@ -5,7 +5,6 @@ read reconcile's merge_decisions.parquet, which the synthetic store did not have
 
 from __future__ import annotations
 
-
 import pytest
 
 from conftest import load_bench
