@@ -44,6 +44,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+
+# The protocol, fixed before the association model was written (issue 30): its parameters are fitted
+# on the training seeds only; the held-out set (other seeds, more look-alikes per category than the
+# training renders) is rendered once and measured once per model version, never to choose a rule.
+TRAINING_SEEDS = tuple(range(1, 17))
+TRAINING_N_PER_CATEGORY = 6
+HELD_OUT_SEEDS = tuple(range(1001, 1033))
+HELD_OUT_N_PER_CATEGORY = 8
 CATEGORIES = ["traffic cone", "trash can", "fire hydrant", "vending machine", "bench", "beach ball"]
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
