@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap
-from vsi_wild.stages.reconcile import Obs, locate, mark_occluded_bottoms
+from vsi_wild.stages.reconcile import Obs, mark_occluded_bottoms
+from vsi_wild.stages.reconcile.locate import locate
 from vsi_wild.stages.segment import SAMPLE_STEP, clip_of_sample
 
 

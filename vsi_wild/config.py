@@ -20,6 +20,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vsi_wild.stages.backends.params import ModelsParams
+from vsi_wild.stages.model_errors import ModelErrorParams
 from vsi_wild.stages.candidates import CandidatesParams
 from vsi_wild.stages.detect import DetectParams
 from vsi_wild.stages.metadata import MetadataParams
@@ -101,6 +102,8 @@ class Config(Section):
     detect: DetectParams = Field(DetectParams(), description="open-vocabulary frequency filter (stages/detect)")
     segment: SegmentParams = Field(SegmentParams(), description="instance masks per clip (stages/segment)")
     reconcile: ReconcileParams = Field(ReconcileParams(), description="cross-clip instance merging (stages/reconcile)")
+    model_errors: ModelErrorParams = Field(
+        ModelErrorParams(), description="simulated segmenter and pose errors, for benchmarks (stages/model_errors)")
     pose: PoseParams = Field(PoseParams(), description="camera poses (stages/pose)")
     metadata: MetadataParams = Field(MetadataParams(), description="derived instances and motion, fixes (stages/metadata)")
     qa: QAParams = Field(QAParams(), description="question generation and export (stages/qa, stages/export)")

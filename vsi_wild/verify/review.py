@@ -53,26 +53,30 @@ def voc_counts(instances: pa.Table, video: VideoInfo, config: Config) -> dict[st
             "counts": {q.concepts[0]: [int(a) for a in q.answers] for q in stream}}
 
 
-REVIEW_PAIR_FIELDS = ("concept", "clip_a", "local_a", "clip_b", "local_b", "distance", "appearance", "score", "reason")
+REVIEW_PAIR_FIELDS = ("concept", "clip_a", "local_a", "clip_b", "local_b", "decision", "review", "posterior",
+                      "answer_impact", "reason", "log_odds", "distance", "appearance")
+TERM_FIELDS = ("llr_position", "llr_appearance", "llr_continuity", "llr_prior")
 
 
 def review_pairs(decisions: list[dict[str, Any]], members: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The pairs reconciliation left apart for a reviewer (decision ``review``: too weak a position
-    match to tell two look-alikes apart), with their evidence and the automatic instance ids on
-    either side (what a ``merge`` fix names); pairs whose two sides ended in one instance anyway
-    are left out."""
+    """The review items of reconciliation's decisions (``review`` true: the posterior lies in the
+    uncertain band), each with its decision (``merge``: the two are one automatic instance now, a
+    ``split`` fix separates them; ``apart``: a ``merge`` fix joins them), posterior, answer impact,
+    named terms (those that apply), reason, and the automatic instance ids on either side.
+    Ordered as a reviewer should take them: most answers changed first, then the least sure."""
     instance_of = {(m["clip_index"], m["local_id"]): m["instance_id"] for m in members}
     out = []
     for d in decisions:
-        if d["decision"] != "review":
+        if not d["review"]:
             continue
         a, b = instance_of.get((d["clip_a"], d["local_a"])), instance_of.get((d["clip_b"], d["local_b"]))
         if a is None or b is None:
             raise ValueError(f"merge decision of {d['video_id']} names a clip instance without a member row: "
                              f"clip {d['clip_a']} #{d['local_a']} or clip {d['clip_b']} #{d['local_b']}")
-        if a != b:
-            out.append({**{k: d[k] for k in REVIEW_PAIR_FIELDS}, "instance_a": a, "instance_b": b})
-    return sorted(out, key=lambda p: (p["concept"], p["instance_a"], p["instance_b"], p["clip_a"], p["clip_b"]))
+        out.append({**{k: d.get(k) for k in REVIEW_PAIR_FIELDS}, "instance_a": a, "instance_b": b,
+                    "terms": {t: d[t] for t in TERM_FIELDS if d.get(t) is not None}})
+    return sorted(out, key=lambda p: (-p["answer_impact"], abs(p["posterior"] - 0.5), p["concept"], p["clip_a"],
+                                      p["local_a"], p["clip_b"], p["local_b"]))
 
 
 class Review:

@@ -128,23 +128,30 @@ function mergedInto(id) {
 }
 
 function renderReviewPairs() {
-  // the pairs reconciliation left apart on weak position evidence, with the evidence; merge = a merge fix
+  // reconciliation's uncertain decisions, most answers changed first: an apart pair is resolved by a
+  // merge fix (or left apart), a merged one by a split fix of its later clip instance (or left merged)
   const pairs = S.info.review_pairs || [];
-  const head = el("tr", {}, ...["concept", "instances", "clips", "distance / range", "appearance", "why", ""].map(h => el("th", {}, h)));
+  const head = el("tr", {}, ...["concept", "instances", "clips", "now", "P(same)", "answers", "why", ""].map(h => el("th", {}, h)));
   const rows = pairs.map(p => {
     const joined = mergedInto(p.instance_a) === mergedInto(p.instance_b);
+    const split = S.fixes.some(f => f.op === "split" && f.clip === p.clip_b && f.local_id === p.local_b);
+    const action = p.decision === "merge"
+      ? (split ? el("span", {class: "muted"}, "split (pending)") :
+         el("button", {class: "split-pair", onclick: () => addFixes([{op: "split", clip: p.clip_b, local_id: p.local_b}],
+           $("review-error"))}, "split"))
+      : (joined ? el("span", {class: "muted"}, "merged (pending)") :
+         el("button", {class: "merge-pair", onclick: () => addFixes([{op: "merge",
+           instances: [mergedInto(p.instance_a), mergedInto(p.instance_b)]}], $("review-error"))}, "merge"));
     return el("tr", {"data-pair": `${p.instance_a}-${p.instance_b}`},
       el("td", {}, p.concept), el("td", {}, `#${p.instance_a} · #${p.instance_b}`),
       el("td", {}, `${p.clip_a} (local ${p.local_a}) · ${p.clip_b} (local ${p.local_b})`),
-      el("td", {}, p.distance === null ? "–" : p.distance.toFixed(2)), el("td", {}, p.appearance.toFixed(2)),
-      el("td", {class: "muted"}, p.reason),
+      el("td", {}, p.decision === "merge" ? "merged" : "apart"), el("td", {}, p.posterior.toFixed(2)),
+      el("td", {}, String(p.answer_impact)), el("td", {class: "muted"}, p.reason),
       el("td", {}, el("button", {title: "show and select both", onclick: () => {
           S.selected = new Set([mergedInto(p.instance_a), mergedInto(p.instance_b)]); renderAll(); }}, "select"), " ",
-        joined ? el("span", {class: "muted"}, "merged (pending)") :
-          el("button", {class: "merge-pair", onclick: () => addFixes([{op: "merge",
-            instances: [mergedInto(p.instance_a), mergedInto(p.instance_b)]}], $("review-error"))}, "merge")));
+        action));
   });
-  $("review-pairs").replaceChildren(head, ...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 7, class: "muted"}, "none"))]));
+  $("review-pairs").replaceChildren(head, ...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 8, class: "muted"}, "none"))]));
 }
 
 function describe(f) {
