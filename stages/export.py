@@ -205,7 +205,8 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
         else:
             idx, options = None, None
             answer = answer_text = q["answers"][-1]
-        rows.append(_export_row(q, answer=answer, options=options, answer_text=answer_text, answer_index=idx))
+        rows.append(_export_row(q, doc_id=q["doc_id"], answer=answer, options=options, video_path=f"videos/{q['video_name']}",
+                                answer_text=answer_text, answer_index=idx, base_doc_id=q["base_doc_id"], repeat=None))
 
     repeats: list[tuple[str, str, int]] = []
     for t in tasks():
@@ -221,40 +222,22 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
                   question_ids={q["doc_id"]: question_id(q) for q in kept})
 
 
-def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    """The QA_EXPORT row of question row ``q``: the export's own columns, then every task's columns
-    (filled by ``q``'s task, None for the others)."""
-    row = {
-        "doc_id": q["doc_id"],
-        "video_name": q["video_name"],
-        "task_type": q["task_type"],
-        "question": q["question"],
-        "answer": kw["answer"],
-        "frame_indices": q["frame_indices"],
-        "options": kw["options"],
-        "split": q["split"],
-        "subtype": q["subtype"],
-        "video_id": q["video_id"],
-        "source_id": q["source_id"],
-        "view": q["view"],
-        "video_path": f"videos/{q['video_name']}",
-        "answer_text": kw["answer_text"],
-        "answer_index": kw["answer_index"],
-        "query_times": q["query_times"],
-        "answers": q["answers"],
-        "evidence": q["evidence"],
-        "frame_times": q["frame_times"],
-        "fps": q["fps"],
-        "duration_s": q["duration_s"],
-        "base_doc_id": q["base_doc_id"],
-        "repeat": None,
-        "seed": q["seed"],
-        "metadata_fingerprint": q["metadata_fingerprint"],
-        "pipeline_version": q["pipeline_version"],
-        "text_bias": None,  # set by `add_text_bias` once every row is known
-    }
-    for t in tasks():
-        row.update({c: None for c in t.export_columns})
+# The export's own columns that the question table also has: copied from the question row.
+_COPIED = tuple(c.name for c in schema.QUESTION_COLUMNS if c.role == "base" and c.in_export and c.in_questions)
+# The export's own columns it makes (the rest of its own): ``_export_row``'s keyword arguments.
+_MADE = tuple(c.name for c in schema.QUESTION_COLUMNS if c.role == "base" and c.in_export and not c.in_questions)
+
+
+def _export_row(q: dict[str, Any], **made: Any) -> dict[str, Any]:
+    """The QA_EXPORT row of question row ``q``: the export's own columns (copied from ``q``, or
+    ``made`` here), then every task's columns (filled by ``q``'s task, None for the others); the
+    build's columns (``text_bias``) are None until every row is known."""
+    missing = [c for c in _MADE if c not in made]
+    if missing:
+        raise KeyError(f"export columns {missing} are declared (schema.QUESTION_COLUMNS) but not made")
+    row = {c: None for c in schema.QA_EXPORT.names}
+    row.update({c: q[c] for c in _COPIED})
+    row.update(made)
     row.update({c: value(q) for c, value in task(q["task_type"]).export_columns.items()})
     row["_n"] = q["_n"]
     return row
