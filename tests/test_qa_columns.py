@@ -23,7 +23,7 @@ def test_every_form_is_the_declaration():
     assert set(fields) == set(schema.QA_QUESTIONS.names)
     for col in schema.QA_QUESTIONS:  # a nullable column is an optional field, a required one has no default
         assert (fields[col.name].default is None) == col.nullable, col.name
-    by_role = {role: {c.name for c in declared if c.in_export and c.role == role} for role in ("base", "task", "build")}
+    by_role = {role: {c.name for c in declared if c.in_export and c.role == role} for role in ("base", "task")}
     assert set(registry.EXPORT_BASE_COLUMNS) == by_role["base"] and set(registry.TASK_COLUMNS) == by_role["task"]
     assert set().union(*by_role.values()) == set(schema.QA_EXPORT.names)
     for t in registry.tasks():  # what the tasks fill is declared a task column

@@ -611,7 +611,8 @@ class QuestionColumn:
     export_doc: str | None = None  # its doc in QA_EXPORT
     tables: str = BOTH  # QUESTIONS | EXPORT | BOTH
     # In QA_EXPORT: "base" the export fills it for every row; "task" the question's task fills it
-    # (``QATask.export_columns``; other tasks' rows hold None); "build" set once every row is known.
+    # (``QATask.export_columns``; other tasks' rows hold None). A figure of the whole build (the
+    # text probe's bias) is no column here: it would change a row whenever another video changes.
     role: str = "base"
     # Part of what defines a question (its content identity): a question keeps its identity, hence
     # its doc id, option order and letter, while these are unchanged (stages/qa/ledger.py).
@@ -687,10 +688,6 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
     _q("seed", pa.int64()),
     _q("metadata_fingerprint", pa.string()),
     _q("pipeline_version", pa.string()),
-    _q("text_bias", pa.float64(), True, tables=EXPORT, role="build",
-       export_doc="the text-only probe's out-of-fold probability of the correct option minus chance (VOC: its MRA "
-       "minus the best constant's); a twin row carries its release row's; None: the task had too few source videos "
-       "to probe (stages/leak_probe.py)"),
 )
 
 # QA_EXPORT opens with the release row's seven fields, then what says which question of which
@@ -758,6 +755,45 @@ QA_SKIPPED = _schema(
 )
 
 QA_EXPORT = _export_schema()
+
+def _identity_field(name: str) -> pa.Field:
+    c = question_column(name)
+    return f(c.name, c.type, c.nullable)
+
+
+QA_LEDGER = _schema(
+    "The question ledger (exports/ledger.parquet; stages/ledger.py): one row per question identity ever "
+    "numbered, with its number in its video's doc ids, its option order and letter, and whether this build "
+    "asked it. The next export starts from it: a persisting question keeps its doc id, order and letter.",
+    f("identity", pa.string(), doc="hash of the question's identity columns (schema.identity_fields)"),
+    f("video_name", pa.string()),
+    *(_identity_field(name) for name in identity_fields()),
+    f("n", pa.int64(), True, doc="its number within its video's doc ids; never given to another question"),
+    f("doc_id", pa.string(), True, doc="its release doc id"),
+    f("state", pa.string(), doc="asked | unasked (answer balance) | text_biased (text debiasing) | duplicate | gone"),
+    f("reason", pa.string(), True, doc="why it is not asked"),
+    f("question", pa.string()),
+    f("answer_text", pa.string(), doc="MC: the correct option's text; VOC: the final count"),
+    f("options", pa.list_(pa.string()), True, doc="MC: the option texts in letter order (without letters)"),
+    f("answer_index", pa.int64(), True, doc="MC: the answer letter's index (0-3)"),
+    f("frame_indices", pa.list_(pa.int64()), True),
+    f("moved_from", pa.string(), True, doc="the letter before the balance bound forced it to move in this build"),
+    f("moved_stratum", pa.string(), True, doc="the stratum whose bound forced the move (task/subtype/answer)"),
+    f("forced_out", pa.bool_(), True, doc="the previous build asked it and this build's bound (answer balance, "
+      "text debiasing) forced it out"),
+    f("dropped_round", pa.int64(), True, doc="text_biased: the debiasing round that dropped it"),
+    f("dropped_text_bias", pa.float64(), True, doc="text_biased: its bias score in that round"),
+)
+
+TEXT_BIAS = _schema(
+    "Each exported row's text bias (text_bias.parquet): the text-only probe's out-of-fold probability of the "
+    "correct option minus chance (VOC: its MRA minus the best constant's). A figure of the whole build (the probe "
+    "learns from every other source), so it is kept apart from the rows, which change only with their own video.",
+    f("doc_id", pa.string()),
+    f("split", pa.string()),
+    f("text_bias", pa.float64(), True, doc="a twin row carries its release row's; None: the task had too few "
+      "source videos to probe (stages/leak_probe.py)"),
+)
 
 TEXT_DEBIAS = _schema(
     "The questions the export's text debiasing dropped (qa.debias_text; text_debias.parquet): the "
@@ -963,6 +999,10 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("reviewed.parquet", EXPORT_REVIEWED, optional=True),
         _parquet("text_debias.parquet", TEXT_DEBIAS, optional=True),
         _parquet("skipped.parquet", QA_SKIPPED),
+        _parquet("text_bias.parquet", TEXT_BIAS),
+        _parquet("ledger.parquet", QA_LEDGER),
+        Artifact("ledger.json", doc="what the ledger was made from: the ledger before it and the export's inputs",
+                 optional=True),
     ),
     "report": (
         Artifact("report.md", doc="the build report"),
