@@ -390,6 +390,10 @@ def run_metadata(job: Job) -> None:
         inputs.params.visibility_min_consistency)))
     if derived.reviews:  # the qa stage drops the rejected questions (only then: no file, same bytes)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
+    pending = meta.pending_reviews(job.read("reconcile", "merge_decisions.parquet").to_pylist(),
+                                   job.read("reconcile", "members.parquet").to_pylist(), fixset)
+    if pending:  # the qa stage marks the questions that rest on them provisional
+        job.out.write_table("review_pending.parquet", schema.table(schema.REVIEW_PENDING, pending))
 
 
 METADATA = Stage(

@@ -23,7 +23,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO
-from sample_oracle import RECONCILE_SPLITS, VIEW_YAW, appearance_times, kept, min_pixels, valid_voo_sets, visible
+from sample_oracle import VIEW_YAW, appearance_times, kept, min_pixels, reviewed_voc, valid_voo_sets, visible
 
 pytestmark = pytest.mark.slow
 
@@ -186,25 +186,33 @@ def test_exports_exist_and_counts_are_printed(built):
         assert (ex / "videos" / json.loads(line)["video_name"]).exists()
 
 
-@pytest.mark.xfail(strict=True, reason=RECONCILE_SPLITS)
-def test_every_answer_matches_the_truth(built, sample_config):
+def test_every_answer_matches_the_truth_unless_provisional(built, sample_config):
+    """Every exported answer that rests on no unreviewed reconciliation decision equals the truth's;
+    the provisional ones are VOC and VOO questions and say which decisions they rest on."""
     root, truths, _ = built
     (truth,) = truths.values()
-    _check_rows(truths, pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist(),
-                min_pixels=min_pixels(sample_config, truth), min_visible_s=sample_config.qa.voo_min_visible_s)
+    rows = pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist()
+    provisional = [r for r in rows if r["provisional"]]
+    assert all(r["task_type"] in ("VOC", "VOO") and r["provisional_reason"].startswith("rests on") for r in provisional)
+    assert all(r["provisional_reason"] is None for r in rows if not r["provisional"])
+    _check_rows(truths, [r for r in rows if not r["provisional"]], min_pixels=min_pixels(sample_config, truth),
+                min_visible_s=sample_config.qa.voo_min_visible_s)
 
 
-@pytest.mark.xfail(strict=True, reason=RECONCILE_SPLITS)
 def test_reconciled_counts_equal_the_truth_in_every_view(built, sample_config):
     """The release's VOC totals: one per view and kept concept, each the number of distinct truth
     instances of that category seen in that view (30 s clips, reconciled across them, the plaza
-    revisited at the end), and a count for every concept the frequency filter keeps."""
+    revisited at the end), and a count for every concept the frequency filter keeps: equal to the
+    truth's where no review item of reconciliation is pending, and everywhere once an oracle
+    reviewer has resolved them."""
+    from vsi_wild.store import Store, UnitRef
+
     root, truths, _ = built
     (truth,) = truths.values()
     min_px = min_pixels(sample_config, truth)
     rows = pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist()
-    got = {(r["view"], r["concepts"][0]): int(r["answers"][-1]) for r in rows
-           if r["split"] == "release" and r["task_type"] == "VOC"}
+    release = [r for r in rows if r["split"] == "release" and r["task_type"] == "VOC"]
+    got = {(r["view"], r["concepts"][0]): int(r["answers"][-1]) for r in release}
     want = {}
     for view in VIEW_YAW:
         keep = kept(truth, view, sample_config)
@@ -212,8 +220,18 @@ def test_reconciled_counts_equal_the_truth_in_every_view(built, sample_config):
             if v["category"] in keep:
                 want.setdefault((view, v["category"]), set()).add(v["instance_id"])
     want = {k: len(v) for k, v in want.items()}
-    assert got == want, {k: (want.get(k), got.get(k)) for k in sorted(set(got) | set(want)) if got.get(k) != want.get(k)}
-    assert len(got) >= 16  # the sample config keeps >= 4 concepts in every view
+    assert set(got) == set(want) and len(got) >= 16  # the sample config keeps >= 4 concepts in every view
+    sure = {(r["view"], r["concepts"][0]) for r in release if not r["provisional"]}
+    assert {k: got[k] for k in sure} == {k: want[k] for k in sure}
+    store = Store(root)
+    (source,) = truths
+
+    def read(stage, unit, name):
+        return store.read_table(UnitRef(stage, unit, store.read_status(stage, unit)["key"]), name)
+
+    for view in VIEW_YAW:
+        _, reviewed = reviewed_voc(read, source, view, sample_config, truth)
+        assert {c: n[-1] for c, n in reviewed.items()} == {c: n for (v, c), n in want.items() if v == view}, view
 
 
 def test_voo_asks_every_valid_concept_set(built, sample_config):

@@ -568,6 +568,24 @@ FIXES_APPLIED = _schema(
 )
 
 
+REVIEW_PENDING = _schema(
+    "Reconciliation's review items of one video that no fix has resolved yet (a `merge` fix joining "
+    "the two sides' instances, or a `split` fix of either side's clip instance): the qa stage marks "
+    "the questions that rest on them provisional. Written only when there are some.",
+    f("video_id", pa.string()),
+    f("concept", pa.string()),
+    f("clip_a", pa.int64()),
+    f("local_a", pa.int64()),
+    f("clip_b", pa.int64()),
+    f("local_b", pa.int64()),
+    f("instance_a", pa.int64(), doc="the automatic instance of clip_a's instance (members.parquet)"),
+    f("instance_b", pa.int64()),
+    f("decision", pa.string(), doc="merge | apart: what the automatic metadata does meanwhile"),
+    f("posterior", pa.float64(), doc="P(same object)"),
+    f("answer_impact", pa.int64(), doc="the answers the opposite decision would change"),
+)
+
+
 QUESTION_REVIEWS = _schema(
     "A person's verdicts on one video's generated questions (`review_question` fixes, in file order): "
     "written by the metadata and qa stages only when the video's fix file has such a fix.",
@@ -694,6 +712,10 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
     _q("base_doc_id", pa.string(), True, export_doc="controls and repeats: the release row they derive from",
        tables=EXPORT),
     _q("repeat", pa.int64(), True, export_doc="VOC-Repeat: how many times the video is concatenated", tables=EXPORT),
+    _q("provisional", pa.bool_(), True,
+       doc="the answer rests on a reconciliation decision no person has reviewed yet (VOC: one of its concept's "
+       "review items; VOO: one of its four concepts'); filled for every question by the qa stage"),
+    _q("provisional_reason", pa.string(), True, doc="which unreviewed decisions (null when not provisional)"),
     _q("seed", pa.int64()),
     _q("metadata_fingerprint", pa.string()),
     _q("pipeline_version", pa.string()),
@@ -990,6 +1012,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("fixes_applied.parquet", FIXES_APPLIED),
         _parquet("visibility.parquet", VISIBILITY),
         _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
+        _parquet("review_pending.parquet", REVIEW_PENDING, optional=True),
     ),
     "qa": (
         _parquet("questions.parquet", QA_QUESTIONS),

@@ -62,19 +62,19 @@ class ReconcileParams(BaseModel):
         1.0, gt=0, description="a layout alignment is accepted when fewer chance alignments than this are expected "
         "in the whole video (the a-contrario test's threshold)")
     # associate: fitted (bench/fit_reconcile.py)
-    position_scale: float = Field(2.0, gt=0, description="kappa: the location errors' scale over the propagated covariances")
-    position_tail: float = Field(4.0, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the "
+    position_scale: float = Field(1.538, gt=0, description="kappa: the location errors' scale over the propagated covariances")
+    position_tail: float = Field(1.749, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the "
                                  "location errors' tails are)")
-    drift_per_distance: float = Field(0.03, ge=0, description="q: pose drift (standard deviation) per unit walked "
+    drift_per_distance: float = Field(0.01712, ge=0, description="q: pose drift (standard deviation) per unit walked "
                                       "between two sightings")
-    prior_log_odds: float = Field(0.0, description="b0: log odds of one object when one look-alike is expected within "
+    prior_log_odds: float = Field(-0.09314, description="b0: log odds of one object when one look-alike is expected within "
                                   "the match's uncertainty ellipse")
-    same_clip_log_odds: float = Field(-3.0, le=0, description="b_same: added for two tracks of one clip never seen "
+    same_clip_log_odds: float = Field(0.0, le=0, description="b_same: added for two tracks of one clip never seen "
                                       "together (a track that broke)")
-    continuity_weight: float = Field(5.0, ge=0, description="beta: log odds per unit of box overlap across a cut")
-    appearance_weight: float = Field(2.0, ge=0, description="a: log odds per unit of colour-histogram similarity")
+    continuity_weight: float = Field(9.915, ge=0, description="beta: log odds per unit of box overlap across a cut")
+    appearance_weight: float = Field(0.0, ge=0, description="a: log odds per unit of colour-histogram similarity")
     review_expected_errors: float = Field(
-        0.5, gt=0, description="c: a decision is a review item when the answers the opposite decision would change, "
+        0.7975, gt=0, description="c: a decision is a review item when the answers the opposite decision would change, "
         "times the probability that the decision is wrong, reach this (the answers it is expected to get wrong)")
     # the solver (no model parameter)
     exact_max_instances: int = Field(
