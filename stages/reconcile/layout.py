@@ -4,18 +4,20 @@ layouts, proposed by RANSAC and accepted by an a-contrario test.
 Poses drift over a walk, so an object seen again minutes later is located metres from its first
 sighting; the objects around it have drifted the same way. For two clips, every pair of
 same-concept correspondences proposes the similarity z -> m z + t (complex ground coordinates)
-that lays both onto their partners (exhaustive RANSAC). A proposal is scored by the number of
+that lays both onto their partners, and every single correspondence the shift that lays it onto
+its partner (the drift over a short walk is mostly a shift; exhaustive RANSAC over both). A proposal is scored by the number of
 false alarms (Moisan and Stival's a-contrario RANSAC): under the null hypothesis that the first
 clip's other objects fall anywhere in the second clip's layout, independently of it, an object
 of concept c lands within e of one of the second clip's n_c objects of c with probability
 p = min(1, n_c pi e^2 / area). With the residuals' probabilities sorted, p_(1) <= p_(2) <= ...,
-the proposal explains k objects beyond its two with
+the proposal explains k objects beyond its own s (1 or 2) with
 
-    NFA = N_tests * (n - 2) * C(n - 2, k) * p_(k)^k
+    NFA = N_tests * (n - s) * C(n - s, k) * p_(k)^k
 
-false alarms expected by chance, N_tests the number of proposals tried in the whole video (every
-clip pair's). The best proposal is accepted when its NFA is below ``max_false_alarms`` (1: fewer
-than one chance alignment expected per video), refitted by least squares on its k + 2 objects.
+false alarms expected by chance, N_tests twice the number of proposals of its kind tried in the
+whole video (every clip pair's: the two kinds share the expected false alarms). The best proposal is accepted when its NFA is below ``max_false_alarms``
+(1: fewer than one chance alignment expected per video), refitted by least squares on its k + s
+objects.
 There is no tolerance, rotation or shift limit to tune: what chance could explain, the NFA says.
 """
 
@@ -67,8 +69,11 @@ def _located(instances: Sequence[ClipInstance]) -> list[ClipInstance]:
     return [c for c in instances if c.where is not None and c.where.how != "ray"]
 
 
-def _hypotheses(A: list[ClipInstance], B: list[ClipInstance]) -> list[tuple[int, int, int, int]]:
+def _hypotheses(A: list[ClipInstance], B: list[ClipInstance], fixed: int) -> list[tuple[int, ...]]:
+    """Proposals from ``fixed`` same-concept correspondences: one (a shift) or two (a similarity)."""
     corr = [(i, j) for i, a in enumerate(A) for j, b in enumerate(B) if a.concept == b.concept]
+    if fixed == 1:
+        return corr
     out = []
     for x in range(len(corr)):
         for y in range(x + 1, len(corr)):
@@ -87,41 +92,47 @@ def _area(zb: np.ndarray, B: list[ClipInstance]) -> float:
     return max(w * h, 1e-9)
 
 
-def _best(A: list[ClipInstance], B: list[ClipInstance], hyps: list[tuple[int, int, int, int]],
-          log10_tests: float) -> tuple[float, tuple[int, int, int, int], int] | None:
-    """(log10 NFA, proposal, k) of the proposal with the fewest false alarms; None without one."""
+def _best(A: list[ClipInstance], B: list[ClipInstance], hyps: list[tuple[int, ...]], fixed: int,
+          log10_tests: float) -> tuple[float, tuple[int, ...], int] | None:
+    """(log10 NFA, proposal, k) of the proposal with the fewest false alarms, of proposals from
+    ``fixed`` correspondences (1: a shift; 2: a similarity); None without one."""
     za = np.array([complex(*c.where.xy) for c in A])
     zb = np.array([complex(*c.where.xy) for c in B])
     n = len(A)
-    if n < 3 or not hyps:
+    if n < fixed + 1 or not hyps:
         return None
     same = np.array([[a.concept == b.concept for b in B] for a in A])
     n_c = same.sum(axis=1).astype(float)  # B's look-alikes of each of A's objects
     area = _area(zb, B)
-    ks = np.arange(1, n - 1)
-    log10_comb = (gammaln(n - 1) - gammaln(ks + 1) - gammaln(n - 1 - ks)) / math.log(10)
-    base = log10_tests + math.log10(n - 2)
+    rest = n - fixed  # objects beyond the proposal's own
+    ks = np.arange(1, rest + 1)
+    log10_comb = (gammaln(rest + 1) - gammaln(ks + 1) - gammaln(rest + 1 - ks)) / math.log(10)
+    base = log10_tests + math.log10(rest)
     best = None
     H = np.array(hyps)
     for s in range(0, len(H), _CHUNK):
         h = H[s:s + _CHUNK]
-        da = za[h[:, 2]] - za[h[:, 0]]
-        ok = np.abs(da) > 1e-9
-        m = np.where(ok, (zb[h[:, 3]] - zb[h[:, 1]]) / np.where(ok, da, 1.0), 0.0)
+        if fixed == 1:
+            m = np.ones(len(h), dtype=complex)
+            ok = np.ones(len(h), dtype=bool)
+        else:
+            da = za[h[:, 2]] - za[h[:, 0]]
+            ok = np.abs(da) > 1e-9
+            m = np.where(ok, (zb[h[:, 3]] - zb[h[:, 1]]) / np.where(ok, da, 1.0), 0.0)
         t = zb[h[:, 1]] - m * za[h[:, 0]]
         mapped = m[:, None] * za[None, :] + t[:, None]  # (H, n_a)
         d = np.abs(mapped[:, :, None] - zb[None, None, :])  # (H, n_a, n_b)
         d = np.where(same[None], d, np.inf)
         rows = np.arange(len(h))
-        d[rows, :, h[:, 1]] = np.inf  # the proposal's own partners are taken
-        d[rows, :, h[:, 3]] = np.inf
+        for c in range(1, 2 * fixed, 2):  # the proposal's own partners are taken
+            d[rows, :, h[:, c]] = np.inf
         e = d.min(axis=2)
         with np.errstate(invalid="ignore"):  # no look-alike at all: p = 1
             p = np.where(np.isfinite(e), np.minimum(1.0, n_c[None, :] * math.pi * e ** 2 / area), 1.0)
-        p[rows, h[:, 0]] = np.inf  # the proposal's own objects do not count
-        p[rows, h[:, 2]] = np.inf
+        for c in range(0, 2 * fixed, 2):  # the proposal's own objects do not count
+            p[rows, h[:, c]] = np.inf
         # a residual of exactly 0 (a layout laid onto itself) would make the NFA -inf: floor it
-        p = np.maximum(np.sort(p, axis=1)[:, : n - 2], 1e-300)
+        p = np.maximum(np.sort(p, axis=1)[:, :rest], 1e-300)
         log10_nfa = base + log10_comb[None, :] + ks[None, :] * np.log10(p)
         log10_nfa[~ok] = np.inf
         k_best = np.argmin(log10_nfa, axis=1)
@@ -132,9 +143,11 @@ def _best(A: list[ClipInstance], B: list[ClipInstance], hyps: list[tuple[int, in
     return best
 
 
-def _fit(za: np.ndarray, zb: np.ndarray) -> tuple[complex, complex]:
-    """Least-squares similarity zb ~ m za + t."""
+def _fit(za: np.ndarray, zb: np.ndarray, shift_only: bool = False) -> tuple[complex, complex]:
+    """Least-squares similarity zb ~ m za + t (``shift_only``: m = 1)."""
     ca, cb = za.mean(), zb.mean()
+    if shift_only:
+        return 1.0 + 0j, complex(cb - ca)
     den = float((np.abs(za - ca) ** 2).sum())
     m = complex(((zb - cb) * np.conj(za - ca)).sum() / den) if den > 1e-12 else 1.0 + 0j
     return m, complex(cb - m * ca)
@@ -149,29 +162,37 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
         by_clip.setdefault(ci.clip, []).append(ci)
     clips = sorted(by_clip)
     pairs = [(i, j) for x, i in enumerate(clips) for j in clips[x + 1:]]
-    hyps = {(i, j): _hypotheses(by_clip[i], by_clip[j]) for i, j in pairs}
-    total = sum(len(h) for h in hyps.values())
-    if total == 0:
-        return {}
-    log10_tests = math.log10(total)
+    hyps = {(i, j, fixed): _hypotheses(by_clip[i], by_clip[j], fixed) for i, j in pairs for fixed in (1, 2)}
+    # the two kinds share the expected false alarms: each is tested with twice its own count
+    tests = {fixed: 2 * sum(len(h) for (_, _, f), h in hyps.items() if f == fixed) for fixed in (1, 2)}
     out = {}
     for i, j in pairs:
         A, B = by_clip[i], by_clip[j]
-        found = _best(A, B, hyps[(i, j)], log10_tests)
-        if found is None or found[0] >= math.log10(max_false_alarms):
+        found = None
+        for fixed in (1, 2):
+            if not tests[fixed]:
+                continue
+            got = _best(A, B, hyps[(i, j, fixed)], fixed, math.log10(tests[fixed]))
+            if got is not None and (found is None or got[0] < found[0][0]):
+                found = (got, fixed)
+        if found is None or found[0][0] >= math.log10(max_false_alarms):
             continue
-        log10_nfa, (i1, j1, i2, j2), k = found
+        (log10_nfa, h, k), fixed = found
         za = np.array([complex(*c.where.xy) for c in A])
         zb = np.array([complex(*c.where.xy) for c in B])
-        m0 = (zb[j2] - zb[j1]) / (za[i2] - za[i1])
-        t0 = zb[j1] - m0 * za[i1]
+        own = [(h[c], h[c + 1]) for c in range(0, 2 * fixed, 2)]
+        if fixed == 1:
+            m0, t0 = 1.0 + 0j, zb[own[0][1]] - za[own[0][0]]
+        else:
+            m0 = (zb[own[1][1]] - zb[own[0][1]]) / (za[own[1][0]] - za[own[0][0]])
+            t0 = zb[own[0][1]] - m0 * za[own[0][0]]
         # the proposal's k best-explained objects, one-to-one with their nearest look-alikes
-        pairs_ij = [(i1, j1), (i2, j2)]
-        used_a, used_b = {i1, i2}, {j1, j2}
+        pairs_ij = list(own)
+        used_a, used_b = {a for a, _ in own}, {b for _, b in own}
         cand = sorted(((abs(m0 * za[a] + t0 - zb[b]), a, b) for a in range(len(A)) for b in range(len(B))
                        if A[a].concept == B[b].concept and a not in used_a and b not in used_b))
         for _, a, b in cand:
-            if len(pairs_ij) >= k + 2:
+            if len(pairs_ij) >= k + fixed:
                 break
             if a in used_a or b in used_b:
                 continue
@@ -180,11 +201,12 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
             used_b.add(b)
         sa = np.array([za[a] for a, _ in pairs_ij])
         sb = np.array([zb[b] for _, b in pairs_ij])
-        m, t = _fit(sa, sb)
+        m, t = _fit(sa, sb, shift_only=fixed == 1)
         res = np.abs(m * sa + t - sb) ** 2
-        dof = max(2 * len(pairs_ij) - 4, 1)
-        own = float(np.mean([np.trace(A[a].where.cov) / 2 + np.trace(B[b].where.cov) / 2 for a, b in pairs_ij]))
+        dof = max(2 * len(pairs_ij) - 2 * fixed, 1)
+        own_var = float(np.mean([np.trace(A[a].where.cov) / 2 + np.trace(B[b].where.cov) / 2 for a, b in pairs_ij]))
         centre = complex(sa.mean())
+        spread = float((np.abs(sa - centre) ** 2).sum()) if fixed == 2 else math.inf  # a shift has no lever
         out[(i, j)] = Alignment((i, j), m, t, tuple((A[a].key, B[b].key) for a, b in pairs_ij), log10_nfa,
-                                max(float(res.sum()) / dof, own), centre, float((np.abs(sa - centre) ** 2).sum()))
+                                max(float(res.sum()) / dof, own_var), centre, spread)
     return out
