@@ -43,8 +43,10 @@ __all__ = ["ASSOCIATE_PARAMS", "AnswerRules", "ClipInstance", "Location", "Obs",
 
 
 class ReconcileParams(BaseModel):
-    """Reconciliation's parameters. The eight of ``associate`` (``ASSOCIATE_PARAMS``) are fitted on
-    the bench's training seeds by bench/fit_reconcile.py, which prints them in this form."""
+    """Reconciliation's parameters. The eight of ``associate`` (``ASSOCIATE_PARAMS``) are fitted by
+    bench/fit_reconcile.py on the bench's training seeds 1-16 (six look-alikes per category, noise
+    levels none and moderate pooled; docs/metadata.md), never set by hand: refit them when the
+    segmenter, the pose backend or the footage changes."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -62,16 +64,16 @@ class ReconcileParams(BaseModel):
         1.0, gt=0, description="a layout alignment is accepted when fewer chance alignments than this are expected "
         "in the whole video (the a-contrario test's threshold)")
     # associate: fitted (bench/fit_reconcile.py)
-    position_scale: float = Field(1.538, gt=0, description="kappa: the location errors' scale over the propagated covariances")
-    position_tail: float = Field(1.749, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the "
+    position_scale: float = Field(1.46, gt=0, description="kappa: the location errors' scale over the propagated covariances")
+    position_tail: float = Field(2.375, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the "
                                  "location errors' tails are)")
-    drift_per_distance: float = Field(0.01712, ge=0, description="q: pose drift (standard deviation) per unit walked "
+    drift_per_distance: float = Field(0.01868, ge=0, description="q: pose drift (standard deviation) per unit walked "
                                       "between two sightings")
-    prior_log_odds: float = Field(-0.09314, description="b0: log odds of one object when one look-alike is expected within "
+    prior_log_odds: float = Field(0.0224, description="b0: log odds of one object when one look-alike is expected within "
                                   "the match's uncertainty ellipse")
     same_clip_log_odds: float = Field(0.0, le=0, description="b_same: added for two tracks of one clip never seen "
                                       "together (a track that broke)")
-    continuity_weight: float = Field(9.915, ge=0, description="beta: log odds per unit of box overlap across a cut")
+    continuity_weight: float = Field(6.439, ge=0, description="beta: log odds per unit of box overlap across a cut")
     appearance_weight: float = Field(0.0, ge=0, description="a: log odds per unit of colour-histogram similarity")
     review_expected_errors: float = Field(
         0.7975, gt=0, description="c: a decision is a review item when the answers the opposite decision would change, "

@@ -60,7 +60,8 @@ class Evidence:
     cov: np.ndarray | None  # (2, 2) both positions' covariance (and the alignment's)
     walked: float  # camera path length between the sightings (pose units; 0 when aligned)
     aligned: bool  # measured after aligning the two clips' layouts
-    alikes: int  # the concept's instances around the pair: the most one of the two clips shows within the radius
+    alikes: int  # the concept's instances around the pair: the most one of the two clips shows within the
+    # median viewing range of the instance's place (or in the whole clip, for an instance without one)
     density: float  # ... over the radius's disc: instances per unit area
     distance: float | None  # |d| over the mean viewing range
 
@@ -100,9 +101,14 @@ def evidence(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int]
             if c.where is not None:
                 per_clip.setdefault(c.clip, []).append(c)
 
+        in_clip: dict[int, int] = {}
+        for c in items:
+            in_clip[c.clip] = in_clip.get(c.clip, 0) + 1
+
         def crowd(x: ClipInstance) -> int:
+            """Look-alikes around x: within the radius of its place, or its whole clip's without one."""
             if radius <= 0 or x.where is None:
-                return 1
+                return in_clip[x.clip]
             return sum(1 for o in per_clip.get(x.clip, ()) if np.linalg.norm(o.where.xy - x.where.xy) <= radius)
 
         for i, x in enumerate(items):
