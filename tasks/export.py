@@ -98,6 +98,15 @@ def reviewed_rows(export: Export, accepted: set[str]) -> list[dict]:
     return rows
 
 
+def unstable_rows(job: Job, qa_refs: dict[str, UnitRef]) -> list[dict]:
+    """The qa units' QA_SKIPPED rows of questions not asked because a reading changes their answer."""
+    out = []
+    for ref in qa_refs.values():
+        rows = schema.conform(job.store.read_table(ref, "skipped.parquet"), schema.QA_SKIPPED).to_pylist()
+        out += [r for r in rows if r["reading"] is not None]
+    return out
+
+
 def _verification(store: Store, videos: list[str]) -> dict[str, progress.Progress]:
     """What a reviewer marked verified (verify/<video_id>.json) of each video."""
     return {vid: progress.read(store, vid) for vid in videos}
@@ -140,6 +149,7 @@ def run(job: Job) -> None:
         questions, text_dropped = drop_text_biased(questions, params)
         job.out.write_table(TEXT_DEBIAS_FILE, schema.table(schema.TEXT_DEBIAS, text_dropped))
     export = assemble(questions, params)
+    export.unstable = unstable_rows(job, qa_refs)
     add_text_bias(export, params.seed)
     write_export(job.out.path, export)  # also writes counts.json (printed by the CLI summary)
     if accepted:  # only when someone reviewed questions: a build without reviews keeps its bytes
@@ -201,7 +211,7 @@ def summary_line(where: str, counts: dict) -> str:
 EXPORT = Stage(
     name="export",
     outputs=schema.ARTIFACTS["export"],
-    version="3",
+    version="4",
     unit_kind="all",
     run=run,
     needs=("qa", "project"),

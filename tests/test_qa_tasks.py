@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_video
 from project_media import write_video
-from qa_world import instances_table, make_world, motion_table, poses_table, views_table, truth_count
+from qa_world import instances_table, make_world, motion_samples_table, motion_table, poses_table, views_table, truth_count
 
 from vsi_wild import schema
 from vsi_wild.config import Config
@@ -65,6 +65,7 @@ def _metadata(job):
     w = world(source)
     job.out.write_table("instances.parquet", instances_table(w, view))
     job.out.write_table("motion.parquet", motion_table(w, view, 10.0))
+    job.out.write_table("motion_samples.parquet", motion_samples_table(w, view, 10.0))
     # every sighting of the world is a real one (visible, a box well above any size floor)
     job.out.write_table("visibility.parquet", schema.table(schema.VISIBILITY, [
         {"video_id": job.unit, "instance_id": v["instance_id"], "concept": v["category"], "sample_index": int(v["time"] * 2),
