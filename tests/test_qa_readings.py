@@ -217,8 +217,8 @@ def test_a_direction_near_a_sector_edge_moves_the_pivot_or_is_not_asked():
 
 # ----------------------------------------------------------------------------- nothing to drop
 def test_metadata_without_unstable_items_drops_nothing():
-    """A world whose every sighting is clear and sustained and whose directions keep 10° from the
-    sectors' edges: the check changes nothing."""
+    """A world whose every sighting is clear and sustained, whose directions keep 10° from the
+    sectors' edges and whose walk never comes back to a place: the check changes nothing."""
     w = make_world(5, duration=240.0, jitter_deg=10.0)  # directions at least 12.5° inside their sectors
     params = QAParams(clip_seconds=60.0, vpo_min_gap_s=30.0)
     for view in ("front", "back"):
@@ -233,10 +233,13 @@ def test_metadata_without_unstable_items_drops_nothing():
         instances = _instances_of(visibility, instances)
         samples = motion_samples_table(w, view, 60.0)
         motion = motion_table(w, view, 60.0)
-        args = (video, instances, motion, poses_table(w, view))
+        straight = poses_table(w, view).to_pylist()  # VPO's places: a walk that never comes back
+        for p in straight:
+            p["x"], p["y"] = p["time"], 0.0
+        args = (video, instances, motion, schema.table(schema.POSES, straight))
         on = plan_video(*args, params, PROV, visibility, samples)
         off = plan_video(*args, params.model_copy(update={"stable_answers": False}), PROV, visibility, samples)
-        assert {q.task_type for q in on.questions} >= {"VOC", "VOO", "VMR"}
+        assert {q.task_type for q in on.questions} == {"VOC", "VOO", "VMR", "VPO"}
         assert on.questions == off.questions, view
         assert not [s for s in on.skipped if s.get("reading")], view
 
@@ -263,3 +266,45 @@ def _instances_of(visibility: pa.Table, instances: pa.Table) -> pa.Table:
     for r in rows:
         r["first_time"], r["last_time"] = min(times[r["instance_id"]]), max(times[r["instance_id"]])
     return schema.table(schema.INSTANCES, rows)
+
+
+# ----------------------------------------------------------------------------- VPO
+def _visits(w, t: float, radius: float) -> tuple[float, float]:
+    here = w.pose_at(t)
+    ts = [p["time"] for p in w.poses if ((p["x"] - here["x"]) ** 2 + (p["y"] - here["y"]) ** 2) ** 0.5 < radius]
+    return min(ts), max(ts)
+
+
+def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_visit():
+    """A loop: 60 m east, 40 m north, then straight back to the start. A frame of the first seconds
+    shows the place the walk ends at: a viewer may date it first or last."""
+    w = make_world(7, duration=200.0)
+    for p in w.poses:
+        t = p["time"]
+        if t <= 60:
+            p["x"], p["y"] = t, 0.0
+        elif t <= 100:
+            p["x"], p["y"] = 60.0, t - 60.0
+        else:  # back to (0, 0) at 200 s
+            f = (t - 100.0) / 100.0
+            p["x"], p["y"] = 60.0 * (1 - f), 40.0 * (1 - f)
+    params = QAParams(clip_seconds=60.0, vpo_min_gap_s=30.0, vpo_per_video=3)
+    video = VideoInfo.from_row(next(r for r in views_table(w).to_pylist() if r["view"] == "front"))
+    extent = (60.0 ** 2 + 40.0 ** 2) ** 0.5
+    radius = params.vpo_min_position_frac * extent
+
+    def interleaved(q) -> bool:
+        spans = sorted(_visits(w, t, radius) for t in q.frame_times)
+        return any(a[1] >= b[0] for a, b in zip(spans, spans[1:]))
+
+    def rotated(params: QAParams):
+        res = plan_video(video, instances_table(w, "front"), motion_table(w, "front", 60.0), poses_table(w, "front"),
+                         params, PROV)
+        return [q for q in res.questions if q.task_type == "VPO" and q.subtype == "rotated"], res.skipped
+
+    before, _ = rotated(params.model_copy(update={"stable_answers": False}))
+    after, skipped = rotated(params)
+    assert any(interleaved(q) for q in before)  # what the place rule alone asked
+    assert after and not any(interleaved(q) for q in after)
+    assert [s["reading"] for s in skipped if s["task_type"] == "VPO" and s.get("reading")] == \
+        ["another visit of the place"] * sum(interleaved(q) for q in before)
