@@ -194,7 +194,8 @@ def publish_export(store: Store, config: object, ref: UnitRef) -> None:
 
 def summary_line(where: str, counts: dict) -> str:
     """What the CLI prints after a run with the export: rows per task (and per subtype where a
-    task counts its subtypes apart), rows per split."""
+    task counts its subtypes apart), rows per split, and (when there are some) the questions not
+    asked because a reading of them changes the answer (VOC: counts; exports/skipped.parquet)."""
     r, s, sub = counts["release"], counts["splits"], counts["release_subtypes"]
     release, split_parts = [], []
     for t in tasks():
@@ -203,9 +204,12 @@ def summary_line(where: str, counts: dict) -> str:
             part += " (" + ", ".join(f"{st} {sub.get(t.name, {}).get(st, 0)}" for st in t.subtypes) + ")"
         release.append(part)
         split_parts += [f"{sp.label} {s.get(sp.name, {}).get(t.name, 0)}" for sp in t.splits]
+    unstable = counts.get("readings_dropped") or {}
     return (f"exports: {where}\n"
             f"  release ({sum(r.values())} rows): " + " · ".join(release) + "\n"
-            "  splits: " + " · ".join(split_parts))
+            "  splits: " + " · ".join(split_parts)
+            + ("\n  not asked, another reading gives another answer: "
+               + " · ".join(f"{t.name} {unstable.get(t.name, 0)}" for t in tasks()) if any(unstable.values()) else ""))
 
 
 EXPORT = Stage(

@@ -308,3 +308,20 @@ def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_v
     assert after and not any(interleaved(q) for q in after)
     assert [s["reading"] for s in skipped if s["task_type"] == "VPO" and s.get("reading")] == \
         ["another visit of the place"] * sum(interleaved(q) for q in before)
+
+
+# ----------------------------------------------------------------------------- the report
+def test_the_report_counts_what_readings_left_unasked():
+    from vsi_wild.stages.report import _readings_markdown, readings_summary
+
+    rows = [{"video_id": "v_front", "task_type": "VOC", "item": "bench", "reason": "total not asked: 6 seen at all, 3 seen clearly",
+             "reading": "clearly"},
+            {"video_id": "v_front", "task_type": "VOC", "item": "cone", "reason": "checkpoint 30 s not asked: ...", "reading": "clearly"},
+            {"video_id": "v_back", "task_type": "VMR", "item": "clip0002", "reason": "...", "reading": "the motion at 41.5 s"},
+            {"video_id": "v_back", "task_type": "VOC", "item": "x", "reason": "answer balance: ...", "reading": None}]
+    summary = readings_summary(rows)
+    assert summary["VOC"]["n"] == 2 and summary["VOC"]["by_reading"] == {"clearly": 2}
+    assert summary["VMR"]["by_reading"] == {"the motion at 41.5 s": 1} and summary["VOO"]["n"] == 0
+    md = "\n".join(_readings_markdown(summary))
+    assert "| VOC | 2 | clearly 2 |" in md and "| VOO | 0 | - |" in md
+    assert "v_front bench: total not asked: 6 seen at all, 3 seen clearly" in md

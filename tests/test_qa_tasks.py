@@ -152,6 +152,13 @@ def test_exports_are_published(built, capsys):
     counts = json.loads((ex / "counts.json").read_text())
     assert counts["release"]["VOC"] == sum(r["task_type"] == "VOC" for r in rows)
     assert (ex / "splits/vpo_unrotated/vsi_super_wild_qa.jsonl").exists()
+    # what a reading left unasked, from every qa unit, is in exports/skipped.parquet with the reading
+    unstable = [r for p in sorted((root / "artifacts" / "qa").glob("*/*/skipped.parquet"))
+                for r in pq.read_table(p).to_pylist() if r["reading"]]
+    exported = [r for r in pq.read_table(ex / "skipped.parquet").to_pylist() if r["reading"]]
+    assert unstable and sorted(map(str, exported)) == sorted(map(str, unstable))
+    assert counts["readings_dropped"] == {t: sum(r["task_type"] == t for r in unstable) for t in ("VMR", "VPO", "VOO", "VOC")}
+    assert "not asked, another reading gives another answer: VMR" in summary_line("exports", counts)
 
 
 def test_answers_match_the_worlds(built):
