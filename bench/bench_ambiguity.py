@@ -133,9 +133,10 @@ class Truth:
         return min(cands, key=lambda p: abs(p["time"] - t))
 
     def direction(self, view: str, t: float) -> float | None:
-        """Travel direction relative to the view's heading at t (from t - 0.5 s to t + 0.5 s), degrees
-        clockwise; None when the camera hardly moves."""
-        a, b = self.pose_at(t - 0.5), self.pose_at(t + 0.5)
+        """Travel direction relative to the view's heading at t (from t - 0.5 s to t + 0.5 s, one-sided
+        at the video's ends), degrees clockwise; None when the camera hardly moves."""
+        first, last = self.poses[0]["time"], self.poses[-1]["time"]
+        a, b = self.pose_at(max(first, t - 0.5)), self.pose_at(min(last, t + 0.5))
         dx, dy = b["x"] - a["x"], b["y"] - a["y"]
         if math.hypot(dx, dy) < 0.1 * max(b["time"] - a["time"], 1e-9):  # under 0.1 m/s: standing
             return None
@@ -173,7 +174,8 @@ def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool]]:
             out.append((task, len(orders) > 1, r["answer_text"] not in orders))
         elif task == "VMR":
             t, w = r["frame_times"][0], p.vmr_evidence_s
-            lo, hi = max(0.0, t - w), min(r["duration_s"], t + w)  # the evidence window, inside the video
+            # the evidence window's 2 FPS moments that the video shows (its last frame is before duration_s)
+            lo, hi = max(0.0, t - w), min(r["duration_s"], t + w, truth.poses[-1]["time"])
             labels = set()
             for k in range(math.ceil(lo * 2 - 1e-9), math.floor(hi * 2 + 1e-9) + 1):
                 a = truth.direction(view, k / 2)

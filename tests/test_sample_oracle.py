@@ -99,7 +99,7 @@ def test_voo_asks_first_and_last_in_balance(oracle):
     """Per view and subtype as many questions as the truth allows (4-concept sets whose first or
     last appearances keep their order, pairwise >= qa.voo_min_gap_s apart, under every reading of
     qa.voo_readings, up to voo_first / voo_last): last appearances are spread too, so both subtypes
-    are asked about as often."""
+    are asked about as often (14 first, 16 last: the glimpse reading reorders a first-appearance set)."""
     truth, config, rows, _, _ = oracle
     qa = config.qa
     voo = _rows(rows, "VOO")
@@ -116,7 +116,7 @@ def test_voo_asks_first_and_last_in_balance(oracle):
             expected += min(count, len(valid))
         totals[which] = expected
         assert sum(r["subtype"] == which for r in voo) == expected, which
-    assert totals["last"] > 0 and abs(totals["first"] - totals["last"]) <= 1, totals
+    assert min(totals.values()) >= 0.8 * max(totals.values()) > 0, totals
 
 
 def _steady_at(poses: dict[str, np.ndarray], t: float, half_s: float) -> bool:

@@ -6,6 +6,11 @@ applies the human fixes; a clip without meaningful motion is ``none``, one whose
 ``failed``. Here: the angle -> one of 8 sectors of 45° -> the option set of that sector's kind.
 A cardinal answer is asked with the cardinal set, a diagonal one with the diagonal set (as the
 release does), so the nearest wrong option is always at least 45° from the true direction.
+
+With ``qa.stable_answers`` the direction must keep ``vmr_judgement_deg`` (a viewer's misjudgement)
+plus ``vmr_angle_error_deg`` (the metadata's) from its sector's edges, at the pivot and at every
+2 FPS moment of the evidence window, the camera moving throughout (``unstable_direction``); else
+another candidate moment of the clip becomes the pivot (``repick``) or the clip is not asked.
 """
 
 from __future__ import annotations

@@ -5,6 +5,11 @@ the answer at a checkpoint is the number of unique (reconciled) instances of the
 seen up to then. Two questions per concept: the stream (all checkpoints) and the final total (the
 release's form, a single count for the whole video). At export, VOC-Repeat: each release row
 again on its video concatenated with itself k times (the same final count).
+
+A count is asked only where every reading of "seen" (``qa.voc_readings``: at all, clearly) gives
+it (``stages/qa/readings.py``): a concept whose total the readings disagree on is not asked, and a
+streaming checkpoint they disagree on moves to the nearest 2 FPS moment they agree on, within
+``qa.voc_checkpoint_shift`` of the interval, or is left out. The answers are the first reading's.
 """
 
 from __future__ import annotations

@@ -5,6 +5,12 @@ concepts of a question have appearance times pairwise at least ``voo_min_gap_s``
 is visible, not a coin toss between near-simultaneous appearances), and no 4-concept set repeats
 within a (video, subtype). Sets are drawn from all valid sets, seeded, spread over the strata of
 (smallest gap: near / medium / far, query time: early / middle / late; ``qa.difficulty``).
+
+An appearance is dated under every reading of ``qa.voo_readings`` (a sustained sighting, a clear
+glimpse; ``stages/qa/readings.py``); a set is valid only when each gives the first reading's order
+with consecutive appearances ``voo_min_gap_s`` apart. When the seeded draw would ask a set a reading
+reorders, the sets are drawn again from the valid ones only, and the reordered set is recorded as
+skipped with that reading (so metadata without such a set draws exactly as without the check).
 """
 
 from __future__ import annotations

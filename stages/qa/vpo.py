@@ -8,7 +8,9 @@ Per view video, ``vpo_per_video`` questions of 4 anchors each. Repairs over the 
 - each anchor is really rendered from the *panorama* at the view's yaw plus a signed offset drawn
   from [offset_min, offset_max] degrees (the release's evaluation read the unrotated frames), blurred
   by the face backend like every published frame, and shipped as an image file;
-- an unrotated control (same anchors, same options, offset 0) for the rotation analysis.
+- an unrotated control (same anchors, same options, offset 0) for the rotation analysis;
+- with ``qa.stable_answers``, no anchor's place is visited again on the other side of another
+  anchor (``other_visits``): a viewer who recognises a place but not the visit would reorder them.
 
 The plan (anchors, labels, offsets, options) is pure data; rendering is a separate pass over the
 panorama that holds one decoded frame at a time.
