@@ -101,6 +101,29 @@ def test_a_release_never_changes_and_a_fix_is_in_the_changelog(builds, tmp_path)
     assert pushed.returncode == 2 and "HF_TOKEN" in pushed.stderr
 
 
+def test_push_through_huggingface_hub_to_a_local_hub(builds, tmp_path):
+    """`--push` through huggingface_hub's own client against a local stand-in of the Hub's API: the
+    repository is created as a dataset, README.md's metadata is validated by the endpoint, every file
+    of the release arrives with its bytes, and the commit is tagged with the version."""
+    from fake_hub import Hub
+
+    root = builds[1]
+    cfg = small_sample_config(tmp_path / "c.yaml", root)
+    hub = Hub()
+    try:
+        res = vsi_wild("release", "v1", "-c", str(cfg), "--data-root", str(root), "--push", "vsi/vsi-super-wild",
+                       env={"HF_TOKEN": "hf_local", "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub.url})
+    finally:
+        hub.close()
+    assert res.returncode == 0, res.stdout + res.stderr
+    folder = root / "releases" / "v1"
+    local = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
+    assert hub.files == local
+    assert hub.repos == [{"name": "vsi-super-wild", "organization": "vsi", "visibility": "public", "type": "dataset"}]
+    assert [v["repoType"] for v in hub.validated] == ["dataset"] and hub.validated[0]["content"] == local["README.md"].decode()
+    assert [t["tag"] for t in hub.tags.values()] == ["v1"]
+
+
 def _predictions(rows: list[dict]) -> dict[str, str]:
     """Right, wrong, and off by some: known predictions to score."""
     out = {}

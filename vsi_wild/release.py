@@ -191,8 +191,8 @@ def make_release(store: Store, version: str, license_id: str = "cc-by-4.0", incl
 def validate_card(text: str) -> list[str]:
     """Problems of a dataset card by the libraries' own rules, offline: huggingface_hub parses it
     (``DatasetCard``), datasets validates its ``configs`` (``MetadataConfigs``) and knows its task
-    categories. (The Hub's server-side check, ``DatasetCard.validate``, needs the network: ``--push``
-    runs it.)"""
+    categories. (The Hub's own server-side check needs the network: on ``--push``, upload_folder
+    asks the Hub's /api/validate-yaml before uploading anything.)"""
     from datasets.utils.metadata import MetadataConfigs, known_task_ids
     from huggingface_hub import DatasetCard
 
@@ -218,15 +218,18 @@ def validate_card(text: str) -> list[str]:
 def push(folder: Path, repo_id: str, version: str, token: str | None = None, endpoint: str | None = None,
          private: bool = False) -> str:
     """Upload a release folder to the Hugging Face dataset repository ``repo_id`` and tag the commit
-    with the version. The token is ``HF_TOKEN`` unless given. Returns the commit's URL."""
-    from huggingface_hub import DatasetCard, HfApi
+    with the version. The token is ``HF_TOKEN`` unless given; the Hub is ``HF_ENDPOINT``'s (default
+    huggingface.co) unless ``endpoint`` is given. Returns the commit's URL."""
+    from huggingface_hub import HfApi
 
     token = token or os.environ.get("HF_TOKEN")
     if not token:
         raise ReleaseError("pushing needs a Hugging Face token with write access: set HF_TOKEN")
+    if os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes", "on"):
+        raise ReleaseError("HF_HUB_OFFLINE is set (the Makefile sets it): unset it, or HF_HUB_OFFLINE=0, to push")
     api = HfApi(endpoint=endpoint, token=token)
-    DatasetCard((folder / "README.md").read_text()).validate(repo_type="dataset")  # the Hub's own check
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
+    # upload_folder has the Hub validate README.md's metadata (its /api/validate-yaml) before uploading
     info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="dataset",
                              commit_message=f"VSI-Super-Wild {version} (vsi-wild release)")
     api.create_tag(repo_id, tag=version, repo_type="dataset", revision=info.oid,
