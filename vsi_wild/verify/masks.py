@@ -142,7 +142,7 @@ class MaskServer:
                 label = np.zeros((h, w), np.uint8)
             label[m > 0] = len(out) + 1
             out.append({"label": len(out) + 1, "instance_id": int(inst[j]), "concept": r["concept"],
-                        "box": [float(v) for v in box]})
+                        "clip": clip, "local_id": int(r["local_id"]), "box": [float(v) for v in box]})
         png = ""
         mh, mw = (label.shape if label is not None else (height, width))
         if label is not None:

@@ -11,7 +11,9 @@ const COLUMNS = [
   {key: "questions", label: "questions", num: true},
   {key: "temporal_verified", label: "temporal", show: r => r.temporal_verified ? "✓ verified" : "—"},
   {key: "clips_verified", label: "clips verified", num: true, show: r => `${r.clips_verified} / ${r.clips}`},
-  {key: "questions_reviewed", label: "questions reviewed", num: true, show: r => `${r.questions_reviewed} / ${r.questions ?? "?"}`},
+  // counted among the questions asked now: a rejected one leaves them at the next re-derive
+  {key: "questions_reviewed", label: "questions reviewed", num: true, show: r => `${r.questions_reviewed} / ${r.questions ?? "?"}` +
+    (r.questions_rejected_gone ? ` (+${r.questions_rejected_gone} rejected, no longer asked)` : "")},
 ];
 let rows = [], sortKey = "video_id", sortDir = 1;
 
