@@ -46,6 +46,8 @@ def verify(
     port: int = typer.Option(8765, "--port"),
     token: Optional[str] = typer.Option(None, "--token", help="The session token (default: generated and printed "
                                         "when binding beyond loopback)."),
+    reviewer: Optional[str] = typer.Option(None, "--reviewer", help="The name fixes are recorded under when a page "
+                                           "names none (default: your login name); each page can set its own."),
 ) -> None:
     """Serve the verification app: people check and correct each video's metadata and questions
     in a browser; it writes the fix files the pipeline consumes (docs/verify.md)."""
@@ -56,7 +58,11 @@ def verify(
     cfg, store, _ = _review(config, data_root)
     require = host not in LOOPBACK or token is not None
     token = token or secrets.token_urlsafe(24)
-    app = create_app(cfg, store, token=token, require_token=require)
+    try:
+        app = create_app(cfg, store, token=token, require_token=require, reviewer=reviewer)
+    except ValueError as e:  # a reviewer name a draft file cannot be named after
+        typer.secho(f"error: --reviewer: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
     shown = socket.gethostname() if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if require else "")
     typer.echo(f"vsi-wild verify: {store.url}\n  open {url}")

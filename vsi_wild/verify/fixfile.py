@@ -65,12 +65,20 @@ def plain(node: Any) -> Any:
     return node
 
 
-def fixes_of(data: bytes | None) -> list[dict[str, Any]]:
+VOCABULARY = fx.VOCABULARY_FILE.removesuffix(".yaml")  # the benchmark's file: its list is `vocabulary`
+
+
+def list_key(name: str) -> str:
+    """The key of a file's list of fixes: `fixes` in a video's file, `vocabulary` in the benchmark's."""
+    return "vocabulary" if name == VOCABULARY else "fixes"
+
+
+def fixes_of(data: bytes | None, key: str = "fixes") -> list[dict[str, Any]]:
     """The fixes of a fix file's bytes as plain dicts ([] for no file or no list)."""
     if not data:
         return []
     doc = _yaml().load(data.decode("utf-8"))
-    items = doc.get("fixes") if isinstance(doc, dict) else None
+    items = doc.get(key) if isinstance(doc, dict) else None
     return [plain(f) for f in items] if isinstance(items, list) else []
 
 
@@ -121,13 +129,16 @@ def _node(value: Any, depth: int = 0) -> Any:
 
 
 def render(existing: bytes | None, video_id: str, fixes: Sequence[dict[str, Any]]) -> str:
-    """The fix file's new text: ``existing`` with its ``fixes`` list made ``fixes``."""
+    """The fix file's new text: ``existing`` with its ``fixes`` list made ``fixes`` (``video_id``
+    ``vocabulary``: the benchmark's file, whose list is ``vocabulary``)."""
+    key = list_key(video_id)
     y = _yaml()
     doc = y.load(existing.decode("utf-8")) if existing else None
     if not isinstance(doc, CommentedMap):
         doc = CommentedMap()
-        doc["video_id"] = video_id
-    old = doc.get("fixes")
+        if key == "fixes":
+            doc["video_id"] = video_id
+    old = doc.get(key)
     pool = list(enumerate(old)) if isinstance(old, CommentedSeq) else []
     items, comments = [], {}
     for fix in fixes:
@@ -145,7 +156,7 @@ def render(existing: bytes | None, video_id: str, fixes: Sequence[dict[str, Any]
         old.ca.items.update(comments)
     else:
         seq = CommentedSeq(items)
-        doc["fixes"] = seq
+        doc[key] = seq
         if not items:
             seq.fa.set_flow_style()
     buf = io.StringIO()
@@ -202,7 +213,7 @@ def save_edits(path: Path, video_id: str, edits: Sequence[dict[str, Any]],
     when nothing applies."""
     with _LOCK:
         data, sha = read(path)
-        current = fixes_of(data)
+        current = fixes_of(data, list_key(video_id))
         fixes, failed = apply_edits(current, edits), []
         try:
             validate(render(data, video_id, fixes))

@@ -253,9 +253,16 @@ class Review:
                 "can_redo": bool(draft.redo), "updated_at": draft.updated_at,
                 "failed": [{"edit": f.edit.model_dump(), "error": f.error} for f in draft.failed]}
 
+    def file_of(self, name: str) -> Path:
+        """A video's fix file, or the benchmark's vocabulary (name ``vocabulary``)."""
+        return self.vocabulary_path() if name == fixfile.VOCABULARY else self.fix_path(name)
+
     def pending(self, video_id: str, edits: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        data, _ = fixfile.read(self.fix_path(video_id))
-        return fixfile.apply_edits(fixfile.fixes_of(data), edits)
+        data, _ = fixfile.read(self.file_of(video_id))
+        return fixfile.apply_edits(fixfile.fixes_of(data, fixfile.list_key(video_id)), edits)
+
+    def _preview_of(self, name: str, fixes: list[dict[str, Any]]) -> dict[str, Any]:
+        return self.vocabulary_preview(fixes) if name == fixfile.VOCABULARY else self.preview(name, fixes)
 
     def edit(self, video_id: str, reviewer: str, action: str, fixes: list[dict[str, Any]] | None = None,
              index: int | None = None) -> dict[str, Any]:
@@ -263,7 +270,7 @@ class Review:
         and the time), ``drop`` fixes the file has, ``discard`` pending edit ``index``, ``undo``,
         ``redo``, ``clear``. The draft is checked by the pipeline (a dry run of the file it would
         give) before it is kept: a FixError leaves it as it was."""
-        self.catalog.video(video_id)
+        self.file_of(video_id)  # a video of the store, or the vocabulary
         with drafts.lock():
             draft = drafts.read(self.store, video_id, reviewer)
             edits = list(draft.edits)
@@ -285,7 +292,7 @@ class Review:
                 new = drafts.change(draft, [])
             else:
                 raise LookupError(f"unknown draft action {action!r}")
-            preview = self.preview(video_id, self.pending(video_id, new.plain_edits()))
+            preview = self._preview_of(video_id, self.pending(video_id, new.plain_edits()))
             new = drafts.write(self.store, new)
         return {"draft": self.draft_view(new), "preview": preview}
 
@@ -293,23 +300,68 @@ class Review:
         """Save the reviewer's draft (or only ``edits``, e.g. a question's verdict, which are then
         stamped here) onto the fix file as it is now: rebased, each edit through the pipeline's
         validation; what did not apply stays pending with its error."""
-        path = self.fix_path(video_id)
+        vocabulary = video_id == fixfile.VOCABULARY
+        path = self.file_of(video_id)
         with drafts.lock():
             draft = drafts.read(self.store, video_id, reviewer)
             own = edits is None
             todo = draft.plain_edits() if own else [{**e, "fix": stamp(e["fix"], reviewer) if e["kind"] == "add"
                                                      else e["fix"]} for e in edits]
-            _, failed = fixfile.save_edits(path, video_id, todo, self.validator(video_id))
+            _, failed = fixfile.save_edits(path, video_id, todo,
+                                           self.check_vocabulary if vocabulary else self.validator(video_id))
             bad = [drafts.Failed(edit=drafts.Edit(**e), error=self.error_body(err)) for e, err in failed]
             if own:
                 left = [f.edit for f in bad]
                 draft = drafts.write(self.store, draft.model_copy(update={"edits": left, "undo": [], "redo": [],
                                                                            "failed": bad}))
-        state = self.fix_state(video_id)
-        preview = self.preview(video_id, self.pending(video_id, draft.plain_edits())) if state["error"] is None else None
+        state = self.vocabulary_state() if vocabulary else self.fix_state(video_id)
+        preview = self._preview_of(video_id, self.pending(video_id, draft.plain_edits())) if state["error"] is None else None
         return {"fixes": state, "failed": [{"edit": f.edit.model_dump(), "error": f.error} for f in bad],
                 "draft": self.draft_view(draft), "preview": preview, "sha256": state["sha256"],
                 "history": state["history"], "path": state["path"]}
+
+    # ------------------------------------------------------------------ the benchmark's vocabulary
+    def vocabulary_state(self) -> dict[str, Any]:
+        path = self.vocabulary_path()
+        data, sha = fixfile.read(path)
+        state: dict[str, Any] = {"path": self.relative(str(path)), "sha256": sha, "fixes": [], "error": None,
+                                 "text": data.decode("utf-8", "replace") if data else "",
+                                 "history": self.history(path, fixfile.VOCABULARY, "vocabulary")}
+        if data is not None:
+            try:
+                self.vocabulary(state["text"])
+                state["fixes"] = fixfile.fixes_of(data, "vocabulary")
+            except fx.FixError as e:
+                state["error"] = self.error_body(e)
+        return state
+
+    def check_vocabulary(self, text: str) -> fx.Vocabulary:
+        """The vocabulary's text checked as the metadata stage would use it: parsed, and applied
+        before the fix file of every video that has one (a video's rename of a name the vocabulary
+        changes would fail there: the error names that file)."""
+        vocab = self.vocabulary(text)
+        folder = self.fixes_dir()
+        views = self.catalog.views()
+        for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
+            if path.stem in views and self.catalog.current("reconcile", path.stem) is not None:
+                self.dry_run(path.stem, path.read_text(encoding="utf-8"), vocab)
+        return vocab
+
+    def vocabulary_preview(self, entries: list[dict[str, Any]]) -> dict[str, Any]:
+        """Every concept of the benchmark (the automatic instances of every video) and what the
+        vocabulary with these entries makes of it, with its instances per video."""
+        text = fixfile.render(fixfile.read(self.vocabulary_path())[0], fixfile.VOCABULARY, entries)
+        vocab = self.check_vocabulary(text)
+        rows: dict[str, dict[str, Any]] = {}
+        for vid in sorted(self.catalog.views()):
+            ref = self.catalog.current("reconcile", vid)
+            if ref is None:
+                continue
+            for c in self.store.read_table(ref, "instances_auto.parquet")["concept"].to_pylist():
+                r = rows.setdefault(c, {"concept": c, "becomes": vocab.canonical(c), "videos": {}, "instances": 0})
+                r["videos"][vid] = r["videos"].get(vid, 0) + 1
+                r["instances"] += 1
+        return {"concepts": sorted(rows.values(), key=lambda r: (r["becomes"], r["concept"])), "names": vocab.names()}
 
     # ------------------------------------------------------------------ pages
     def reviewed(self, video_id: str, fixes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
@@ -366,7 +418,6 @@ class Review:
         out["instances"] = [{k: r[k] for k in INSTANCE_FIELDS} for r in instances.to_pylist()]
         out["motion"] = [{k: r[k] for k in MOTION_FIELDS}
                          for r in self.catalog.table("metadata", video_id, "motion.parquet").to_pylist()]
-        out["auto_motion"] = [{k: r[k] for k in MOTION_FIELDS} for r in self.auto_inputs(video_id).motion]
         samples = self.catalog.table("metadata", video_id, "motion_samples.parquet", ["time", "angle_deg", "moving"])
         out["motion_samples"] = {"time": samples["time"].to_pylist(), "angle_deg": samples["angle_deg"].to_pylist(),
                                  "moving": samples["moving"].to_pylist()}
@@ -385,6 +436,8 @@ class Review:
                 out["preview"] = self.preview(video_id, self.pending(video_id, out.get("draft", {}).get("edits", [])))
             except fx.FixError as e:  # e.g. a vocabulary saved since that the file's fixes no longer fit
                 out["fixes"]["error"] = self.error_body(e)
+            except NotReady as e:  # the inputs fixes are checked on are missing: the page shows the outputs
+                out["check_error"] = self.relative(str(e))
         return out
 
     def concept_names(self) -> list[str]:

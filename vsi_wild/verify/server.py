@@ -29,6 +29,7 @@ from vsi_wild.store import Store
 from vsi_wild.verify import drafts, fixfile, progress
 from vsi_wild.verify.catalog import NotFound, NotReady
 from vsi_wild.verify.masks import MaskServer
+from vsi_wild.verify.queue import Queue
 from vsi_wild.verify.review import Review
 
 STATIC = Path(str(resources.files("vsi_wild.verify") / "static"))
@@ -36,7 +37,8 @@ TOKEN_HEADER = "X-Verify-Token"
 REVIEWER_HEADER = "X-Verify-Reviewer"
 TOKEN_COOKIE = "vsi_verify_token"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-PAGES = {"videos": "index.html", "temporal": "temporal.html", "spatial": "spatial.html", "questions": "questions.html"}
+PAGES = {"videos": "index.html", "temporal": "temporal.html", "spatial": "spatial.html", "questions": "questions.html",
+         "queue": "queue.html", "vocabulary": "vocabulary.html"}
 
 
 class FixesBody(BaseModel):
@@ -74,7 +76,7 @@ def default_reviewer_name() -> str:
 
 
 class ProgressBody(BaseModel):
-    progress: progress.Progress
+    progress: progress.Patch
 
 
 class Rederive:
@@ -135,6 +137,7 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
     ``require_token`` every request needs it, else only the POSTs do. ``reviewer``: the name fixes
     are recorded under when a page does not send its own (``X-Verify-Reviewer``)."""
     review = Review(config, store)
+    queue = Queue(review)
     default_reviewer = drafts.check_reviewer(reviewer or default_reviewer_name())
     masks = MaskServer(review.catalog)
     rederive = Rederive(config, store)
@@ -214,6 +217,14 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         review.catalog.video(video_id)
         return page("questions")
 
+    @app.get("/queue", response_class=HTMLResponse)
+    def queue_page() -> HTMLResponse:
+        return page("queue")
+
+    @app.get("/vocabulary", response_class=HTMLResponse)
+    def vocabulary_page() -> HTMLResponse:
+        return page("vocabulary")
+
     @app.get("/report", response_class=HTMLResponse)
     def report_page() -> Response:
         """The build report the pipeline published in the data root (report.html): its video names
@@ -260,6 +271,64 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
             raise NotFound(f"no frame {f} in {video_id}")
         return Response(cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
 
+    @app.get("/api/videos/{video_id}/crop")
+    def api_crop(video_id: str, t: float, x0: float, y0: float, x1: float, y1: float, h: int = 120) -> Response:
+        """The frame at time ``t`` around a box (view pixels), as a JPEG ``h`` px high: a thumbnail."""
+        row = review.catalog.video(video_id)
+        cap = cv2.VideoCapture(review.catalog.video_file(video_id))
+        try:
+            cap.set(cv2.CAP_PROP_POS_FRAMES, max(0, int(round(t * float(row["fps"])))))
+            ok, bgr = cap.read()
+        finally:
+            cap.release()
+        if not ok:
+            raise NotFound(f"no frame at {t} s in {video_id}")
+        H, W = bgr.shape[:2]
+        sx, sy = W / float(row["width"]), H / float(row["height"])
+        mx, my = 0.25 * (x1 - x0) + 8, 0.25 * (y1 - y0) + 8  # some of the surroundings
+        a, b = int(max(0, (x0 - mx) * sx)), int(max(0, (y0 - my) * sy))
+        c, d = int(min(W, (x1 + mx) * sx)), int(min(H, (y1 + my) * sy))
+        if c - a < 2 or d - b < 2:
+            raise NotFound(f"box [{x0}, {y0}, {x1}, {y1}] is outside the frame of {video_id}")
+        crop = bgr[b:d, a:c]
+        scale = max(16, min(h, 400)) / crop.shape[0]
+        crop = cv2.resize(crop, (max(1, int(crop.shape[1] * scale)), max(1, int(crop.shape[0] * scale))))
+        return Response(cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
+
+    @app.get("/api/queue")
+    def api_queue() -> dict[str, Any]:
+        items = queue.items()
+        return {"items": items, "progress": queue.summary(items)}
+
+    @app.get("/api/queue/item")
+    def api_queue_item(id: str) -> dict[str, Any]:  # noqa: A002 - the item's id
+        return queue.detail(id)
+
+    @app.get("/api/vocabulary")
+    def api_vocabulary(request: Request) -> dict[str, Any]:
+        state = review.vocabulary_state()
+        draft = drafts.read(store, fixfile.VOCABULARY, who(request))
+        out = {"file": state, "draft": review.draft_view(draft)}
+        if state["error"] is None:
+            out["preview"] = review.vocabulary_preview(review.pending(fixfile.VOCABULARY, draft.plain_edits()))
+        return out
+
+    @app.post("/api/vocabulary/draft")
+    def api_vocabulary_draft(body: DraftBody, request: Request) -> dict[str, Any]:
+        return review.edit(fixfile.VOCABULARY, who(request), body.action, body.fixes, body.index)
+
+    @app.post("/api/vocabulary/fixes")
+    def api_vocabulary_save(body: SaveBody, request: Request) -> dict[str, Any]:
+        return review.save(fixfile.VOCABULARY, who(request), body.edits)
+
+    @app.post("/api/rederive")
+    def api_rederive_all() -> JSONResponse:
+        """Re-derive every video (after a vocabulary change)."""
+        try:
+            return JSONResponse(rederive.start(sorted(review.catalog.views())), status_code=202)
+        except RuntimeError as e:
+            return JSONResponse({"error": str(e)}, status_code=409)
+
     @app.get("/api/videos/{video_id}/questions")
     def api_questions(video_id: str) -> list[dict[str, Any]]:
         return review.questions(video_id)
@@ -295,9 +364,9 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         return review.save(video_id, who(request), [])
 
     @app.post("/api/videos/{video_id}/progress")
-    def api_progress(video_id: str, body: ProgressBody) -> dict[str, Any]:
+    def api_progress(video_id: str, body: ProgressBody, request: Request) -> dict[str, Any]:
         review.catalog.video(video_id)
-        return progress.write(store, video_id, body.progress).model_dump()
+        return progress.patch(store, video_id, body.progress, who(request)).model_dump()
 
     @app.post("/api/videos/{video_id}/rederive")
     def api_rederive(video_id: str) -> JSONResponse:

@@ -80,8 +80,10 @@ function status(text, bad) {
   s.textContent = text; s.className = bad ? "error" : "muted";
 }
 
-async function saveProgress(progress) {
-  return api(`/api/videos/${encodeURIComponent(videoId())}/progress`, {progress});
+async function saveProgress(change, vid) {
+  // one mark ({temporal_verified}, {clip, clip_verified}, {question, verdict}); the server applies it
+  // to the marks as they are now and returns them
+  return api(`/api/videos/${encodeURIComponent(vid || videoId())}/progress`, {progress: change});
 }
 
 async function rederive(onUpdate) {
@@ -144,7 +146,9 @@ function controlBar(video, duration, fps) {
     time.textContent = `${fmtTime(video.currentTime)} / ${fmtTime(duration)}`;
   };
   for (const ev of ["play", "pause", "timeupdate", "seeked", "loadedmetadata"]) video.addEventListener(ev, update);
-  return el("div", {class: "controls"}, play, back, fwd, scrub, time, speed);
+  const bar = el("div", {class: "controls"}, play, back, fwd, scrub, time, speed);
+  (video.closest(".player") || video).after(bar);  // under the frame and its overlay, not inside them
+  return bar;
 }
 
 // ------------------------------------------------------------------ the reviewer's draft

@@ -34,7 +34,7 @@ class MaskPlayer {
     canvas.width = info.video.width; canvas.height = info.video.height;
     video.src = `/api/videos/${encodeURIComponent(info.video.video_id)}/media`;
     video.removeAttribute("controls");
-    video.after(controlBar(video, info.video.duration_s, info.video.fps));
+    controlBar(video, info.video.duration_s, info.video.fps);
     const tick = (now, meta) => { this.draw(meta.mediaTime); video.requestVideoFrameCallback(tick); };
     video.requestVideoFrameCallback(tick);
     video.addEventListener("seeked", () => this.draw(video.currentTime));

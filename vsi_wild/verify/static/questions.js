@@ -20,7 +20,7 @@ async function setVerdict(qid, verdict, reason, errorBox) {
   if (reason) fix.reason = reason;
   try {
     await DRAFT.saveOnly([{kind: "add", fix}]);
-    Q.progress = await saveProgress({...Q.progress, questions: {...Q.progress.questions, [qid]: verdict}});
+    Q.progress = await saveProgress({question: qid, verdict});
     status(`${verdict === "accept" ? "accepted" : "rejected"} ${qid}`);
     render();
   } catch (e) {
@@ -112,7 +112,7 @@ async function load() {
   Q.info = info; Q.questions = questions; Q.progress = info.progress;
   DRAFT.load(info);
   const v = $("video");
-  if (!v.src) { v.src = `/api/videos/${encodeURIComponent(VID)}/media`; v.after(controlBar(v, info.video.duration_s, info.video.fps)); }
+  if (!v.src) { v.src = `/api/videos/${encodeURIComponent(VID)}/media`; controlBar(v, info.video.duration_s, info.video.fps); }
   render();
   window.pageReady = true;
 }

@@ -7,7 +7,7 @@ const $ = id => document.getElementById(id);
 const VID = videoId();
 const SECTORS = ["forward", "forward-right", "right", "backward-right", "backward", "backward-left", "left", "forward-left"];
 const COHERENCE_DEG = 90;  // adjacent clips whose directions differ more are flagged
-const DRAFT = new Draft(VID, res => { M.motion = res.motion; selectClip(M.clip, false); });
+const DRAFT = new Draft(VID, res => { M.motion = res.motion; selectClip(M.clip, false); renderPending(); });
 DRAFTS.push(DRAFT);
 
 function wrap(a) { return ((a + 180) % 360 + 360) % 360 - 180; }
@@ -104,9 +104,7 @@ async function save() {
 }
 
 async function markVerified(on) {
-  const set = new Set(M.progress.clips_verified);
-  on ? set.add(M.clip) : set.delete(M.clip);
-  M.progress = await saveProgress({...M.progress, clips_verified: [...set]});
+  M.progress = await saveProgress({clip: M.clip, clip_verified: on});
   render();
 }
 
@@ -186,7 +184,7 @@ async function load() {
   if (M.setUp) { selectClip(M.clip, false); renderPending(); return; }  // reloaded after a re-derive
   M.setUp = true;
   v.src = `/api/videos/${encodeURIComponent(VID)}/media`;
-  v.after(controlBar(v, info.video.duration_s, info.video.fps));
+  controlBar(v, info.video.duration_s, info.video.fps);
   v.addEventListener("timeupdate", render);
   v.addEventListener("seeked", render);
   setupKeys(); setupCompass();

@@ -243,7 +243,9 @@ function showDrawn() {
     if (box) S.player.extra = [{id, box, time: k * step, text: (S.draw.mode === "box" ? `#${id} new box` : `${$("add-concept").value || "new"} (drawn)`), dashed: true}];
   }
   const keys = fr.map(f => f.box ? `${fmtTime(f.time)} [${f.box.map(v => Math.round(v)).join(", ")}]` : `${fmtTime(f.time)} out of view`).join(" · ");
-  $(S.draw.mode === "box" ? "box-keys" : "draw-keys").textContent = fr.length ? `keyframes: ${keys}` : (S.draw.mode ? "drag a box on the frame" : "");
+  const text = fr.length ? `keyframes: ${keys}` : (S.draw.mode ? "drag a box on the frame" : "");
+  $(S.draw.mode === "box" ? "box-keys" : "draw-keys").textContent = text;
+  $("drawbar-keys").textContent = S.draw.mode === "box" ? `new box of #${selectedIds()[0]} · ${text}` : `${$("add-concept").value || "new instance"} · ${text}`;
   $("draw-toggle").classList.toggle("on", S.draw.mode === "add"); $("box-draw").classList.toggle("on", S.draw.mode === "box");
   S.player.redraw();
 }
@@ -252,8 +254,12 @@ function startDrawing(mode) {
   S.draw = {mode: S.draw.mode === mode ? null : mode, frames: []};
   S.player.setDrawing(S.draw.mode !== null);
   $("draw-keys").textContent = ""; $("box-keys").textContent = "";
+  $("drawbar").hidden = S.draw.mode === null;
+  if (S.draw.mode !== null) $("overlay").scrollIntoView({block: "nearest"});  // the frame to draw on, in view
   showDrawn();
 }
+
+function stopDrawing() { S.draw = {mode: null, frames: []}; S.player.setDrawing(false); $("drawbar").hidden = true; showDrawn(); }
 
 function addKeyframe(k) {
   const fr = S.draw.frames.filter(f => Math.abs(f.time - k.time) > 1e-6);
@@ -408,20 +414,21 @@ function setupOps() {
     if (selectedIds().length !== 1) { $("box-error").textContent = "select one instance"; return; }
     startDrawing("box");
   };
-  $("draw-cancel").onclick = () => { S.draw = {mode: null, frames: []}; S.player.setDrawing(false); showDrawn(); $("draw-keys").textContent = ""; };
+  $("draw-cancel").onclick = stopDrawing;
+  $("drawbar-cancel").onclick = stopDrawing;
+  $("drawbar-outside").onclick = () => $("draw-outside").click();
+  $("drawbar-done").onclick = () => (S.draw.mode === "box" ? $("box-apply") : $("add-add")).click();
   $("draw-outside").onclick = () => { if (S.draw.frames.length) addKeyframe({time: now(), outside: true}); };
   $("add-add").onclick = async () => {
     if (!S.draw.frames.length) { $("add-error").textContent = "draw its box on the frame first (draw boxes), or add it by time"; return; }
-    if (await addFixes([{op: "add_instance", concept: $("add-concept").value.trim(), boxes: S.draw.frames}], $("add-error"))) {
-      S.draw = {mode: null, frames: []}; S.player.setDrawing(false); showDrawn();
-    }
+    if (await addFixes([{op: "add_instance", concept: $("add-concept").value.trim(), boxes: S.draw.frames}], $("add-error"))) stopDrawing();
+    else $("drawbar-keys").textContent = $("add-error").textContent;
   };
   $("box-apply").onclick = async () => {
     const sel = selectedIds();
     if (sel.length !== 1 || !S.draw.frames.length) { $("box-error").textContent = "select one instance and draw its box"; return; }
-    if (await addFixes([{op: "set_box", instance: sel[0], boxes: S.draw.frames}], $("box-error"))) {
-      S.draw = {mode: null, frames: []}; S.player.setDrawing(false); showDrawn();
-    }
+    if (await addFixes([{op: "set_box", instance: sel[0], boxes: S.draw.frames}], $("box-error"))) stopDrawing();
+    else $("drawbar-keys").textContent = $("box-error").textContent;
   };
   const appearance = key => {
     const sel = selectedIds();
@@ -436,7 +443,7 @@ function setupOps() {
   $("restore").onclick = restore;
   $("rederive").onclick = runRederive;
   $("verified").onchange = async e => {
-    S.progress = await saveProgress({...S.progress, temporal_verified: e.target.checked});
+    S.progress = await saveProgress({temporal_verified: e.target.checked});
     status(e.target.checked ? "marked verified" : "marked not verified");
   };
   $("show-masks").onchange = e => { S.player.showMasks = e.target.checked; S.player.redraw(); };
