@@ -60,11 +60,11 @@ class Queue:
                     out[v].append({"stage": stage.name, "unit": unit, "error": self.review.relative(r["error"])})
         return out
 
-    def items(self) -> list[dict[str, Any]]:
-        """Every item of the benchmark, in queue order (done ones included, marked)."""
+    def items(self, videos: list[str] | None = None) -> list[dict[str, Any]]:
+        """Every item of the benchmark (or of ``videos``), in queue order (done ones included, marked)."""
         pairs, units, clips, questions = [], [], [], []
         failed = self.failed_units()
-        for vid in sorted(self.catalog.views()):
+        for vid in sorted(videos if videos is not None else self.catalog.views()):
             data, _ = fixfile.read(self.review.fix_path(vid))
             try:
                 fixes = fixfile.fixes_of(data)

@@ -116,6 +116,7 @@ class Review:
         self.catalog = Catalog(config, store)
         self._auto: OrderedDict[str, tuple[tuple, meta.FixInputs]] = OrderedDict()
         self._decisions: dict[str, tuple[Any, list[dict], list[dict]]] = {}
+        self._history: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
     # ------------------------------------------------------------------ paths as a person reads them
@@ -154,14 +155,18 @@ class Review:
         """The file's earlier versions, each with who made its fixes and when (newest fix)."""
         out = []
         for v in fixfile.history(path, name):
-            data = (fixfile.history_dir(path, name) / f"{v}.yaml").read_bytes()
-            try:
-                fixes = list((YAML(typ="safe").load(data) or {}).get(key) or [])
-            except Exception:  # noqa: BLE001 - a version a person broke by hand is still listed
-                fixes = []
-            ats = [str(f.get("at")) for f in fixes if isinstance(f, dict) and f.get("at")]
-            out.append({"version": v, "fixes": len(fixes), "at": max(ats) if ats else None,
-                        "by": sorted({str(f["by"]) for f in fixes if isinstance(f, dict) and f.get("by")})})
+            version = fixfile.history_dir(path, name) / f"{v}.yaml"
+            held = self._history.get(str(version))  # a kept version never changes: read it once
+            if held is None:
+                try:
+                    fixes = list((YAML(typ="safe").load(version.read_bytes()) or {}).get(key) or [])
+                except Exception:  # noqa: BLE001 - a version a person broke by hand is still listed
+                    fixes = []
+                ats = [str(f.get("at")) for f in fixes if isinstance(f, dict) and f.get("at")]
+                held = self._history[str(version)] = {
+                    "version": v, "fixes": len(fixes), "at": max(ats) if ats else None,
+                    "by": sorted({str(f["by"]) for f in fixes if isinstance(f, dict) and f.get("by")})}
+            out.append(held)
         return out
 
     def fix_state(self, video_id: str) -> dict[str, Any]:
@@ -315,7 +320,10 @@ class Review:
                 draft = drafts.write(self.store, draft.model_copy(update={"edits": left, "undo": [], "redo": [],
                                                                            "failed": bad}))
         state = self.vocabulary_state() if vocabulary else self.fix_state(video_id)
-        preview = self._preview_of(video_id, self.pending(video_id, draft.plain_edits())) if state["error"] is None else None
+        # a page that saved its draft shows what the file and what is left of it give; a verdict saved
+        # alone (``edits``) changes nothing the page shows
+        preview = self._preview_of(video_id, self.pending(video_id, draft.plain_edits())) \
+            if state["error"] is None and own else None
         return {"fixes": state, "failed": [{"edit": f.edit.model_dump(), "error": f.error} for f in bad],
                 "draft": self.draft_view(draft), "preview": preview, "sha256": state["sha256"],
                 "history": state["history"], "path": state["path"]}

@@ -296,8 +296,8 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         return Response(cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
 
     @app.get("/api/queue")
-    def api_queue() -> dict[str, Any]:
-        items = queue.items()
+    def api_queue(video: str | None = None) -> dict[str, Any]:
+        items = queue.items([review.catalog.video(video)["video_id"]] if video else None)
         return {"items": items, "progress": queue.summary(items)}
 
     @app.get("/api/queue/item")

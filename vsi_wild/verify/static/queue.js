@@ -56,9 +56,23 @@ function renderList() {
   if (cur) cur.scrollIntoView({block: "nearest"});
 }
 
+const ONLY = new URLSearchParams(location.search).get("video");  // one video's queue
+
 async function reload() {
-  const q = await api("/api/queue");
+  const q = await api("/api/queue" + (ONLY ? `?video=${encodeURIComponent(ONLY)}` : ""));
   Z.items = q.items; Z.progress = q.progress;
+  renderProgress(); renderList();
+}
+
+function markDone(id, extra) {
+  // a decision saved: the item and the progress as the server will count them (no refetch per item)
+  const item = Z.items.find(i => i.id === id), p = Z.progress;
+  if (!item || item.done) return;
+  Object.assign(item, {done: true, by: REVIEWER}, extra || {});
+  p.all.done++; p.kinds[item.kind].done++;
+  const v = p.videos.find(x => x.video_id === item.video_id);
+  if (v) { v.done++; const seg = v.segments.find(x => x.segment === Math.floor(item.time / p.segment_s)); if (seg) seg.done++; }
+  p.reviewers[REVIEWER] = (p.reviewers[REVIEWER] || 0) + 1;
   renderProgress(); renderList();
 }
 
@@ -81,7 +95,7 @@ async function open(id) {
   const item = Z.items.find(i => i.id === id);
   renderList();
   if (!item) { Z.detail = null; $("item").replaceChildren(el("p", {class: "muted done-all"}, "Nothing left to review: every item is done.")); $("keys").textContent = ""; return; }
-  history.replaceState(null, "", `/queue?item=${encodeURIComponent(id)}`);
+  history.replaceState(null, "", `/queue?` + (ONLY ? `video=${encodeURIComponent(ONLY)}&` : "") + `item=${encodeURIComponent(id)}`);
   try {
     Z.detail = await api(`/api/queue/item?id=${encodeURIComponent(id)}`);
   } catch (e) { $("item").replaceChildren(el("p", {class: "error"}, e.message)); return; }
@@ -178,13 +192,12 @@ async function saveFix(vid, fix) {
   return res;
 }
 
-async function decide(work, advance) {
+async function decide(work, advance, extra) {
   if (Z.busy) return;
   Z.busy = true; $("item-error").textContent = "";
   try {
     await work();
-    await reload();
-    if (advance) nextOpen(); else await open(Z.current);
+    if (advance) { markDone(Z.current, extra); await nextOpen(); } else await open(Z.current);
     status("saved");
   } catch (e) { $("item-error").textContent = fixError(e); }
   finally { Z.busy = false; }
@@ -192,14 +205,14 @@ async function decide(work, advance) {
 
 function pairDecision(decision) {
   const d = Z.detail, p = d.pair;
-  return decide(() => saveFix(d.video_id, {op: "review_pair", clip_a: p.clip_a, local_a: p.local_a, clip_b: p.clip_b, local_b: p.local_b, decision}), true);
+  return decide(() => saveFix(d.video_id, {op: "review_pair", clip_a: p.clip_a, local_a: p.local_a, clip_b: p.clip_b, local_b: p.local_b, decision}), true, {decision});
 }
 
 function verdict(v, reason) {
   const d = Z.detail, q = d.question;
   const fix = {op: "review_question", question: q.question_id, verdict: v};
   if (v === "reject") fix.reason = reason || $("reason").value;
-  return decide(async () => { await saveFix(d.video_id, fix); await saveProgress({question: q.question_id, verdict: v}, d.video_id); }, true);
+  return decide(async () => { await saveFix(d.video_id, fix); await saveProgress({question: q.question_id, verdict: v}, d.video_id); }, true, {verdict: v});
 }
 
 function instanceFix(kind) {
@@ -236,7 +249,7 @@ function nextOpen() {
   const after = list.slice(i + 1).concat(list.slice(0, Math.max(0, i + 1)));
   const k = $("kind").value;
   const next = after.find(x => !x.done && (!k || x.kind === k));
-  open(next ? next.id : null);
+  return open(next ? next.id : null);
 }
 
 function step(dir) {
@@ -264,8 +277,11 @@ document.addEventListener("keydown", e => {
   else if (kind === "clip" && /^[1-8]$/.test(key)) { acted(); setSector(Number(key) - 1); }
 });
 
+let REVIEWER = "";
+
 async function load() {
   header("queue");
+  REVIEWER = (await api("/api/reviewer")).reviewer;
   $("filter").onchange = renderList; $("kind").onchange = renderList;
   await reload();
   const want = new URLSearchParams(location.search).get("item");
