@@ -376,19 +376,22 @@ def _changes(changes: Mapping[str, Any] | None) -> str:
         return '<p class="muted">No previous build of this data root to compare with.</p>'
     out = [f"<p>Compared with {_e(changes['previous'])}: {changes['before']} questions before, "
            f"{changes['after']} now; <b>{changes['added']}</b> added, <b>{changes['removed']}</b> removed, "
-           f"<b>{changes['changed']}</b> changed (answer or options).</p>"]
+           f"<b>{changes['changed']}</b> changed (answer or options); of the questions in both, "
+           f"<b>{changes.get('letters', 0)}</b> answer letters, <b>{changes.get('order', 0)}</b> option orders and "
+           f"<b>{changes.get('doc_ids', 0)}</b> doc ids moved.</p>"]
     if changes["stage_versions"]:
         out.append("<p>Stage versions changed: " + _e(", ".join(f"{s} {a} → {b}" for s, (a, b) in
                                                                 changes["stage_versions"].items())) + "</p>")
-    if not (changes["added"] or changes["removed"] or changes["changed"]):
+    if not any(changes.get(k) for k in ("added", "removed", "changed", "letters", "order", "doc_ids")):
         out.append('<p class="ok">No question changed.</p>')
         return "\n".join(out)
-    out.append("<h3>Per task</h3>" + _table(["task", "added", "removed", "changed"],
-                                            [[t, c["added"], c["removed"], c["changed"]]
-                                             for t, c in changes["per_task"].items()], numeric=(1, 2, 3)))
-    out.append("<h3>Per video</h3>" + _table(["video", "added", "removed", "changed", "why"],
-                                             [[v, c["added"], c["removed"], c["changed"], "; ".join(c["causes"]) or "—"]
-                                              for v, c in changes["per_video"].items()], numeric=(1, 2, 3)))
+    kinds = ["added", "removed", "changed", "letters", "order", "doc_ids"]
+    out.append("<h3>Per task</h3>" + _table(["task", *kinds],
+                                            [[t, *(c.get(k, 0) for k in kinds)]
+                                             for t, c in changes["per_task"].items()], numeric=(1, 2, 3, 4, 5, 6)))
+    out.append("<h3>Per video</h3>" + _table(["video", *kinds, "why"],
+                                             [[v, *(c.get(k, 0) for k in kinds), "; ".join(c["causes"]) or "—"]
+                                              for v, c in changes["per_video"].items()], numeric=(1, 2, 3, 4, 5, 6)))
     if changes["changed_questions"]:
         rows = "".join(
             f"<tr><td>{_e(c['task_type'])}</td><td>{_video_link(c['video_id'])}</td><td>{_e(c['question'])}</td>"
