@@ -319,6 +319,7 @@ class _Fixing:
         self.motion_by_clip = {int(r["clip_index"]): dict(r) for r in inputs.motion}
         self.samples_by_time = {round(float(s["time"]), 6): s for s in inputs.motion_samples}
         self.reviews: dict[str, dict] = {}  # question id -> its review row
+        self.reviewed_by: dict[str, str | None] = {}  # question id -> who gave the verdict that counts
         self.member_now = dict(self.member_of)  # (clip, local) -> the instance its observations are in
 
     def member_instance(self, key: tuple[int, int]) -> int | None:
@@ -647,9 +648,12 @@ def _motion(st: _Fixing, f: fx.Fix) -> str:
 
 def _review_question(st: _Fixing, f: fx.Fix) -> str:
     op = f.op
-    if op.question in st.reviews:
-        raise st.error(f, "question", f"question {op.question} was reviewed by the fix at line "
-                                      f"{st.reviews[op.question]['line']}")
+    if op.question in st.reviews:  # a second reviewer's verdict (the later one counts); one reviewer's twice is a slip
+        earlier = st.reviewed_by[op.question]
+        if earlier == op.by:
+            raise st.error(f, "question", f"question {op.question} was reviewed by the fix at line "
+                                          f"{st.reviews[op.question]['line']}" + (f" (also by {op.by})" if op.by else ""))
+    st.reviewed_by[op.question] = op.by
     st.reviews[op.question] = {"video_id": st.inputs.video_id, "question_id": op.question, "verdict": op.verdict,
                                "reason": op.reason, "line": f.line}
     return f"question {op.question}: {op.verdict}" + (f" ({op.reason})" if op.reason else "")

@@ -60,10 +60,12 @@ def add(fix):
 
 def test_edits_add_drop_and_replace_what_decides_one_thing():
     accept = {"op": "review_question", "question": "0123456789ab", "verdict": "accept", "by": "ana"}
-    reject = {"op": "review_question", "question": "0123456789ab", "verdict": "reject", "reason": "ambiguous"}
+    reject = {"op": "review_question", "question": "0123456789ab", "verdict": "reject", "reason": "ambiguous", "by": "ana"}
     out = fixfile.apply_edits([MERGE, accept], [add(RENAME), {"kind": "drop", "fix": MERGE}, add(reject),
                                                 {"kind": "drop", "fix": {"op": "merge", "instances": [1, 2]}}])
-    assert out == [RENAME, reject]  # the later verdict replaces the earlier; dropping a fix that is gone is nothing
+    assert out == [RENAME, reject]  # her later verdict replaces her earlier; dropping a fix that is gone is nothing
+    second = {**accept, "by": "ben"}  # a second reviewer's verdict is kept beside hers (agreement compares them)
+    assert fixfile.apply_edits(out, [add(second)]) == [RENAME, reject, second]
     stamped = {**MERGE, "by": "ana", "at": "2026-12-05T10:00:00Z"}
     assert fixfile.apply_edits([stamped], [{"kind": "drop", "fix": MERGE}]) == []
 

@@ -109,6 +109,53 @@ def check(
     raise typer.Exit(1 if bad else 0)
 
 
+@fixes_app.command("agreement")
+def agreement(
+    videos: Optional[list[str]] = typer.Argument(None, help="Video ids (default: every video with a fix file)."),
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+) -> None:
+    """How consistently reviewers decided the same items: review pairs (merge or apart), VMR
+    directions (the answer sector, or none) and question verdicts, from the fixes each recorded
+    (a second reviewer reviews blind in the queue: /queue?second=1). Percent agreement and Cohen's
+    kappa per pair of reviewers, then every disagreement."""
+    import json
+
+    from vsi_wild.verify import agreement as ag
+    from vsi_wild.verify import fixfile, progress
+    from vsi_wild.verify.catalog import NotFound, NotReady
+    from vsi_wild.verify.review import video_ids_for
+
+    _, store, review = _review(config, data_root)
+    try:
+        chosen = video_ids_for(review, videos)
+    except NotFound as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    per_video = []
+    for vid in chosen:
+        data, _ = fixfile.read(review.fix_path(vid))
+        fixes = fixfile.fixes_of(data)
+        marks = progress.read(store, vid)
+        verified_by: dict[int, list[str]] = {}
+        for c in marks.clips_verified:
+            if marks.by.get(f"clip:{c}"):
+                verified_by[c] = [marks.by[f"clip:{c}"]]
+        try:
+            automatic = {m["clip_index"]: "none" if m["angle_deg"] is None else ag.sector(m["angle_deg"])
+                         for m in review.auto_inputs(vid).motion}
+        except NotReady:
+            automatic = {}
+        per_video.append(ag.decisions(vid, fixes, verified_by, automatic))
+    report = ag.compare(per_video)
+    report["videos"] = chosen
+    if as_json:
+        typer.echo(json.dumps(report))
+    else:
+        typer.echo("\n".join(ag.lines(report)))
+
+
 def verification_lines(config, store) -> list[str]:
     """`vsi-wild status`'s verification section: one line per video a reviewer has marked
     (nothing when nobody has used `vsi-wild verify` on this root)."""

@@ -92,8 +92,10 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
 
 def apply_edits(fixes: Sequence[dict[str, Any]], edits: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     """The fix list after the edits, in order: ``{"kind": "add", "fix": f}`` appends f (replacing
-    the fix that decided the same thing, ``fixes.op_key``: a question's verdict, a clip's motion, a
-    pair); ``{"kind": "drop", "fix": f}`` removes f (nothing if it is gone already)."""
+    the fix *of the same reviewer* that decided the same thing, ``fixes.op_key``: a question's
+    verdict, a clip's motion, a pair; a second reviewer's decision is kept beside the first's, the
+    later one counts and ``vsi-wild fixes agreement`` compares them); ``{"kind": "drop", "fix": f}``
+    removes f (nothing if it is gone already)."""
     out = list(fixes)
     for e in edits:
         fix = e["fix"]
@@ -106,7 +108,7 @@ def apply_edits(fixes: Sequence[dict[str, Any]], edits: Sequence[dict[str, Any]]
         elif e["kind"] == "add":
             key = fx.op_key(fix)
             if key is not None:
-                out = [g for g in out if fx.op_key(g) != key]
+                out = [g for g in out if not (fx.op_key(g) == key and g.get("by") == fix.get("by"))]
             out.append(fix)
         else:
             raise ValueError(f"unknown edit kind {e['kind']!r}")

@@ -60,8 +60,10 @@ class Queue:
                     out[v].append({"stage": stage.name, "unit": unit, "error": self.review.relative(r["error"])})
         return out
 
-    def items(self, videos: list[str] | None = None) -> list[dict[str, Any]]:
-        """Every item of the benchmark (or of ``videos``), in queue order (done ones included, marked)."""
+    def items(self, videos: list[str] | None = None, second: str | None = None) -> list[dict[str, Any]]:
+        """Every item of the benchmark (or of ``videos``), in queue order (done ones included, marked).
+        ``second``: a second review by this reviewer: an item is done when *they* decided it (and
+        the others' decisions are not shown), so two reviewers' decisions can be compared."""
         pairs, units, clips, questions = [], [], [], []
         failed = self.failed_units()
         for vid in sorted(videos if videos is not None else self.catalog.views()):
@@ -70,7 +72,8 @@ class Queue:
                 fixes = fixfile.fixes_of(data)
             except Exception:  # noqa: BLE001 - a broken file: its unit item says why
                 fixes = []
-            by_key = {fx.op_key(f): f for f in fixes if fx.op_key(f) is not None}
+            by_key = {fx.op_key(f): f for f in fixes if fx.op_key(f) is not None
+                      and (second is None or f.get("by") == second)}
             prog = progress.read(self.review.store, vid)
             decisions, members = self.review.decisions(vid)
             first_of = {(m["clip_index"], m["local_id"]): m["first_time"] for m in members}
@@ -93,7 +96,7 @@ class Queue:
                 for m in motion:
                     c = m["clip_index"]
                     f = by_key.get(("motion", c))
-                    verified = c in prog.clips_verified
+                    verified = c in prog.clips_verified and (second is None or prog.by.get(f"clip:{c}") == second)
                     low = m["state"] == "failed" or m["views_consistent"] is False
                     clips.append({
                         "id": f"clip:{vid}:{c}", "kind": "clip", "video_id": vid, "time": float(m["clip_start"]),
@@ -144,16 +147,20 @@ class Queue:
         }
 
     # ------------------------------------------------------------------ one item, as it is now
-    def detail(self, item_id: str) -> dict[str, Any]:
+    def detail(self, item_id: str, second: str | None = None) -> dict[str, Any]:
         """What the queue page shows of one item: the pair, clip or question as the video's saved
-        fixes make it now, with the boxes to crop its thumbnails from."""
+        fixes make it now, with the boxes to crop its thumbnails from. In a second review
+        (``second``: the reviewer), without the other reviewers' decisions of the kind it asks for."""
         kind, vid, rest = (item_id.split(":", 2) + ["", ""])[:3]
         self.catalog.video(vid)
         out: dict[str, Any] = {"id": item_id, "kind": kind, "video_id": vid,
                                "video": {k: self.catalog.video(vid)[k] for k in ("width", "height", "fps", "duration_s")}}
         if kind == "unit":
             return out
-        derived = self.review.dry_run(vid, self.review.render(vid, self.review.pending(vid, [])))
+        fixes = self.review.pending(vid, [])
+        if second is not None:  # blind: the pairs, clips and verdicts as if only this reviewer had decided
+            fixes = [f for f in fixes if fx.op_key(f) is None or f.get("by") == second]
+        derived = self.review.dry_run(vid, self.review.render(vid, fixes))
         best = best_observations(derived.observations)
         instances = {r["instance_id"]: r for r in derived.instances}
         if kind == "pair":

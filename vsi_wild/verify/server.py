@@ -296,13 +296,14 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         return Response(cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
 
     @app.get("/api/queue")
-    def api_queue(video: str | None = None) -> dict[str, Any]:
-        items = queue.items([review.catalog.video(video)["video_id"]] if video else None)
+    def api_queue(request: Request, video: str | None = None, second: bool = False) -> dict[str, Any]:
+        items = queue.items([review.catalog.video(video)["video_id"]] if video else None,
+                            second=who(request) if second else None)
         return {"items": items, "progress": queue.summary(items)}
 
     @app.get("/api/queue/item")
-    def api_queue_item(id: str) -> dict[str, Any]:  # noqa: A002 - the item's id
-        return queue.detail(id)
+    def api_queue_item(request: Request, id: str, second: bool = False) -> dict[str, Any]:  # noqa: A002 - the item's id
+        return queue.detail(id, who(request) if second else None)
 
     @app.get("/api/vocabulary")
     def api_vocabulary(request: Request) -> dict[str, Any]:

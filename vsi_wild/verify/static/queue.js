@@ -57,9 +57,10 @@ function renderList() {
 }
 
 const ONLY = new URLSearchParams(location.search).get("video");  // one video's queue
+const SECOND = new URLSearchParams(location.search).get("second") === "1";  // a second, blind review
 
 async function reload() {
-  const q = await api("/api/queue" + (ONLY ? `?video=${encodeURIComponent(ONLY)}` : ""));
+  const q = await api("/api/queue?" + (ONLY ? `video=${encodeURIComponent(ONLY)}&` : "") + (SECOND ? "second=1" : ""));
   Z.items = q.items; Z.progress = q.progress;
   renderProgress(); renderList();
 }
@@ -95,9 +96,9 @@ async function open(id) {
   const item = Z.items.find(i => i.id === id);
   renderList();
   if (!item) { Z.detail = null; $("item").replaceChildren(el("p", {class: "muted done-all"}, "Nothing left to review: every item is done.")); $("keys").textContent = ""; return; }
-  history.replaceState(null, "", `/queue?` + (ONLY ? `video=${encodeURIComponent(ONLY)}&` : "") + `item=${encodeURIComponent(id)}`);
+  history.replaceState(null, "", `/queue?` + (ONLY ? `video=${encodeURIComponent(ONLY)}&` : "") + (SECOND ? "second=1&" : "") + `item=${encodeURIComponent(id)}`);
   try {
-    Z.detail = await api(`/api/queue/item?id=${encodeURIComponent(id)}`);
+    Z.detail = await api(`/api/queue/item?id=${encodeURIComponent(id)}` + (SECOND ? "&second=1" : ""));
   } catch (e) { $("item").replaceChildren(el("p", {class: "error"}, e.message)); return; }
   if (Z.current !== id) return;
   renderItem(item, Z.detail);
