@@ -218,6 +218,7 @@ class Draft {
         err ? el("div", {class: "error"}, `no longer applies: ${err.reason || err.error}`) : null);
     });
     ol.replaceChildren(...saved, ...pending);
+    if (!saved.length && !pending.length) ol.replaceChildren(el("li", {class: "none muted"}, "no fixes yet"));
   }
 }
 

@@ -63,7 +63,7 @@ function drawCompass() {
   const auto = autoAngle(M.pivot !== null && M.pivot !== undefined ? M.pivot : c0 && c0.pivot_time);
   M.drawnAuto = auto;
   $("auto-angle").textContent = auto === null || auto === undefined ? "none" : `${Math.round(auto)}°, ${sector(auto)}`;
-  if (auto !== null && auto !== undefined) arrow(auto, "#9aa5ae", 3);
+  if (auto !== null && auto !== undefined) arrow(auto, "#9aa5ae", 7);  // wide: it shows around the blue one on it
   if (M.angle !== null && M.angle !== undefined) arrow(M.angle, "#1565c0", 4);
 }
 

@@ -40,7 +40,8 @@ function render() {
   });
   document.querySelector("#videos tbody").replaceChildren(...shown.map(r => el("tr", {"data-video": r.video_id},
     COLUMNS.map(c => el("td", {class: c.num ? "num" : (c.key === "metadata_state" && r.metadata_state !== "done" ? "error" : null)},
-      c.key === "video_id" ? el("a", {href: `/videos/${encodeURIComponent(r.video_id)}`}, r.video_id)
+      c.key === "video_id" ? [el("a", {href: `/videos/${encodeURIComponent(r.video_id)}`}, r.video_id), " ",
+                              el("a", {class: "muted", href: `/queue?video=${encodeURIComponent(r.video_id)}`, title: "this video's review queue"}, "queue")]
                            : (c.show ? c.show(r) : r[c.key] ?? "—"))))));
   document.getElementById("count").textContent = `${shown.length} of ${rows.length} videos`;
 }

@@ -26,6 +26,7 @@ DRAFTS.push(DRAFT);
 
 function render() {
   DRAFT.renderList($("pending"), render);
+  if (!DRAFT.file.length && !DRAFT.edits.length) $("pending").replaceChildren(el("li", {class: "muted"}, "no entries yet: every video keeps the names its pipeline gave"));
   $("undo").disabled = !DRAFT.canUndo; $("redo").disabled = !DRAFT.canRedo;
   if (!V.preview) return;
   const concepts = V.preview.concepts, videos = [...new Set(concepts.flatMap(c => Object.keys(c.videos)))].sort();
