@@ -17,7 +17,10 @@ Outputs (relative to the export folder; ``exports/`` under the data root mirrors
   UTF-8, as the public file);
 - ``qa.parquet``  every row of every split with the streaming fields and provenance (QA_EXPORT);
 - ``text_debias.parquet``  with ``qa.debias_text``: the questions the text probe's pruning dropped
-  (TEXT_DEBIAS); every row of ``qa.parquet`` carries its ``text_bias`` (``vsi_wild.stages.leak_probe``).
+  (TEXT_DEBIAS); ``text_bias.parquet`` every row's text bias (TEXT_BIAS, ``vsi_wild.stages.leak_probe``),
+  a figure of the whole build kept apart from the rows;
+- ``ledger.parquet``  the question ledger (QA_LEDGER, ``vsi_wild.stages.ledger``): each question's
+  identity, number, option order and letter, which the next export keeps;
 - ``splits/vpo_unrotated/vsi_super_wild_qa.jsonl``  the VPO control (same anchors and options,
   unrotated views; its images are in ``images/``);
 - ``splits/voc_repeat/vsi_super_wild_qa.jsonl`` + ``splits/voc_repeat/videos/``  VOC-Repeat: each
@@ -54,6 +57,8 @@ import pyarrow as pa
 from vsi_wild import schema
 from vsi_wild.digest import table_bytes
 from vsi_wild.stages import leak_probe
+from vsi_wild.stages.ledger import (ASKED, DUPLICATE, TEXT_BIASED, UNASKED, Ledger, Move, identity, keep_letters,
+                                    ledger_row, merged)
 from vsi_wild.stages.qa.balance import answer_histograms, balance_answers
 from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, stable_hash
 from vsi_wild.stages.qa.params import QAParams
@@ -84,6 +89,9 @@ class Export:
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates removed
     unasked: list[dict[str, str]] = field(default_factory=list)  # QA_SKIPPED rows the answer balance dropped
     question_ids: dict[str, str] = field(default_factory=dict)  # doc_id -> qa.common.question_id (asked rows)
+    ledger: list[dict[str, Any]] = field(default_factory=list)  # QA_LEDGER rows: the next export starts from them
+    moves: list[Move] = field(default_factory=list)  # letters the balance bound forced to move
+    text_bias: list[dict[str, Any]] = field(default_factory=list)  # TEXT_BIAS rows (``add_text_bias``)
 
     def table(self) -> pa.Table:
         return schema.table(schema.QA_EXPORT, self.rows)
@@ -140,10 +148,12 @@ def options_with_letters(correct: str, distractors: Sequence[str], index: int) -
 
 
 # ----------------------------------------------------------------------------- assembly
-def _doc_ids(questions: list[dict[str, Any]]) -> None:
-    """Release-style ids: ``{video_name}|{n}|{task}|{variant}``, n running over a video's questions
-    in the release's task order (``QATask.release_rank``: VOC, VPO, VMR, VOO); variant 0 for
-    release rows, the split's for twins."""
+def _doc_ids(questions: list[dict[str, Any]], ledger: Ledger) -> None:
+    """Release-style ids: ``{video_name}|{n}|{task}|{variant}``; variant 0 for release rows, the
+    split's for twins (a question and its twins, the control and the stream form, share n). A
+    question the ledger knows keeps its n; a new one gets the next number its video never had, new
+    ones numbered in the release's task order (``QATask.release_rank``: VOC, VPO, VMR, VOO), so a
+    first build numbers a video's questions 0, 1, 2, ... in that order."""
     variants = {RELEASE: "0", **{s.name: s.variant for s in splits() if s.variant}}
 
     def key(q: dict[str, Any]) -> tuple[int, int, int]:
@@ -153,10 +163,21 @@ def _doc_ids(questions: list[dict[str, Any]]) -> None:
     by_video: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for q in questions:
         by_video[q["video_name"]].append(q)
+    next_number = ledger.next_number()
     for name, qs in by_video.items():
-        # a question and its twins (control, stream form) share n
-        keys = sorted({key(q) for q in qs if q["split"] in variants})
-        number = {k: n for n, k in enumerate(keys)}
+        groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
+        for q in qs:
+            if q["split"] in variants:
+                groups[key(q)].append(q)
+        number: dict[tuple, int] = {}
+        fresh = next_number.get(name, 0)
+        for k in sorted(groups):
+            head = next((q for q in groups[k] if q["split"] == RELEASE), groups[k][0])
+            known = ledger.get(head["_identity"])
+            if known is not None and known["n"] is not None:
+                number[k] = known["n"]
+            else:
+                number[k], fresh = fresh, fresh + 1
         for q in qs:
             n = number[key(q)]
             variant = variants[q["split"]]
@@ -171,16 +192,24 @@ def _content_key(q: dict[str, Any]) -> tuple:
     return (q["split"], q["video_name"], q["task_type"], q["question"], fi, opts, q["correct"], tuple(q["answers"]))
 
 
-def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -> Export:
-    """Every exported row from the videos' question tables (QA_QUESTIONS rows)."""
+def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams, ledger: Ledger | None = None,
+             text_biased: Sequence[dict[str, Any]] = ()) -> Export:
+    """Every exported row from the videos' question tables (QA_QUESTIONS rows), and the new ledger.
+
+    ``ledger``: the previous build's (``stages.ledger``; None: a first build). ``text_biased``: the
+    release questions the text debiasing dropped (``drop_text_biased``), for the ledger."""
+    ledger = ledger or Ledger.empty()
     qs = [dict(q) for q in (questions.to_pylist() if isinstance(questions, pa.Table) else questions)]
-    _doc_ids(qs)
+    for q in qs:
+        q["_identity"] = identity(q)
+    _doc_ids(qs, ledger)
     seen: dict[tuple, str] = {}
-    kept, dropped = [], []
+    kept, dropped, duplicates = [], [], []
     for q in sorted(qs, key=lambda q: q["doc_id"]):
         key = _content_key(q)
         if key in seen:
             dropped.append({"doc_id": q["doc_id"], "duplicate_of": seen[key]})
+            duplicates.append(q)
             continue
         seen[key] = q["doc_id"]
         kept.append(q)
@@ -188,24 +217,33 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
     if any(n > 1 for n in ids.values()):
         raise ValueError(f"duplicate doc ids: {[i for i, n in ids.items() if n > 1][:5]}")
     # the answer texts' balance (stages/qa/balance.py) drops release rows; their twins follow below
-    unasked_ids, unasked = balance_answers(kept, params)
+    unasked_ids, unasked = balance_answers(kept, params, ledger.rows)
+    unasked_rows = [q for q in kept if q["doc_id"] in unasked_ids]
     kept = [q for q in kept if q["doc_id"] not in unasked_ids]
     # a control is dropped with its release twin, never alone
     release_ids = {q["doc_id"] for q in kept if q["split"] == RELEASE}
     kept = [q for q in kept if q["split"] == RELEASE or q["base_doc_id"] in release_ids]
 
     mc = {t.name for t in tasks() if t.kind == MC}  # letters are balanced over the multiple-choice tasks
-    letters = assign_letters([q for q in kept if q["split"] == RELEASE and q["task_type"] in mc], params.seed)
+    mc_release = [q for q in kept if q["split"] == RELEASE and q["task_type"] in mc]
+    orders, moves = keep_letters(mc_release, assign_letters(mc_release, params.seed), ledger, params.seed)
+    by_doc = {q["doc_id"]: q for q in mc_release}
     rows: list[dict[str, Any]] = []
     for q in kept:
         if q["task_type"] in mc:
-            idx = letters[q["doc_id"] if q["split"] == RELEASE else q["base_doc_id"]]
-            answer, options = LETTERS[idx], options_with_letters(q["correct"], q["distractors"], idx)
+            base = q["doc_id"] if q["split"] == RELEASE else q["base_doc_id"]
+            order = orders[base]
+            idx = order.index(by_doc[base]["correct"])
+            if sorted(order) != sorted([q["correct"], *q["distractors"]]):  # a twin offering other texts
+                order = [*q["distractors"]]
+                order.insert(idx, q["correct"])
+            answer, options = LETTERS[idx], [f"{LETTERS[i]}) {t}" for i, t in enumerate(order)]
             answer_text = q["correct"]
         else:
             idx, options = None, None
             answer = answer_text = q["answers"][-1]
-        rows.append(_export_row(q, answer=answer, options=options, answer_text=answer_text, answer_index=idx))
+        rows.append(_export_row(q, doc_id=q["doc_id"], answer=answer, options=options, video_path=f"videos/{q['video_name']}",
+                                answer_text=answer_text, answer_index=idx, base_doc_id=q["base_doc_id"], repeat=None))
 
     repeats: list[tuple[str, str, int]] = []
     for t in tasks():
@@ -217,44 +255,59 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams) -
     rows.sort(key=lambda r: (split_rank[r["split"]], r["video_name"], r["_n"]))
     for r in rows:
         r.pop("_n")
+    reasons = {d: u["reason"] for d, u in zip(sorted(unasked_ids), unasked)}  # balance_answers' order
+    current = _ledger_rows(kept, unasked_rows, reasons, duplicates, seen, text_biased, orders, moves)
+    for ident, r in current.items():
+        if r["state"] in (UNASKED, TEXT_BIASED) and ledger.state(ident) == ASKED:
+            r["forced_out"] = True
+    new_ledger = merged(ledger, current)
     return Export(rows, sorted(repeats), dropped, unasked=unasked,
-                  question_ids={q["doc_id"]: question_id(q) for q in kept})
+                  question_ids={q["doc_id"]: question_id(q) for q in kept}, ledger=new_ledger, moves=moves)
 
 
-def _export_row(q: dict[str, Any], **kw: Any) -> dict[str, Any]:
-    """The QA_EXPORT row of question row ``q``: the export's own columns, then every task's columns
-    (filled by ``q``'s task, None for the others)."""
-    row = {
-        "doc_id": q["doc_id"],
-        "video_name": q["video_name"],
-        "task_type": q["task_type"],
-        "question": q["question"],
-        "answer": kw["answer"],
-        "frame_indices": q["frame_indices"],
-        "options": kw["options"],
-        "split": q["split"],
-        "subtype": q["subtype"],
-        "video_id": q["video_id"],
-        "source_id": q["source_id"],
-        "view": q["view"],
-        "video_path": f"videos/{q['video_name']}",
-        "answer_text": kw["answer_text"],
-        "answer_index": kw["answer_index"],
-        "query_times": q["query_times"],
-        "answers": q["answers"],
-        "evidence": q["evidence"],
-        "frame_times": q["frame_times"],
-        "fps": q["fps"],
-        "duration_s": q["duration_s"],
-        "base_doc_id": q["base_doc_id"],
-        "repeat": None,
-        "seed": q["seed"],
-        "metadata_fingerprint": q["metadata_fingerprint"],
-        "pipeline_version": q["pipeline_version"],
-        "text_bias": None,  # set by `add_text_bias` once every row is known
-    }
-    for t in tasks():
-        row.update({c: None for c in t.export_columns})
+def _ledger_rows(kept: Sequence[dict[str, Any]], unasked_rows: Sequence[dict[str, Any]], reasons: dict[str, str],
+                 duplicates: Sequence[dict[str, Any]], seen: dict[tuple, str], text_biased: Sequence[dict[str, Any]],
+                 orders: dict[str, list[str]], moves: Sequence[Move]) -> dict[str, dict[str, Any]]:
+    """This build's QA_LEDGER rows of its release questions, by identity."""
+    moved = {m.doc_id: m for m in moves}
+    current: dict[str, dict[str, Any]] = {}
+    for q in text_biased:
+        current[q["_identity"]] = ledger_row(q, TEXT_BIASED, reason=q["_reason"], dropped_round=q["_round"],
+                                             dropped_text_bias=q["_text_bias"])
+    for q in duplicates:
+        if q["split"] == RELEASE:
+            current[q["_identity"]] = ledger_row(q, DUPLICATE, n=q["_n"], doc_id=q["doc_id"],
+                                                 reason=f"the same question as {seen[_content_key(q)]}")
+    for q in unasked_rows:
+        current[q["_identity"]] = ledger_row(q, UNASKED, n=q["_n"], doc_id=q["doc_id"],
+                                             reason=reasons[q["doc_id"]])
+    for q in kept:
+        if q["split"] != RELEASE:
+            continue
+        extra: dict[str, Any] = {"n": q["_n"], "doc_id": q["doc_id"]}
+        if q["doc_id"] in orders:
+            extra |= {"options": orders[q["doc_id"]], "answer_index": orders[q["doc_id"]].index(q["correct"])}
+        if q["doc_id"] in moved:
+            extra |= {"moved_from": moved[q["doc_id"]].before, "moved_stratum": moved[q["doc_id"]].stratum}
+        current[q["_identity"]] = ledger_row(q, ASKED, **extra)
+    return current
+
+
+# The export's own columns that the question table also has: copied from the question row.
+_COPIED = tuple(c.name for c in schema.QUESTION_COLUMNS if c.role == "base" and c.in_export and c.in_questions)
+# The export's own columns it makes (the rest of its own): ``_export_row``'s keyword arguments.
+_MADE = tuple(c.name for c in schema.QUESTION_COLUMNS if c.role == "base" and c.in_export and not c.in_questions)
+
+
+def _export_row(q: dict[str, Any], **made: Any) -> dict[str, Any]:
+    """The QA_EXPORT row of question row ``q``: the export's own columns (copied from ``q``, or
+    ``made`` here), then every task's columns (filled by ``q``'s task, None for the others)."""
+    missing = [c for c in _MADE if c not in made]
+    if missing:
+        raise KeyError(f"export columns {missing} are declared (schema.QUESTION_COLUMNS) but not made")
+    row = {c: None for c in schema.QA_EXPORT.names}
+    row.update({c: q[c] for c in _COPIED})
+    row.update(made)
     row.update({c: value(q) for c, value in task(q["task_type"]).export_columns.items()})
     row["_n"] = q["_n"]
     return row
@@ -277,30 +330,47 @@ def _probe_items(questions: Sequence[dict[str, Any]]) -> list[leak_probe.Item]:
     return items
 
 
-def drop_text_biased(questions: pa.Table, params: QAParams) -> tuple[pa.Table, list[dict[str, Any]]]:
+def drop_text_biased(questions: pa.Table, params: QAParams, ledger: Ledger | None = None
+                     ) -> tuple[pa.Table, list[dict[str, Any]], list[dict[str, Any]]]:
     """``qa.debias_text``: the questions without those the text probe's iterative pruning drops
-    (``leak_probe.debias``), and the TEXT_DEBIAS rows saying which and why. A dropped question's
-    twins (control, stream form) go with it when ``assemble`` drops twins without a release row."""
+    (``leak_probe.debias``), the TEXT_DEBIAS rows saying which and why, and the dropped release
+    questions (QA_QUESTIONS rows with their ``_identity`` and why) for the ledger. A dropped
+    question's twins (control, stream form) go with it when ``assemble`` drops twins without a
+    release row. With the previous build's ``ledger``, a question it dropped stays dropped (with the
+    round and score it was dropped with) and one it kept is cut only after the newcomers."""
+    ledger = ledger or Ledger.empty()
     rows = questions.to_pylist()
-    pruned = leak_probe.debias(_probe_items(rows), stop_margin=params.debias_text_margin,
-                               step=params.debias_text_step, seed=params.seed)
-    dropped = {int(d["key"]): d for d in pruned.dropped}
-    out = []
+    sticky: dict[int, dict[str, Any]] = {}
+    for i, q in enumerate(rows):
+        before = ledger.get(identity(q)) if q["split"] == RELEASE else None
+        if before is not None and before["state"] == TEXT_BIASED:
+            sticky[i] = {"round": before["dropped_round"], "text_bias": before["dropped_text_bias"],
+                         "reason": before["reason"]}
+    probed = [q if i not in sticky else {**q, "split": "_kept_out"} for i, q in enumerate(rows)]
+    protected = {str(i) for i, q in enumerate(rows)
+                 if q["split"] == RELEASE and ledger.state(identity(q)) not in (None, TEXT_BIASED)}
+    pruned = leak_probe.debias(_probe_items(probed), stop_margin=params.debias_text_margin,
+                               step=params.debias_text_step, seed=params.seed, protected=protected)
+    dropped = {**{int(d["key"]): d for d in pruned.dropped}, **sticky}
+    out, biased = [], []
     for i, d in sorted(dropped.items()):
         q = rows[i]
         out.append({"video_id": q["video_id"], "task_type": q["task_type"], "subtype": q["subtype"],
                     "question": q["question"], "answer_text": q["correct"] if q["correct"] is not None else q["answers"][-1],
                     "round": d["round"], "text_bias": d["text_bias"], "reason": d["reason"]})
+        biased.append({**q, "_identity": identity(q), "_round": d["round"], "_text_bias": d["text_bias"],
+                       "_reason": d["reason"]})
     keep = [i not in dropped for i in range(len(rows))]
-    return questions.filter(pa.array(keep, type=pa.bool_())), out
+    return questions.filter(pa.array(keep, type=pa.bool_())), out, biased
 
 
 def add_text_bias(export: Export, seed: int) -> leak_probe.ProbeResult:
-    """Probe the export's release rows and write each row's ``text_bias`` (a twin row: its release
-    row's); returns the probe's result."""
+    """Probe the export's release rows and record each row's text bias (a twin row: its release
+    row's) in ``export.text_bias`` (TEXT_BIAS rows, text_bias.parquet); returns the probe's result."""
     result = leak_probe.probe(leak_probe.items_from_release(export.split_rows(RELEASE)), seed=seed)
-    for r in export.rows:
-        r["text_bias"] = result.bias.get(r["doc_id"] if r["split"] == RELEASE else r["base_doc_id"] or "")
+    export.text_bias = [{"doc_id": r["doc_id"], "split": r["split"],
+                         "text_bias": result.bias.get(r["doc_id"] if r["split"] == RELEASE else r["base_doc_id"] or "")}
+                        for r in export.rows]
     return result
 
 
@@ -328,6 +398,8 @@ def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
     put(RELEASE_FILE, release_bytes(export.split_rows(RELEASE)))
     put("qa.parquet", table_bytes(export.table()))
     put("skipped.parquet", table_bytes(schema.table(schema.QA_SKIPPED, export.unasked)))
+    put("text_bias.parquet", table_bytes(schema.table(schema.TEXT_BIAS, export.text_bias)))
+    put("ledger.parquet", table_bytes(schema.table(schema.QA_LEDGER, export.ledger)))
     for s in splits():
         rows = export.split_rows(s.name)
         put(split_file(s), table_bytes(schema.table(schema.QA_EXPORT, rows)) if s.form == "rich" else release_bytes(rows))

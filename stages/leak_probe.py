@@ -322,13 +322,14 @@ class Debiased:
 
 
 def debias(items: Sequence[Item], stop_margin: float = 0.05, step: float = 0.05, folds: int = 5, seed: int = 0,
-           alpha: float = 0.01, max_rounds: int = 100) -> Debiased:
+           alpha: float = 0.01, max_rounds: int = 100, protected: frozenset[str] | set[str] = frozenset()) -> Debiased:
     """Iterative bias pruning, each task apart: while the probe is more than ``stop_margin`` above
     chance (the constant) and, for a multiple-choice task, its lead is significant (binomial p <
     ``alpha``: a lead that luck explains is chance), drop the ``step`` fraction (at least one) of the
     task's questions with the highest positive bias score, and retrain. Stops too when no question
     has a positive score, when fewer than two sources are left (folds by view video: no leak is
-    called there), or after ``max_rounds``."""
+    called there), or after ``max_rounds``. The keys in ``protected`` (the questions the previous
+    build kept) are cut only after every other positively biased question of their task."""
     kept = list(items)
     dropped: list[dict[str, Any]] = []
     rounds: dict[str, list[dict[str, Any]]] = {}
@@ -342,7 +343,8 @@ def debias(items: Sequence[Item], stop_margin: float = 0.05, step: float = 0.05,
                     or (entry.p_value is not None and entry.p_value >= alpha)
                     or entry.grouped_by != "source video"):  # one source: its lead is the shared world (``probe``)
                 break
-            biased = sorted((it for it in its if res.bias[it.key] > 0), key=lambda it: (-res.bias[it.key], it.key))
+            biased = sorted((it for it in its if res.bias[it.key] > 0),
+                            key=lambda it: (it.key in protected, -res.bias[it.key], it.key))
             if not biased:
                 break
             cut = {it.key for it in biased[:max(1, math.ceil(step * len(its)))]}

@@ -177,6 +177,11 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
         out += _visibility_markdown(rep["visibility"])
     if "changes" in rep:
         out += ["", "## What changed since the previous build", ""] + _changes_markdown(rep["changes"])
+    if rep.get("letter_moves"):
+        out += ["", "## Answer letters the balance bound moved", "",
+                "Questions that kept their identity but whose answer letter had to move so that every "
+                "task, subtype and answer text stays within the letter balance bound (stages/ledger.py):", ""]
+        out += [f"- {m['doc_id']}: {m['moved_from']} → {m['answer']} ({m['moved_stratum']})" for m in rep["letter_moves"]]
     return "\n".join(out) + "\n"
 
 
@@ -198,11 +203,13 @@ def _changes_markdown(changes: Mapping[str, Any] | None) -> list[str]:
     if changes is None:
         return ["No previous build of this data root to compare with."]
     out = [f"Compared with {changes['previous']}: {changes['added']} added, {changes['removed']} removed, "
-           f"{changes['changed']} changed."]
+           f"{changes['changed']} changed; of the questions in both, {changes.get('letters', 0)} answer letters, "
+           f"{changes.get('order', 0)} option orders and {changes.get('doc_ids', 0)} doc ids moved."]
     if changes["stage_versions"]:
         out.append("Stage versions: " + ", ".join(f"{s} {a} → {b}" for s, (a, b) in changes["stage_versions"].items()))
     for v, c in changes["per_video"].items():
-        out.append(f"- {v}: {c['added']} added, {c['removed']} removed, {c['changed']} changed"
+        out.append(f"- {v}: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
+                   f"{c.get('letters', 0)} letters and {c.get('order', 0)} orders moved"
                    + (f" ({'; '.join(c['causes'])})" if c["causes"] else ""))
     if changes["changed_questions"]:
         out += ["", "| task | video | question | before | after |", "|---|---|---|---|---|"]

@@ -3,10 +3,10 @@ and per video, and the fixes or stage versions that changed with them.
 
 A build is its release questions (``snapshot``: schema.REPORT_QUESTIONS rows) and what made them
 (``BuildInfo``: the stage versions and each video's applied fixes). A question is the same one in
-both builds when its video, task, subtype, text and query times are (doc ids number a video's
-questions, so one question fewer renumbers the rest); it changed when its answer or its set of
-options did. Answer letters are rebalanced over a whole task at export, so a changed question's
-answer is compared by text, and its options as a set.
+both builds when its video, task, subtype, text and query times are; it changed when its answer
+or its set of options did. Its answer letter, option order and doc id are kept by the export's
+ledger (stages/ledger.py), so a move of any of them is counted apart (``letters``, ``order``,
+``doc_ids``): a fix to one video must show none in another.
 """
 
 from __future__ import annotations
@@ -18,6 +18,9 @@ from typing import Any
 from vsi_wild.stages.evaluate import option_texts
 
 Key = tuple[str, str, str, str, tuple[float, ...], int]
+# What is counted per task and per video: questions added, removed, changed (answer or option set),
+# and of the questions in both builds those whose answer letter, option order or doc id moved.
+KINDS = ("added", "removed", "changed", "letters", "order", "doc_ids")
 
 
 def snapshot(release: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
@@ -65,16 +68,24 @@ def compare(before: Sequence[Mapping[str, Any]], before_build: Mapping[str, Any]
     old, new = _keyed(before), _keyed(after)
     added = [new[k] for k in new if k not in old]
     removed = [old[k] for k in old if k not in new]
-    changed = []
+    changed, letters, order, renumbered = [], [], [], []
     for k in new:
         if k in old:
             a, b = old[k], new[k]
+            entry = {"video_id": k[0], "task_type": k[1], "subtype": k[2], "question": k[3],
+                     "query_times": list(k[4]), "before": _answer(a), "after": _answer(b)}
             if a["answer_text"] != b["answer_text"] or sorted(a["options"] or []) != sorted(b["options"] or []):
-                changed.append({"video_id": k[0], "task_type": k[1], "subtype": k[2], "question": k[3],
-                                "query_times": list(k[4]), "before": _answer(a), "after": _answer(b)})
+                changed.append(entry)
+            if a["options"] and b["options"] and a["answer"] != b["answer"]:
+                letters.append({**entry, "letter": [a["answer"], b["answer"]]})
+            if a["options"] and b["options"] and sorted(a["options"]) == sorted(b["options"]) and a["options"] != b["options"]:
+                order.append(entry)
+            if a["doc_id"] != b["doc_id"]:
+                renumbered.append({**entry, "doc_id": [a["doc_id"], b["doc_id"]]})
     per_task: dict[str, Counter] = defaultdict(Counter)
     per_video: dict[str, Counter] = defaultdict(Counter)
-    for what, rows in (("added", added), ("removed", removed), ("changed", changed)):
+    for what, rows in (("added", added), ("removed", removed), ("changed", changed), ("letters", letters),
+                       ("order", order), ("doc_ids", renumbered)):
         for r in rows:
             per_task[r["task_type"]][what] += 1
             per_video[r["video_id"]][what] += 1
@@ -84,14 +95,16 @@ def compare(before: Sequence[Mapping[str, Any]], before_build: Mapping[str, Any]
                       if versions_before.get(s) != versions_after.get(s)}
     videos = {}
     for v in sorted(per_video):
-        videos[v] = {**{w: per_video[v][w] for w in ("added", "removed", "changed")},
+        videos[v] = {**{w: per_video[v][w] for w in KINDS},
                      "causes": _causes(v, [r for r in before if r["video_id"] == v], before_build,
                                        [r for r in after if r["video_id"] == v], after_build)}
     return {"previous": label, "before": len(before), "after": len(after),
             "added": len(added), "removed": len(removed), "changed": len(changed),
-            "per_task": {t: {w: c[w] for w in ("added", "removed", "changed")} for t, c in sorted(per_task.items())},
+            "letters": len(letters), "order": len(order), "doc_ids": len(renumbered),
+            "per_task": {t: {w: c[w] for w in KINDS} for t, c in sorted(per_task.items())},
             "per_video": videos, "stage_versions": stage_versions,
-            "changed_questions": changed,
+            "changed_questions": changed, "letter_changes": letters, "order_changes": order,
+            "doc_id_changes": renumbered,
             "added_questions": [_listed(r) for r in added], "removed_questions": [_listed(r) for r in removed]}
 
 

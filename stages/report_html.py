@@ -208,9 +208,23 @@ def _video_link(video_id: str) -> str:
     return f'<a class="verify" href="/videos/{_e(video_id)}">{_e(video_id)}</a>'
 
 
-# Opened from file://, the links to the verification app go to its default address.
-_VERIFY_LINKS = ("<script>if (location.protocol === 'file:') for (const a of document.querySelectorAll('a.verify'))"
-                 " a.href = 'http://127.0.0.1:8765' + a.getAttribute('href');</script>")
+# Opened from file://, the links to the verification app go to the address the reader gives (a
+# field at the top, remembered; or ?verify=<address> in the page's URL), at first its default one.
+_VERIFY_LINKS = """<script>if (location.protocol === 'file:') {
+ const key = 'vsi-verify-address', given = new URLSearchParams(location.search).get('verify');
+ if (given) localStorage.setItem(key, given);
+ const links = [...document.querySelectorAll('a.verify')];
+ for (const a of links) a.dataset.path = a.getAttribute('href');
+ const bar = document.createElement('p'); bar.className = 'muted';
+ bar.innerHTML = 'Video names open <code>vsi-wild verify</code> at <input id="verify-address" size="30"> '
+   + '(the address it printed; Enter to apply)';
+ document.querySelector('h1').after(bar);
+ const input = bar.querySelector('input');
+ input.value = given || localStorage.getItem(key) || 'http://127.0.0.1:8765';
+ const apply = () => { const base = input.value.trim().replace(/\/+$/, ''); localStorage.setItem(key, base);
+   for (const a of links) a.href = base + a.dataset.path; };
+ input.addEventListener('change', apply); apply();
+}</script>"""
 
 
 def _card(card: Card) -> str:
@@ -362,19 +376,22 @@ def _changes(changes: Mapping[str, Any] | None) -> str:
         return '<p class="muted">No previous build of this data root to compare with.</p>'
     out = [f"<p>Compared with {_e(changes['previous'])}: {changes['before']} questions before, "
            f"{changes['after']} now; <b>{changes['added']}</b> added, <b>{changes['removed']}</b> removed, "
-           f"<b>{changes['changed']}</b> changed (answer or options).</p>"]
+           f"<b>{changes['changed']}</b> changed (answer or options); of the questions in both, "
+           f"<b>{changes.get('letters', 0)}</b> answer letters, <b>{changes.get('order', 0)}</b> option orders and "
+           f"<b>{changes.get('doc_ids', 0)}</b> doc ids moved.</p>"]
     if changes["stage_versions"]:
         out.append("<p>Stage versions changed: " + _e(", ".join(f"{s} {a} → {b}" for s, (a, b) in
                                                                 changes["stage_versions"].items())) + "</p>")
-    if not (changes["added"] or changes["removed"] or changes["changed"]):
+    if not any(changes.get(k) for k in ("added", "removed", "changed", "letters", "order", "doc_ids")):
         out.append('<p class="ok">No question changed.</p>')
         return "\n".join(out)
-    out.append("<h3>Per task</h3>" + _table(["task", "added", "removed", "changed"],
-                                            [[t, c["added"], c["removed"], c["changed"]]
-                                             for t, c in changes["per_task"].items()], numeric=(1, 2, 3)))
-    out.append("<h3>Per video</h3>" + _table(["video", "added", "removed", "changed", "why"],
-                                             [[v, c["added"], c["removed"], c["changed"], "; ".join(c["causes"]) or "—"]
-                                              for v, c in changes["per_video"].items()], numeric=(1, 2, 3)))
+    kinds = ["added", "removed", "changed", "letters", "order", "doc_ids"]
+    out.append("<h3>Per task</h3>" + _table(["task", *kinds],
+                                            [[t, *(c.get(k, 0) for k in kinds)]
+                                             for t, c in changes["per_task"].items()], numeric=(1, 2, 3, 4, 5, 6)))
+    out.append("<h3>Per video</h3>" + _table(["video", *kinds, "why"],
+                                             [[v, *(c.get(k, 0) for k in kinds), "; ".join(c["causes"]) or "—"]
+                                              for v, c in changes["per_video"].items()], numeric=(1, 2, 3, 4, 5, 6)))
     if changes["changed_questions"]:
         rows = "".join(
             f"<tr><td>{_e(c['task_type'])}</td><td>{_video_link(c['video_id'])}</td><td>{_e(c['question'])}</td>"

@@ -480,7 +480,7 @@ class EncoderSettings:
     codec: str = "libx264"
     preset: str = "veryfast"
     crf: int = 20
-    threads: int = 0  # 0 = the codec's default (auto)
+    threads: int = 0  # 0 = the codec's default (auto: as many as the CPUs this process may use, so machine-dependent)
     faststart: bool = True
 
 

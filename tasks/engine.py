@@ -84,6 +84,11 @@ class Stage:
     units: Callable[[Plan, Stage], list[str]] | None = None
     no_units_hint: str = ""  # what to do when ``units`` finds none (stages without upstream)
     raw_inputs: Callable[[Config, Store, str], dict[str, str]] | None = None
+    # State the stage carries from its own earlier outputs (the export's question ledger): given its
+    # other inputs (upstream outputs, by stage and unit), which state this unit starts from; part of
+    # the cache key. It must name the state a unit with the same other inputs started from before,
+    # so that a no-op run stays cached (tasks/export.py: ``carried_ledger``).
+    carried: Callable[[Config, Store, str, dict[str, dict[str, UnitRef]]], dict[str, str]] | None = None
     # A declared output of schema.SOURCE rows: the sources this stage brings in (a generated sample,
     # a download). The engine registers them once the output is complete, computed or cached, and
     # the plan's stages after it see them (the registration step is the engine's, not the stage's).
@@ -386,6 +391,8 @@ class Plan:
             "raw": stage.raw_inputs(self.config, self.store, unit) if stage.raw_inputs else {},
             "backends": self.backend_fingerprints(stage),
         }
+        if stage.carried is not None:
+            payload["carried"] = stage.carried(self.config, self.store, unit, inputs)
         blob = json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()
         return hashlib.sha256(blob).hexdigest()[:32]
 

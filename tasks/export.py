@@ -26,6 +26,7 @@ from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.export import (Export, add_text_bias, assemble, concat_video, drop_text_biased, ffconcat_list,
                                    image_export_path, write_export)
+from vsi_wild.stages.ledger import Ledger
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.common import question_id
 from vsi_wild.stages.qa.registry import tasks
@@ -39,6 +40,72 @@ COUNTS_FILE = "counts.json"
 REVIEWS_FILE = "question_reviews.parquet"  # a qa output's question reviews, when it has some
 REVIEWED_FILE = "reviewed.parquet"  # the exported rows a person accepted
 TEXT_DEBIAS_FILE = "text_debias.parquet"  # the questions qa.debias_text dropped (schema.TEXT_DEBIAS)
+LEDGER_FILE = "ledger.parquet"  # the question ledger this export leaves (schema.QA_LEDGER)
+LEDGER_META = "ledger.json"  # what it was made from: {"inputs": digest, "parent": the ledger it started from}
+LEDGERS = "ledger"  # the data root's ledgers: <sha256>.parquet, and history.jsonl (one line per published export)
+VERSION = "4"
+
+
+# ------------------------------------------------------------------------------------ the ledger
+def _ledger_history(store: Store) -> list[dict]:
+    path = store.path(LEDGERS, "history.jsonl")
+    if not store.exists(path):
+        return []
+    return [json.loads(line) for line in store.fs.cat_file(path).decode().splitlines() if line.strip()]
+
+
+def inputs_digest(config: Config, store: Store, unit: str, inputs: dict[str, dict[str, UnitRef]]) -> str:
+    """The export's inputs but its ledger: its version, the qa section, the upstream outputs, the
+    reviewers' marks it reads."""
+    payload = {"version": VERSION, "qa": config.qa.model_dump(mode="json"),
+               "inputs": sorted([s, u, ref.key] for s, units in inputs.items() for u, ref in units.items()),
+               "raw": _verification_raw(config, store, unit)}
+    return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def prior_ledger(store: Store, digest: str) -> str | None:
+    """The sha256 of the ledger an export with inputs ``digest`` starts from: the last published
+    one, unless the last published export had these same inputs, then the one that export started
+    from (so that running again with nothing changed is a cache hit); None: none yet."""
+    history = _ledger_history(store)
+    if not history:
+        return None
+    last = history[-1]
+    return last["parent"] if last["inputs"] == digest else last["ledger"]
+
+
+def carried_ledger(config: Config, store: Store, unit: str, inputs: dict[str, dict[str, UnitRef]]) -> dict[str, str]:
+    return {"ledger": prior_ledger(store, inputs_digest(config, store, unit, inputs)) or "none"}
+
+
+def read_ledger(store: Store, sha: str | None) -> Ledger:
+    if sha is None:
+        return Ledger.empty()
+    path = store.path(LEDGERS, f"{sha}.parquet")
+    if not store.exists(path):
+        raise UnitError(f"the question ledger {path} is missing (ledger/history.jsonl names it): restore it, or "
+                        "remove ledger/ to number every question afresh (doc ids and letters will move)",
+                        retryable=False)
+    return Ledger.from_rows(store.read_table_at(path).to_pylist())
+
+
+def publish_ledger(store: Store, ref: UnitRef) -> None:
+    """Record the export's ledger under ``ledger/`` (once per export): the next export starts from it.
+    An export without its ``ledger.json`` (not made by ``run``: a benchmark's stand-in) is not recorded."""
+    if not store.has_file(ref, LEDGER_META):
+        return
+    data = store.local_file(ref, LEDGER_FILE).read_bytes()
+    sha = hashlib.sha256(data).hexdigest()
+    path = store.path(LEDGERS, f"{sha}.parquet")
+    if not store.exists(path):
+        store.write_bytes_atomic(path, data)
+    meta = json.loads(store.local_file(ref, LEDGER_META).read_text())
+    history = _ledger_history(store)
+    if history and history[-1]["export_key"] == ref.key:
+        return
+    line = {"export_key": ref.key, "inputs": meta.get("inputs"), "parent": meta.get("parent"), "ledger": sha}
+    store.write_bytes_atomic(store.path(LEDGERS, "history.jsonl"),
+                             "".join(json.dumps(h, sort_keys=True) + "\n" for h in [*history, line]).encode())
 
 
 def _video_files(job: Job) -> dict[str, tuple[UnitRef, str]]:
@@ -136,10 +203,15 @@ def run(job: Job) -> None:
                                               type=pa.bool_()))
     if params.require_verified_videos:
         questions = from_verified_videos(questions, _verification(job.store, sorted(qa_refs)))
+    digest = inputs_digest(job.config, job.store, job.unit, job.inputs)
+    parent = prior_ledger(job.store, digest)  # the same choice as carried_ledger made for the key
+    ledger = read_ledger(job.store, parent)
+    text_biased: list[dict] = []
     if params.debias_text:
-        questions, text_dropped = drop_text_biased(questions, params)
+        questions, text_dropped, text_biased = drop_text_biased(questions, params, ledger)
         job.out.write_table(TEXT_DEBIAS_FILE, schema.table(schema.TEXT_DEBIAS, text_dropped))
-    export = assemble(questions, params)
+    export = assemble(questions, params, ledger, text_biased)
+    job.out.path(LEDGER_META).write_text(json.dumps({"inputs": digest, "parent": parent}, sort_keys=True) + "\n")
     add_text_bias(export, params.seed)
     write_export(job.out.path, export)  # also writes counts.json (printed by the CLI summary)
     if accepted:  # only when someone reviewed questions: a build without reviews keeps its bytes
@@ -177,7 +249,9 @@ def publish_export(store: Store, config: object, ref: UnitRef) -> None:
     marker = store.path(EXPORTS, ".export-key")
     if store.exists(marker) and store.fs.cat_file(marker).decode() == ref.key and all(
             store.exists(store.path(EXPORTS, rel)) for rel in links):
+        publish_ledger(store, ref)  # idempotent: a ledger/ removed by hand is recorded again
         return  # exports/ already shows this export
+    publish_ledger(store, ref)
     publish(store, {**links})
     store.write_bytes_atomic(marker, ref.key.encode())
 
@@ -201,12 +275,13 @@ def summary_line(where: str, counts: dict) -> str:
 EXPORT = Stage(
     name="export",
     outputs=schema.ARTIFACTS["export"],
-    version="3",
+    version=VERSION,
     unit_kind="all",
     run=run,
     needs=("qa", "project"),
     sections=("qa",),
     raw_inputs=_verification_raw,
+    carried=carried_ledger,
     publish=publish_export,
     description="Answer letters balanced per task; the release jsonl, rich parquet, images, splits; exports/",
 )

@@ -69,6 +69,18 @@ def _fix_file(store: Store, config: Config, video_id: str) -> tuple[str, bytes] 
     return (p, data) if data is not None else None
 
 
+def vocabulary_file(store: Store, config: Config) -> tuple[str, bytes] | None:
+    """The benchmark's vocabulary (renames and synonyms for every video), if there is one."""
+    p = f"{_raw_path(store, config.metadata.fixes_dir)}/{fx.VOCABULARY_FILE}"
+    data = _read_raw(store, p)
+    return (p, data) if data is not None else None
+
+
+def load_vocabulary(store: Store, config: Config) -> fx.Vocabulary | None:
+    found = vocabulary_file(store, config)
+    return fx.parse_vocabulary_text(found[1].decode("utf-8", errors="replace"), found[0]) if found else None
+
+
 def _digest(found: tuple[str, bytes] | None) -> str:
     return hashlib.sha256(found[1]).hexdigest() if found else "none"
 
@@ -313,7 +325,11 @@ RECONCILE = Stage(
 
 # ------------------------------------------------------------------------------ metadata
 def _metadata_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
-    return {"fixes": _digest(_fix_file(store, config, unit))}
+    raw = {"fixes": _digest(_fix_file(store, config, unit))}
+    vocabulary = vocabulary_file(store, config)
+    if vocabulary is not None:  # only then: a build without one keeps its cache keys
+        raw["vocabulary"] = _digest(vocabulary)
+    return raw
 
 
 def auto_metadata(job: Job) -> tuple[meta.FixInputs, list[dict]]:
@@ -355,7 +371,7 @@ def run_metadata(job: Job) -> None:
     found = _fix_file(job.store, job.config, vid)
     fixset = fx.parse_fix_text(found[1].decode("utf-8", errors="replace"), found[0], vid) if found else fx.FixSet.empty(vid)
     inputs, agreement_rows = auto_metadata(job)
-    derived = meta.apply_fixes(fixset, inputs)
+    derived = meta.apply_fixes(fixset, inputs, load_vocabulary(job.store, job.config))
     job.out.write_table("instances.parquet", schema.table(schema.INSTANCES, derived.instances))
     job.out.write_table("observations.parquet", schema.table(schema.OBSERVATIONS, derived.observations))
     job.out.write_table("motion.parquet", schema.table(schema.MOTION, derived.motion))

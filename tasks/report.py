@@ -28,7 +28,7 @@ from vsi_wild.stages.report_html import build_cards, render_html
 from vsi_wild.stages.report_plots import all_plots
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import ALL, Job, Plan, Stage
-from vsi_wild.tasks.export import TEXT_DEBIAS_FILE
+from vsi_wild.tasks.export import LEDGER_FILE, TEXT_DEBIAS_FILE
 
 REPORT_MD = "report.md"
 REPORT_JSON = "report.json"
@@ -218,6 +218,7 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
     rep["changes"] = (report_diff.compare(previous.questions, previous.info, questions, rep["build"], previous.label)
                       if previous is not None else None)
     rep["verification"] = verification(store)
+    rep["letter_moves"] = letter_moves(job)
     links = {r["path"]: r["target"] for r in job.read("export", "links.parquet").to_pylist()}
 
     def exported(rel: str) -> Path | None:
@@ -225,6 +226,13 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
 
     cards = build_cards(release, lambda name: exported(f"videos/{name}"), exported)
     return rep, questions, render_html(rep, all_plots(rep), cards)
+
+
+def letter_moves(job: Job) -> list[dict[str, Any]]:
+    """The questions whose answer letter the export's balance bound moved (its ledger's ``moved_from``)."""
+    ledger = job.read("export", LEDGER_FILE).to_pylist()
+    return [{"doc_id": r["doc_id"], "moved_from": r["moved_from"], "answer": "ABCD"[r["answer_index"]],
+             "moved_stratum": r["moved_stratum"]} for r in ledger if r["moved_from"] is not None]
 
 
 def run(job: Job) -> None:
@@ -296,7 +304,7 @@ def published_report(store: Store) -> PublishedReport | None:
 REPORT = Stage(
     name="report",
     outputs=schema.ARTIFACTS["report"],
-    version="4",
+    version="5",
     unit_kind="all",
     run=run,
     needs=("export", "probe", "metadata"),

@@ -1,4 +1,4 @@
-"""The pairs reconciliation left for a reviewer, as the temporal page lists them."""
+"""The pairs reconciliation left for a reviewer, as the app lists and ranks them (CONTRACTS.md)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,23 @@ VID = "sample-x_back"
 
 
 def decision(clip_a, local_a, clip_b, local_b, decision, distance=0.3):
+    """A decision row as reconciliation wrote it before it gave posteriors."""
     return {"video_id": VID, "concept": "trash can", "clip_a": clip_a, "local_a": local_a, "clip_b": clip_b,
             "local_b": local_b, "boundary": False, "box_iou": None, "appearance": 0.72, "distance": distance,
             "score": 2.1, "decision": decision, "reason": "near (distance 0.30 of range ...): too weak"}
+
+
+def scored(clip_a, local_a, clip_b, local_b, decision, review, posterior, impact, **terms):
+    """A decision row with the contract's columns (issue 30)."""
+    row = {**decision_row(clip_a, local_a, clip_b, local_b), "decision": decision, "review": review,
+           "posterior": posterior, "answer_impact": impact, "log_odds": sum(terms.values()),
+           "llr_position": None, "llr_appearance": None, "llr_continuity": None, "llr_prior": None}
+    row.update({f"llr_{k}": v for k, v in terms.items()})
+    return row
+
+
+def decision_row(clip_a, local_a, clip_b, local_b):
+    return {k: v for k, v in decision(clip_a, local_a, clip_b, local_b, "").items() if k not in ("decision", "score")}
 
 
 def member(instance_id, clip, local):
@@ -20,17 +34,39 @@ def member(instance_id, clip, local):
             "first_time": 0.0, "last_time": 1.0}
 
 
-def test_review_pairs_name_the_instances_a_merge_fix_joins():
-    # clip 0 #4 and clip 2 #1 are one instance (3); clip 1 #7 is instance 5, clip 3 #2 instance 6
-    members = [member(3, 0, 4), member(3, 2, 1), member(5, 1, 7), member(6, 3, 2)]
+# clip 0 #4 and clip 2 #1 are one instance (3); clip 1 #7 is instance 5, clip 3 #2 instance 6
+MEMBERS = [member(3, 0, 4), member(3, 2, 1), member(5, 1, 7), member(6, 3, 2)]
+
+
+def test_old_rows_review_pairs_name_the_instances_a_merge_fix_joins():
     decisions = [decision(0, 4, 1, 7, "review"), decision(0, 4, 2, 1, "merge", 0.02),
-                 decision(1, 7, 3, 2, "apart", 0.9),
-                 decision(2, 1, 3, 2, "review")]
-    pairs = review_pairs(decisions, members)
-    assert [(p["instance_a"], p["instance_b"]) for p in pairs] == [(3, 5), (3, 6)]
+                 decision(1, 7, 3, 2, "apart", 0.9), decision(2, 1, 3, 2, "review")]
+    pairs = review_pairs(decisions, MEMBERS)
+    assert [(p["instance_a"], p["instance_b"], p["decision"], p["merged"]) for p in pairs] == [
+        (3, 5, "apart", False), (3, 6, "apart", False)]
     assert pairs[0]["distance"] == 0.3 and pairs[0]["appearance"] == 0.72 and "too weak" in pairs[0]["reason"]
-    # a pair whose two sides ended in one instance anyway (other evidence joined them) is not listed
-    assert review_pairs([decision(0, 4, 2, 1, "review")], members) == []
+    assert pairs[0]["posterior"] is None and pairs[0]["answer_impact"] == 0 and pairs[0]["terms"] == {}
+    # a pair whose two sides other decisions joined is one instance: listed as merged (keep it, or split it)
+    [joined] = review_pairs([decision(0, 4, 2, 1, "review")], MEMBERS)
+    assert (joined["merged"], joined["decision"]) == (True, "merge")
+
+
+def test_ranked_by_answer_impact_then_closeness_to_one_half_with_named_terms():
+    decisions = [scored(0, 4, 1, 7, "apart", True, 0.45, 0, position=-0.4, prior=0.2),
+                 scored(2, 1, 3, 2, "apart", True, 0.2, 3, position=-1.6),
+                 scored(0, 4, 3, 2, "merge", True, 0.55, 3, appearance=0.3),
+                 scored(1, 7, 3, 2, "apart", False, 0.01, 9, position=-5.0)]  # sure: not for review
+    pairs = review_pairs(decisions, MEMBERS)
+    assert [(p["clip_a"], p["clip_b"]) for p in pairs] == [(0, 3), (2, 3), (0, 1)]
+    assert pairs[0]["terms"] == {"appearance": 0.3} and pairs[2]["terms"] == {"position": -0.4, "prior": 0.2}
+    assert [p["decision"] for p in pairs] == ["merge", "apart", "apart"]
+
+
+def test_sides_follow_the_members_given_and_a_removed_side_is_marked():
+    now = [member(3, 0, 4), member(3, 2, 1), member(3, 1, 7), {**member(6, 3, 2), "instance_id": None}]
+    pairs = review_pairs([decision(0, 4, 1, 7, "review"), decision(2, 1, 3, 2, "review")], now)
+    assert [(p["instance_a"], p["instance_b"], p["merged"], p["removed"]) for p in pairs] == [
+        (3, 3, True, False), (3, None, False, True)]
 
 
 def test_a_decision_without_its_members_is_an_error_naming_it():

@@ -588,46 +588,146 @@ EXPORT_REVIEWED = _schema(
 
 INTERVAL = pa.struct([("start", pa.float64()), ("end", pa.float64())])
 
-QA_QUESTIONS = _schema(
-    "The questions of one video, before answer letters are assigned (letters are balanced over a "
-    "whole task at export). MC questions carry the correct option text and 3 distinct distractors.",
-    f("video_id", pa.string()),
-    f("source_id", pa.string()),
-    f("view", pa.string()),
-    f("video_name", pa.string(), doc="release file name: f'{video_id}.mp4'"),
-    f("task_type", pa.string(), doc="VMR | VPO | VOO | VOC"),
-    f("subtype", pa.string(), doc="VMR cardinal|diagonal; VPO rotated|unrotated; VOO first|last; VOC total|stream"),
-    f("split", pa.string(), doc="release | vpo_unrotated | voc_stream"),
-    f("index", pa.int64(), doc="index within (video, task, subtype); seeds its random choices"),
-    f("item", pa.string(), doc="what the question is about: clip, anchor set, concept set, concept"),
-    f("question", pa.string()),
-    f("correct", pa.string(), True, doc="MC: the correct option's text"),
-    f("distractors", pa.list_(pa.string()), True, doc="MC: 3 distinct wrong options, in a seeded order"),
-    f("query_times", pa.list_(pa.float64()), doc="seconds; one per answer; answerable from [0, t]"),
-    f("answers", pa.list_(pa.string()), doc="the answer at each query time (MC: option text; VOC: integer)"),
-    f("evidence", pa.list_(pa.list_(INTERVAL)), doc="per query time: intervals (s) that suffice to answer"),
-    f("frame_indices", pa.list_(pa.int64()), True, doc="frames of the view video the question shows"),
-    f("frame_times", pa.list_(pa.float64()), True),
-    f("fps", pa.float64()),
-    f("duration_s", pa.float64()),
-    f("image_files", pa.list_(pa.string()), True, doc="VPO: rendered views, relative to the unit's folder"),
-    f("render_yaw_deg", pa.list_(pa.float64()), True, doc="VPO: absolute yaw of each render (panorama frame)"),
-    f("render_offset_deg", pa.list_(pa.float64()), True, doc="VPO: render yaw minus the view's yaw"),
-    f("render_pitch_deg", pa.float64(), True),
-    f("render_hfov_deg", pa.float64(), True),
-    f("concepts", pa.list_(pa.string()), True, doc="VOO: the 4 concepts; VOC: the concept"),
-    f("angle_deg", pa.float64(), True, doc="VMR: motion direction relative to the view's heading"),
-    f("gaps_s", pa.list_(pa.float64()), True,
-      doc="VOO: gaps between the 4 ordered appearances; VPO: between the 4 anchors (s, time order)"),
-    f("since_s", pa.list_(pa.float64()), True,
-      doc="per query time: VOC seconds since the last new instance; VMR seconds since the last turn or stop"),
-    f("difficulty_s", pa.float64(), True, doc="the stratified quantity: min(gaps_s), or since_s at the last query"),
-    f("difficulty_bin", pa.string(), True, doc="near | medium | far (difficulty_s by the task's QAParams edges)"),
-    f("horizon_bin", pa.string(), True, doc="early | middle | late (last query time / duration)"),
-    f("seed", pa.int64()),
-    f("metadata_fingerprint", pa.string()),
-    f("pipeline_version", pa.string()),
+# --- The question's columns, declared once -------------------------------------------------
+# Every column a question has, in one list: the per-video question table (QA_QUESTIONS), the
+# published rich export (QA_EXPORT), ``stages.qa.common.Question`` (one field per QA_QUESTIONS
+# column), the export's own columns (``stages.qa.registry.EXPORT_BASE_COLUMNS``) and a question's
+# content identity (``identity_fields``: the release ledger's key) are all derived from it. A new
+# column is one entry here: where it goes in the list is where it goes in both tables.
+
+QUESTIONS = "questions"  # QA_QUESTIONS only
+EXPORT = "export"  # QA_EXPORT only
+BOTH = "both"
+
+
+@dataclass(frozen=True)
+class QuestionColumn:
+    """One column of a question, in the per-video question table and/or the published export."""
+
+    name: str
+    type: pa.DataType
+    nullable: bool = False
+    doc: str | None = None  # its doc in QA_QUESTIONS
+    export_doc: str | None = None  # its doc in QA_EXPORT
+    tables: str = BOTH  # QUESTIONS | EXPORT | BOTH
+    # In QA_EXPORT: "base" the export fills it for every row; "task" the question's task fills it
+    # (``QATask.export_columns``; other tasks' rows hold None). A figure of the whole build (the
+    # text probe's bias) is no column here: it would change a row whenever another video changes.
+    role: str = "base"
+    # Part of what defines a question (its content identity): a question keeps its identity, hence
+    # its doc id, option order and letter, while these are unchanged (stages/qa/ledger.py).
+    identity: bool = False
+
+    @property
+    def in_questions(self) -> bool:
+        return self.tables in (QUESTIONS, BOTH)
+
+    @property
+    def in_export(self) -> bool:
+        return self.tables in (EXPORT, BOTH)
+
+
+def _q(name: str, typ: pa.DataType, nullable: bool = False, doc: str | None = None, **kw: Any) -> QuestionColumn:
+    return QuestionColumn(name, typ, nullable, doc, **kw)
+
+
+QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
+    _q("video_id", pa.string(), identity=True),
+    _q("source_id", pa.string()),
+    _q("view", pa.string()),
+    _q("video_name", pa.string(), doc="release file name: f'{video_id}.mp4'"),
+    _q("task_type", pa.string(), doc="VMR | VPO | VOO | VOC", identity=True),
+    _q("subtype", pa.string(), doc="VMR cardinal|diagonal; VPO rotated|unrotated; VOO first|last; VOC total|stream",
+       identity=True),
+    _q("split", pa.string(), doc="release | vpo_unrotated | voc_stream",
+       export_doc="release | vpo_unrotated | voc_stream | voc_repeat"),
+    _q("index", pa.int64(), doc="index within (video, task, subtype); seeds its random choices", tables=QUESTIONS),
+    _q("item", pa.string(), doc="what the question is about: clip, anchor set, concept set, concept",
+       tables=QUESTIONS, identity=True),
+    _q("question", pa.string()),
+    _q("correct", pa.string(), True, doc="MC: the correct option's text", tables=QUESTIONS),
+    _q("distractors", pa.list_(pa.string()), True, doc="MC: 3 distinct wrong options, in a seeded order",
+       tables=QUESTIONS),
+    _q("doc_id", pa.string(), tables=EXPORT),
+    _q("answer", pa.string(), export_doc="MC: the letter; VOC: an integer as a string", tables=EXPORT),
+    _q("options", pa.list_(pa.string()), True, export_doc="'A) ...' strings", tables=EXPORT),
+    _q("video_path", pa.string(), export_doc="relative to the exports folder", tables=EXPORT),
+    _q("answer_text", pa.string(), export_doc="MC: the correct option's text; VOC: the final count", tables=EXPORT),
+    _q("answer_index", pa.int64(), True, export_doc="MC: 0-3", tables=EXPORT),
+    _q("query_times", pa.list_(pa.float64()), doc="seconds; one per answer; answerable from [0, t]", identity=True),
+    _q("answers", pa.list_(pa.string()), doc="the answer at each query time (MC: option text; VOC: integer)"),
+    _q("evidence", pa.list_(pa.list_(INTERVAL)), doc="per query time: intervals (s) that suffice to answer"),
+    _q("frame_indices", pa.list_(pa.int64()), True, doc="frames of the view video the question shows"),
+    _q("frame_times", pa.list_(pa.float64()), True),
+    _q("fps", pa.float64()),
+    _q("duration_s", pa.float64()),
+    _q("image_files", pa.list_(pa.string()), True, doc="VPO: rendered views, relative to the unit's folder",
+       tables=QUESTIONS),
+    _q("image_paths", pa.list_(pa.string()), True,
+       export_doc="VPO: rendered views, relative to the exports folder", tables=EXPORT, role="task"),
+    _q("render_yaw_deg", pa.list_(pa.float64()), True, doc="VPO: absolute yaw of each render (panorama frame)",
+       role="task"),
+    _q("render_offset_deg", pa.list_(pa.float64()), True, doc="VPO: render yaw minus the view's yaw", role="task"),
+    _q("render_pitch_deg", pa.float64(), True, role="task"),
+    _q("render_hfov_deg", pa.float64(), True, role="task"),
+    _q("concepts", pa.list_(pa.string()), True, doc="VOO: the 4 concepts; VOC: the concept", role="task"),
+    _q("angle_deg", pa.float64(), True, doc="VMR: motion direction relative to the view's heading", role="task"),
+    _q("gaps_s", pa.list_(pa.float64()), True,
+       doc="VOO: gaps between the 4 ordered appearances; VPO: between the 4 anchors (s, time order)", role="task"),
+    _q("since_s", pa.list_(pa.float64()), True,
+       doc="per query time: VOC seconds since the last new instance; VMR seconds since the last turn or stop",
+       role="task"),
+    _q("difficulty_s", pa.float64(), True, doc="the stratified quantity: min(gaps_s), or since_s at the last query",
+       role="task"),
+    _q("difficulty_bin", pa.string(), True, doc="near | medium | far (difficulty_s by the task's QAParams edges)",
+       role="task"),
+    _q("horizon_bin", pa.string(), True, doc="early | middle | late (last query time / duration)", role="task"),
+    _q("base_doc_id", pa.string(), True, export_doc="controls and repeats: the release row they derive from",
+       tables=EXPORT),
+    _q("repeat", pa.int64(), True, export_doc="VOC-Repeat: how many times the video is concatenated", tables=EXPORT),
+    _q("seed", pa.int64()),
+    _q("metadata_fingerprint", pa.string()),
+    _q("pipeline_version", pa.string()),
 )
+
+# QA_EXPORT opens with the release row's seven fields, then what says which question of which
+# video it is; every other export column follows in QUESTION_COLUMNS' order.
+QA_EXPORT_HEAD = ("doc_id", "video_name", "task_type", "question", "answer", "frame_indices", "options", "split",
+                  "subtype", "video_id", "source_id", "view", "video_path", "answer_text", "answer_index")
+
+
+def question_column(name: str) -> QuestionColumn:
+    for c in QUESTION_COLUMNS:
+        if c.name == name:
+            return c
+    raise KeyError(f"no question column {name!r}")
+
+
+def identity_fields() -> tuple[str, ...]:
+    """The columns that define a question (its content identity), in declaration order."""
+    return tuple(c.name for c in QUESTION_COLUMNS if c.identity)
+
+
+def _questions_schema(columns: Iterable[QuestionColumn] = QUESTION_COLUMNS) -> pa.Schema:
+    return _schema(
+        "The questions of one video, before answer letters are assigned (letters are balanced over a "
+        "whole task at export). MC questions carry the correct option text and 3 distinct distractors.",
+        *(f(c.name, c.type, c.nullable, c.doc) for c in columns if c.in_questions))
+
+
+def _export_schema(columns: Iterable[QuestionColumn] = QUESTION_COLUMNS) -> pa.Schema:
+    cols = {c.name: c for c in columns if c.in_export}
+    unknown = [n for n in QA_EXPORT_HEAD if n not in cols]
+    if unknown:
+        raise ValueError(f"QA_EXPORT_HEAD names columns not in the export: {unknown}")
+    order = [*QA_EXPORT_HEAD, *(n for n in cols if n not in QA_EXPORT_HEAD)]
+    return _schema(
+        "The published benchmark, rich form (exports/qa.parquet): the release row's seven fields "
+        "first, then the streaming fields and provenance.",
+        *(f(n, cols[n].type, cols[n].nullable, cols[n].export_doc) for n in order))
+
+
+QA_QUESTIONS = _questions_schema()
 
 QA_IMAGES = _schema(
     "The rendered VPO views of one video: what was rendered from which panorama frame, and the faces "
@@ -654,50 +754,45 @@ QA_SKIPPED = _schema(
     f("reason", pa.string()),
 )
 
-QA_EXPORT = _schema(
-    "The published benchmark, rich form (exports/qa.parquet): the release row's seven fields "
-    "first, then the streaming fields and provenance.",
-    f("doc_id", pa.string()),
+QA_EXPORT = _export_schema()
+
+def _identity_field(name: str) -> pa.Field:
+    c = question_column(name)
+    return f(c.name, c.type, c.nullable)
+
+
+QA_LEDGER = _schema(
+    "The question ledger (exports/ledger.parquet; stages/ledger.py): one row per question identity ever "
+    "numbered, with its number in its video's doc ids, its option order and letter, and whether this build "
+    "asked it. The next export starts from it: a persisting question keeps its doc id, order and letter.",
+    f("identity", pa.string(), doc="hash of the question's identity columns (schema.identity_fields)"),
     f("video_name", pa.string()),
-    f("task_type", pa.string()),
+    *(_identity_field(name) for name in identity_fields()),
+    f("n", pa.int64(), True, doc="its number within its video's doc ids; never given to another question"),
+    f("doc_id", pa.string(), True, doc="its release doc id"),
+    f("state", pa.string(), doc="asked | unasked (answer balance) | text_biased (text debiasing) | duplicate | gone"),
+    f("reason", pa.string(), True, doc="why it is not asked"),
     f("question", pa.string()),
-    f("answer", pa.string(), doc="MC: the letter; VOC: an integer as a string"),
-    f("frame_indices", pa.list_(pa.int64()), True),
-    f("options", pa.list_(pa.string()), True, doc="'A) ...' strings"),
-    f("split", pa.string(), doc="release | vpo_unrotated | voc_stream | voc_repeat"),
-    f("subtype", pa.string()),
-    f("video_id", pa.string()),
-    f("source_id", pa.string()),
-    f("view", pa.string()),
-    f("video_path", pa.string(), doc="relative to the exports folder"),
     f("answer_text", pa.string(), doc="MC: the correct option's text; VOC: the final count"),
-    f("answer_index", pa.int64(), True, doc="MC: 0-3"),
-    f("query_times", pa.list_(pa.float64())),
-    f("answers", pa.list_(pa.string())),
-    f("evidence", pa.list_(pa.list_(INTERVAL))),
-    f("frame_times", pa.list_(pa.float64()), True),
-    f("fps", pa.float64()),
-    f("duration_s", pa.float64()),
-    f("image_paths", pa.list_(pa.string()), True, doc="VPO: rendered views, relative to the exports folder"),
-    f("render_yaw_deg", pa.list_(pa.float64()), True),
-    f("render_offset_deg", pa.list_(pa.float64()), True),
-    f("render_pitch_deg", pa.float64(), True),
-    f("render_hfov_deg", pa.float64(), True),
-    f("concepts", pa.list_(pa.string()), True),
-    f("angle_deg", pa.float64(), True),
-    f("gaps_s", pa.list_(pa.float64()), True),
-    f("since_s", pa.list_(pa.float64()), True),
-    f("difficulty_s", pa.float64(), True),
-    f("difficulty_bin", pa.string(), True),
-    f("horizon_bin", pa.string(), True),
-    f("base_doc_id", pa.string(), True, doc="controls and repeats: the release row they derive from"),
-    f("repeat", pa.int64(), True, doc="VOC-Repeat: how many times the video is concatenated"),
-    f("seed", pa.int64()),
-    f("metadata_fingerprint", pa.string()),
-    f("pipeline_version", pa.string()),
-    f("text_bias", pa.float64(), True, doc="the text-only probe's out-of-fold probability of the correct option "
-      "minus chance (VOC: its MRA minus the best constant's); a twin row carries its release row's; None: the "
-      "task had too few source videos to probe (stages/leak_probe.py)"),
+    f("options", pa.list_(pa.string()), True, doc="MC: the option texts in letter order (without letters)"),
+    f("answer_index", pa.int64(), True, doc="MC: the answer letter's index (0-3)"),
+    f("frame_indices", pa.list_(pa.int64()), True),
+    f("moved_from", pa.string(), True, doc="the letter before the balance bound forced it to move in this build"),
+    f("moved_stratum", pa.string(), True, doc="the stratum whose bound forced the move (task/subtype/answer)"),
+    f("forced_out", pa.bool_(), True, doc="the previous build asked it and this build's bound (answer balance, "
+      "text debiasing) forced it out"),
+    f("dropped_round", pa.int64(), True, doc="text_biased: the debiasing round that dropped it"),
+    f("dropped_text_bias", pa.float64(), True, doc="text_biased: its bias score in that round"),
+)
+
+TEXT_BIAS = _schema(
+    "Each exported row's text bias (text_bias.parquet): the text-only probe's out-of-fold probability of the "
+    "correct option minus chance (VOC: its MRA minus the best constant's). A figure of the whole build (the probe "
+    "learns from every other source), so it is kept apart from the rows, which change only with their own video.",
+    f("doc_id", pa.string()),
+    f("split", pa.string()),
+    f("text_bias", pa.float64(), True, doc="a twin row carries its release row's; None: the task had too few "
+      "source videos to probe (stages/leak_probe.py)"),
 )
 
 TEXT_DEBIAS = _schema(
@@ -904,6 +999,10 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("reviewed.parquet", EXPORT_REVIEWED, optional=True),
         _parquet("text_debias.parquet", TEXT_DEBIAS, optional=True),
         _parquet("skipped.parquet", QA_SKIPPED),
+        _parquet("text_bias.parquet", TEXT_BIAS),
+        _parquet("ledger.parquet", QA_LEDGER),
+        Artifact("ledger.json", doc="what the ledger was made from: the ledger before it and the export's inputs",
+                 optional=True),
     ),
     "report": (
         Artifact("report.md", doc="the build report"),

@@ -12,7 +12,8 @@ questions of the group's n, ``cap(n) = max(1, ceil(share * n))``:
 A group of fewer than ``params.answer_balance_min_n`` questions is too small to carry a shortcut
 and is left alone. Questions of an over-represented text are dropped, the one with the largest
 ``hash(seed, doc_id)`` first (seeded, deterministic), until every group's bound holds; each dropped
-one becomes a QA_SKIPPED row with the reason. Only release rows are chosen; their twins (controls,
+one becomes a QA_SKIPPED row with the reason. Given the previous build's ledger, a question it left
+out stays out and one it asked is dropped only after every newcomer of its text and group. Only release rows are chosen; their twins (controls,
 stream forms) follow them at export.
 """
 
@@ -71,20 +72,36 @@ def group_shares(rows: Sequence[Mapping[str, Any]], params: QAParams) -> dict[Gr
     return out
 
 
-def balance_answers(rows: Sequence[Mapping[str, Any]], params: QAParams) -> tuple[set[str], list[dict[str, str]]]:
+def balance_answers(rows: Sequence[Mapping[str, Any]], params: QAParams,
+                    prior: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[set[str], list[dict[str, str]]]:
     """The doc ids of release rows to drop so that every controlled group's bound holds, and their
-    QA_SKIPPED rows (see the module docstring). ``rows``: question rows with their ``doc_id``."""
+    QA_SKIPPED rows (see the module docstring). ``rows``: question rows with their ``doc_id`` (and
+    ``_identity`` when ``prior`` is given).
+
+    ``prior``: the previous build's ledger rows by identity (``stages.ledger``). A question it left
+    out stays out (with the reason it was given); one it asked is dropped only when the group's
+    bound cannot hold by dropping questions it did not ask."""
+    prior = prior or {}
     release = [q for q in rows if q["split"] == RELEASE]
     shares = group_shares(release, params)
+    dropped: dict[str, dict[str, str]] = {}
+    for q in release:
+        before = prior.get(q.get("_identity", ""))
+        if before is not None and before["state"] == "unasked":
+            dropped[q["doc_id"]] = {"video_id": q["video_id"], "task_type": q["task_type"], "item": q["item"],
+                                    "reason": before["reason"]}
+    asked_before = {ident for ident, r in prior.items() if r["state"] == "asked"}
     alive: dict[Group, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for q in release:
+        if q["doc_id"] in dropped:
+            continue
         for g in groups_of(q):
             if g in shares:
                 alive[g][answer_text(q)].append(q)
-    for by_text in alive.values():  # the next to drop is the last of its list
+    for by_text in alive.values():  # the next to drop is the last of its list: one not asked before first
         for qs in by_text.values():
-            qs.sort(key=lambda q: stable_hash(params.seed, "balance", q["doc_id"]))
-    dropped: dict[str, dict[str, str]] = {}
+            qs.sort(key=lambda q: (q.get("_identity") not in asked_before,
+                                   stable_hash(params.seed, "balance", q["doc_id"])))
     while True:
         worst = None  # (excess, group, text)
         for g, by_text in sorted(alive.items()):

@@ -12,7 +12,7 @@ import itertools
 import math
 import random
 from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import Any, TypeVar
 
 import pyarrow as pa
@@ -147,45 +147,36 @@ class VideoInfo:
 
 
 # ------------------------------------------------------------------------- questions
-@dataclass
-class Question:
-    """One row of ``schema.QA_QUESTIONS``."""
+def _python_type(t: pa.DataType) -> Any:
+    """The annotation of a QA_QUESTIONS column's values."""
+    if pa.types.is_list(t):
+        return list[_python_type(t.value_type)]
+    if pa.types.is_struct(t):
+        return dict[str, float]
+    if pa.types.is_string(t):
+        return str
+    if pa.types.is_integer(t):
+        return int
+    if pa.types.is_floating(t):
+        return float
+    if pa.types.is_boolean(t):
+        return bool
+    return Any
 
-    video_id: str
-    source_id: str
-    view: str
-    video_name: str
-    task_type: str
-    subtype: str
-    split: str
-    index: int
-    item: str
-    question: str
-    query_times: list[float]
-    answers: list[str]
-    evidence: list[list[dict[str, float]]]
-    fps: float
-    duration_s: float
-    seed: int
-    metadata_fingerprint: str
-    pipeline_version: str
-    correct: str | None = None
-    distractors: list[str] | None = None
-    frame_indices: list[int] | None = None
-    frame_times: list[float] | None = None
-    image_files: list[str] | None = None
-    render_yaw_deg: list[float] | None = None
-    render_offset_deg: list[float] | None = None
-    render_pitch_deg: float | None = None
-    render_hfov_deg: float | None = None
-    concepts: list[str] | None = None
-    angle_deg: float | None = None
-    # stratified difficulty (stages/qa/difficulty.py)
-    gaps_s: list[float] | None = None
-    since_s: list[float] | None = None
-    difficulty_s: float | None = None
-    difficulty_bin: str | None = None
-    horizon_bin: str | None = None
+
+def _question_fields(columns: Iterable[schema.QuestionColumn] = schema.QUESTION_COLUMNS) -> list[tuple]:
+    """``Question``'s fields, one per QA_QUESTIONS column (``schema.QUESTION_COLUMNS``): the required
+    ones first, then the nullable ones (default None), each group in the table's order."""
+    cols = [c for c in columns if c.in_questions]
+    required = [(c.name, _python_type(c.type)) for c in cols if not c.nullable]
+    optional = [(c.name, _python_type(c.type) | None, field(default=None)) for c in cols if c.nullable]
+    return [*required, *optional]
+
+
+# One row of ``schema.QA_QUESTIONS``: made from the declaration, so that it cannot drift from it.
+Question = make_dataclass("Question", _question_fields())
+Question.__module__ = __name__
+Question.__doc__ = "One row of ``schema.QA_QUESTIONS`` (fields from ``schema.QUESTION_COLUMNS``)."
 
 
 @dataclass(frozen=True)

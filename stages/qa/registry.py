@@ -4,7 +4,7 @@ A task module of this package (``vmr``, ``vpo``, ``voo``, ``voc``) declares ``TA
 its questions builder, its answer kind, the export columns it adds, the splits its rows also go
 to, its metric and its report section. Every module here that declares a ``TASK`` is registered
 when the registry is first read, so a new task type is one module (plus, if it has new columns,
-their fields in ``vsi_wild.schema`` QA_QUESTIONS / QA_EXPORT and in ``common.Question``). A task
+their entries in ``vsi_wild.schema.QUESTION_COLUMNS``, the one declaration). A task
 defined elsewhere (a test, an extension) calls ``register_task`` before the stages run.
 
 The build (``build``), the export (``vsi_wild.stages.export``), the evaluation
@@ -112,13 +112,10 @@ def copied(*columns: str) -> dict[str, Callable[[Mapping[str, Any]], Any]]:
     return {c: itemgetter(c) for c in columns}
 
 
-# The export's own columns, filled for every row (the rest of QA_EXPORT is the tasks' columns).
-EXPORT_BASE_COLUMNS = (
-    "doc_id", "video_name", "task_type", "question", "answer", "frame_indices", "options", "split", "subtype",
-    "video_id", "source_id", "view", "video_path", "answer_text", "answer_index", "query_times", "answers",
-    "evidence", "frame_times", "fps", "duration_s", "base_doc_id", "repeat", "seed", "metadata_fingerprint",
-    "pipeline_version",
-)
+# The export's own columns, filled for every row (the rest of QA_EXPORT is the tasks' columns and
+# what the whole build sets): from the one declaration, schema.QUESTION_COLUMNS.
+EXPORT_BASE_COLUMNS = tuple(c.name for c in schema.QUESTION_COLUMNS if c.in_export and c.role == "base")
+TASK_COLUMNS = tuple(c.name for c in schema.QUESTION_COLUMNS if c.in_export and c.role == "task")
 
 _TASKS: dict[str, QATask] = {}
 _discovered = False
@@ -159,9 +156,9 @@ def register_task(task: QATask) -> QATask:
             raise ValueError(f"QA task {task.name}: {', '.join(clash)} already taken by {other.name}")
     if task.kind not in (MC, NUMBER):
         raise ValueError(f"QA task {task.name}: kind {task.kind!r} is neither {MC!r} nor {NUMBER!r}")
-    unknown = [c for c in task.export_columns if c not in schema.QA_EXPORT.names or c in EXPORT_BASE_COLUMNS]
+    unknown = [c for c in task.export_columns if c not in TASK_COLUMNS]
     if unknown:
-        raise ValueError(f"QA task {task.name}: export columns {unknown} are not task columns of schema.QA_EXPORT")
+        raise ValueError(f"QA task {task.name}: export columns {unknown} are not task columns of schema.QUESTION_COLUMNS")
     if any(s.variant is None for s in task.splits) and task.derive is None:
         raise ValueError(f"QA task {task.name}: a split without a variant is made by `derive`, and there is none")
     _TASKS[task.name] = task
