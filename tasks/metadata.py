@@ -36,7 +36,7 @@ from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages import segment as seg
 from vsi_wild.stages import visibility as vis
 from vsi_wild.stages.backends import base as backends
-from vsi_wild.stages.video_io import frame_batches, sampled_frames
+from vsi_wild.stages.video_io import frame_batches, prefetched, sampled_frames
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import BackendUse, Job, Plan, Stage
 
@@ -150,8 +150,9 @@ def run_detect(job: Job) -> None:
     rows: list[dict] = []
     n = 0
     total = seg.n_samples(float(view["duration_s"]))
-    for batch in frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), p.batch_frames,
-                               SAMPLE_FPS):
+    # the next batch is decoded while the detector runs on this one
+    for batch in prefetched(frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), p.batch_frames,
+                                          SAMPLE_FPS), depth=2, name=f"feed-{vid}"):
         rows.extend(det.detection_rows(vid, batch, detector.detect(batch, concepts) if concepts else
                                        [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in batch.images],
                                        p.backend))
@@ -237,8 +238,10 @@ def run_pose(job: Job) -> None:
     inputs = {
         v: po.ViewInput(views[v]["video_id"], float(views[v]["yaw_deg"]), float(views[v]["hfov_deg"]),
                         float(views[v]["fps"]), int(views[v]["width"]),
+                        # a chunk's frames are decoded while the estimator runs on the previous chunk
                         lambda path=job.file("project", views[v]["path"]):
-                            sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width))
+                            prefetched(sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width),
+                                       depth=p.chunk_frames, name=f"feed-{v}"))
         for v in wanted}
     fused, tracks = po.estimate_source(
         inputs,

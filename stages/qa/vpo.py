@@ -13,7 +13,8 @@ Per view video, ``vpo_per_video`` questions of 4 anchors each. Repairs over the 
   anchor (``other_visits``): a viewer who recognises a place but not the visit would reorder them.
 
 The plan (anchors, labels, offsets, options) is pure data; rendering is a separate pass over the
-panorama that holds one decoded frame at a time.
+panorama that holds one decoded frame at a time and decodes only around the anchors (a seek to the
+keyframe before each, as ``candidates`` seeks to its keyframes), not the whole panorama.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ from vsi_wild.stages.qa.common import (
 from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, difficulty_bin, gaps, horizon_bin, stamp
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, QATask, Split, TaskQuestions, VideoInputs, copied
-from vsi_wild.stages.video_io import VideoReader
+from vsi_wild.stages.video_io import frames_at
 
 
 @dataclass(frozen=True)
@@ -297,20 +298,10 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
 
 # ----------------------------------------------------------------------------- rendering
 def iter_frames(path: str | Path, wanted: Sequence[int]) -> Iterator[tuple[int, float, np.ndarray]]:
-    """Decode ``path`` once (the shared reader: indices and times as every stage counts them),
-    yielding (index, time, RGB) of the wanted frames only; stops after the last one."""
-    want = sorted(set(int(i) for i in wanted))
-    if not want:
-        return
-    k = 0
-    with VideoReader(path) as reader:
-        for fr in reader.frames():
-            if fr.index == want[k]:
-                yield fr.index, fr.time, fr.frame.to_ndarray(format="rgb24")
-                k += 1
-                if k == len(want):
-                    return
-    raise UnitError(f"{path}: frames {want[k:][:5]} not found (the video ended first)")
+    """(index, time, RGB) of the wanted frames only, indices and times as every stage counts
+    them (the shared reader's): decoded around each anchor by seeking to the keyframe before it
+    (``video_io.frames_at``), not by decoding the panorama from its start."""
+    yield from frames_at(path, wanted)
 
 
 def encode_image(rgb: np.ndarray, fmt: str, jpeg_quality: int) -> bytes:
