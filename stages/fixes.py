@@ -22,6 +22,7 @@ the line and the field; a file with any problem changes nothing.
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,21 @@ class FixError(UnitError):
 class _Op(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     note: str | None = Field(None, description="why (kept in the audit table)")
+    by: str | None = Field(None, min_length=1, description="the reviewer who made the fix (`vsi-wild verify` fills it)")
+    at: str | None = Field(None, description="when (ISO 8601, UTC); `vsi-wild verify` fills it")
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _when(cls, v: Any) -> Any:
+        # YAML reads an unquoted 2026-12-05T10:00:00Z as a datetime: keep it as the text it was
+        if isinstance(v, (dt.datetime, dt.date)):
+            return v.isoformat().replace("+00:00", "Z")
+        if isinstance(v, str):
+            try:
+                dt.datetime.fromisoformat(v.replace("Z", "+00:00"))
+            except ValueError:
+                raise ValueError(f"{v!r} is not an ISO 8601 time (e.g. 2026-12-05T10:00:00Z)") from None
+        return v
 
     def problems(self) -> list[tuple[str, str]]:
         """Checks across fields: (field, message) pairs."""
@@ -83,20 +99,97 @@ class Split(_Op):
     local_id: int = Field(ge=0)
 
 
+class Keyframe(BaseModel):
+    """One keyframe of a drawn track (as CVAT's video tracks have them): the box at ``time``, or
+    ``outside: true`` where the object leaves the view (the track is not visible until the next
+    box). Between two boxes the box is interpolated linearly at every 2 FPS timestamp."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    time: float = Field(ge=0)
+    box: tuple[float, float, float, float] | None = Field(None, description="x0, y0, x1, y1 in view pixels")
+    outside: bool = False
+
+    @field_validator("box")
+    @classmethod
+    def _box(cls, v: tuple[float, float, float, float] | None) -> tuple[float, float, float, float] | None:
+        if v is not None and not (v[2] > v[0] and v[3] > v[1]):
+            raise ValueError(f"box {list(v)}: needs x1 > x0 and y1 > y0")
+        return v
+
+
+def _keyframe_problems(frames: list[Keyframe], name: str) -> list[tuple[str, str]]:
+    for i, k in enumerate(frames):
+        if (k.box is None) != k.outside:
+            return [(f"{name}.{i}", "a keyframe has a box or is outside: true, not both or neither")]
+        if i and k.time <= frames[i - 1].time:
+            return [(f"{name}.{i}", f"times must increase ({k.time} after {frames[i - 1].time})")]
+    if frames and frames[0].outside:
+        return [(f"{name}.0", "the first keyframe needs a box")]
+    return []
+
+
 class AddInstance(_Op):
-    """A missed object: its concept and the intervals (seconds) in which it is visible."""
+    """A missed object: its concept and either the intervals (seconds) in which it is visible, or
+    its boxes drawn at one or more keyframes (then it has observations with boxes: a position and
+    visibility like an automatic instance)."""
 
     op: Literal["add_instance"]
     concept: str = Field(min_length=1)
-    spans: list[tuple[float, float]] = Field(min_length=1)
+    spans: list[tuple[float, float]] | None = Field(None, min_length=1)
+    boxes: list[Keyframe] | None = Field(None, min_length=1)
 
     @field_validator("spans")
     @classmethod
-    def _spans(cls, v: list[tuple[float, float]]) -> list[tuple[float, float]]:
-        for s, e in v:
+    def _spans(cls, v: list[tuple[float, float]] | None) -> list[tuple[float, float]] | None:
+        for s, e in v or []:
             if s < 0 or e < s:
                 raise ValueError(f"span [{s}, {e}]: needs 0 <= start <= end")
         return v
+
+    def problems(self) -> list[tuple[str, str]]:
+        if (self.spans is None) == (self.boxes is None):
+            return [("spans", "give spans or boxes (drawn keyframes), not both")] if self.spans else \
+                [("spans", "missing: give spans or boxes (drawn keyframes)")]
+        return _keyframe_problems(self.boxes or [], "boxes")
+
+
+class SetBox(_Op):
+    """Move or resize an instance's boxes: at every 2 FPS timestamp from the first keyframe to the
+    last the box is the keyframes' interpolation (an observation is added where it had none; an
+    ``outside`` keyframe removes the observations up to the next box)."""
+
+    op: Literal["set_box"]
+    instance: int
+    boxes: list[Keyframe] = Field(min_length=1)
+
+    def problems(self) -> list[tuple[str, str]]:
+        return _keyframe_problems(self.boxes, "boxes")
+
+
+class SplitAt(_Op):
+    """Split a track at a time: the instance's observations from ``time`` on become a new instance."""
+
+    op: Literal["split_at"]
+    instance: int
+    time: float = Field(ge=0)
+
+
+class ReviewPair(_Op):
+    """A person's decision on a pair of clip-local instances reconciliation compared
+    (``merge_decisions.parquet``): ``merge`` joins their instances (nothing to do if they are
+    one already), ``apart`` keeps them apart (splits ``clip_b``/``local_b`` out if they are one)."""
+
+    op: Literal["review_pair"]
+    clip_a: int = Field(ge=0)
+    local_a: int = Field(ge=0)
+    clip_b: int = Field(ge=0)
+    local_b: int = Field(ge=0)
+    decision: Literal["merge", "apart"]
+
+    def problems(self) -> list[tuple[str, str]]:
+        if (self.clip_a, self.local_a) == (self.clip_b, self.local_b):
+            return [("local_b", "a pair needs two different clip-local instances")]
+        return []
 
 
 class RemoveInstance(_Op):
@@ -156,10 +249,23 @@ class ReviewQuestion(_Op):
 
 
 FixOp = Annotated[Union[RenameConcept, Merge, Split, AddInstance, RemoveInstance, SetAppearance, Motion,
-                        ReviewQuestion], Field(discriminator="op")]
+                        ReviewQuestion, SetBox, SplitAt, ReviewPair], Field(discriminator="op")]
 _ADAPTER = TypeAdapter(FixOp)
 OPS = ("rename_concept", "merge", "split", "add_instance", "remove_instance", "set_appearance", "motion",
-       "review_question")
+       "review_question", "set_box", "split_at", "review_pair")
+
+
+def op_key(fix: dict[str, Any]) -> tuple | None:
+    """What a fix decides, for the fixes that decide one thing once (a later decision replaces
+    the earlier one when a draft is rebased): a question's verdict, a motion clip, a pair."""
+    kind = fix.get("op")
+    if kind == "review_question":
+        return (kind, fix.get("question"))
+    if kind == "motion":
+        return (kind, fix.get("clip"))
+    if kind == "review_pair":
+        return (kind, fix.get("clip_a"), fix.get("local_a"), fix.get("clip_b"), fix.get("local_b"))
+    return None
 
 
 @dataclass
@@ -207,9 +313,40 @@ def _field_lines(node: yaml.MappingNode) -> dict[str, int]:
     return lines
 
 
-def parse_fix_text(text: str, file: str, video_id: str | None = None) -> FixSet:
-    """Parse and validate a fix file's text (syntax and fields; ids are checked when applied)."""
-    digest = hashlib.sha256(text.encode()).hexdigest()
+def _parse_items(items: list[yaml.Node], file: str, ops: tuple[str, ...], adapter: TypeAdapter) -> list[Fix]:
+    """Each item of a fix list validated as one of ``ops``: a FixError names its line and field."""
+    fixes = []
+    for i, item in enumerate(items):
+        line = item.start_mark.line + 1
+        if not isinstance(item, yaml.MappingNode):
+            raise FixError(file, line, "fixes", f"fix #{i + 1}: expected a mapping with an 'op'")
+        lines = _field_lines(item)
+        data = _plain(item)
+        op = data.get("op")
+        if op not in ops:
+            raise FixError(file, lines.get("op", line), "op",
+                           f"fix #{i + 1}: {'missing' if op is None else f'unknown op {op!r}'}; expected one of {', '.join(ops)}")
+        try:
+            model = adapter.validate_python(data)
+        except ValidationError as e:
+            errs = e.errors()
+            err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
+            loc = [str(x) for x in err["loc"][1:]]  # drop the union tag
+            fname = loc[0] if loc else None
+            fline = lines.get(".".join(loc[:2]), lines.get(fname or "", line)) if loc else line
+            msg = err["msg"]
+            if err["type"] == "extra_forbidden":
+                msg = f"unknown field for op {op!r}"
+            elif err["type"] == "missing":
+                msg = f"missing (required by op {op!r})"
+            raise FixError(file, fline, ".".join(loc) or None, f"fix #{i + 1} ({op}): {msg}") from None
+        for fname, msg in model.problems():
+            raise FixError(file, lines.get(fname, line), fname, f"fix #{i + 1} ({op}): {msg}")
+        fixes.append(Fix(model, line, lines))
+    return fixes
+
+
+def _root(text: str, file: str, expected: str) -> yaml.MappingNode:
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
@@ -217,9 +354,16 @@ def parse_fix_text(text: str, file: str, video_id: str | None = None) -> FixSet:
         raise FixError(file, mark.line + 1 if mark else None, None,
                        f"not valid YAML: {getattr(e, 'problem', None) or e}") from None
     if root is None:
-        raise FixError(file, None, None, "empty file: expected 'video_id' and 'fixes'")
+        raise FixError(file, None, None, f"empty file: expected {expected}")
     if not isinstance(root, yaml.MappingNode):
-        raise FixError(file, root.start_mark.line + 1, None, "expected a mapping with 'video_id' and 'fixes'")
+        raise FixError(file, root.start_mark.line + 1, None, f"expected a mapping with {expected}")
+    return root
+
+
+def parse_fix_text(text: str, file: str, video_id: str | None = None) -> FixSet:
+    """Parse and validate a fix file's text (syntax and fields; ids are checked when applied)."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    root = _root(text, file, "'video_id' and 'fixes'")
     top = {str(k.value): (k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)}
     for name, (k, _) in top.items():
         if name not in ("video_id", "fixes"):
@@ -241,35 +385,7 @@ def parse_fix_text(text: str, file: str, video_id: str | None = None) -> FixSet:
         raise FixError(file, fk.start_mark.line + 1, "fixes", "must be a list of fixes")
     else:
         items = fnode.value
-    fixes = []
-    for i, item in enumerate(items):
-        line = item.start_mark.line + 1
-        if not isinstance(item, yaml.MappingNode):
-            raise FixError(file, line, "fixes", f"fix #{i + 1}: expected a mapping with an 'op'")
-        lines = _field_lines(item)
-        data = _plain(item)
-        op = data.get("op")
-        if op not in OPS:
-            raise FixError(file, lines.get("op", line), "op",
-                           f"fix #{i + 1}: {'missing' if op is None else f'unknown op {op!r}'}; expected one of {', '.join(OPS)}")
-        try:
-            model = _ADAPTER.validate_python(data)
-        except ValidationError as e:
-            errs = e.errors()
-            err = next((x for x in errs if x["type"] == "extra_forbidden"), errs[0])
-            loc = [str(x) for x in err["loc"][1:]]  # drop the union tag
-            fname = loc[0] if loc else None
-            fline = lines.get(".".join(loc[:2]), lines.get(fname or "", line)) if loc else line
-            msg = err["msg"]
-            if err["type"] == "extra_forbidden":
-                msg = f"unknown field for op {op!r}"
-            elif err["type"] == "missing":
-                msg = f"missing (required by op {op!r})"
-            raise FixError(file, fline, ".".join(loc) or None, f"fix #{i + 1} ({op}): {msg}") from None
-        for fname, msg in model.problems():
-            raise FixError(file, lines.get(fname, line), fname, f"fix #{i + 1} ({op}): {msg}")
-        fixes.append(Fix(model, line, lines))
-    return FixSet(file=file, video_id=vid, fixes=fixes, sha256=digest)
+    return FixSet(file=file, video_id=vid, fixes=_parse_items(items, file, OPS, _ADAPTER), sha256=digest)
 
 
 def load_fix_file(path: str | Path, video_id: str | None = None) -> FixSet:
@@ -289,3 +405,78 @@ def fingerprint(path: str | Path) -> str:
     """What a metadata unit's cache key depends on: the fix file's content, or 'none'."""
     p = Path(path)
     return hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "none"
+
+
+# ------------------------------------------------------------------------------ the vocabulary
+class Synonyms(_Op):
+    """Concept names that mean one thing: every instance named one of ``synonyms`` becomes ``concept``."""
+
+    op: Literal["synonyms"]
+    concept: str = Field(min_length=1)
+    synonyms: list[str] = Field(min_length=1)
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.concept in self.synonyms:
+            return [("synonyms", f"{self.concept!r} is the concept itself")]
+        return []
+
+
+class VocabularyRename(RenameConcept):
+    """A rename for the whole benchmark: every instance of ``from`` in every video."""
+
+    def problems(self) -> list[tuple[str, str]]:
+        if self.instances is not None:
+            return [("instances", "instance ids belong in a video's fix file, not the benchmark's vocabulary")]
+        if self.from_ == self.to:
+            return [("to", f"the same name as 'from' ({self.to!r})")]
+        return []
+
+
+VOCABULARY_OPS = ("rename_concept", "synonyms")
+_VOCABULARY_ADAPTER = TypeAdapter(Annotated[Union[VocabularyRename, Synonyms], Field(discriminator="op")])
+VOCABULARY_FILE = "vocabulary.yaml"  # in fixes_dir: no video id has no view suffix, so no clash
+
+
+@dataclass
+class Vocabulary:
+    """The benchmark's concept vocabulary (``<fixes_dir>/vocabulary.yaml``): renames and synonyms
+    applied to every video before its own fixes."""
+
+    file: str
+    fixes: list[Fix]
+    sha256: str
+
+    def canonical(self, concept: str) -> str:
+        """The name ``concept`` has after the vocabulary (its entries in file order)."""
+        for f in self.fixes:
+            if f.op.op == "synonyms" and concept in f.op.synonyms:
+                concept = f.op.concept
+            elif f.op.op == "rename_concept" and concept == f.op.from_:
+                concept = f.op.to
+        return concept
+
+    def names(self) -> list[str]:
+        """The names the vocabulary settles on (for autocomplete)."""
+        out = {f.op.concept if f.op.op == "synonyms" else f.op.to for f in self.fixes}
+        return sorted(n for n in out if self.canonical(n) == n)
+
+
+def parse_vocabulary_text(text: str, file: str) -> Vocabulary:
+    """The vocabulary file: ``vocabulary:`` a list of rename_concept (without instances) and
+    synonyms entries; every problem a FixError naming the line and field, as a fix file's."""
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    root = _root(text, file, "'vocabulary'")
+    top = {str(k.value): (k, v) for k, v in root.value if isinstance(k, yaml.ScalarNode)}
+    for name, (k, _) in top.items():
+        if name != "vocabulary":
+            raise FixError(file, k.start_mark.line + 1, name, "unknown key (expected 'vocabulary')")
+    if "vocabulary" not in top:
+        raise FixError(file, 1, "vocabulary", "missing: a list of renames and synonyms (may be empty: [])")
+    k, node = top["vocabulary"]
+    if isinstance(node, yaml.ScalarNode) and _plain(node) is None:
+        items: list[yaml.Node] = []
+    elif not isinstance(node, yaml.SequenceNode):
+        raise FixError(file, k.start_mark.line + 1, "vocabulary", "must be a list")
+    else:
+        items = node.value
+    return Vocabulary(file, _parse_items(items, file, VOCABULARY_OPS, _VOCABULARY_ADAPTER), digest)

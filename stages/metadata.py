@@ -281,6 +281,9 @@ class Derived:
     motion: list[dict]
     applied: list[dict]
     reviews: list[dict] = field(default_factory=list)  # schema.QUESTION_REVIEWS rows (review_question)
+    # each clip-local member's instance after the fixes (None: removed): what the verification app
+    # shows review pairs and mask labels with (not written by the stage)
+    members: list[dict] = field(default_factory=list)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -317,6 +320,17 @@ class _Fixing:
         self.motion_by_clip = {int(r["clip_index"]): dict(r) for r in inputs.motion}
         self.samples_by_time = {round(float(s["time"]), 6): s for s in inputs.motion_samples}
         self.reviews: dict[str, dict] = {}  # question id -> its review row
+        self.reviewed_by: dict[str, str | None] = {}  # question id -> who gave the verdict that counts
+        self.member_now = dict(self.member_of)  # (clip, local) -> the instance its observations are in
+
+    def member_instance(self, key: tuple[int, int]) -> int | None:
+        """The instance a clip-local member is part of now (after merges and splits); None if removed."""
+        i = self.member_now[key]
+        seen = set()
+        while i in self.alias and i not in seen:
+            seen.add(i)
+            i = self.alias[i]
+        return i if i in self.insts else None
 
     def error(self, f: fx.Fix, field_name: str, message: str, line: int | None = None) -> fx.FixError:
         """The error of fix ``f`` at ``field_name`` (at that field's line unless ``line`` is given)."""
@@ -360,13 +374,18 @@ def _rename_concept(st: _Fixing, f: fx.Fix) -> str:
 
 
 def _merge(st: _Fixing, f: fx.Fix) -> str:
-    op, insts = f.op, st.insts
+    op = f.op
     ids = sorted({st.resolve(i, f, "instances") for i in op.instances})
     if len(ids) < 2:
         raise st.error(f, "instances", f"instances {op.instances} are already one")
+    return _merge_ids(st, f, ids, "instances")
+
+
+def _merge_ids(st: _Fixing, f: fx.Fix, ids: list[int], name: str) -> str:
+    insts = st.insts
     concepts = {insts[i].concept for i in ids}
     if len(concepts) > 1:
-        raise st.error(f, "instances", f"different concepts {sorted(concepts)}: rename first")
+        raise st.error(f, name, f"different concepts {sorted(concepts)}: rename first")
     keep = ids[0]
     if any(insts[i].spans_override is not None for i in ids):  # an added instance among them
         spans: list[tuple[float, float]] = []
@@ -389,28 +408,102 @@ def _merge(st: _Fixing, f: fx.Fix) -> str:
 
 
 def _split(st: _Fixing, f: fx.Fix) -> str:
-    op, insts = f.op, st.insts
+    op = f.op
     key = (op.clip, op.local_id)
     if key not in st.member_of:
         raise st.error(f, "local_id", f"no clip-local instance {op.local_id} in clip {op.clip}")
+    now = st.member_instance(key)  # where an earlier fix moved it, if one did
+    src = st.resolve(st.member_of[key] if now is None else now, f, "local_id")
+    return _split_member(st, f, key, src, "local_id")
+
+
+def _split_member(st: _Fixing, f: fx.Fix, key: tuple[int, int], src: int, name: str) -> str:
+    insts, (clip, local) = st.insts, key
     clip_seconds = st.inputs.clip_seconds
     if clip_seconds is None:
         raise st.error(f, "op", "split needs the segmentation clip length", line=f.line)
-    src = st.resolve(st.member_of[key], f, "local_id")
-    moved = {k: o for k, o in insts[src].obs.items() if clip_of_sample(k, clip_seconds) == op.clip}
+    moved = {k: o for k, o in insts[src].obs.items() if clip_of_sample(k, clip_seconds) == clip}
     if len(moved) == len(insts[src].obs):
-        raise st.error(f, "local_id", f"clip {op.clip} local {op.local_id} is all of instance {src}: nothing to split")
+        raise st.error(f, name, f"clip {clip} local {local} is all of instance {src}: nothing to split")
     new = st.new_instance(insts[src].concept)
     for k, o in moved.items():
         new.obs[k] = {**o, "instance_id": new.id, "origin": "fix"}
         del insts[src].obs[k]
     insts[src].origin = "fix"
     insts[new.id] = new
-    return f"split clip {op.clip} local {op.local_id} out of {src} as {new.id}"
+    for other, now in st.member_now.items():  # the clip's members of src go with their observations
+        if other[0] == clip and st.member_instance(other) == src:
+            st.member_now[other] = new.id
+    return f"split clip {clip} local {local} out of {src} as {new.id}"
+
+
+def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> tuple[int, int]:
+    """Lay drawn keyframes on ``ins``: at every 2 FPS timestamp from a box to the next keyframe the
+    box is interpolated (held up to an ``outside`` keyframe, whose stretch loses its observations);
+    a keyframe between two timestamps gives its nearest one its box. Returns (set, removed)."""
+    duration_s, fps = st.inputs.duration_s, st.inputs.fps
+    w, h = st.inputs.image_size or (None, None)
+    for i, kf in enumerate(frames):
+        if kf.time > duration_s + 1e-6:
+            raise st.error(f, "boxes", f"keyframe {i + 1} at {kf.time} s is after the video ({duration_s:.1f} s)",
+                           line=f.line_of(f"boxes.{i}"))
+        if kf.box is not None and w is not None and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0):
+            raise st.error(f, "boxes", f"keyframe {i + 1}: box {list(kf.box)} is outside the {w}x{h} view",
+                           line=f.line_of(f"boxes.{i}"))
+
+    def clipped(b: Sequence[float]) -> tuple[float, ...]:
+        if w is None:
+            return tuple(float(v) for v in b)
+        return (max(0.0, b[0]), max(0.0, b[1]), min(float(w), b[2]), min(float(h), b[3]))
+
+    boxes: dict[int, tuple[float, ...] | None] = {}  # sample -> box, None: outside
+    for a, b in zip(frames, list(frames[1:]) + [None]):
+        if a.box is None:
+            continue
+        end = b.time if b is not None else a.time
+        lo, hi = math.ceil(a.time / SAMPLE_STEP - 1e-9), math.floor(end / SAMPLE_STEP + 1e-9)
+        for k in range(lo, hi + 1):
+            t = k * SAMPLE_STEP
+            if b is not None and b.outside:
+                if t < b.time - 1e-9:
+                    boxes[k] = clipped(a.box)
+                continue
+            u = 0.0 if b is None or b.time == a.time else (t - a.time) / (b.time - a.time)
+            boxes[k] = clipped([p + u * (q - p) for p, q in zip(a.box, b.box if b is not None else a.box)])
+        if b is not None and b.outside:  # up to the next box, the object is out of view
+            nxt = next((k for k in frames if k.time > b.time and k.box is not None), None)
+            stop = nxt.time if nxt is not None else duration_s
+            for k in range(math.ceil(b.time / SAMPLE_STEP - 1e-9), math.floor(stop / SAMPLE_STEP + 1e-9) + 1):
+                if k * SAMPLE_STEP < stop - 1e-9:
+                    boxes.setdefault(k, None)
+    for kf in frames:  # a keyframe between two timestamps: its nearest one shows its box
+        k = int(round(kf.time / SAMPLE_STEP))
+        if kf.box is not None and boxes.get(k) is None and k * SAMPLE_STEP <= duration_s + 1e-6:
+            boxes[k] = clipped(kf.box)
+    n_set = n_removed = 0
+    for k, box in sorted(boxes.items()):
+        if box is None:
+            n_removed += ins.obs.pop(k, None) is not None
+            continue
+        t = k * SAMPLE_STEP
+        old = ins.obs.get(k)
+        ins.obs[k] = {"video_id": st.inputs.video_id, "instance_id": ins.id, "concept": ins.concept,
+                      "sample_index": k, "time": t, "frame": int(round(t * fps)) if old is None else old["frame"],
+                      "fps": float(fps), "x0": float(box[0]), "y0": float(box[1]), "x1": float(box[2]),
+                      "y1": float(box[3]), "area": None if old is None else old["area"], "origin": "fix"}
+        n_set += 1
+    return n_set, n_removed
 
 
 def _add_instance(st: _Fixing, f: fx.Fix) -> str:
     op, duration_s, fps = f.op, st.inputs.duration_s, st.inputs.fps
+    if op.boxes is not None:
+        new = st.new_instance(op.concept)
+        n, _ = _track(st, f, new, op.boxes)
+        if not n:
+            raise st.error(f, "boxes", "no 2 FPS timestamp lies inside the drawn track")
+        st.insts[new.id] = new
+        return f"added {op.concept!r} as {new.id} ({n} boxes from {len(op.boxes)} keyframes)"
     for s, e in op.spans:
         if e > duration_s + 1e-6:
             raise st.error(f, "spans", f"span [{s}, {e}] ends after the video ({duration_s:.1f} s)")
@@ -427,6 +520,71 @@ def _add_instance(st: _Fixing, f: fx.Fix) -> str:
     new.last_override = max(e for _, e in op.spans)
     st.insts[new.id] = new
     return f"added {op.concept!r} as {new.id} ({len(new.obs)} timestamps)"
+
+
+def _set_box(st: _Fixing, f: fx.Fix) -> str:
+    i = st.resolve(f.op.instance, f, "instance")
+    ins = st.insts[i]
+    if ins.spans_override is not None:
+        raise st.error(f, "instance", f"instance {i} was added with spans only: add it with boxes to draw them")
+    n, removed = _track(st, f, ins, f.op.boxes)
+    if not ins.obs:
+        raise st.error(f, "boxes", f"would leave instance {i} with no observation: remove it instead")
+    ins.origin = "fix"
+    return f"instance {i}: {n} boxes set" + (f", {removed} timestamps out of view" if removed else "")
+
+
+def _split_at(st: _Fixing, f: fx.Fix) -> str:
+    op, insts = f.op, st.insts
+    src = st.resolve(op.instance, f, "instance")
+    ins = insts[src]
+    if ins.spans_override is not None:
+        raise st.error(f, "instance", f"instance {src} was added with spans only: split its spans by hand")
+    moved = {k: o for k, o in ins.obs.items() if o["time"] >= op.time - 1e-9}
+    if not moved or len(moved) == len(ins.obs):
+        times = sorted(o["time"] for o in ins.obs.values())
+        raise st.error(f, "time", f"instance {src} is seen {times[0]:.1f}-{times[-1]:.1f} s: "
+                                  f"{op.time} leaves nothing on one side")
+    new = st.new_instance(ins.concept)
+    for k, o in moved.items():
+        new.obs[k] = {**o, "instance_id": new.id, "origin": "fix"}
+        del ins.obs[k]
+    if ins.last_override is not None and ins.last_override >= op.time:
+        new.last_override, ins.last_override = ins.last_override, None
+    ins.origin = "fix"
+    insts[new.id] = new
+    cs = st.inputs.clip_seconds
+    if cs:  # a member goes with the side that holds most of its clip's observations
+        for key in st.member_now:
+            if st.member_instance(key) == src:
+                lo, hi = key[0] * cs, (key[0] + 1) * cs
+                after = sum(lo <= o["time"] < hi for o in new.obs.values())
+                before = sum(lo <= o["time"] < hi for o in ins.obs.values())
+                if after > before:
+                    st.member_now[key] = new.id
+    return f"split instance {src} at {op.time:.1f} s: {len(moved)} timestamps from then on are {new.id}"
+
+
+def _review_pair(st: _Fixing, f: fx.Fix) -> str:
+    op = f.op
+    sides = []
+    for clip, local, name in ((op.clip_a, op.local_a, "local_a"), (op.clip_b, op.local_b, "local_b")):
+        key = (clip, local)
+        if key not in st.member_of:
+            raise st.error(f, name, f"no clip-local instance {local} in clip {clip}")
+        now = st.member_instance(key)
+        if now is None:
+            raise st.error(f, name, f"clip {clip} local {local} belongs to a removed instance")
+        sides.append(now)
+    a, b = sides
+    pair = f"clip {op.clip_a} #{op.local_a} · clip {op.clip_b} #{op.local_b}"
+    if op.decision == "merge":
+        if a == b:
+            return f"pair {pair}: kept merged (instance {a})"
+        return f"pair {pair}: " + _merge_ids(st, f, sorted((a, b)), "decision")
+    if a != b:
+        return f"pair {pair}: kept apart ({a}, {b})"
+    return f"pair {pair}: " + _split_member(st, f, (op.clip_b, op.local_b), a, "decision")
 
 
 def _remove_instance(st: _Fixing, f: fx.Fix) -> str:
@@ -491,9 +649,12 @@ def _motion(st: _Fixing, f: fx.Fix) -> str:
 
 def _review_question(st: _Fixing, f: fx.Fix) -> str:
     op = f.op
-    if op.question in st.reviews:
-        raise st.error(f, "question", f"question {op.question} was reviewed by the fix at line "
-                                      f"{st.reviews[op.question]['line']}")
+    if op.question in st.reviews:  # a second reviewer's verdict (the later one counts); one reviewer's twice is a slip
+        earlier = st.reviewed_by[op.question]
+        if earlier == op.by:
+            raise st.error(f, "question", f"question {op.question} was reviewed by the fix at line "
+                                          f"{st.reviews[op.question]['line']}" + (f" (also by {op.by})" if op.by else ""))
+    st.reviewed_by[op.question] = op.by
     st.reviews[op.question] = {"video_id": st.inputs.video_id, "question_id": op.question, "verdict": op.verdict,
                                "reason": op.reason, "line": f.line}
     return f"question {op.question}: {op.verdict}" + (f" ({op.reason})" if op.reason else "")
@@ -503,7 +664,7 @@ def _review_question(st: _Fixing, f: fx.Fix) -> str:
 FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
     "rename_concept": _rename_concept, "merge": _merge, "split": _split, "add_instance": _add_instance,
     "remove_instance": _remove_instance, "set_appearance": _set_appearance, "motion": _motion,
-    "review_question": _review_question,
+    "review_question": _review_question, "set_box": _set_box, "split_at": _split_at, "review_pair": _review_pair,
 }
 
 
@@ -528,11 +689,31 @@ def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: 
     return out
 
 
-def apply_fixes(fixset: fx.FixSet, inputs: FixInputs) -> Derived:
-    """Apply a video's fixes to its automatic metadata; a problem raises ``FixError`` (file, line,
-    field) before anything is returned, so a bad file changes nothing."""
+def _apply_vocabulary(st: _Fixing, vocabulary: fx.Vocabulary) -> list[dict]:
+    """The benchmark's renames and synonyms, in file order, before the video's own fixes; one
+    fixes_applied row per entry that renamed something in this video."""
+    rows = []
+    for f in vocabulary.fixes:
+        names = set(f.op.synonyms) if f.op.op == "synonyms" else {f.op.from_}
+        to = f.op.concept if f.op.op == "synonyms" else f.op.to
+        hit = [ins for ins in st.insts.values() if ins.concept in names]
+        was = sorted({ins.concept for ins in hit})
+        for ins in hit:
+            ins.concept, ins.origin = to, "fix"
+            for o in ins.obs.values():
+                o["concept"] = to
+        if hit:
+            rows.append({"video_id": st.inputs.video_id, "file": vocabulary.file, "line": f.line, "op": f.op.op,
+                         "summary": f"vocabulary: renamed {len(hit)} instance(s) {', '.join(map(repr, was))} -> {to!r}",
+                         "sha256": vocabulary.sha256})
+    return rows
+
+
+def apply_fixes(fixset: fx.FixSet, inputs: FixInputs, vocabulary: fx.Vocabulary | None = None) -> Derived:
+    """Apply the benchmark's vocabulary, then a video's fixes, to its automatic metadata; a problem
+    raises ``FixError`` (file, line, field) before anything is returned, so a bad file changes nothing."""
     st = _Fixing(fixset, inputs)
-    applied = []
+    applied = _apply_vocabulary(st, vocabulary) if vocabulary is not None else []
     for f in fixset.fixes:
         kind = f.op.op
         handler = FIX_HANDLERS.get(kind)
@@ -547,4 +728,6 @@ def apply_fixes(fixset: fx.FixSet, inputs: FixInputs) -> Derived:
         for k in sorted(ins.obs):
             obs_rows.append({**ins.obs[k], "instance_id": ins.id, "concept": ins.concept})
     motion_out = [st.motion_by_clip[c] for c in sorted(st.motion_by_clip)]
-    return Derived(inst_rows, obs_rows, motion_out, applied, list(st.reviews.values()))
+    members = [{"clip_index": c, "local_id": lo, "instance_id": st.member_instance((c, lo))}
+               for c, lo in sorted(st.member_now)]
+    return Derived(inst_rows, obs_rows, motion_out, applied, list(st.reviews.values()), members)

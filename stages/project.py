@@ -70,7 +70,12 @@ class ProjectParams(BaseModel):
     codec: str = "libx264"
     preset: str = Field("veryfast", description="x264 preset")
     crf: int = Field(20, ge=0, le=51)
-    encoder_threads: int = Field(0, ge=0, description="threads per encoder; 0 = x264's default")
+    encoder_threads: int = Field(
+        2, ge=1, description="threads per encoder, pinned: x264's output depends on its thread count (1, 2 and 3 "
+        "threads give three different files of the same frames), and its automatic count follows the CPUs the "
+        "process may use, so the same source projected on another machine would give other views and other "
+        "fingerprints for every later stage. 2 is what the automatic count was on the 2-core machines the "
+        "sample's reference build came from")
     faststart: bool = Field(True, description="moov atom first (streamable files)")
     min_aspect: float = Field(1.98, description="equirectangular sources are 2:1 (width/height in range)")
     max_aspect: float = 2.02

@@ -208,9 +208,23 @@ def _video_link(video_id: str) -> str:
     return f'<a class="verify" href="/videos/{_e(video_id)}">{_e(video_id)}</a>'
 
 
-# Opened from file://, the links to the verification app go to its default address.
-_VERIFY_LINKS = ("<script>if (location.protocol === 'file:') for (const a of document.querySelectorAll('a.verify'))"
-                 " a.href = 'http://127.0.0.1:8765' + a.getAttribute('href');</script>")
+# Opened from file://, the links to the verification app go to the address the reader gives (a
+# field at the top, remembered; or ?verify=<address> in the page's URL), at first its default one.
+_VERIFY_LINKS = """<script>if (location.protocol === 'file:') {
+ const key = 'vsi-verify-address', given = new URLSearchParams(location.search).get('verify');
+ if (given) localStorage.setItem(key, given);
+ const links = [...document.querySelectorAll('a.verify')];
+ for (const a of links) a.dataset.path = a.getAttribute('href');
+ const bar = document.createElement('p'); bar.className = 'muted';
+ bar.innerHTML = 'Video names open <code>vsi-wild verify</code> at <input id="verify-address" size="30"> '
+   + '(the address it printed; Enter to apply)';
+ document.querySelector('h1').after(bar);
+ const input = bar.querySelector('input');
+ input.value = given || localStorage.getItem(key) || 'http://127.0.0.1:8765';
+ const apply = () => { const base = input.value.trim().replace(/\/+$/, ''); localStorage.setItem(key, base);
+   for (const a of links) a.href = base + a.dataset.path; };
+ input.addEventListener('change', apply); apply();
+}</script>"""
 
 
 def _card(card: Card) -> str:

@@ -37,7 +37,7 @@ from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages import segment as seg
 from vsi_wild.stages import visibility as vis
 from vsi_wild.stages.backends import base as backends
-from vsi_wild.stages.video_io import frame_batches, sampled_frames
+from vsi_wild.stages.video_io import frame_batches, prefetched, sampled_frames
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import BackendUse, Job, Plan, Stage
 
@@ -68,6 +68,18 @@ def _fix_file(store: Store, config: Config, video_id: str) -> tuple[str, bytes] 
     p = f"{_raw_path(store, config.metadata.fixes_dir)}/{video_id}.yaml"
     data = _read_raw(store, p)
     return (p, data) if data is not None else None
+
+
+def vocabulary_file(store: Store, config: Config) -> tuple[str, bytes] | None:
+    """The benchmark's vocabulary (renames and synonyms for every video), if there is one."""
+    p = f"{_raw_path(store, config.metadata.fixes_dir)}/{fx.VOCABULARY_FILE}"
+    data = _read_raw(store, p)
+    return (p, data) if data is not None else None
+
+
+def load_vocabulary(store: Store, config: Config) -> fx.Vocabulary | None:
+    found = vocabulary_file(store, config)
+    return fx.parse_vocabulary_text(found[1].decode("utf-8", errors="replace"), found[0]) if found else None
 
 
 def _digest(found: tuple[str, bytes] | None) -> str:
@@ -139,8 +151,9 @@ def run_detect(job: Job) -> None:
     rows: list[dict] = []
     n = 0
     total = seg.n_samples(float(view["duration_s"]))
-    for batch in frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), p.batch_frames,
-                               SAMPLE_FPS):
+    # the next batch is decoded while the detector runs on this one
+    for batch in prefetched(frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), p.batch_frames,
+                                          SAMPLE_FPS), depth=2, name=f"feed-{vid}"):
         rows.extend(det.detection_rows(vid, batch, detector.detect(batch, concepts) if concepts else
                                        [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in batch.images],
                                        p.backend))
@@ -232,8 +245,10 @@ def run_pose(job: Job) -> None:
     inputs = {
         v: po.ViewInput(views[v]["video_id"], float(views[v]["yaw_deg"]), float(views[v]["hfov_deg"]),
                         float(views[v]["fps"]), int(views[v]["width"]),
+                        # a chunk's frames are decoded while the estimator runs on the previous chunk
                         lambda path=job.file("project", views[v]["path"]):
-                            sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width))
+                            prefetched(sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width),
+                                       depth=p.chunk_frames, name=f"feed-{v}"))
         for v in wanted}
     fused, tracks = po.estimate_source(
         inputs,
@@ -271,7 +286,7 @@ def answer_rules(config, view: dict) -> rc.AnswerRules:
     qa = config.qa
     return rc.AnswerRules(float(view["duration_s"]),
                           qa.voc_checkpoint_s if qa.voc_checkpoint_s is not None else qa.clip_seconds,
-                          qa.voo_min_visible_s, qa.voo_min_visible_px)
+                          qa.voo_readings[0].min_visible_s)
 
 
 def reconcile_view(config, vid: str, view: dict, instances: list[rc.ClipInstance], clips: list,
@@ -329,14 +344,18 @@ RECONCILE = Stage(
     name="reconcile",
     outputs=schema.ARTIFACTS["reconcile"], version="12", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
     sections=("segment", "reconcile", "metadata", "pose", "model_errors.poses", "model_errors.seed", "qa.clip_seconds",
-              "qa.voc_checkpoint_s", "qa.voo_min_visible_s", "qa.voo_min_visible_px"),
+              "qa.voc_checkpoint_s", "qa.voo_readings"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
 
 
 # ------------------------------------------------------------------------------ metadata
 def _metadata_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
-    return {"fixes": _digest(_fix_file(store, config, unit))}
+    raw = {"fixes": _digest(_fix_file(store, config, unit))}
+    vocabulary = vocabulary_file(store, config)
+    if vocabulary is not None:  # only then: a build without one keeps its cache keys
+        raw["vocabulary"] = _digest(vocabulary)
+    return raw
 
 
 def auto_metadata(job: Job) -> tuple[meta.FixInputs, list[dict]]:
@@ -378,7 +397,7 @@ def run_metadata(job: Job) -> None:
     found = _fix_file(job.store, job.config, vid)
     fixset = fx.parse_fix_text(found[1].decode("utf-8", errors="replace"), found[0], vid) if found else fx.FixSet.empty(vid)
     inputs, agreement_rows = auto_metadata(job)
-    derived = meta.apply_fixes(fixset, inputs)
+    derived = meta.apply_fixes(fixset, inputs, load_vocabulary(job.store, job.config))
     job.out.write_table("instances.parquet", schema.table(schema.INSTANCES, derived.instances))
     job.out.write_table("observations.parquet", schema.table(schema.OBSERVATIONS, derived.observations))
     job.out.write_table("motion.parquet", schema.table(schema.MOTION, derived.motion))

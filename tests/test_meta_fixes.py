@@ -183,3 +183,88 @@ def test_fingerprint_follows_the_file(tmp_path):
 
 def test_every_op_has_a_handler():
     assert set(meta.FIX_HANDLERS) == set(fx.OPS)
+
+
+# ------------------------------------------------------------------------------ drawn tracks, pairs, vocabulary
+def boxes_of(d, iid):
+    return {o["time"]: (o["x0"], o["y0"], o["x1"], o["y1"]) for o in d.observations if o["instance_id"] == iid}
+
+
+def test_a_drawn_track_is_interpolated_between_keyframes_and_ends_at_outside():
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: add_instance\n    concept: chair\n    boxes:\n"
+              "      - {time: 60.0, box: [10, 20, 30, 40]}\n      - {time: 62.0, box: [50, 20, 70, 60]}\n"
+              "      - {time: 63.2, outside: true}\n      - {time: 65.1, box: [0, 0, 8, 8]}\n")
+    new = max(by_id(d))
+    got = boxes_of(d, new)
+    # 60, 60.5, ... 62 interpolated linearly (a quarter of the way per half second), held to 63.2, none
+    # until 65.1, whose nearest timestamp 65.0 gets its box
+    assert got[60.0] == (10, 20, 30, 40) and got[60.5] == (20, 20, 40, 45) and got[62.0] == (50, 20, 70, 60)
+    assert got[63.0] == (50, 20, 70, 60) and 63.5 not in got and 64.5 not in got and got[65.0] == (0, 0, 8, 8)
+    row = by_id(d)[new]
+    assert row["spans"] == [{"start": 60.0, "end": 63.0}, {"start": 65.0, "end": 65.0}] and row["origin"] == "fix"
+    assert row["n_observations"] == len(got) == 8
+
+
+def test_set_box_moves_boxes_and_split_at_cuts_a_track():
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: set_box\n    instance: 1\n    boxes:\n"
+              "      - {time: 1.0, box: [100, 100, 120, 140]}\n      - {time: 2.0, box: [100, 100, 120, 140]}\n")
+    got = boxes_of(d, 1)
+    assert got[1.0] == got[1.5] == got[2.0] == (100, 100, 120, 140) and got[0.5] == (1.0, 2.0, 30.0, 40.0)
+    d = apply(f"video_id: {VID}\nfixes:\n  - op: split_at\n    instance: 3\n    time: 36.0\n")
+    ids = by_id(d)
+    assert ids[3]["last_time"] == 35.5 and ids[4]["first_time"] == 36.0 and ids[4]["concept"] == "couch"
+    members = {(m["clip_index"], m["local_id"]): m["instance_id"] for m in d.members}
+    assert members[(0, 7)] == 3 and members[(1, 9)] == 4  # each member goes with its observations
+    with pytest.raises(fx.FixError, match="leaves nothing on one side"):
+        apply(f"video_id: {VID}\nfixes:\n  - op: split_at\n    instance: 3\n    time: 50.0\n")
+
+
+def test_review_pair_merges_or_keeps_apart_and_members_follow():
+    pair = "  - op: review_pair\n    clip_a: 0\n    local_a: 5\n    clip_b: 1\n    local_b: 2\n    decision: {}\n"
+    d = apply(f"video_id: {VID}\nfixes:\n" + pair.format("merge"))
+    assert 2 not in by_id(d) and by_id(d)[1]["n_observations"] == 20
+    assert {(m["clip_index"], m["local_id"]): m["instance_id"] for m in d.members}[(1, 2)] == 1
+    d = apply(f"video_id: {VID}\nfixes:\n" + pair.format("apart"))
+    assert set(by_id(d)) == {1, 2, 3} and "kept apart" in d.applied[0]["summary"]
+    couch = "  - op: review_pair\n    clip_a: 0\n    local_a: 7\n    clip_b: 1\n    local_b: 9\n    decision: apart\n"
+    d = apply(f"video_id: {VID}\nfixes:\n" + couch)  # merged automatically: apart splits clip 1's member out
+    assert by_id(d)[4]["first_time"] == 35.0 and by_id(d)[3]["last_time"] == 15.0
+    removed = f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 2\n" + pair.format("merge")
+    with pytest.raises(fx.FixError, match="removed instance"):
+        apply(removed)
+
+
+def test_the_vocabulary_renames_before_the_video_fixes_and_is_recorded():
+    vocab = fx.parse_vocabulary_text("vocabulary:\n  - op: synonyms\n    concept: sofa\n    synonyms: [couch, settee]\n"
+                                     "  - op: rename_concept\n    from: lamp\n    to: light\n", "fixes/vocabulary.yaml")
+    fs = fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: sofa\n    to: divan\n",
+                           f"fixes/{VID}.yaml", VID)
+    o, m, mo, s = auto()
+    d = meta.apply_fixes(fs, inputs(o, m, mo, s, meta.MetadataParams()), vocabulary=vocab)
+    assert by_id(d)[3]["concept"] == "divan"
+    assert [(a["file"], a["line"], a["op"]) for a in d.applied] == [("fixes/vocabulary.yaml", 2, "synonyms"),
+                                                                    (f"fixes/{VID}.yaml", 3, "rename_concept")]
+    with pytest.raises(fx.FixError, match="no instance has concept 'couch'"):  # the video's fixes see the new names
+        meta.apply_fixes(fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: couch\n"
+                                           "    to: x\n", "f.yaml", VID), inputs(o, m, mo, s, meta.MetadataParams()), vocab)
+
+
+@pytest.mark.parametrize("text, line, field", [
+    ("vocabulary:\n  - op: rename_concept\n    from: a\n    to: b\n    instances: [1]\n", 5, "instances"),
+    ("vocabulary:\n  - op: merge\n    instances: [1, 2]\n", 2, "op"),
+    ("vocabulary:\n  - op: synonyms\n    concept: sofa\n    synonyms: [sofa]\n", 4, "synonyms"),
+    ("fixes: []\n", 1, "fixes"),
+])
+def test_a_bad_vocabulary_names_line_and_field(text, line, field):
+    with pytest.raises(fx.FixError) as e:
+        fx.parse_vocabulary_text(text, "fixes/vocabulary.yaml")
+    assert (e.value.line, e.value.field) == (line, field), str(e.value)
+
+
+def test_who_and_when_are_kept_and_checked():
+    fs = fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n    by: ana\n"
+                           "    at: 2026-12-05T10:00:00Z\n", "f.yaml", VID)
+    assert (fs.fixes[0].op.by, fs.fixes[0].op.at) == ("ana", "2026-12-05T10:00:00Z")
+    with pytest.raises(fx.FixError, match="field 'at'"):
+        fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n    at: yesterday\n",
+                          "f.yaml", VID)

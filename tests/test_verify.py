@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import http.client
 import math
+import re
 import socket
 import threading
 import time
@@ -195,39 +196,90 @@ def test_masks_drawn_cover_the_truth_mask_at_a_seeked_time(page: Page, live, roo
 
 
 # ------------------------------------------------------------------------------ a reviewer's session
-def test_a_stale_save_is_refused_and_the_file_unchanged(page: Page, live, root, hand_written):
+def plain_fixes(root: Path) -> list[dict]:
+    """The fix file's fixes without who made them and when (the app stamps every fix it writes)."""
+    return [{k: v for k, v in f.items() if k not in ("by", "at")}
+            for f in YAML(typ="safe").load(fix_file(root).read_text())["fixes"]]
+
+
+def test_stale_saves_are_rebased_and_a_reload_loses_nothing(page: Page, live, root, hand_written, screenshot_dir):
+    """Issue 28's lost work: a save after another page or a person saved is rebased onto their file
+    (it was refused with "reload: nothing is lost", and the reload lost the pending rename)."""
     open_temporal(page, live)  # loaded before the file exists
-    fix_file(root).parent.mkdir(parents=True, exist_ok=True)
-    fix_file(root).write_text(hand_written)  # meanwhile, a person writes the file by hand
-    page.fill("#rename-to", "hydrant")
+    page.select_option("#rename-from", "vending machine")
+    page.fill("#rename-to", "drinks machine")
     page.click("#rename-add")
-    expect(page.locator("#pending li")).to_have_count(1)
-    page.click("#save")
-    expect(page.locator("#save-error")).to_contain_text("refused")
-    expect(page.locator("#save-error")).to_contain_text("changed since this page loaded it")
-    assert fix_file(root).read_text() == hand_written
+    expect(page.locator("#pending li.pending")).to_have_count(1)
+    fix_file(root).parent.mkdir(parents=True, exist_ok=True)
+    fix_file(root).write_text(hand_written)  # meanwhile, a person writes the file by hand ...
+    other = page.context.new_page()  # ... and a second tab's verdict is saved at once
+    other.goto(f"{live}/videos/{VID}/questions")
+    other.wait_for_function("window.pageReady === true")
+    first = other.locator(".card", has_text="VOO ·").first
+    REVIEWED["other_tab"] = first.get_attribute("data-question")
+    first.locator("button.accept").click()
+    expect(first).to_have_class(re.compile("accepted"))
+    other.close()
+    page.reload()  # the pending rename is the server's draft: a reload keeps it
+    page.wait_for_function("window.pageReady === true")
+    expect(page.locator("#pending li.pending")).to_contain_text("drinks machine")
+    save(page)
+    expect(page.locator("#save-error")).to_have_text("")
+    text = fix_file(root).read_text()
+    assert text.startswith("# checked by hand") and "# seen again later, split on purpose" in text  # comments kept
+    fixes = YAML(typ="safe").load(text)["fixes"]
+    assert [f["op"] for f in fixes] == ["split", "review_question", "rename_concept"]
+    assert fixes[2]["to"] == "drinks machine" and fixes[2]["by"] and fixes[2]["at"]  # who and when
+    history = sorted((fix_file(root).parent / ".history" / VID).glob("*.yaml"), key=lambda p: int(p.stem))
+    assert history[0].read_text() == hand_written
+    expect(page.locator("#pending li.pending")).to_have_count(0)
+    expect(page.locator("#pending li.saved")).to_have_count(3)
+    page.screenshot(path=str(screenshot_dir / "verify_temporal_rebased.png"), full_page=True)
+
+
+def test_leaving_with_pending_fixes_asks_first(page: Page, live):
+    open_temporal(page, live)
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.type), d.dismiss()))
+    page.select_option("#rename-from", "trash can")
+    page.fill("#rename-to", "bin")
+    page.click("#rename-add")
+    expect(page.locator("#pending li.pending")).to_have_count(1)
+    page.click("header nav a:has-text('Videos')")
+    page.wait_for_timeout(500)
+    assert dialogs == ["beforeunload"] and "/videos/" in page.url  # dismissed: still on the page
+    page.keyboard.press("Control+z")  # undo: nothing pending
+    expect(page.locator("#pending li.pending")).to_have_count(0)
+    expect(page.locator('#voc tr[data-concept="trash can"]')).to_have_count(1)
+    page.keyboard.press("Control+Shift+z")  # redo
+    expect(page.locator('#voc tr[data-concept="bin"]')).to_have_count(1)
+    page.click("#undo")
+    expect(page.locator("#pending li.pending")).to_have_count(0)
+    page.click("header nav a:has-text('Videos')")
+    page.wait_for_url(f"{live}/")
+    assert dialogs == ["beforeunload"]  # nothing pending: no question
 
 
 def test_merge_the_duplicate_back_and_the_voc_count_is_the_truths(page: Page, live, root, config, split, hand_written,
                                                                   screenshot_dir):
     truth = truth_count(root, config, CONCEPT)
     open_temporal(page, live)
-    expect(page.locator("#pending li")).to_have_count(1)  # the hand-written split
+    expect(page.locator("#pending li.saved")).to_have_count(3)  # the hand-written split, a verdict, a rename
     assert voc_final(page, CONCEPT) == truth + 1  # the preview of the file: one too many
     new_id = int(page.locator("#instances .sel").evaluate_all("els => Math.max(...els.map(e => +e.dataset.id))"))
     for i in (split["instance"], new_id):
         page.check(f'#instances input.sel[data-id="{i}"]')
     page.click("#merge-add")
-    expect(page.locator("#pending li")).to_have_count(2)
+    expect(page.locator("#pending li")).to_have_count(4)
     assert voc_final(page, CONCEPT) == truth
     page.screenshot(path=str(screenshot_dir / "verify_temporal_merge.png"), full_page=True)
+    before = fix_file(root).read_text()
     save(page)
     text = fix_file(root).read_text()
     assert text.startswith("# checked by hand") and "# seen again later, split on purpose" in text  # comments kept
-    doc = YAML(typ="safe").load(text)
-    assert doc["fixes"][1] == {"op": "merge", "instances": [split["instance"], new_id]}
-    history = sorted((fix_file(root).parent / ".history" / VID).glob("*.yaml"))
-    assert [p.read_text() for p in history] == [hand_written]  # the previous version kept
+    assert plain_fixes(root)[3] == {"op": "merge", "instances": [split["instance"], new_id]}
+    history = sorted((fix_file(root).parent / ".history" / VID).glob("*.yaml"), key=lambda p: int(p.stem))
+    assert history[-1].read_text() == before  # the previous version kept
 
 
 def test_an_invalid_fix_is_refused_next_to_its_control(page: Page, live, root):
@@ -240,31 +292,62 @@ def test_an_invalid_fix_is_refused_next_to_its_control(page: Page, live, root):
     page.check(f'#instances input.sel[data-id="{b}"]')  # two instances of different concepts
     page.click("#merge-add")
     expect(page.locator("#merge-error")).to_contain_text("different concepts")
-    expect(page.locator("#pending li")).to_have_count(2)
+    expect(page.locator("#pending li")).to_have_count(4)
+    expect(page.locator("#pending li.pending")).to_have_count(0)
     assert fix_file(root).read_text() == before
 
 
-def test_rename_and_add_a_missed_instance(page: Page, live, root):
+def seek(page: Page, t: float) -> None:
+    page.evaluate(f"document.getElementById('video').currentTime = {t}")
+    page.wait_for_function(f"Math.abs(document.getElementById('video').currentTime - {t}) < 0.01 && "
+                           f"document.getElementById('overlay').dataset.sample === '{round(t * 2)}'")
+
+
+def drag_box(page: Page, box: tuple[float, float, float, float]) -> None:
+    """Drag a box on the frame, given in view pixels (the overlay canvas' own coordinates)."""
+    page.locator("#overlay").scroll_into_view_if_needed()
+    r = page.locator("#overlay").bounding_box()
+    w, h = page.evaluate("[document.getElementById('overlay').width, document.getElementById('overlay').height]")
+    sx, sy = r["width"] / w, r["height"] / h
+    page.mouse.move(r["x"] + box[0] * sx, r["y"] + box[1] * sy)
+    page.mouse.down()
+    page.mouse.move(r["x"] + box[2] * sx, r["y"] + box[3] * sy, steps=4)
+    page.mouse.up()
+
+
+DRAWN: dict[str, list] = {}  # the keyframes the drawing test laid, checked after the re-derive
+
+
+def test_rename_and_draw_a_missed_instance(page: Page, live, root):
     open_temporal(page, live)
     benches = voc_final(page, "bench")
     page.select_option("#rename-from", "bench")
     page.fill("#rename-to", "park bench")
     page.click("#rename-add")
     expect(page.locator('#voc tr[data-concept="park bench"]')).to_have_count(1)
-    page.evaluate("document.getElementById('video').currentTime = 40")
-    page.wait_for_function("Math.abs(document.getElementById('video').currentTime - 40) < 0.01")
-    page.click("#add-start-now")
-    page.evaluate("document.getElementById('video').currentTime = 44.5")
-    page.wait_for_function("Math.abs(document.getElementById('video').currentTime - 44.5) < 0.01")
-    page.click("#add-end-now")
+    # the renamed concept stays chosen under its new name, and the box is cleared (a second click
+    # renamed another concept to the name left in the box)
+    expect(page.locator("#rename-from")).to_have_value("park bench")
+    expect(page.locator("#rename-to")).to_have_value("")
     page.fill("#add-concept", "park bench")
+    page.click("#draw-toggle")
+    for t, box in ((40.0, (100, 200, 180, 260)), (44.5, (300, 190, 400, 270))):
+        seek(page, t)
+        drag_box(page, box)
+    DRAWN["frames"] = page.evaluate("S.draw.frames")
+    assert [f["time"] for f in DRAWN["frames"]] == [40.0, 44.5]
+    seek(page, 42.0)  # between the keyframes the page shows the interpolated box, as the stage lays it
+    expect(page.locator("#draw-keys")).to_contain_text("keyframes: 0:40.0")
+    shown = page.evaluate("S.player.extra[0].box")
+    expected = [a + (b - a) * 4 / 9 for a, b in zip(DRAWN["frames"][0]["box"], DRAWN["frames"][1]["box"])]
+    assert np.allclose(shown, expected, atol=0.01)
     page.click("#add-add")
-    expect(page.locator("#pending li")).to_have_count(4)
+    expect(page.locator("#pending li")).to_have_count(6)  # 4 saved, 2 pending
     assert voc_final(page, "park bench") == benches + 1
     save(page)
-    fixes = YAML(typ="safe").load(fix_file(root).read_text())["fixes"]
-    assert fixes[2] == {"op": "rename_concept", "from": "bench", "to": "park bench"}
-    assert fixes[3] == {"op": "add_instance", "concept": "park bench", "spans": [[40.0, 44.5]]}
+    fixes = plain_fixes(root)
+    assert fixes[4] == {"op": "rename_concept", "from": "bench", "to": "park bench"}
+    assert fixes[5] == {"op": "add_instance", "concept": "park bench", "boxes": DRAWN["frames"]}
 
 
 REVIEWED: dict[str, str] = {}  # what the review tests chose, checked after the re-derive
@@ -283,8 +366,7 @@ def test_reject_and_accept_questions(page: Page, live, root, screenshot_dir):
     accepted.locator("button.accept").click()
     expect(accepted).to_have_class("card accepted")
     page.screenshot(path=str(screenshot_dir / "verify_questions.png"))
-    fixes = YAML(typ="safe").load(fix_file(root).read_text())["fixes"]
-    assert fixes[-2:] == [
+    assert plain_fixes(root)[-2:] == [
         {"op": "review_question", "question": REVIEWED["reject"], "verdict": "reject",
          "reason": "not answerable from the video"},
         {"op": "review_question", "question": REVIEWED["accept"], "verdict": "accept"}]
@@ -317,9 +399,8 @@ def test_vmr_pivot_from_the_keyboard_angle_from_the_compass_and_a_clip_marked_no
     page.check("#clip-verified")
     page.screenshot(path=str(screenshot_dir / "verify_spatial.png"), full_page=True)
     save(page)
-    fixes = YAML(typ="safe").load(fix_file(root).read_text())["fixes"]
-    assert fixes[-2:] == [{"op": "motion", "clip": FIXED_CLIP, "pivot_time": pivot + 2, "angle_deg": target},
-                          {"op": "motion", "clip": none_clip, "state": "none"}]
+    assert plain_fixes(root)[-2:] == [{"op": "motion", "clip": FIXED_CLIP, "pivot_time": pivot + 2, "angle_deg": target},
+                                      {"op": "motion", "clip": none_clip, "state": "none"}]
     REVIEWED["vmr_sector"] = {-135.0: "backward-left", 45.0: "forward-right"}[target]
 
 
@@ -338,6 +419,16 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     assert counts[CONCEPT] == truth and "bench" not in counts and counts["park bench"] == benches + 1
     added = [r for r in inst if r["concept"] == "park bench" and r["first_time"] == 40.0 and r["last_time"] == 44.5]
     assert len(added) == 1 and added[0]["origin"] == "fix"
+    # the drawn track's observations, read back from the artifacts: a box at every 2 FPS timestamp,
+    # interpolated between the keyframes; and visibility rows like any instance's
+    obs = [o for o in _current(root, "metadata", VID, "observations.parquet") if o["instance_id"] == added[0]["instance_id"]]
+    (t0, a), (t1, b) = ((f["time"], np.array(f["box"])) for f in DRAWN["frames"])
+    assert [o["time"] for o in obs] == [40.0 + 0.5 * i for i in range(10)]
+    for o in obs:
+        assert np.allclose([o["x0"], o["y0"], o["x1"], o["y1"]], a + (b - a) * (o["time"] - t0) / (t1 - t0))
+    vis = [v for v in _current(root, "metadata", VID, "visibility.parquet") if v["instance_id"] == added[0]["instance_id"]]
+    assert {v["time"] for v in vis if v["state"] == "visible"} == {o["time"] for o in obs}
+    assert len(vis) > len(obs)  # a state at every timestamp of the video, as for the automatic instances
     qa = pq.read_table(root / "exports" / "qa.parquet").to_pylist()
     voc = {r["concepts"][0]: int(r["answer"]) for r in qa if r["video_id"] == VID and r["task_type"] == "VOC"
            and r["split"] == "release"}
@@ -349,12 +440,13 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     assert [m["state"] for m in motion if m["clip_index"] == none_clip] == ["none"]
     assert len(answers) == sum(m["state"] == "ok" for m in motion)  # one question per clip with a direction
     reviewed = pq.read_table(root / "exports" / "reviewed.parquet").to_pylist()
-    assert {r["question_id"] for r in reviewed} == {REVIEWED["accept"]}
+    # the accepted ones that are exported (the other tab's VOO question may be left out by the balance)
+    assert REVIEWED["accept"] in {r["question_id"] for r in reviewed} <= {REVIEWED["accept"], REVIEWED["other_tab"]}
     assert any(r["split"] == "release" for r in reviewed)
     qa_key = store.read_status("qa", VID)["key"]
     skipped = pq.read_table(root / "artifacts" / "qa" / VID / qa_key / "skipped.parquet").to_pylist()
     assert any(r["reason"] == "rejected by a person: not answerable from the video" for r in skipped)
-    expect(page.locator("#pending li")).to_have_count(8)  # the page reloaded from the new outputs
+    expect(page.locator("#pending li.saved")).to_have_count(10)  # the page reloaded from the new outputs
     page.screenshot(path=str(screenshot_dir / "verify_temporal_rederived.png"), full_page=True)
     # the app serves the re-derived build report, whose video names lead back to these pages
     page.click("header nav a:has-text('Report')")
@@ -374,12 +466,12 @@ def test_timeline_seeks_and_zooms_and_a_reordered_appearance_becomes_set_appeara
     page.mouse.move(x, box["y"] + 30)
     page.mouse.wheel(0, -120)
     page.wait_for_function("S.t1 - S.t0 < 100 && S.t0 < 90 && S.t1 > 90")
-    n = page.locator("#pending li").count()
+    n = page.evaluate("DRAFT.edits.length")
     last = page.locator("#last-order li").last
     concept = last.get_attribute("data-concept")
     last.locator("button.up").click()
     expect(page.locator("#last-order li").last).not_to_have_attribute("data-concept", concept)
-    added = page.evaluate("S.fixes")[n:]
+    added = page.evaluate("DRAFT.edits.map(e => e.fix)")[n:]
     assert added and all(f["op"] == "set_appearance" and "last_time" in f for f in added)
 
 
@@ -395,7 +487,7 @@ def test_progress_is_kept_and_shown_by_status(page: Page, live, root, config):
     out = CliRunner().invoke(app, ["status", "-c", str(REPO / "configs" / "sample.yaml"), "--data-root", str(root)])
     assert out.exit_code == 0, out.output
     n_clips = math.ceil(config.sample.duration_s / config.metadata.motion_clip_seconds - 1e-9)
-    assert f"{VID}: temporal verified, clips 1/{n_clips}, questions 2/" in out.output
+    assert f"{VID}: temporal verified, clips 1/{n_clips}, questions 3/" in out.output
 
 
 def test_fixes_check_validates_without_running(root):
@@ -403,7 +495,7 @@ def test_fixes_check_validates_without_running(root):
 
     args = ["fixes", "check", VID, "-c", str(REPO / "configs" / "sample.yaml"), "--data-root", str(root)]
     out = CliRunner().invoke(app, args)
-    assert out.exit_code == 0 and f"{VID}: ok (8 fixes)" in out.output, out.output
+    assert out.exit_code == 0 and f"{VID}: ok (10 fixes)" in out.output, out.output
     bad = root / "fixes" / f"{SID}_back.yaml"
     bad.write_text(f"video_id: {SID}_back\nfixes:\n  - op: remove_instance\n    instance: 999\n")
     out = CliRunner().invoke(app, [*args[:2], f"{SID}_back", *args[3:]])

@@ -52,3 +52,40 @@ def test_save_refuses_a_stale_page_and_an_invalid_file_and_keeps_history(tmp_pat
     sha3 = fixfile.restore(path, VID, 1, sha2, parse)
     assert path.read_bytes() == first and sha3 == sha and fixfile.history(path, VID) == [1, 2]
     assert not list(tmp_path.glob(".*.tmp-*"))  # atomic writes leave no scratch file
+
+
+def add(fix):
+    return {"kind": "add", "fix": fix}
+
+
+def test_edits_add_drop_and_replace_what_decides_one_thing():
+    accept = {"op": "review_question", "question": "0123456789ab", "verdict": "accept", "by": "ana"}
+    reject = {"op": "review_question", "question": "0123456789ab", "verdict": "reject", "reason": "ambiguous", "by": "ana"}
+    out = fixfile.apply_edits([MERGE, accept], [add(RENAME), {"kind": "drop", "fix": MERGE}, add(reject),
+                                                {"kind": "drop", "fix": {"op": "merge", "instances": [1, 2]}}])
+    assert out == [RENAME, reject]  # her later verdict replaces her earlier; dropping a fix that is gone is nothing
+    second = {**accept, "by": "ben"}  # a second reviewer's verdict is kept beside hers (agreement compares them)
+    assert fixfile.apply_edits(out, [add(second)]) == [RENAME, reject, second]
+    stamped = {**MERGE, "by": "ana", "at": "2026-12-05T10:00:00Z"}
+    assert fixfile.apply_edits([stamped], [{"kind": "drop", "fix": MERGE}]) == []
+
+
+def test_a_save_is_rebased_onto_a_newer_file_and_what_no_longer_applies_is_returned(tmp_path):
+    path = tmp_path / f"{VID}.yaml"
+    fixfile.save_edits(path, VID, [add(MERGE)], parse)
+    # a second page saves in between: the pending edits are applied to its file, not refused
+    theirs = {"op": "review_question", "question": "0123456789ab", "verdict": "accept"}
+    fixfile.save_edits(path, VID, [add(theirs)], parse)
+
+    def no_sofa(text):  # a validation that refuses one of the pending fixes
+        parse(text)
+        if "sofa" in text:
+            raise fx.FixError(str(path), 7, "to", "no instance has concept 'couch'")
+
+    sha, failed = fixfile.save_edits(path, VID, [add(RENAME), add({"op": "remove_instance", "instance": 4})], no_sofa)
+    assert [e["fix"] for e, _ in failed] == [RENAME] and failed[0][1].field == "to"
+    saved = fx.parse_fix_text(path.read_text(), "t.yaml", VID)
+    assert [f.op.op for f in saved.fixes] == ["merge", "review_question", "remove_instance"]
+    assert fixfile.history(path, VID) == [1, 2] and sha == fixfile.sha256_text(path.read_bytes())
+    _, failed = fixfile.save_edits(path, VID, [add(RENAME)], no_sofa)  # nothing applies: nothing written
+    assert len(failed) == 1 and fixfile.history(path, VID) == [1, 2]

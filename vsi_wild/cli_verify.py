@@ -46,6 +46,8 @@ def verify(
     port: int = typer.Option(8765, "--port"),
     token: Optional[str] = typer.Option(None, "--token", help="The session token (default: generated and printed "
                                         "when binding beyond loopback)."),
+    reviewer: Optional[str] = typer.Option(None, "--reviewer", help="The name fixes are recorded under when a page "
+                                           "names none (default: your login name); each page can set its own."),
 ) -> None:
     """Serve the verification app: people check and correct each video's metadata and questions
     in a browser; it writes the fix files the pipeline consumes (docs/verify.md)."""
@@ -56,7 +58,11 @@ def verify(
     cfg, store, _ = _review(config, data_root)
     require = host not in LOOPBACK or token is not None
     token = token or secrets.token_urlsafe(24)
-    app = create_app(cfg, store, token=token, require_token=require)
+    try:
+        app = create_app(cfg, store, token=token, require_token=require, reviewer=reviewer)
+    except ValueError as e:  # a reviewer name a draft file cannot be named after
+        typer.secho(f"error: --reviewer: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
     shown = socket.gethostname() if host in ("0.0.0.0", "::") else f"[{host}]" if ":" in host else host
     url = f"http://{shown}:{port}/" + (f"?token={token}" if require else "")
     typer.echo(f"vsi-wild verify: {store.url}\n  open {url}")
@@ -101,6 +107,131 @@ def check(
         else:
             typer.echo(f"{vid}: ok ({len(derived.applied)} fixes)")
     raise typer.Exit(1 if bad else 0)
+
+
+@fixes_app.command("agreement")
+def agreement(
+    videos: Optional[list[str]] = typer.Argument(None, help="Video ids (default: every video with a fix file)."),
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+) -> None:
+    """How consistently reviewers decided the same items: review pairs (merge or apart), VMR
+    directions (the answer sector, or none) and question verdicts, from the fixes each recorded
+    (a second reviewer reviews blind in the queue: /queue?second=1). Percent agreement and Cohen's
+    kappa per pair of reviewers, then every disagreement."""
+    import json
+
+    from vsi_wild.verify import agreement as ag
+    from vsi_wild.verify import fixfile, progress
+    from vsi_wild.verify.catalog import NotFound, NotReady
+    from vsi_wild.verify.review import video_ids_for
+
+    _, store, review = _review(config, data_root)
+    try:
+        chosen = video_ids_for(review, videos)
+    except NotFound as e:
+        typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    per_video = []
+    for vid in chosen:
+        data, _ = fixfile.read(review.fix_path(vid))
+        fixes = fixfile.fixes_of(data)
+        marks = progress.read(store, vid)
+        verified_by: dict[int, list[str]] = {}
+        for c in marks.clips_verified:
+            if marks.by.get(f"clip:{c}"):
+                verified_by[c] = [marks.by[f"clip:{c}"]]
+        try:
+            automatic = {m["clip_index"]: "none" if m["angle_deg"] is None else ag.sector(m["angle_deg"])
+                         for m in review.auto_inputs(vid).motion}
+        except NotReady:
+            automatic = {}
+        per_video.append(ag.decisions(vid, fixes, verified_by, automatic))
+    report = ag.compare(per_video)
+    report["videos"] = chosen
+    if as_json:
+        typer.echo(json.dumps(report))
+    else:
+        typer.echo("\n".join(ag.lines(report)))
+
+
+@fixes_app.command("export-cvat")
+def export_cvat(
+    video: str = typer.Argument(..., help="The view video (e.g. sample-walk_front)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default: <video>.xml, or "
+                                          "<video>.json with --format coco)."),
+    fmt: str = typer.Option("cvat", "--format", help="cvat: CVAT for video 1.1 XML (tracks with boxes and masks); "
+                            "coco: YouTube-VIS JSON with COCO RLE masks."),
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+) -> None:
+    """Write a video's metadata (its current instances, as tracks with boxes and masks) in the
+    format annotation tools read: CVAT for video 1.1, or COCO-RLE / YouTube-VIS. Edit it in CVAT
+    and bring the corrections back with `vsi-wild fixes import-cvat`."""
+    from vsi_wild.verify import exchange
+    from vsi_wild.verify.catalog import NotFound, NotReady
+    from vsi_wild.verify.masks import MaskServer
+
+    if fmt not in ("cvat", "coco"):
+        typer.secho(f"error: --format {fmt!r}: cvat or coco", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2)
+    _, _, review = _review(config, data_root)
+    try:
+        vid = review.catalog.video(video)["video_id"]
+        make = exchange.export_cvat if fmt == "cvat" else exchange.export_ytvis
+        data, stats = make(review, MaskServer(review.catalog), vid)
+    except (NotFound, NotReady) as e:
+        typer.secho(f"error: {review.relative(str(e))}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    out = output or Path(f"{vid}.{'xml' if fmt == 'cvat' else 'json'}")
+    out.write_bytes(data)
+    typer.echo(f"{out}: {vid} as {'CVAT for video 1.1' if fmt == 'cvat' else 'YouTube-VIS (COCO RLE)'}: "
+               + ", ".join(f"{v} {k}" for k, v in stats.items()))
+
+
+@fixes_app.command("import-cvat")
+def import_cvat(
+    file: Path = typer.Argument(..., help="A CVAT for video 1.1 XML file exported by export-cvat and edited in CVAT."),
+    video: Optional[str] = typer.Option(None, "--video", help="The video (default: the file's task name)."),
+    reviewer: Optional[str] = typer.Option(None, "--reviewer", help="Recorded as who made the fixes "
+                                           "(default: your login name)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the fix ops, save nothing."),
+    as_json: bool = typer.Option(False, "--json", help="Print the fix ops (and what did not apply) as JSON."),
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+) -> None:
+    """Turn a CVAT job's corrections into fix ops (relabel -> rename_concept, moved boxes ->
+    set_box, merged tracks -> merge, split tracks -> split_at, deleted tracks -> remove_instance,
+    new tracks -> add_instance) and save them to the video's fix file through the same validation
+    as the app's saves (rebased; an op the pipeline refuses is printed with its reason and not
+    saved; exit 1 then)."""
+    import json
+
+    from vsi_wild.verify import exchange
+    from vsi_wild.verify.catalog import NotFound, NotReady
+    from vsi_wild.verify.server import default_reviewer_name
+
+    _, _, review = _review(config, data_root)
+    try:
+        vid, ops = exchange.import_cvat(review, file, video)
+    except (exchange.ExchangeError, NotFound, NotReady) as e:
+        typer.secho(f"error: {review.relative(str(e))}", err=True, fg=typer.colors.RED)
+        raise typer.Exit(2) from None
+    if dry_run:
+        typer.echo(json.dumps({"video_id": vid, "fixes": ops}) if as_json else
+                   "\n".join([f"{vid}: {len(ops)} fix ops (dry run, nothing saved)"] + [f"  {json.dumps(o)}" for o in ops]))
+        return
+    who = reviewer or default_reviewer_name()
+    res = review.save(vid, who, [{"kind": "add", "fix": o} for o in ops])
+    failed = [{"fix": f["edit"]["fix"], "error": f["error"]["error"]} for f in res["failed"]]
+    if as_json:
+        typer.echo(json.dumps({"video_id": vid, "fixes": ops, "failed": failed, "file": res["path"]}))
+    else:
+        typer.echo(f"{vid}: {len(ops) - len(failed)} of {len(ops)} fix ops saved to {res['path']} (by {who})")
+        for f in failed:
+            typer.secho(f"  not saved: {json.dumps(f['fix'])}: {f['error']}", fg=typer.colors.RED)
+    raise typer.Exit(1 if failed else 0)
 
 
 def verification_lines(config, store) -> list[str]:

@@ -141,7 +141,7 @@ def default_rules(clips: Sequence[ClipSpan]) -> AnswerRules:
 
     qa = QAParams()
     end = max((c.first_sample + c.n_samples for c in clips), default=1) * SAMPLE_STEP
-    return AnswerRules(end, qa.checkpoint_s, qa.voo_min_visible_s, qa.voo_min_visible_px)
+    return AnswerRules(end, qa.checkpoint_s, qa.voo_readings[0].min_visible_s)
 
 
 def prepare(instances: Sequence[ClipInstance], params: ReconcileParams, poses: Track | None,

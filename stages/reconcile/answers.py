@@ -17,8 +17,8 @@ class AnswerRules:
 
     duration_s: float
     checkpoint_s: float  # VOC streaming checkpoints (QAParams.checkpoint_s)
-    min_visible_s: float = 1.0  # QAParams.voo_min_visible_s: a real sighting lasts this long
-    min_visible_px: float = 0.0  # QAParams.voo_min_visible_px: with boxes this large
+    min_visible_s: float = 1.0  # the first of QAParams.voo_readings: a real sighting lasts this long
+    min_visible_px: float = 0.0  # with boxes at least this large on their shorter side
 
     def checkpoints(self) -> list[float]:
         """Multiples of ``checkpoint_s`` strictly inside the video, then the end (``qa.voc.checkpoints``)."""

@@ -42,6 +42,8 @@ class Catalog:
     _views_key: tuple = ()
     _views_at: float = float("-inf")
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _question_ids: dict[str, tuple[UnitRef, list[str]]] = field(default_factory=dict)
+    _concepts: dict[str, tuple[UnitRef, set[str]]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ status rows
     def status(self, stage: str, unit: str) -> dict[str, Any]:
@@ -108,14 +110,14 @@ class Catalog:
         """The view row of a video of the store; NotFound for any other string."""
         row = self.views().get(video_id)
         if row is None:
-            raise NotFound(f"no video {video_id!r} in {self.store.url}")
+            raise NotFound(f"no video {video_id!r} in this data root")
         return row
 
     def video_file(self, video_id: str) -> str:
         row = self.video(video_id)
         path = self.store.local_file(row["project_ref"], row["path"])
         if not path.is_file():
-            raise NotFound(f"the view video of {video_id} is missing: {path}")
+            raise NotFound(f"the view video of {video_id} is missing: {row['path']} of project:{row['source_id']}")
         return str(path)
 
     def n_motion_clips(self, video_id: str) -> int:
@@ -128,6 +130,38 @@ class Catalog:
         for r in rows:
             r["question_id"] = question_id(r)
         return rows
+
+    def question_ids(self, video_id: str) -> list[str]:
+        """The stable ids of the video's current questions ([] when its qa output is not current)."""
+        ref = self.current("qa", video_id)
+        if ref is None:
+            return []
+        with self._lock:
+            held = self._question_ids.get(video_id)
+            if held is not None and held[0] == ref:
+                return held[1]
+        rows = self.store.read_table(ref, "questions.parquet").to_pylist()
+        out = [question_id(r) for r in rows]
+        with self._lock:
+            self._question_ids[video_id] = (ref, out)
+        return out
+
+    def concepts(self) -> list[str]:
+        """Every concept of the benchmark's current metadata (every view video)."""
+        out: set[str] = set()
+        for vid in self.views():
+            ref = self.current("metadata", vid)
+            if ref is None:
+                continue
+            with self._lock:
+                held = self._concepts.get(vid)
+            if held is None or held[0] != ref:
+                held = (ref, set(pq.read_table(self.store.local_file(ref, "instances.parquet"),
+                                               columns=["concept"])["concept"].to_pylist()))
+                with self._lock:
+                    self._concepts[vid] = held
+            out |= held[1]
+        return sorted(out)
 
     def image_file(self, video_id: str, name: str) -> str:
         """A rendered VPO image of the video's current qa output, named as images.parquet lists it."""

@@ -1,8 +1,10 @@
-"""Saving a video's fix file from the browser: validated, atomic, never over a newer file, history kept.
+"""Saving a video's fix file from the browser: validated, atomic, rebased onto a newer file, history kept.
 
-The page sends the whole list of fixes and the sha256 of the file as it loaded it. A save is
-refused when the file changed since (another page or a person saved in between), and when the
-new file would not validate: ``validate`` gets the new text and raises the pipeline's own
+A reviewer's pending work is a list of *edits* (``drafts.py``): add a fix, or drop one the file
+has. A save applies the edits to the file as it is *now* (``save_edits``): when another page, a
+second reviewer or a person with an editor saved in between, the edits are rebased onto their
+file, one by one through the same validation, and an edit that no longer applies is returned with
+its error while the others are saved. ``validate`` gets the new text and raises the pipeline's own
 ``FixError`` (file, line, field), so the app and the ``metadata`` stage share one code path.
 The file is edited as a YAML round trip (ruamel.yaml): fixes that are still there keep their
 mapping objects, and with them the comments a person wrote by hand. The previous version goes to
@@ -11,6 +13,7 @@ mapping objects, and with them the comments a person wrote by hand. The previous
 
 from __future__ import annotations
 
+import datetime as dt
 import hashlib
 import io
 import os
@@ -51,12 +54,65 @@ def read(path: Path) -> tuple[bytes | None, str]:
 
 
 def plain(node: Any) -> Any:
-    """A ruamel node as plain Python (dicts, lists, scalars)."""
+    """A ruamel node as plain Python (dicts, lists, scalars; a YAML timestamp as its ISO text, as
+    the fix models keep it)."""
     if isinstance(node, dict):
         return {str(k): plain(v) for k, v in node.items()}
     if isinstance(node, (list, tuple)):
         return [plain(v) for v in node]
+    if isinstance(node, (dt.datetime, dt.date)):
+        return node.isoformat().replace("+00:00", "Z")
     return node
+
+
+VOCABULARY = fx.VOCABULARY_FILE.removesuffix(".yaml")  # the benchmark's file: its list is `vocabulary`
+
+
+def list_key(name: str) -> str:
+    """The key of a file's list of fixes: `fixes` in a video's file, `vocabulary` in the benchmark's."""
+    return "vocabulary" if name == VOCABULARY else "fixes"
+
+
+def fixes_of(data: bytes | None, key: str = "fixes") -> list[dict[str, Any]]:
+    """The fixes of a fix file's bytes as plain dicts ([] for no file or no list)."""
+    if not data:
+        return []
+    doc = _yaml().load(data.decode("utf-8"))
+    items = doc.get(key) if isinstance(doc, dict) else None
+    return [plain(f) for f in items] if isinstance(items, list) else []
+
+
+def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+    """The same fix, also when one of them lacks who made it and when."""
+    if a == b:
+        return True
+    strip = lambda f: {k: v for k, v in f.items() if k not in ("by", "at")}  # noqa: E731
+    return strip(a) == strip(b)
+
+
+def apply_edits(fixes: Sequence[dict[str, Any]], edits: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The fix list after the edits, in order: ``{"kind": "add", "fix": f}`` appends f (replacing
+    the fix *of the same reviewer* that decided the same thing, ``fixes.op_key``: a question's
+    verdict, a clip's motion, a pair; a second reviewer's decision is kept beside the first's, the
+    later one counts and ``vsi-wild fixes agreement`` compares them); ``{"kind": "drop", "fix": f}``
+    removes f (nothing if it is gone already)."""
+    out = list(fixes)
+    for e in edits:
+        fix = e["fix"]
+        if e["kind"] == "drop":
+            j = next((i for i, g in enumerate(out) if g == fix), None)
+            if j is None:
+                j = next((i for i, g in enumerate(out) if _same(g, fix)), None)
+            if j is not None:
+                del out[j]
+        elif e["kind"] == "add":
+            key = fx.op_key(fix)
+            if key is not None:
+                out = [g for g in out if not (fx.op_key(g) == key and g.get("by") == fix.get("by"))]
+            out.append(fix)
+        else:
+            raise ValueError(f"unknown edit kind {e['kind']!r}")
+    return out
 
 
 def _node(value: Any, depth: int = 0) -> Any:
@@ -75,13 +131,16 @@ def _node(value: Any, depth: int = 0) -> Any:
 
 
 def render(existing: bytes | None, video_id: str, fixes: Sequence[dict[str, Any]]) -> str:
-    """The fix file's new text: ``existing`` with its ``fixes`` list made ``fixes``."""
+    """The fix file's new text: ``existing`` with its ``fixes`` list made ``fixes`` (``video_id``
+    ``vocabulary``: the benchmark's file, whose list is ``vocabulary``)."""
+    key = list_key(video_id)
     y = _yaml()
     doc = y.load(existing.decode("utf-8")) if existing else None
     if not isinstance(doc, CommentedMap):
         doc = CommentedMap()
-        doc["video_id"] = video_id
-    old = doc.get("fixes")
+        if key == "fixes":
+            doc["video_id"] = video_id
+    old = doc.get(key)
     pool = list(enumerate(old)) if isinstance(old, CommentedSeq) else []
     items, comments = [], {}
     for fix in fixes:
@@ -99,7 +158,7 @@ def render(existing: bytes | None, video_id: str, fixes: Sequence[dict[str, Any]
         old.ca.items.update(comments)
     else:
         seq = CommentedSeq(items)
-        doc["fixes"] = seq
+        doc[key] = seq
         if not items:
             seq.fa.set_flow_style()
     buf = io.StringIO()
@@ -146,6 +205,37 @@ def save(path: Path, video_id: str, fixes: Sequence[dict[str, Any]], loaded_sha2
             _keep_previous(path, video_id, data)
         write_atomic(path, text.encode("utf-8"))
         return sha256_text(text.encode("utf-8"))
+
+
+def save_edits(path: Path, video_id: str, edits: Sequence[dict[str, Any]],
+               validate: Callable[[str], None]) -> tuple[str, list[tuple[dict[str, Any], fx.FixError]]]:
+    """Apply ``edits`` to the fix file as it is now and write it; returns the new sha256 and the
+    edits that did not apply, each with the pipeline's error. All at once when the result
+    validates; else one by one, keeping each edit that still validates (a rebase). Writes nothing
+    when nothing applies."""
+    with _LOCK:
+        data, sha = read(path)
+        current = fixes_of(data, list_key(video_id))
+        fixes, failed = apply_edits(current, edits), []
+        try:
+            validate(render(data, video_id, fixes))
+        except fx.FixError:
+            fixes = current
+            for e in edits:
+                trial = apply_edits(fixes, [e])
+                try:
+                    validate(render(data, video_id, trial))
+                except fx.FixError as err:
+                    failed.append((e, err))
+                else:
+                    fixes = trial
+        if fixes == current:
+            return sha, failed
+        text = render(data, video_id, fixes)
+        if data is not None:
+            _keep_previous(path, video_id, data)
+        write_atomic(path, text.encode("utf-8"))
+        return sha256_text(text.encode("utf-8")), failed
 
 
 def restore(path: Path, video_id: str, version: int, loaded_sha256: str, validate: Callable[[str], None]) -> str:

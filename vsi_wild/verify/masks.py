@@ -113,15 +113,16 @@ class MaskServer:
             return []
         return table.take(order[starts[i]:starts[i + 1]]).to_pylist()
 
-    def masks(self, video_id: str, k: int) -> dict[str, Any]:
+    def decoded(self, video_id: str, k: int) -> list[dict[str, Any]]:
+        """The masks of 2 FPS timestamp ``k``, each matched to its current instance: instance id,
+        concept, clip and clip-local id, box (view pixels) and the binary mask (segment pixels)."""
         view = self.catalog.video(video_id)
-        width, height = int(view["width"]), int(view["height"])
+        width = int(view["width"])
         clip = clip_of_sample(k, self.catalog.config.segment.clip_seconds)
         ref = self.catalog.current("segment", ids.clip_id(video_id, clip)) if k >= 0 else None
         rows = self._clip_rows(ref, k) if ref is not None else []
         inst, boxes = self._observations(video_id).at(k)
         out: list[dict[str, Any]] = []
-        label = None
         for r in rows[:MAX_MASKS]:
             s = float(width) / float(r["image_width"])
             box = np.array([r["x0"], r["y0"], r["x1"], r["y1"]], dtype=np.float64) * s if s != 1.0 else \
@@ -138,11 +139,21 @@ class MaskServer:
                     continue  # its instance was removed
             h, w = int(r["image_height"]), int(r["image_width"])
             m = mask_utils.decode({"size": [h, w], "counts": r["mask_rle"].encode()})
+            out.append({"instance_id": int(inst[j]), "concept": r["concept"], "clip": clip,
+                        "local_id": int(r["local_id"]), "box": [float(v) for v in box], "mask": m})
+        return out
+
+    def masks(self, video_id: str, k: int) -> dict[str, Any]:
+        view = self.catalog.video(video_id)
+        width, height = int(view["width"]), int(view["height"])
+        out: list[dict[str, Any]] = []
+        label = None
+        for d in self.decoded(video_id, k):
+            m = d.pop("mask")
             if label is None:
-                label = np.zeros((h, w), np.uint8)
+                label = np.zeros(m.shape, np.uint8)
             label[m > 0] = len(out) + 1
-            out.append({"label": len(out) + 1, "instance_id": int(inst[j]), "concept": r["concept"],
-                        "box": [float(v) for v in box]})
+            out.append({"label": len(out) + 1, **d})
         png = ""
         mh, mw = (label.shape if label is not None else (height, width))
         if label is not None:

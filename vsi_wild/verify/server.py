@@ -15,7 +15,7 @@ import threading
 import uuid
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import cv2
 from fastapi import FastAPI, Request
@@ -26,21 +26,33 @@ from pydantic import BaseModel, Field
 from vsi_wild.config import Config
 from vsi_wild.stages import fixes as fx
 from vsi_wild.store import Store
-from vsi_wild.verify import fixfile, progress
+from vsi_wild.verify import drafts, fixfile, progress
 from vsi_wild.verify.catalog import NotFound, NotReady
 from vsi_wild.verify.masks import MaskServer
-from vsi_wild.verify.review import Review, error_body
+from vsi_wild.verify.queue import Queue
+from vsi_wild.verify.review import Review
 
 STATIC = Path(str(resources.files("vsi_wild.verify") / "static"))
 TOKEN_HEADER = "X-Verify-Token"
+REVIEWER_HEADER = "X-Verify-Reviewer"
 TOKEN_COOKIE = "vsi_verify_token"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-PAGES = {"videos": "index.html", "temporal": "temporal.html", "spatial": "spatial.html", "questions": "questions.html"}
+PAGES = {"videos": "index.html", "temporal": "temporal.html", "spatial": "spatial.html", "questions": "questions.html",
+         "queue": "queue.html", "vocabulary": "vocabulary.html"}
 
 
 class FixesBody(BaseModel):
     fixes: list[dict[str, Any]]
-    sha256: str = Field(fixfile.NO_FILE, description="of the fix file as the page loaded it")
+
+
+class DraftBody(BaseModel):
+    action: Literal["add", "drop", "discard", "undo", "redo", "clear"]
+    fixes: list[dict[str, Any]] | None = None
+    index: int | None = None
+
+
+class SaveBody(BaseModel):
+    edits: list[dict[str, Any]] | None = Field(None, description="save only these (e.g. a verdict), not the draft")
 
 
 class RestoreBody(BaseModel):
@@ -48,8 +60,23 @@ class RestoreBody(BaseModel):
     sha256: str
 
 
+class BadRequest(ValueError):
+    """A request the app cannot act on as sent (e.g. a reviewer name it cannot file a draft under)."""
+
+
+def default_reviewer_name() -> str:
+    """The reviewer fixes are recorded under when a page names none: the login name."""
+    import getpass
+
+    try:
+        name = getpass.getuser()
+    except Exception:  # noqa: BLE001 - no login name (a container): a plain default
+        name = "reviewer"
+    return name if drafts.REVIEWER.match(name) else "reviewer"
+
+
 class ProgressBody(BaseModel):
-    progress: progress.Progress
+    progress: progress.Patch
 
 
 class Rederive:
@@ -63,12 +90,17 @@ class Rederive:
         self.jobs: dict[str, dict[str, Any]] = {}
         self._lock = threading.Lock()
 
-    def start(self, video_id: str) -> dict[str, Any]:
+    def start(self, video_id: str | list[str]) -> dict[str, Any]:
+        """Re-derive one video (or several: a vocabulary change touches every video)."""
+        videos = [video_id] if isinstance(video_id, str) else list(video_id)
         with self._lock:
             busy = next((j for j in self.jobs.values() if j["state"] == "running"), None)
             if busy is not None:
                 raise RuntimeError(f"a re-derive of {busy['video_id']} is running: wait for it")
-            job = {"id": uuid.uuid4().hex[:12], "video_id": video_id, "state": "running", "events": [], "summary": None}
+            # the units it runs: the videos' metadata and qa, then the one export and report
+            total = 2 * len(videos) + 2
+            job = {"id": uuid.uuid4().hex[:12], "video_id": ", ".join(videos), "videos": videos, "state": "running",
+                   "events": [], "summary": None, "total": total}
             self.jobs[job["id"]] = job
         threading.Thread(target=self._run, args=(job,), daemon=True, name=f"rederive-{video_id}").start()
         return job
@@ -89,7 +121,7 @@ class Rederive:
         try:
             stages = [registry.stage(n) for n in self.STAGES]
             plan = engine.Plan.load(self.config, self.store, registry.STAGES,
-                                    selection=engine.Selection(frozenset({job["video_id"]})))
+                                    selection=engine.Selection(frozenset(job["videos"])))
             engine.run_stages(plan, stages, engine.run_inline(plan))
             job["summary"] = engine.summarize(plan, self.store.url)
             job["state"] = "failed" if job["summary"]["failed"] else "done"
@@ -99,10 +131,14 @@ class Rederive:
             engine.remove_listener(listen)
 
 
-def create_app(config: Config, store: Store, token: str | None = None, require_token: bool = False) -> FastAPI:
+def create_app(config: Config, store: Store, token: str | None = None, require_token: bool = False,
+               reviewer: str | None = None) -> FastAPI:
     """The app over one data root. ``token``: the session's (generated when None); with
-    ``require_token`` every request needs it, else only the POSTs do."""
+    ``require_token`` every request needs it, else only the POSTs do. ``reviewer``: the name fixes
+    are recorded under when a page does not send its own (``X-Verify-Reviewer``)."""
     review = Review(config, store)
+    queue = Queue(review)
+    default_reviewer = drafts.check_reviewer(reviewer or default_reviewer_name())
     masks = MaskServer(review.catalog)
     rederive = Rederive(config, store)
     token = token or secrets.token_urlsafe(24)
@@ -128,19 +164,35 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
 
     @app.exception_handler(NotFound)
     async def not_found(request: Request, e: NotFound):
-        return JSONResponse({"error": str(e)}, status_code=404)
+        return JSONResponse({"error": review.relative(str(e))}, status_code=404)
 
     @app.exception_handler(NotReady)
     async def not_ready(request: Request, e: NotReady):
-        return JSONResponse({"error": str(e)}, status_code=409)
+        return JSONResponse({"error": review.relative(str(e))}, status_code=409)
 
     @app.exception_handler(fx.FixError)
     async def fix_error(request: Request, e: fx.FixError):
-        return JSONResponse(error_body(e), status_code=422)
+        return JSONResponse(review.error_body(e), status_code=422)
 
     @app.exception_handler(fixfile.StaleSave)
     async def stale(request: Request, e: fixfile.StaleSave):
         return JSONResponse({"error": str(e), "stale": True}, status_code=409)
+
+    @app.exception_handler(LookupError)
+    async def nothing_there(request: Request, e: LookupError):  # e.g. nothing to undo
+        return JSONResponse({"error": str(e)}, status_code=409)
+
+    def who(request: Request) -> str:
+        """The reviewer a request acts for: the page's (header), else the server's default."""
+        name = request.headers.get(REVIEWER_HEADER) or default_reviewer
+        try:
+            return drafts.check_reviewer(name)
+        except ValueError as e:
+            raise BadRequest(str(e)) from None
+
+    @app.exception_handler(BadRequest)
+    async def bad_request(request: Request, e: BadRequest):
+        return JSONResponse({"error": str(e)}, status_code=400)
 
     def page(name: str) -> HTMLResponse:
         html = (STATIC / PAGES[name]).read_text(encoding="utf-8")
@@ -165,6 +217,14 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         review.catalog.video(video_id)
         return page("questions")
 
+    @app.get("/queue", response_class=HTMLResponse)
+    def queue_page() -> HTMLResponse:
+        return page("queue")
+
+    @app.get("/vocabulary", response_class=HTMLResponse)
+    def vocabulary_page() -> HTMLResponse:
+        return page("vocabulary")
+
     @app.get("/report", response_class=HTMLResponse)
     def report_page() -> Response:
         """The build report the pipeline published in the data root (report.html): its video names
@@ -183,8 +243,12 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         return review.videos()
 
     @app.get("/api/videos/{video_id}")
-    def api_video(video_id: str) -> dict[str, Any]:
-        return review.payload(video_id)
+    def api_video(video_id: str, request: Request) -> dict[str, Any]:
+        return review.payload(video_id, who(request))
+
+    @app.get("/api/reviewer")
+    def api_reviewer(request: Request) -> dict[str, Any]:
+        return {"reviewer": who(request), "default": default_reviewer}
 
     @app.get("/api/videos/{video_id}/masks")
     def api_masks(video_id: str, k: int) -> dict[str, Any]:
@@ -207,6 +271,65 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
             raise NotFound(f"no frame {f} in {video_id}")
         return Response(cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
 
+    @app.get("/api/videos/{video_id}/crop")
+    def api_crop(video_id: str, t: float, x0: float, y0: float, x1: float, y1: float, h: int = 120) -> Response:
+        """The frame at time ``t`` around a box (view pixels), as a JPEG ``h`` px high: a thumbnail."""
+        row = review.catalog.video(video_id)
+        cap = cv2.VideoCapture(review.catalog.video_file(video_id))
+        try:
+            cap.set(cv2.CAP_PROP_POS_FRAMES, max(0, int(round(t * float(row["fps"])))))
+            ok, bgr = cap.read()
+        finally:
+            cap.release()
+        if not ok:
+            raise NotFound(f"no frame at {t} s in {video_id}")
+        H, W = bgr.shape[:2]
+        sx, sy = W / float(row["width"]), H / float(row["height"])
+        mx, my = 0.25 * (x1 - x0) + 8, 0.25 * (y1 - y0) + 8  # some of the surroundings
+        a, b = int(max(0, (x0 - mx) * sx)), int(max(0, (y0 - my) * sy))
+        c, d = int(min(W, (x1 + mx) * sx)), int(min(H, (y1 + my) * sy))
+        if c - a < 2 or d - b < 2:
+            raise NotFound(f"box [{x0}, {y0}, {x1}, {y1}] is outside the frame of {video_id}")
+        crop = bgr[b:d, a:c]
+        scale = max(16, min(h, 400)) / crop.shape[0]
+        crop = cv2.resize(crop, (max(1, int(crop.shape[1] * scale)), max(1, int(crop.shape[0] * scale))))
+        return Response(cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
+
+    @app.get("/api/queue")
+    def api_queue(request: Request, video: str | None = None, second: bool = False) -> dict[str, Any]:
+        items = queue.items([review.catalog.video(video)["video_id"]] if video else None,
+                            second=who(request) if second else None)
+        return {"items": items, "progress": queue.summary(items)}
+
+    @app.get("/api/queue/item")
+    def api_queue_item(request: Request, id: str, second: bool = False) -> dict[str, Any]:  # noqa: A002 - the item's id
+        return queue.detail(id, who(request) if second else None)
+
+    @app.get("/api/vocabulary")
+    def api_vocabulary(request: Request) -> dict[str, Any]:
+        state = review.vocabulary_state()
+        draft = drafts.read(store, fixfile.VOCABULARY, who(request))
+        out = {"file": state, "draft": review.draft_view(draft)}
+        if state["error"] is None:
+            out["preview"] = review.vocabulary_preview(review.pending(fixfile.VOCABULARY, draft.plain_edits()))
+        return out
+
+    @app.post("/api/vocabulary/draft")
+    def api_vocabulary_draft(body: DraftBody, request: Request) -> dict[str, Any]:
+        return review.edit(fixfile.VOCABULARY, who(request), body.action, body.fixes, body.index)
+
+    @app.post("/api/vocabulary/fixes")
+    def api_vocabulary_save(body: SaveBody, request: Request) -> dict[str, Any]:
+        return review.save(fixfile.VOCABULARY, who(request), body.edits)
+
+    @app.post("/api/rederive")
+    def api_rederive_all() -> JSONResponse:
+        """Re-derive every video (after a vocabulary change)."""
+        try:
+            return JSONResponse(rederive.start(sorted(review.catalog.views())), status_code=202)
+        except RuntimeError as e:
+            return JSONResponse({"error": str(e)}, status_code=409)
+
     @app.get("/api/videos/{video_id}/questions")
     def api_questions(video_id: str) -> list[dict[str, Any]]:
         return review.questions(video_id)
@@ -227,22 +350,24 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
     def api_preview(video_id: str, body: FixesBody) -> dict[str, Any]:
         return review.preview(video_id, body.fixes)
 
+    @app.post("/api/videos/{video_id}/draft")
+    def api_draft(video_id: str, body: DraftBody, request: Request) -> dict[str, Any]:
+        return review.edit(video_id, who(request), body.action, body.fixes, body.index)
+
     @app.post("/api/videos/{video_id}/fixes")
-    def api_save(video_id: str, body: FixesBody) -> dict[str, Any]:
-        path = review.fix_path(video_id)
-        fixfile.save(path, video_id, body.fixes, body.sha256, review.validator(video_id))
-        return review.fix_state(video_id)
+    def api_save(video_id: str, body: SaveBody, request: Request) -> dict[str, Any]:
+        return review.save(video_id, who(request), body.edits)
 
     @app.post("/api/videos/{video_id}/restore")
-    def api_restore(video_id: str, body: RestoreBody) -> dict[str, Any]:
+    def api_restore(video_id: str, body: RestoreBody, request: Request) -> dict[str, Any]:
         path = review.fix_path(video_id)
         fixfile.restore(path, video_id, body.version, body.sha256, review.validator(video_id))
-        return review.fix_state(video_id)
+        return review.save(video_id, who(request), [])
 
     @app.post("/api/videos/{video_id}/progress")
-    def api_progress(video_id: str, body: ProgressBody) -> dict[str, Any]:
+    def api_progress(video_id: str, body: ProgressBody, request: Request) -> dict[str, Any]:
         review.catalog.video(video_id)
-        return progress.write(store, video_id, body.progress).model_dump()
+        return progress.patch(store, video_id, body.progress, who(request)).model_dump()
 
     @app.post("/api/videos/{video_id}/rederive")
     def api_rederive(video_id: str) -> JSONResponse:

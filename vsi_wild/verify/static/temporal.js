@@ -1,12 +1,21 @@
-// The temporal page (VOO, VOC): the video with masks, the timeline, the fix ops, the
-// appearance orders and the VOC counts, all recomputed by the server from the pending fixes.
+// The temporal page (VOO, VOC): the video with masks, the timeline, the fix ops, the review pairs,
+// the appearance orders and the VOC counts. Every list is what the server's preview of the fix
+// file plus the reviewer's draft gives, recomputed after each edit.
 "use strict";
-const S = {info: null, fixes: [], sha: "none", view: null, selected: new Set(), t0: 0, t1: 1, player: null, progress: null};
+const S = {info: null, view: null, selected: new Set(), t0: 0, t1: 1, player: null, progress: null, focus: null,
+           draw: {mode: null, frames: []}};
 const $ = id => document.getElementById(id);
 const VID = videoId();
 const ROW = 12, HEAD = 14, AXIS = 18, GUTTER = 70;
+const DRAFT = new Draft(VID, res => applyView(res));
+DRAFTS.push(DRAFT);
+// where a refused or no-longer-applying fix's message goes: beside the control that makes the op
+const ERROR_BOX = {rename_concept: "rename-error", merge: "merge-error", split: "split-error", split_at: "split-error",
+                   remove_instance: "remove-error", add_instance: "add-error", set_box: "box-error",
+                   set_appearance: "appearance-error", review_pair: "review-error", motion: "save-error",
+                   review_question: "save-error"};
 
-function instances() { return S.view.instances || []; }
+function instances() { return (S.view && S.view.instances) || []; }
 function byConcept() {
   const groups = new Map();
   for (const i of [...instances()].sort((a, b) => a.first_time - b.first_time || a.instance_id - b.instance_id)) {
@@ -15,46 +24,29 @@ function byConcept() {
   }
   return groups;
 }
-function now() { return Math.round(S.player.video.currentTime * 10) / 10; }
+function now() { return Math.round(S.player.video.currentTime * 1000) / 1000; }
 function selectedIds() { return [...S.selected].filter(id => instances().some(i => i.instance_id === id)).sort((a, b) => a - b); }
 
-// ------------------------------------------------------------------ fixes: preview, add, save
-async function preview(fixes) {
-  return api(`/api/videos/${encodeURIComponent(VID)}/preview`, {fixes});
-}
-
-async function addFixes(ops, errorBox) {
-  // each op goes through the pipeline's validation (a dry run) before it is pending
-  errorBox.textContent = "";
-  try {
-    const res = await preview(S.fixes.concat(ops));
-    S.fixes = S.fixes.concat(ops);
-    applyView(res);
-  } catch (e) {
-    errorBox.textContent = e.body && e.body.reason ? `${e.body.field ? e.body.field + ": " : ""}${e.body.reason}` : e.message;
-  }
-}
-
-async function dropFix(i) {
-  const fixes = S.fixes.filter((_, j) => j !== i);
-  try { applyView(await preview(fixes)); S.fixes = fixes; } catch (e) { $("save-error").textContent = e.message; }
-  renderPending();
-}
+// ------------------------------------------------------------------ fixes: the draft, save
+function addFixes(ops, errorBox) { return DRAFT.add(ops, errorBox).then(ok => { renderPending(); return ok; }); }
 
 function applyView(res) {
-  S.view = {...S.view, instances: res.instances, appearance: res.appearance, voc: res.voc, motion: res.motion};
+  S.view = {...S.view, ...res};
   renderAll();
 }
 
 async function save() {
   $("save-error").textContent = "";
+  for (const id of new Set(Object.values(ERROR_BOX))) $(id).textContent = "";
   try {
-    const res = await api(`/api/videos/${encodeURIComponent(VID)}/fixes`, {fixes: S.fixes, sha256: S.sha});
-    S.sha = res.sha256; S.history = res.history;
-    renderHistory();
-    status(`saved ${res.path}`);
+    const res = await DRAFT.save();
+    renderHistory(); renderPending();
+    for (const f of res.failed) {  // rebased onto a newer file: what no longer applies, beside its control
+      $(ERROR_BOX[f.edit.fix.op] || "save-error").textContent = `not saved, no longer applies: ${f.error.field ? f.error.field + ": " : ""}${f.error.reason || f.error.error}`;
+    }
+    status(`saved ${res.path}` + (res.failed.length ? ` · ${res.failed.length} pending fix(es) no longer apply: see beside their controls` : ""), res.failed.length > 0);
   } catch (e) {
-    $("save-error").textContent = e.body && e.body.stale ? `refused: ${e.message}` : `not saved: ${e.message}`;
+    $("save-error").textContent = `not saved: ${fixError(e)}`;
   }
 }
 
@@ -62,21 +54,23 @@ async function restore() {
   const v = Number($("history").value);
   if (!v) return;
   try {
-    const res = await api(`/api/videos/${encodeURIComponent(VID)}/restore`, {version: v, sha256: S.sha});
-    S.sha = res.sha256; S.fixes = res.fixes; S.history = res.history;
-    applyView(await preview(S.fixes)); renderHistory(); status(`restored version ${v}`);
+    const res = await api(`/api/videos/${encodeURIComponent(VID)}/restore`, {version: v, sha256: DRAFT.sha});
+    DRAFT.file = res.fixes.fixes; DRAFT.sha = res.sha256; DRAFT.history = res.history;
+    if (res.preview) applyView(res.preview);
+    renderHistory(); status(`restored version ${v}`);
   } catch (e) { $("save-error").textContent = e.message; }
 }
 
 function renderHistory() {
   $("history").replaceChildren(el("option", {value: ""}, "history…"),
-    ...[...(S.history || [])].reverse().map(v => el("option", {value: v}, `version ${v}`)));
+    ...[...(DRAFT.history || [])].reverse().map(h => el("option", {value: h.version},
+      `version ${h.version} · ${h.fixes} fixes` + (h.by.length ? ` · ${h.by.join(", ")}` : "") + (h.at ? ` · ${h.at}` : ""))));
 }
 
 async function runRederive() {
   $("job").textContent = "re-derive starting…";
   try {
-    const job = await rederive(j => { $("job").textContent = jobText(j); });
+    const job = await rederive(j => showJob($("job"), j));
     if (job.state === "done") await load(true);
   } catch (e) { $("job").textContent = e.message; }
 }
@@ -109,60 +103,65 @@ function renderOps() {
   const from = $("rename-from"), keep = from.value;
   from.replaceChildren(...concepts.map(c => el("option", {value: c}, c)));
   if (concepts.includes(keep)) from.value = keep;
-  $("concepts").replaceChildren(...concepts.map(c => el("option", {value: c})));
+  const names = [...new Set([...(S.info.vocabulary || []), ...concepts])].sort();
+  $("concepts").replaceChildren(...names.map(c => el("option", {value: c})));
   const sel = selectedIds();
   $("merge-what").textContent = sel.length ? `instances ${sel.join(", ")}` : "select two or more";
-  // split: the clip-local members of the selected instances (merged ids follow their merge)
-  const members = (S.info.members || []).filter(m => sel.includes(mergedInto(m.instance_id)));
-  $("split-member").replaceChildren(...members.map(m => el("option", {value: `${m.clip_index}:${m.local_id}`},
-    `clip ${m.clip_index} local ${m.local_id} (#${m.instance_id}, ${fmtTime(m.first_time)}–${fmtTime(m.last_time)})`)));
+  // split: the clip-local members of the selected instances, as they are with the pending fixes
+  const auto = new Map((S.info.members || []).map(m => [`${m.clip_index}:${m.local_id}`, m]));
+  const members = ((S.view && S.view.members) || []).filter(m => sel.includes(m.instance_id));
+  $("split-member").replaceChildren(...members.map(m => {
+    const a = auto.get(`${m.clip_index}:${m.local_id}`);
+    return el("option", {value: `${m.clip_index}:${m.local_id}`},
+      `clip ${m.clip_index} local ${m.local_id} (#${m.instance_id}` + (a ? `, ${fmtTime(a.first_time)}–${fmtTime(a.last_time)}` : "") + ")");
+  }));
+  $("undo").disabled = !DRAFT.canUndo; $("redo").disabled = !DRAFT.canRedo;
 }
 
-// the automatic instance an id is now part of, after the pending merges (a merge keeps the smallest id)
-function mergedInto(id) {
-  const alias = new Map();
-  for (const f of S.fixes) if (f.op === "merge") { const keepId = Math.min(...f.instances); for (const i of f.instances) alias.set(i, keepId); }
-  let seen = 0;
-  while (alias.has(id) && alias.get(id) !== id && seen++ < 100) id = alias.get(id);
-  return id;
+function pairAction(p, decision) {
+  return addFixes([{op: "review_pair", clip_a: p.clip_a, local_a: p.local_a, clip_b: p.clip_b, local_b: p.local_b, decision}],
+                  $("review-error"));
 }
 
 function renderReviewPairs() {
-  // reconciliation's uncertain decisions, most answers changed first: an apart pair is resolved by a
-  // merge fix (or left apart), a merged one by a split fix of its later clip instance (or left merged)
-  const pairs = S.info.review_pairs || [];
-  const head = el("tr", {}, ...["concept", "instances", "clips", "now", "P(same)", "answers", "why", ""].map(h => el("th", {}, h)));
-  const rows = pairs.map(p => {
-    const joined = mergedInto(p.instance_a) === mergedInto(p.instance_b);
-    const split = S.fixes.some(f => f.op === "split" && f.clip === p.clip_b && f.local_id === p.local_b);
-    const action = p.decision === "merge"
-      ? (split ? el("span", {class: "muted"}, "split (pending)") :
-         el("button", {class: "split-pair", onclick: () => addFixes([{op: "split", clip: p.clip_b, local_id: p.local_b}],
-           $("review-error"))}, "split"))
-      : (joined ? el("span", {class: "muted"}, "merged (pending)") :
-         el("button", {class: "merge-pair", onclick: () => addFixes([{op: "merge",
-           instances: [mergedInto(p.instance_a), mergedInto(p.instance_b)]}], $("review-error"))}, "merge"));
-    return el("tr", {"data-pair": `${p.instance_a}-${p.instance_b}`},
-      el("td", {}, p.concept), el("td", {}, `#${p.instance_a} · #${p.instance_b}`),
-      el("td", {}, `${p.clip_a} (local ${p.local_a}) · ${p.clip_b} (local ${p.local_b})`),
-      el("td", {}, p.decision === "merge" ? "merged" : "apart"), el("td", {}, p.posterior.toFixed(2)),
-      el("td", {}, String(p.answer_impact)), el("td", {class: "muted"}, p.reason),
-      el("td", {}, el("button", {title: "show and select both", onclick: () => {
-          S.selected = new Set([mergedInto(p.instance_a), mergedInto(p.instance_b)]); renderAll(); }}, "select"), " ",
-        action));
+  // the pairs reconciliation could not decide, as they are with the pending fixes: the instance
+  // each side is part of now (a merged-away id shows what it became), merged or apart, decided by whom
+  const pairs = (S.view && S.view.review_pairs) || [];
+  const was = new Map((S.info.review_pairs || []).map(p => [`${p.clip_a}:${p.local_a}:${p.clip_b}:${p.local_b}`, p]));
+  const head = el("tr", {}, ...["concept", "instances now", "clips (local ids)", "evidence", "why", "state", ""].map(h => el("th", {}, h)));
+  const rows = pairs.map((p, n) => {
+    const key = `${p.clip_a}:${p.local_a}:${p.clip_b}:${p.local_b}`, before = was.get(key);
+    const side = (now, then) => now === null ? `#${then} (removed)` : (before && now !== then ? `#${now} (was #${then})` : `#${now}`);
+    const ids = `${side(p.instance_a, before ? before.instance_a : p.instance_a)} · ${side(p.instance_b, before ? before.instance_b : p.instance_b)}`;
+    const ev = [p.distance === null || p.distance === undefined ? null : `distance ${p.distance.toFixed(2)}`,
+                p.appearance === null || p.appearance === undefined ? null : `look ${p.appearance.toFixed(2)}`,
+                p.posterior === null || p.posterior === undefined ? null : `P(same) ${p.posterior.toFixed(2)}`,
+                p.answer_impact ? `${p.answer_impact} answers` : null].filter(Boolean).join(" · ");
+    const state = p.removed ? "a side was removed" : (p.merged ? "one instance" : "two instances") +
+      (p.decided ? ` · decided: ${p.decided.decision}` + (p.decided.by ? ` by ${p.decided.by}` : "") : "");
+    const actions = p.removed ? [] : p.merged
+      ? [el("button", {class: "keep-merged", onclick: () => pairAction(p, "merge")}, "keep merged"), " ",
+         el("button", {class: "split-pair", title: `split clip ${p.clip_b} local ${p.local_b} out of #${p.instance_a}`, onclick: () => pairAction(p, "apart")}, `split #${p.instance_a}`)]
+      : [el("button", {class: "merge-pair", title: `merge #${p.instance_b} into #${p.instance_a}`, onclick: () => pairAction(p, "merge")}, `merge #${p.instance_a} + #${p.instance_b}`), " ",
+         el("button", {class: "keep-apart", onclick: () => pairAction(p, "apart")}, "keep apart")];
+    return el("tr", {"data-pair": key, class: (S.focus === key ? "current " : "") + (p.decided ? "decided" : ""),
+                     onclick: e => { if (e.target.tagName !== "BUTTON") { S.focus = key; showPair(p); renderReviewPairs(); } }},
+      el("td", {}, p.concept), el("td", {class: "ids"}, ids),
+      el("td", {}, `${p.clip_a} (${p.local_a}) · ${p.clip_b} (${p.local_b})`), el("td", {class: "muted"}, ev),
+      el("td", {class: "muted"}, p.reason), el("td", {class: "state"}, state),
+      el("td", {class: "actions"}, el("button", {title: "show and select both", onclick: () => showPair(p)}, "select"), " ", ...actions));
   });
-  $("review-pairs").replaceChildren(head, ...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 8, class: "muted"}, "none"))]));
+  $("review-pairs").replaceChildren(head, ...(rows.length ? rows : [el("tr", {}, el("td", {colspan: 7, class: "muted"}, "none"))]));
 }
 
-function describe(f) {
-  const rest = Object.entries(f).filter(([k]) => k !== "op").map(([k, v]) => `${k}: ${JSON.stringify(v)}`).join(", ");
-  return `${f.op} ${rest}`;
+function showPair(p) {
+  S.selected = new Set([p.instance_a, p.instance_b].filter(i => i !== null));
+  const a = instances().find(i => i.instance_id === p.instance_b) || instances().find(i => i.instance_id === p.instance_a);
+  if (a) S.player.seek(a.first_time);
+  renderAll();
 }
 
-function renderPending() {
-  $("pending").replaceChildren(...S.fixes.map((f, i) => el("li", {}, describe(f), " ",
-    el("button", {title: "drop this fix", onclick: () => dropFix(i)}, "✕"))));
-}
+function renderPending() { DRAFT.renderList($("pending"), () => renderAll()); $("undo").disabled = !DRAFT.canUndo; $("redo").disabled = !DRAFT.canRedo; }
 
 function renderOrders() {
   for (const which of ["first", "last"]) {
@@ -203,6 +202,72 @@ function renderVoc() {
       ...counts.map(n => el("td", {class: "num"}, n)))));
 }
 
+// ------------------------------------------------------------------ the overlay: labels with the pending fixes
+function labelOf(m) {
+  // a mask's instance as the pending fixes make it: its clip-local member's instance now
+  const members = S.memberMap, inst = S.instanceMap;
+  if (!members) return {instance_id: m.instance_id, concept: m.concept};
+  const now = members.get(`${m.clip}:${m.local_id}`);
+  const id = now === undefined ? m.instance_id : now;
+  return {instance_id: id, concept: id !== null && inst.has(id) ? inst.get(id).concept : m.concept};
+}
+
+function indexView() {
+  S.memberMap = S.view.members ? new Map(S.view.members.map(m => [`${m.clip_index}:${m.local_id}`, m.instance_id])) : null;
+  S.instanceMap = new Map(instances().map(i => [i.instance_id, i]));
+}
+
+// ------------------------------------------------------------------ drawing a track
+function interp(frames, t) {
+  // the box of a drawn track at time t (as the metadata stage lays it: linear between boxes,
+  // held up to an out-of-view keyframe); null where it shows none
+  for (let i = 0; i < frames.length; i++) {
+    const a = frames[i], b = frames[i + 1];
+    if (!a.box) continue;
+    if (!b) return Math.abs(t - a.time) < S.info.sample_step / 2 ? a.box : null;
+    if (t < a.time - 1e-6 || t > b.time + 1e-6) continue;
+    if (b.outside) return t < b.time ? a.box : null;
+    const u = (t - a.time) / (b.time - a.time);
+    return a.box.map((p, j) => p + u * (b.box[j] - p));
+  }
+  return null;
+}
+
+function showDrawn() {
+  // the track being drawn on the frame: its box at the timestamp shown (dashed)
+  const fr = S.draw.frames, step = S.info.sample_step;
+  S.player.extra = [];
+  if (fr.length) {
+    const k = S.player.current === undefined ? 0 : S.player.current, box = interp(fr, k * step);
+    const id = S.draw.mode === "box" && selectedIds().length === 1 ? selectedIds()[0] : 0;
+    if (box) S.player.extra = [{id, box, time: k * step, text: (S.draw.mode === "box" ? `#${id} new box` : `${$("add-concept").value || "new"} (drawn)`), dashed: true}];
+  }
+  const keys = fr.map(f => f.box ? `${fmtTime(f.time)} [${f.box.map(v => Math.round(v)).join(", ")}]` : `${fmtTime(f.time)} out of view`).join(" · ");
+  const text = fr.length ? `keyframes: ${keys}` : (S.draw.mode ? "drag a box on the frame" : "");
+  $(S.draw.mode === "box" ? "box-keys" : "draw-keys").textContent = text;
+  $("drawbar-keys").textContent = S.draw.mode === "box" ? `new box of #${selectedIds()[0]} · ${text}` : `${$("add-concept").value || "new instance"} · ${text}`;
+  $("draw-toggle").classList.toggle("on", S.draw.mode === "add"); $("box-draw").classList.toggle("on", S.draw.mode === "box");
+  S.player.redraw();
+}
+
+function startDrawing(mode) {
+  S.draw = {mode: S.draw.mode === mode ? null : mode, frames: []};
+  S.player.setDrawing(S.draw.mode !== null);
+  $("draw-keys").textContent = ""; $("box-keys").textContent = "";
+  $("drawbar").hidden = S.draw.mode === null;
+  if (S.draw.mode !== null) $("overlay").scrollIntoView({block: "nearest"});  // the frame to draw on, in view
+  showDrawn();
+}
+
+function stopDrawing() { S.draw = {mode: null, frames: []}; S.player.setDrawing(false); $("drawbar").hidden = true; showDrawn(); }
+
+function addKeyframe(k) {
+  const fr = S.draw.frames.filter(f => Math.abs(f.time - k.time) > 1e-6);
+  fr.push(k); fr.sort((a, b) => a.time - b.time);
+  S.draw.frames = fr;
+  showDrawn();
+}
+
 // ------------------------------------------------------------------ timeline
 function rows() {
   const out = [];
@@ -222,7 +287,6 @@ function drawTimeline() {
   const g = c.getContext("2d"), span = S.t1 - S.t0, x = t => GUTTER + (t - S.t0) / span * (W - GUTTER);
   g.clearRect(0, 0, W, H);
   g.font = "11px system-ui"; g.textBaseline = "middle";
-  // axis ticks
   const nice = [0.5, 1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600];
   const tick = nice.find(s => span / s <= (W - GUTTER) / 70) || 3600;
   g.fillStyle = "#66707a"; g.strokeStyle = "#e5e9ed";
@@ -230,7 +294,6 @@ function drawTimeline() {
     g.beginPath(); g.moveTo(x(t), AXIS - 4); g.lineTo(x(t), H); g.stroke();
     g.fillText(fmtTime(t), x(t) + 2, 8);
   }
-  // clip boundaries
   g.setLineDash([4, 3]); g.strokeStyle = "#90a4ae";
   for (const clip of S.info.segment_clips || []) {
     if (clip.start > S.t0 && clip.start < S.t1) { g.beginPath(); g.moveTo(x(clip.start), AXIS); g.lineTo(x(clip.start), H); g.stroke(); }
@@ -309,16 +372,23 @@ function selectRowAt(py) {
 }
 
 function renderAll() {
+  if (!S.view) return;
+  indexView();
   renderInstances(); renderOps(); renderReviewPairs(); renderPending(); renderOrders(); renderVoc(); drawTimeline();
+  S.player.highlight = new Set(S.selected); showDrawn();
 }
 
 // ------------------------------------------------------------------ controls
 function setupOps() {
-  $("rename-add").onclick = () => {
+  $("rename-add").onclick = async () => {
     const from = $("rename-from").value, to = $("rename-to").value.trim();
     const op = {op: "rename_concept", from, to};
     if ($("rename-selected").checked) op.instances = selectedIds();
-    addFixes([op], $("rename-error"));
+    if (await addFixes([op], $("rename-error"))) {
+      // the renamed concept stays chosen under its new name; the box is cleared for the next one
+      $("rename-from").value = to; $("rename-to").value = "";
+      S.player.redraw();
+    }
   };
   $("merge-add").onclick = () => addFixes([{op: "merge", instances: selectedIds()}], $("merge-error"));
   $("split-add").onclick = () => {
@@ -327,34 +397,85 @@ function setupOps() {
     const [clip, local_id] = v.split(":").map(Number);
     addFixes([{op: "split", clip, local_id}], $("split-error"));
   };
+  $("split-at-add").onclick = () => {
+    const sel = selectedIds();
+    if (sel.length !== 1) { $("split-error").textContent = "select one instance"; return; }
+    addFixes([{op: "split_at", instance: sel[0], time: now()}], $("split-error"));
+  };
   $("remove-add").onclick = () => addFixes(selectedIds().map(i => ({op: "remove_instance", instance: i})), $("remove-error"));
-  $("add-start-now").onclick = () => { $("add-start").value = now(); };
-  $("add-end-now").onclick = () => { $("add-end").value = now(); };
-  $("add-add").onclick = () => {
+  $("add-start-now").onclick = () => { $("add-start").value = Math.round(now() * 10) / 10; };
+  $("add-end-now").onclick = () => { $("add-end").value = Math.round(now() * 10) / 10; };
+  $("add-span-add").onclick = () => {
     const s = Number($("add-start").value), e = Number($("add-end").value);
     addFixes([{op: "add_instance", concept: $("add-concept").value.trim(), spans: [[s, e]]}], $("add-error"));
+  };
+  $("draw-toggle").onclick = () => startDrawing("add");
+  $("box-draw").onclick = () => {
+    if (selectedIds().length !== 1) { $("box-error").textContent = "select one instance"; return; }
+    startDrawing("box");
+  };
+  $("draw-cancel").onclick = stopDrawing;
+  $("drawbar-cancel").onclick = stopDrawing;
+  $("drawbar-outside").onclick = () => $("draw-outside").click();
+  $("drawbar-done").onclick = () => (S.draw.mode === "box" ? $("box-apply") : $("add-add")).click();
+  $("draw-outside").onclick = () => { if (S.draw.frames.length) addKeyframe({time: now(), outside: true}); };
+  $("add-add").onclick = async () => {
+    if (!S.draw.frames.length) { $("add-error").textContent = "draw its box on the frame first (draw boxes), or add it by time"; return; }
+    if (await addFixes([{op: "add_instance", concept: $("add-concept").value.trim(), boxes: S.draw.frames}], $("add-error"))) stopDrawing();
+    else $("drawbar-keys").textContent = $("add-error").textContent;
+  };
+  $("box-apply").onclick = async () => {
+    const sel = selectedIds();
+    if (sel.length !== 1 || !S.draw.frames.length) { $("box-error").textContent = "select one instance and draw its box"; return; }
+    if (await addFixes([{op: "set_box", instance: sel[0], boxes: S.draw.frames}], $("box-error"))) stopDrawing();
+    else $("drawbar-keys").textContent = $("box-error").textContent;
   };
   const appearance = key => {
     const sel = selectedIds();
     if (sel.length !== 1) { $("appearance-error").textContent = "select one instance"; return; }
-    addFixes([{op: "set_appearance", instance: sel[0], [key]: now()}], $("appearance-error"));
+    addFixes([{op: "set_appearance", instance: sel[0], [key]: Math.round(now() * 10) / 10}], $("appearance-error"));
   };
   $("first-now").onclick = () => appearance("first_time");
   $("last-now").onclick = () => appearance("last_time");
+  $("undo").onclick = async () => { if (await DRAFT.undo()) renderPending(); };
+  $("redo").onclick = async () => { if (await DRAFT.redo()) renderPending(); };
   $("save").onclick = save;
   $("restore").onclick = restore;
   $("rederive").onclick = runRederive;
   $("verified").onchange = async e => {
-    S.progress = await saveProgress({...S.progress, temporal_verified: e.target.checked});
+    S.progress = await saveProgress({temporal_verified: e.target.checked});
     status(e.target.checked ? "marked verified" : "marked not verified");
   };
   $("show-masks").onchange = e => { S.player.showMasks = e.target.checked; S.player.redraw(); };
   $("show-boxes").onchange = e => { S.player.showBoxes = e.target.checked; S.player.redraw(); };
+  undoKeys(DRAFT, () => renderPending());
+  document.addEventListener("keydown", e => {
+    if (typing(e) || e.ctrlKey || e.metaKey || e.altKey) return;
+    const v = S.player.video, fps = S.info.video.fps, pairs = (S.view && S.view.review_pairs) || [];
+    const focused = pairs.find(p => `${p.clip_a}:${p.local_a}:${p.clip_b}:${p.local_b}` === S.focus);
+    if (e.key === " ") { e.preventDefault(); v.paused ? v.play() : v.pause(); }
+    else if (e.key === "ArrowLeft") { e.preventDefault(); S.player.seek(v.currentTime - (e.shiftKey ? 10 : 1)); }
+    else if (e.key === "ArrowRight") { e.preventDefault(); S.player.seek(v.currentTime + (e.shiftKey ? 10 : 1)); }
+    else if (e.key === ",") { v.pause(); S.player.seek(v.currentTime - 1 / fps); }
+    else if (e.key === ".") { v.pause(); S.player.seek(v.currentTime + 1 / fps); }
+    else if (e.key === "b") startDrawing("add");
+    else if ((e.key === "m" || e.key === "a") && focused && !focused.removed) pairAction(focused, e.key === "m" ? "merge" : "apart");
+    else if (e.key === "j" && pairs.length) {  // the next pair not decided yet
+      const i = pairs.findIndex(p => `${p.clip_a}:${p.local_a}:${p.clip_b}:${p.local_b}` === S.focus);
+      const next = pairs.slice(i + 1).concat(pairs.slice(0, i + 1)).find(p => !p.decided) || pairs[(i + 1) % pairs.length];
+      S.focus = `${next.clip_a}:${next.local_a}:${next.clip_b}:${next.local_b}`; showPair(next);
+    }
+  });
+  document.addEventListener("visibilitychange", async () => {
+    // back from another tab: the draft or the file may have changed there
+    if (document.visibilityState === "visible" && S.view) { await DRAFT.refresh(); renderHistory(); renderAll(); }
+  });
 }
 
 async function load(again) {
   const info = await api(`/api/videos/${encodeURIComponent(VID)}`);
-  S.info = info; S.progress = info.progress; S.sha = info.fixes.sha256; S.history = info.fixes.history;
+  S.info = info; S.progress = info.progress;
+  DRAFT.load(info);
   $("verified").checked = info.progress.temporal_verified;
   if (info.metadata.state !== "done" || info.fixes.error) {
     $("state-box").hidden = false;
@@ -365,21 +486,24 @@ async function load(again) {
     status("no metadata to verify yet", true);
     return;
   }
-  S.fixes = info.fixes.fixes;
-  S.view = {instances: info.instances, appearance: info.appearance, voc: info.voc, motion: info.motion};
-  if (S.fixes.length && !info.fixes.error) {
-    // the file may be newer than the metadata (edited by hand, not re-derived yet): show what it gives
-    const res = await preview(S.fixes);
-    S.view = {...S.view, instances: res.instances, appearance: res.appearance, voc: res.voc, motion: res.motion};
-  }
+  S.view = info.preview || {instances: info.instances, appearance: info.appearance, voc: info.voc, motion: info.motion,
+                            review_pairs: info.review_pairs, members: null};
   if (!again) {
-    S.player = new MaskPlayer($("video"), $("overlay"), info, {onTime: t => { $("time").textContent = fmtTime(t); drawTimeline(); }});
+    S.player = new MaskPlayer($("video"), $("overlay"), info, {
+      onTime: t => { $("time").textContent = fmtTime(t); drawTimeline(); if (S.draw.frames.length) showDrawn(); },
+      labelOf,
+      onPick: id => { S.selected.has(id) ? S.selected.delete(id) : S.selected.add(id); renderAll(); },
+      onBox: (box, t) => addKeyframe({time: Math.round(t * 1000) / 1000, box}),
+    });
     S.t0 = 0; S.t1 = info.video.duration_s;
     setupTimeline(); setupOps();
+    const focus = new URLSearchParams(location.search).get("pair");
+    if (focus) S.focus = focus;
   } else { S.player.info = info; S.player.cache.clear(); S.player.redraw(); S.player.draw(S.player.video.currentTime); }
   renderHistory(); renderAll();
   window.pageReady = true;
-  status(`${info.instances.length} instances · fix file ${info.fixes.sha256 === "none" ? "not written yet" : "loaded"}`);
+  status(`${instances().length} instances · fix file ${info.fixes.sha256 === "none" ? "not written yet" : "loaded"}` +
+         (DRAFT.dirty() ? ` · ${DRAFT.edits.length} pending edit(s) from your draft` : ""));
 }
 
 header("temporal");

@@ -11,7 +11,9 @@ const COLUMNS = [
   {key: "questions", label: "questions", num: true},
   {key: "temporal_verified", label: "temporal", show: r => r.temporal_verified ? "✓ verified" : "—"},
   {key: "clips_verified", label: "clips verified", num: true, show: r => `${r.clips_verified} / ${r.clips}`},
-  {key: "questions_reviewed", label: "questions reviewed", num: true, show: r => `${r.questions_reviewed} / ${r.questions ?? "?"}`},
+  // counted among the questions asked now: a rejected one leaves them at the next re-derive
+  {key: "questions_reviewed", label: "questions reviewed", num: true, show: r => `${r.questions_reviewed} / ${r.questions ?? "?"}` +
+    (r.questions_rejected_gone ? ` (+${r.questions_rejected_gone} rejected, no longer asked)` : "")},
 ];
 let rows = [], sortKey = "video_id", sortDir = 1;
 
@@ -38,7 +40,8 @@ function render() {
   });
   document.querySelector("#videos tbody").replaceChildren(...shown.map(r => el("tr", {"data-video": r.video_id},
     COLUMNS.map(c => el("td", {class: c.num ? "num" : (c.key === "metadata_state" && r.metadata_state !== "done" ? "error" : null)},
-      c.key === "video_id" ? el("a", {href: `/videos/${encodeURIComponent(r.video_id)}`}, r.video_id)
+      c.key === "video_id" ? [el("a", {href: `/videos/${encodeURIComponent(r.video_id)}`}, r.video_id), " ",
+                              el("a", {class: "muted", href: `/queue?video=${encodeURIComponent(r.video_id)}`, title: "this video's review queue"}, "queue")]
                            : (c.show ? c.show(r) : r[c.key] ?? "—"))))));
   document.getElementById("count").textContent = `${shown.length} of ${rows.length} videos`;
 }

@@ -1,0 +1,215 @@
+"""One review queue across the benchmark: what needs a person, in the order it matters.
+
+Items, in this order:
+
+1. **pair**: every pair of clip-local instances reconciliation left for review (``review_pairs``),
+   ranked across all videos by the answers the opposite decision would change, then by how close
+   its posterior is to 0.5; done when the video's fix file decides it (``review_pair``);
+2. **unit**: every unit of a video's stages whose status is ``failed`` (gone when it is mended);
+3. **clip**: every VMR motion clip, those whose views disagree (state ``failed``, low confidence)
+   first; done when marked verified or fixed by a ``motion`` fix;
+4. **question**: every question asked now, by video and task; done when it has a verdict.
+
+Each item has a time in its video (for progress per 5-minute segment) and, once done, who did it
+(the fix's ``by``, or the progress file's). The list is built from the store's current outputs and
+the saved fix files only (no dry run), so it is quick for a release's thousands of videos; an
+item's detail (``Queue.detail``) applies the video's fixes to show it as it is now.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from vsi_wild import ids
+from vsi_wild.stages import fixes as fx
+from vsi_wild.tasks import registry
+from vsi_wild.verify import fixfile, progress
+from vsi_wild.verify.review import Review, pair_key, pair_rank, review_pairs
+
+SEGMENT_S = 300.0  # progress per 5-minute segment of each video
+KINDS = ("pair", "unit", "clip", "question")
+TASK_ORDER = {"VOC": 0, "VOO": 1, "VMR": 2, "VPO": 3}
+
+
+def _video_units(video_id: str) -> set[str]:
+    source, _ = ids.split_video_id(video_id)
+    return {video_id, source}
+
+
+class Queue:
+    def __init__(self, review: Review):
+        self.review = review
+        self.catalog = review.catalog
+
+    def failed_units(self) -> dict[str, list[dict[str, Any]]]:
+        """video id -> the failed status rows of its units (its own, its clips', its source's)."""
+        out: dict[str, list[dict[str, Any]]] = defaultdict(list)
+        views = self.catalog.views()
+        by_source: dict[str, list[str]] = defaultdict(list)
+        for vid, row in views.items():
+            by_source[row["source_id"]].append(vid)
+        for stage in registry.STAGES:
+            for r in self.catalog._status_rows(stage.name):
+                if r["state"] != "failed":
+                    continue
+                unit = r["unit"]
+                vid = unit.split("@", 1)[0]
+                targets = [vid] if vid in views else sorted(by_source.get(unit, []))
+                for v in targets:
+                    out[v].append({"stage": stage.name, "unit": unit, "error": self.review.relative(r["error"])})
+        return out
+
+    def items(self, videos: list[str] | None = None, second: str | None = None) -> list[dict[str, Any]]:
+        """Every item of the benchmark (or of ``videos``), in queue order (done ones included, marked).
+        ``second``: a second review by this reviewer: an item is done when *they* decided it (and
+        the others' decisions are not shown), so two reviewers' decisions can be compared."""
+        pairs, units, clips, questions = [], [], [], []
+        failed = self.failed_units()
+        for vid in sorted(videos if videos is not None else self.catalog.views()):
+            data, _ = fixfile.read(self.review.fix_path(vid))
+            try:
+                fixes = fixfile.fixes_of(data)
+            except Exception:  # noqa: BLE001 - a broken file: its unit item says why
+                fixes = []
+            by_key = {fx.op_key(f): f for f in fixes if fx.op_key(f) is not None
+                      and (second is None or f.get("by") == second)}
+            prog = progress.read(self.review.store, vid)
+            decisions, members = self.review.decisions(vid)
+            first_of = {(m["clip_index"], m["local_id"]): m["first_time"] for m in members}
+            for p in review_pairs(decisions, members):
+                f = by_key.get(("review_pair", p["clip_a"], p["local_a"], p["clip_b"], p["local_b"]))
+                pairs.append({
+                    "id": f"pair:{vid}:{pair_key(p)}", "kind": "pair", "video_id": vid,
+                    "time": float(first_of.get((p["clip_b"], p["local_b"]), 0.0)),
+                    "title": f"{p['concept']}: #{p['instance_a']} · #{p['instance_b']} one object or two?",
+                    "done": f is not None, "by": f.get("by") if f else None,
+                    "decision": f.get("decision") if f else None, "rank": pair_rank(p),
+                    "answer_impact": p["answer_impact"], "posterior": p["posterior"],
+                    "link": f"/videos/{vid}?pair={pair_key(p)}"})
+            for u in failed.get(vid, []):
+                units.append({"id": f"unit:{vid}:{u['stage']}:{u['unit']}", "kind": "unit", "video_id": vid, "time": 0.0,
+                              "title": f"{u['stage']}:{u['unit']} failed", "error": u["error"], "done": False, "by": None,
+                              "link": f"/videos/{vid}"})
+            if self.catalog.current("metadata", vid) is not None:
+                motion = self.catalog.table("metadata", vid, "motion.parquet").to_pylist()
+                for m in motion:
+                    c = m["clip_index"]
+                    f = by_key.get(("motion", c))
+                    verified = c in prog.clips_verified and (second is None or prog.by.get(f"clip:{c}") == second)
+                    low = m["state"] == "failed" or m["views_consistent"] is False
+                    clips.append({
+                        "id": f"clip:{vid}:{c}", "kind": "clip", "video_id": vid, "time": float(m["clip_start"]),
+                        "title": f"VMR clip {c} ({m['state']}{', views disagree' if low else ''})",
+                        "low_confidence": low, "done": verified or f is not None,
+                        "by": (f.get("by") if f else None) or prog.by.get(f"clip:{c}"),
+                        "link": f"/videos/{vid}/spatial?clip={c}"})
+            if self.catalog.current("qa", vid) is not None:
+                for q in sorted(self.catalog.questions(vid), key=lambda q: (TASK_ORDER.get(q["task_type"], 9), q["subtype"],
+                                                                          q["item"])):
+                    f = by_key.get(("review_question", q["question_id"]))
+                    questions.append({
+                        "id": f"question:{vid}:{q['question_id']}", "kind": "question", "video_id": vid,
+                        "time": float(min(q["query_times"])) if q["query_times"] else 0.0,
+                        "title": f"{q['task_type']} {q['subtype']} · {q['item']}", "task_type": q["task_type"],
+                        "question_id": q["question_id"], "done": f is not None, "by": f.get("by") if f else None,
+                        "verdict": f.get("verdict") if f else None,
+                        "link": f"/videos/{vid}/questions?q={q['question_id']}"})
+        pairs.sort(key=lambda i: i["rank"])
+        clips.sort(key=lambda i: (not i["low_confidence"], i["video_id"], i["time"]))
+        for i in pairs:
+            del i["rank"]
+        return pairs + units + clips + questions
+
+    def summary(self, items: list[dict[str, Any]]) -> dict[str, Any]:
+        """Progress: overall and per kind, per video, per 5-minute segment of each video, per reviewer."""
+        def tally(rows: list[dict[str, Any]]) -> dict[str, int]:
+            return {"done": sum(r["done"] for r in rows), "total": len(rows)}
+
+        by_video: dict[str, list] = defaultdict(list)
+        by_segment: dict[tuple[str, int], list] = defaultdict(list)
+        by_reviewer: dict[str, int] = defaultdict(int)
+        for i in items:
+            by_video[i["video_id"]].append(i)
+            by_segment[(i["video_id"], int(i["time"] // SEGMENT_S))].append(i)
+            if i["done"] and i.get("by"):
+                by_reviewer[i["by"]] += 1
+        views = self.catalog.views()
+        return {
+            "all": tally(items), "kinds": {k: tally([i for i in items if i["kind"] == k]) for k in KINDS},
+            "videos": [{"video_id": v, **tally(rows), "duration_s": views[v]["duration_s"],
+                        "segments": [{"segment": s, "start": s * SEGMENT_S, **tally(by_segment[(v, s)])}
+                                     for s in range(int(float(views[v]["duration_s"]) // SEGMENT_S) + 1)
+                                     if by_segment.get((v, s))]}
+                       for v, rows in sorted(by_video.items())],
+            "reviewers": dict(sorted(by_reviewer.items(), key=lambda kv: (-kv[1], kv[0]))),
+            "segment_s": SEGMENT_S,
+        }
+
+    # ------------------------------------------------------------------ one item, as it is now
+    def detail(self, item_id: str, second: str | None = None) -> dict[str, Any]:
+        """What the queue page shows of one item: the pair, clip or question as the video's saved
+        fixes make it now, with the boxes to crop its thumbnails from. In a second review
+        (``second``: the reviewer), without the other reviewers' decisions of the kind it asks for."""
+        kind, vid, rest = (item_id.split(":", 2) + ["", ""])[:3]
+        self.catalog.video(vid)
+        out: dict[str, Any] = {"id": item_id, "kind": kind, "video_id": vid,
+                               "video": {k: self.catalog.video(vid)[k] for k in ("width", "height", "fps", "duration_s")}}
+        if kind == "unit":
+            return out
+        fixes = self.review.pending(vid, [])
+        if second is not None:  # blind: the pairs, clips and verdicts as if only this reviewer had decided
+            fixes = [f for f in fixes if fx.op_key(f) is None or f.get("by") == second]
+        derived = self.review.dry_run(vid, self.review.render(vid, fixes))
+        best = best_observations(derived.observations)
+        instances = {r["instance_id"]: r for r in derived.instances}
+        if kind == "pair":
+            decisions, members = self.review.decisions(vid)
+            pair = next((p for p in review_pairs(decisions, derived.members) if pair_key(p) == rest), None)
+            if pair is None:
+                raise LookupError(f"no review pair {rest} in {vid}")
+            auto = {(m["clip_index"], m["local_id"]): m for m in members}
+            cs = self.review.config.segment.clip_seconds
+            sides = []
+            for clip, local, now in ((pair["clip_a"], pair["local_a"], pair["instance_a"]),
+                                     (pair["clip_b"], pair["local_b"], pair["instance_b"])):
+                m = auto[(clip, local)]
+                obs = [o for o in self.review.auto_inputs(vid).observations if o["instance_id"] == m["instance_id"]
+                       and clip * cs <= o["time"] < (clip + 1) * cs and o["x0"] is not None]
+                o = max(obs, key=lambda o: (o["area"] or 0, -o["time"])) if obs else None
+                sides.append({"clip": clip, "local_id": local, "instance_id": now, "first_time": m["first_time"],
+                              "last_time": m["last_time"],
+                              "best": None if o is None else {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]}})
+            out.update(pair=pair, sides=sides)
+        elif kind == "clip":
+            c = int(rest)
+            out["motion"] = next(m for m in derived.motion if m["clip_index"] == c)
+            samples = self.review.auto_inputs(vid).motion_samples
+            out["samples"] = [{"time": s["time"], "angle_deg": s["angle_deg"]} for s in samples
+                              if out["motion"]["clip_start"] <= s["time"] < out["motion"]["clip_end"]]
+        elif kind == "question":
+            q = next((q for q in self.review.questions(vid) if q["question_id"] == rest), None)
+            if q is None:
+                raise LookupError(f"no question {rest} asked in {vid} now")
+            out["question"] = q
+            concepts = set(q.get("concepts") or [])
+            if q["task_type"] in ("VOC", "VOO"):  # the instances it counts or orders, as they are now
+                out["instances"] = [{**{k: r[k] for k in ("instance_id", "concept", "first_time", "last_time", "origin")},
+                                     "best": best.get(r["instance_id"])}
+                                    for r in sorted(instances.values(), key=lambda r: (r["concept"], r["first_time"]))
+                                    if r["concept"] in concepts]
+        else:
+            raise LookupError(f"no queue item {item_id!r}")
+        return out
+
+
+def best_observations(observations: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
+    """instance id -> its largest observation with a box (time, box): the thumbnail to show."""
+    out: dict[int, tuple] = {}
+    for o in observations:
+        if o["x0"] is None:
+            continue
+        key = (o["area"] or (o["x1"] - o["x0"]) * (o["y1"] - o["y0"]), -o["time"])
+        if o["instance_id"] not in out or key > out[o["instance_id"]][0]:
+            out[o["instance_id"]] = (key, {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]})
+    return {i: v[1] for i, v in out.items()}
