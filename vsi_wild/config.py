@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic_core import to_jsonable_python
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vsi_wild.stages.backends.params import ModelsParams
@@ -115,7 +116,7 @@ class Config(Section):
         value: Any = self
         for part in name.split("."):
             value = getattr(value, part)
-        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else to_jsonable_python(value)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 
