@@ -21,7 +21,7 @@ from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import leak_probe, report_diff
-from vsi_wild.stages.report import build_report, render_markdown, visibility_summary
+from vsi_wild.stages.report import build_report, readings_summary, render_markdown, visibility_summary
 from vsi_wild.stages.segment import SAMPLE_STEP
 from vsi_wild.stages.report import answer_controls, text_probe_summary
 from vsi_wild.stages.report_html import build_cards, render_html
@@ -204,6 +204,7 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
     sources = [store.read_table(ref, "source.parquet").to_pylist()[0] for ref in job.refs("probe").values()]
     status = [r for r in store.status_table().to_pylist() if r["stage"] != "report"]
     rep = build_report(rows, status, sources)
+    rep["readings"] = readings_summary(job.read("export", "skipped.parquet").to_pylist())
     rep["text_probe"] = text_probe(job, [r for r in rows if r["split"] == "release"])
     rep["answer_controls"] = answer_controls([r for r in rows if r["split"] == "release"], public_release_rows(job.config))
     fixes = {video: store.read_table(ref, "fixes_applied.parquet").to_pylist()

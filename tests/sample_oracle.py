@@ -57,6 +57,37 @@ def appearance_times(vis: list[dict], which: str, min_visible_s: float = 0.0, st
     return out
 
 
+def reading_pixels(config, truth, reading) -> float:
+    """The truth pixels a sighting under ``reading`` (a qa Sighting) needs: its share of the view, and
+    never fewer than the segment stage keeps (the metadata has nothing smaller)."""
+    v = truth["visibility"]
+    tw, th = v["image_width"][0].as_py(), v["image_height"][0].as_py()
+    return max(min_pixels(config, truth), reading.min_area_frac * tw * th)
+
+
+def stable_voo_sets(truth, view, config, which: str) -> tuple[dict[str, float], set[frozenset[str]]]:
+    """The kept concepts' appearance times under the first of ``qa.voo_readings``, and the 4-concept
+    sets whose order is the same and whose consecutive appearances are >= ``qa.voo_min_gap_s``
+    apart under every reading."""
+    qa, keep = config.qa, kept(truth, view, config)
+    per_reading = []
+    for reading in qa.voo_readings:
+        vis = visible(truth, view, reading_pixels(config, truth, reading))
+        per_reading.append({c: t for c, t in appearance_times(vis, which, reading.min_visible_s).items() if c in keep})
+    base = per_reading[0]
+
+    def stable(s: frozenset[str]) -> bool:
+        order = sorted(s, key=lambda c: (base[c], c))
+        for times in per_reading:
+            if any(c not in times for c in s) or sorted(s, key=lambda c: (times[c], c)) != order:
+                return False
+            if any(times[b] - times[a] < qa.voo_min_gap_s - 1e-9 for a, b in zip(order, order[1:])):
+                return False
+        return True
+
+    return base, {s for s in valid_voo_sets(base, qa.voo_min_gap_s) if stable(s)}
+
+
 def kept(truth, view, config) -> set[str]:
     """The detect stage's frequency filter on the truth (the groundtruth detector sees every pixel)."""
     d = config.detect

@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from conftest import REPO
-from sample_oracle import RECONCILE_SPLITS, VIEW_YAW, appearance_times, instances_seen, kept, min_pixels, valid_voo_sets, visible
+from sample_oracle import RECONCILE_SPLITS, VIEW_YAW, instances_seen, stable_voo_sets
 
 pytestmark = pytest.mark.slow
 
@@ -97,8 +97,9 @@ def test_voc_answers_agree_with_the_truth(oracle):
 
 def test_voo_asks_first_and_last_in_balance(oracle):
     """Per view and subtype as many questions as the truth allows (4-concept sets whose first or
-    last appearances are pairwise >= qa.voo_min_gap_s apart, up to voo_first / voo_last): last
-    appearances are spread too, so both subtypes are asked about as often."""
+    last appearances keep their order, pairwise >= qa.voo_min_gap_s apart, under every reading of
+    qa.voo_readings, up to voo_first / voo_last): last appearances are spread too, so both subtypes
+    are asked about as often (14 first, 16 last: the glimpse reading reorders a first-appearance set)."""
     truth, config, rows, _, _ = oracle
     qa = config.qa
     voo = _rows(rows, "VOO")
@@ -106,10 +107,7 @@ def test_voo_asks_first_and_last_in_balance(oracle):
     for which, count in (("first", qa.voo_first), ("last", qa.voo_last)):
         expected = 0
         for view in VIEW_YAW:
-            keep = kept(truth, view, config)
-            vis = visible(truth, view, min_pixels(config, truth))
-            times = {c: t for c, t in appearance_times(vis, which, qa.voo_min_visible_s).items() if c in keep}
-            valid = valid_voo_sets(times, qa.voo_min_gap_s)
+            times, valid = stable_voo_sets(truth, view, config, which)
             asked = [frozenset(r["concepts"]) for r in voo if r["view"] == view and r["subtype"] == which]
             assert set(asked) <= valid, (view, which)
             for r in voo:
@@ -118,7 +116,7 @@ def test_voo_asks_first_and_last_in_balance(oracle):
             expected += min(count, len(valid))
         totals[which] = expected
         assert sum(r["subtype"] == which for r in voo) == expected, which
-    assert totals["last"] > 0 and abs(totals["first"] - totals["last"]) <= 1, totals
+    assert min(totals.values()) >= 0.8 * max(totals.values()) > 0, totals
 
 
 def _steady_at(poses: dict[str, np.ndarray], t: float, half_s: float) -> bool:

@@ -752,6 +752,8 @@ QA_SKIPPED = _schema(
     f("task_type", pa.string()),
     f("item", pa.string()),
     f("reason", pa.string()),
+    f("reading", pa.string(), True, doc="not asked because its answer differs under this reading of the question "
+      "(stages/qa/readings.py); null for the other reasons"),
 )
 
 QA_EXPORT = _export_schema()
