@@ -8,20 +8,22 @@ object is a sum of named log-likelihood-ratio terms (``score``):
   accumulated over the distance walked between the sightings, q x walked, or the layout
   alignment's uncertainty where the two clips' layouts were aligned): a Student-t's log-density
   ratio to a perfect match (nu: how heavy the location errors' tails are);
-- ``llr_prior``: the look-alike prior, b0 (b0 + b_same for two tracks of one clip) minus the log
-  of how many *different* objects of the concept are expected within the match's uncertainty
-  ellipse, rho x 2 pi sqrt(det S), rho the concept's density around the pair (the most instances
-  of it one clip shows within the median viewing range, over that disc): a match means little
-  where look-alikes crowd or where the places are loose;
+- ``llr_prior``: the look-alike prior, b0 (b0 + b_same for two tracks of one clip) + log(1 / N +
+  1 / (rho x 2 pi sqrt(det S))): N the concept's instances around the pair (the most one of the
+  two clips shows within the median viewing range; its whole clip's for an instance without a
+  place), rho = N over that disc. Where the match's uncertainty ellipse is small against the
+  look-alikes' spacing a match says much; where it covers the look-alikes the odds fall to one
+  in N: a match means little where look-alikes crowd or where the places are loose;
 - ``llr_continuity``: beta x the boxes' overlap when one was seen in the sample just before the
   other's first (across a cut, or a track that broke), each carried at its own image motion;
 - ``llr_appearance``: a x (s - 1), s the colour histograms' Bhattacharyya similarity.
 
 Each concept's instances are then partitioned by correlation clustering (``multicut``): the
 partition maximising the summed log odds of the pairs it joins, never joining two instances seen
-in one sample (the segmenter saw two objects). A pair whose posterior lies within
-``review_log_odds`` of even odds, or that the partition decided against its own confident odds,
-is a review item; the partition's decision stands meanwhile. The eight parameters are
+in one sample (the segmenter saw two objects). A pair's posterior is its odds in context (what the
+partition loses when its decision is reversed); it is a review item when the answers the reversed
+partition changes, times the probability that the decision is wrong, reach
+``review_expected_errors``; the partition's decision stands meanwhile. The eight parameters are
 ``ASSOCIATE_PARAMS``, fitted by bench/fit_reconcile.py on the bench's training seeds.
 """
 
