@@ -204,8 +204,9 @@ def test_a_custom_rejection_reason_is_shown_and_reviewed_counts_only_asked_quest
     page.locator(".card:not(.rejected) button.accept").first.click()
     expect(page.locator(".card.accepted")).to_have_count(1)
     page.click("#rederive")
-    expect(page.locator("#job progress")).to_have_attribute("max", "4")  # the units it will run
-    expect(page.locator("#job")).to_contain_text("re-derive done: 4 / 4 units", timeout=300_000)
+    # the units it runs: the video's 4 segment clips (cached), reconcile, metadata, qa, export, report
+    expect(page.locator("#job progress")).to_have_attribute("max", "9")
+    expect(page.locator("#job")).to_contain_text("re-derive done: 9 / 9 units", timeout=300_000)
     asked = len(_current(root, "qa", VID, "questions.parquet"))
     page.goto(live + "/")
     cell = page.locator(f'#videos tr[data-video="{VID}"] td').nth(10)
