@@ -18,9 +18,11 @@ video, i.e. of one 360° video (= 4 view-hours):
     view_feed       decoding the 4 views at 2 FPS sampling (every frame decoded): the CPU work of
                     each GPU stage that reads the views (detect, segment and pose each do it once)
     pose_cpu        the CPU pose backend (twoview) on the 4 views at 2 FPS, feed included
-    qa_render       VPO images: each view video's `qa` unit decodes the panorama up to its last
-                    anchor (~all of it) and renders, blurs and writes 24 images; per source 4 decodes
-                    and 96 images, the images spread over the mean video length (38.62 min, SPEC)
+    qa_render       VPO images: each view video's `qa` unit decodes the panorama around its 12
+                    anchors only (a seek to the keyframe before each: `video_io.frames_at`, measured
+                    on 8 anchors spread over the source, i.e. at the source's keyframe interval) and
+                    renders, blurs and writes 24 images; per source 48 anchors and 96 images, spread
+                    over the mean video length (38.62 min, SPEC)
 
 The figures are CPU TIME (user + system of this process's threads and of its waited-for
 children, ffprobe included: resource.getrusage RUSAGE_SELF + RUSAGE_CHILDREN), not wall time:
@@ -204,20 +206,23 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
         inputs, lambda vi: base.create("pose_estimator", "twoview", hfov_deg=vi.hfov_deg, features=pose_p.twoview_features,
                                        camera_height=pose_p.camera_height), pose_p))
 
-    # QA's VPO images: one panorama decode per view video, then render + blur + JPEG per image
-    last = n_frames - 1
-    frames = timed("qa_decode", lambda: list(iter_frames(src.path, [last])))
+    # QA's VPO images: the panorama decoded around each anchor (seeking), then render + blur + JPEG
+    anchors = [int((k + 0.5) * n_frames / qa_images) for k in range(qa_images)]
+    frames = timed("qa_decode", lambda: list(iter_frames(src.path, anchors)))
     video = VideoInfo.from_row(view_rows[0])
     blur = image_blurrer(detector, faces_p)
-    jobs = [RenderJob(last, float(k * 360.0 / qa_images), qa_p.vpo_pitch_deg, f"images/capacity_{k}.{qa_p.image_format}")
-            for k in range(qa_images)]
+    jobs = [RenderJob(a, float(k * 360.0 / qa_images), qa_p.vpo_pitch_deg, f"images/capacity_{k}.{qa_p.image_format}")
+            for k, a in enumerate(anchors)]
     (work / "images").mkdir(exist_ok=True)
     timed("qa_images", lambda: render_jobs(src.path, jobs, lambda f: work / f, video, qa_p, blur, frames=frames))
     image_bytes = sum((work / j.file).stat().st_size for j in jobs) / qa_images
-    images_per_view = qa_p.vpo_per_video * 4 * 2  # 4 anchors, rotated + unrotated
+    anchors_per_view = qa_p.vpo_per_video * 4  # rotated and unrotated images show the same frames
+    images_per_view = anchors_per_view * 2
     n_views = len(project_p.views)
     per_image = cpu["qa_images"] / qa_images
-    qa_per_s = n_views * (cpu["qa_decode"] / secs + images_per_view * per_image / (MEAN_VIDEO_MIN * 60.0))
+    per_anchor = cpu["qa_decode"] / qa_images
+    video_s = MEAN_VIDEO_MIN * 60.0
+    qa_per_s = n_views * (anchors_per_view * per_anchor + images_per_view * per_image) / video_s
 
     per_s = {k: v / secs for k, v in cpu.items() if k not in ("qa_decode", "qa_images")}
     per_s["qa_render"] = qa_per_s
@@ -225,8 +230,8 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
     at_production = {}
     if abs(pixels_ratio - 1.0) > 1e-9:  # decoding follows the source's pixels; probe only demuxes
         at_production["decode"] = per_s["decode"] * pixels_ratio
-        at_production["qa_render"] = n_views * (pixels_ratio * cpu["qa_decode"] / secs
-                                                + images_per_view * per_image / (MEAN_VIDEO_MIN * 60.0))
+        at_production["qa_render"] = n_views * (anchors_per_view * pixels_ratio * per_anchor
+                                                + images_per_view * per_image) / video_s
     view_bytes = sum(p.stat().st_size for p in view_files.values())
     return {
         "source": {"width": src.width, "height": src.height, "fps": src.fps, "seconds": secs, "frames": n_frames,
@@ -240,13 +245,27 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
                   "detector_runs_per_view_frame": (stats["detector_calls"] + stats["crop_calls"]) / max(1, n_views * n_frames),
                   "face_rows": faces.num_rows},
         "feed_frames": n_feed,
-        "qa": {"images_per_view": images_per_view, "cpu_s_per_image": per_image, "bytes_per_image": image_bytes,
-               "mean_video_min": MEAN_VIDEO_MIN},
+        "qa": {"images_per_view": images_per_view, "anchors_per_view": anchors_per_view, "cpu_s_per_image": per_image,
+               "cpu_s_per_anchor_decode": per_anchor, "keyframe_interval_s": _keyframe_interval(src.path),
+               "bytes_per_image": image_bytes, "mean_video_min": MEAN_VIDEO_MIN},
         "cpu_s": cpu,
         "wall_s": wall,
         "core_h_per_video_h": per_s,
         "core_h_per_video_h_at_production": at_production,
     }
+
+
+def _keyframe_interval(path: Path) -> float | None:
+    """Mean seconds between keyframes (what one anchor's seek-and-decode costs grows with); None
+    with fewer than two keyframes."""
+    import numpy as np
+
+    from vsi_wild.stages.video_io import _packet_table, probe
+
+    table, info = _packet_table(Path(path)), probe(path)
+    if table is None or len(table.keyframes) < 2 or not info.fps:
+        return None
+    return float(np.mean(np.diff(table.keyframes))) / info.fps
 
 
 def storage(root: Path) -> dict[str, Any]:
@@ -300,6 +319,10 @@ def _cpu_lines(res: dict[str, Any]) -> list[str]:
     q = res["qa"]
     out.append(f"capacity_qa_image_bytes: {q['bytes_per_image']:.0f}  ({q['images_per_view']} VPO images per view video, "
                f"{res['views']['width']}x{res['views']['height']})")
+    gop = q["keyframe_interval_s"]
+    out.append(f"capacity_qa_cpu_s_per_anchor: {q['cpu_s_per_anchor_decode']:.3f}  (seek + decode up to one anchor, "
+               f"keyframes every {'?' if gop is None else f'{gop:.1f}'} s here; {q['anchors_per_view']} anchors "
+               "per view video)")
     return out
 
 

@@ -20,6 +20,7 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
@@ -35,6 +36,7 @@ from vsi_wild.stages.backends.base import FrameBatch
 # "truncated"; a stream that announces nothing is checked against its announced duration.
 _TRUNCATION_TOLERANCE_FRAMES = 1
 _TRUNCATION_TOLERANCE_S = 0.5
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
@@ -253,6 +255,54 @@ def frame_batches(path: str | os.PathLike[str], video_id: str, video_fps: float,
             return
 
 
+def prefetched(items: Iterator[T], depth: int = 2, name: str = "prefetch") -> Iterator[T]:
+    """``items`` produced ``depth`` ahead by a thread of its own: a model stage's decoding and
+    resizing (PyAV and OpenCV release the GIL) run while the model works on the previous batch,
+    so a GPU does not wait on the decoder. Same items, same order; an error in the producer is
+    raised here, where its item would have come; closing this generator stops the producer."""
+    q: queue.Queue = queue.Queue(maxsize=max(1, depth))
+    stop = threading.Event()
+    done = object()
+
+    def produce() -> None:
+        try:
+            for item in items:
+                while not stop.is_set():
+                    try:
+                        q.put((item, None), timeout=0.1)
+                        break
+                    except queue.Full:
+                        continue
+                if stop.is_set():
+                    return
+            q.put((done, None))
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer
+            q.put((done, e))
+        finally:
+            close = getattr(items, "close", None)
+            if stop.is_set() and close is not None:
+                close()
+
+    thread = threading.Thread(target=produce, name=name, daemon=True)
+    thread.start()
+    try:
+        while True:
+            item, error = q.get()
+            if item is done:
+                if error is not None:
+                    raise error
+                return
+            yield item
+    finally:
+        stop.set()
+        while thread.is_alive():  # unblock a producer waiting on a full queue
+            try:
+                q.get_nowait()
+            except queue.Empty:
+                pass
+            thread.join(timeout=0.05)
+
+
 def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: float | None,
                     info: VideoInfo) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
     """The nearest-frame rule over decoded frames that start at or before t_k (or at frame 0)."""
@@ -280,17 +330,26 @@ def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: fl
         k += 1
 
 
-_PTS_TABLES: dict[tuple[str, int, int], np.ndarray | None] = {}
+@dataclass(frozen=True)
+class PacketTable:
+    """A video stream's packets as demuxing finds them (no decoding): every packet's pts, sorted
+    (frame i in presentation order has pts ``pts[i]``), and the keyframes' frame indices."""
+
+    pts: np.ndarray  # int64, sorted
+    keyframes: np.ndarray  # int64, sorted frame indices of the keyframes
 
 
-def _pts_table(path: Path) -> np.ndarray | None:
-    """Every video packet's pts, sorted: frame i (presentation order) has pts table[i]. Read by
-    demuxing, not decoding (cheap); kept per file version, so a video's clips share it (the file
-    is opened for this only the first time)."""
+_PACKET_TABLES: dict[tuple[str, int, int], PacketTable | None] = {}
+
+
+def _packet_table(path: Path) -> PacketTable | None:
+    """The file's ``PacketTable``, kept per file version (a video's clips and anchors share it; the
+    file is opened for this only the first time); None when a packet has no pts."""
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
-    if key not in _PTS_TABLES:
-        pts = []
+    if key not in _PACKET_TABLES:
+        pts: list[int] | None = []
+        key_pts: list[int] = []
         try:
             with VideoReader(path, threads=False) as reader:
                 for packet in reader.container.demux(reader.stream):
@@ -300,12 +359,76 @@ def _pts_table(path: Path) -> np.ndarray | None:
                         pts = None
                         break
                     pts.append(packet.pts)
+                    if packet.is_keyframe:
+                        key_pts.append(packet.pts)
         except av.error.FFmpegError:
             pts = None  # the whole-video pass reports what is wrong with the file
-        if len(_PTS_TABLES) >= 16:
-            _PTS_TABLES.pop(next(iter(_PTS_TABLES)))
-        _PTS_TABLES[key] = np.sort(np.asarray(pts, dtype=np.int64)) if pts else None
-    return _PTS_TABLES[key]
+        if len(_PACKET_TABLES) >= 16:
+            _PACKET_TABLES.pop(next(iter(_PACKET_TABLES)))
+        table = None
+        if pts:
+            ordered = np.sort(np.asarray(pts, dtype=np.int64))
+            keys = np.searchsorted(ordered, np.asarray(sorted(key_pts), dtype=np.int64))
+            table = PacketTable(ordered, keys.astype(np.int64))
+        _PACKET_TABLES[key] = table
+    return _PACKET_TABLES[key]
+
+
+def _pts_table(path: Path) -> np.ndarray | None:
+    """Every video packet's pts, sorted: frame i (presentation order) has pts table[i]."""
+    table = _packet_table(path)
+    return None if table is None else table.pts
+
+
+def frames_at(path: str | os.PathLike[str], indices: Sequence[int]) -> Iterator[tuple[int, float, np.ndarray]]:
+    """``(index, time, rgb)`` of the wanted frames (indices and times as the whole-video pass counts
+    them), in index order, decoding only around them: for each wanted frame the decoder goes on
+    from where it stands, unless a keyframe lies between there and the frame, in which case it
+    seeks to the last keyframe before it. A few anchors of a long video cost a GOP each instead of
+    the whole video; the pixels are those of the whole pass (a keyframe's picture and what follows
+    it in presentation order need nothing before it). A file whose packets lack timestamps is
+    decoded from the start. A wanted frame past the end is ``UnitError``."""
+    want = sorted({int(i) for i in indices})
+    if not want:
+        return
+    path = Path(path)
+    with VideoReader(path) as reader:
+        table = _packet_table(reader.path)
+        if table is None:
+            frames: Iterator[DecodedFrame] = reader.frames()
+            k = 0
+            for fr in frames:
+                if fr.index == want[k]:
+                    yield fr.index, fr.time, fr.frame.to_ndarray(format="rgb24")
+                    k += 1
+                    if k == len(want):
+                        return
+            raise UnitError(f"{path}: frames {want[k:][:5]} not found (the video ended first)", retryable=False)
+        past = [w for w in want if w >= len(table.pts)]
+        if past:
+            raise UnitError(f"{path}: frames {past[:5]} not found (the video has {len(table.pts)} frames)",
+                            retryable=False)
+        stream: Iterator[DecodedFrame] | None = None
+        pos = -1  # index of the last frame decoded
+        for w in want:
+            key = int(table.keyframes[np.searchsorted(table.keyframes, w, side="right") - 1]) \
+                if len(table.keyframes) and table.keyframes[0] <= w else 0
+            if stream is None or key > pos:
+                if stream is not None:
+                    stream.close()
+                stream = _frames_from(reader, table.pts, w)
+            for fr in stream:
+                pos = fr.index
+                if fr.index == w:
+                    yield w, fr.time, fr.frame.to_ndarray(format="rgb24")
+                    break
+                if fr.index > w:
+                    raise UnitError(f"{path}: frame {w} was not decoded (the decoder went from "
+                                    f"{pos} past it)", retryable=False)
+            else:
+                raise UnitError(f"{path}: frame {w} not found (decoding ended first)", retryable=False)
+        if stream is not None:
+            stream.close()
 
 
 def _frames_from(reader: VideoReader, table: np.ndarray, j: int) -> Iterator[DecodedFrame]:

@@ -45,6 +45,11 @@ def test_measure_gives_positive_figures_that_parse(bench, tmp_path):
     assert res["feed_frames"] == 4 * 2 * 2  # 4 views x 2 FPS x 2 s
     assert res["faces"]["detect_every"] == 8  # once a second at 8 fps
     assert res["qa"]["images_per_view"] == 3 * 4 * 2  # 3 VPO questions x 4 anchors x rotated/unrotated
+    assert res["qa"]["anchors_per_view"] == 3 * 4
+    # qa: 4 views x (12 anchors' seek-and-decode + 24 images) over the mean video length
+    qa = res["qa"]
+    assert per_h["qa_render"] == pytest.approx(
+        4 * (12 * qa["cpu_s_per_anchor_decode"] + 24 * qa["cpu_s_per_image"]) / (bench.MEAN_VIDEO_MIN * 60))
     assert res["pixels_ratio_to_production"] == pytest.approx(3840 * 1920 / (256 * 128))
     assert res["core_h_per_video_h_at_production"]["decode"] == pytest.approx(per_h["decode"] * 225)
     assert res["views"]["bytes_per_source_s"] > 0 and res["qa"]["bytes_per_image"] > 0

@@ -525,6 +525,52 @@ def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dic
             _console().print(f"text_probe {p['task']}: {p['note']}")
 
 
+@app.command()
+def release(
+    version: str = typer.Argument(..., help="The release's version, e.g. v1.0: its folder releases/<version>/."),
+    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
+    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    license_id: str = typer.Option("cc-by-4.0", "--license", help="The dataset card's licence id (of the questions "
+                                   "and metadata; each video keeps its own, listed in videos.jsonl)."),
+    include_videos: bool = typer.Option(False, "--include-videos", help="Copy the view videos into the release "
+                                        "(default: videos.jsonl lists them with their sha256 and source)."),
+    push_to: Optional[str] = typer.Option(None, "--push", metavar="REPO_ID", help="Upload the release to this Hugging "
+                                          "Face dataset repository and tag it with the version (reads HF_TOKEN)."),
+    private: bool = typer.Option(False, "--private", help="With --push: create the repository private."),
+) -> None:
+    """Freeze the current export as `releases/VERSION/`: a Hugging Face dataset folder (README.md card,
+    the release jsonl, qa.parquet, splits, images, the ledger, an lmms-eval task), a changelog against
+    the previous release with causes, and manifest.json (every file's sha256).
+
+    A release never changes: making it again with the same content leaves it as it is; with other
+    content it is refused (exit 1). `datasets.load_dataset("releases/VERSION")` loads it. docs/releases.md.
+    """
+    _, store = _store(config, data_root)
+    from vsi_wild.release import ReleaseError, make_release, push, validate_card
+
+    err = _console(stderr=True)
+    try:
+        made = make_release(store, version, license_id, include_videos)
+    except ReleaseError as e:
+        err.print(f"error: {e}", soft_wrap=True, markup=False)
+        raise typer.Exit(1) from None
+    problems = validate_card((made.path / "README.md").read_text())
+    out = _console()
+    state = "made" if made.created else "already there, identical"
+    out.print(f"release {version}: {made.path} ({state}; {made.files} files; changelog against "
+              f"{made.previous or 'nothing: the first release'})", soft_wrap=True, markup=False)
+    if problems:
+        err.print("dataset card problems: " + "; ".join(problems), soft_wrap=True, markup=False)
+        raise typer.Exit(1)
+    if push_to:
+        try:
+            url = push(made.path, push_to, version, private=private)
+        except ReleaseError as e:
+            err.print(f"error: {e}", soft_wrap=True, markup=False)
+            raise typer.Exit(2) from None
+        out.print(f"pushed to {push_to}: {url}", soft_wrap=True, markup=False)
+
+
 def _mount_sources_commands() -> None:
     from vsi_wild.cli_sources import crawl, review_app
 
