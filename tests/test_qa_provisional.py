@@ -27,11 +27,16 @@ DECISIONS = [decision(0, 1, 1, 4), decision(2, 2, 3, 5, decided="merge"), decisi
 
 
 def test_a_fix_resolves_the_review_item_it_names_and_no_other():
-    text = f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1, 2]\n  - op: split\n    clip: 3\n    local_id: 5\n"
+    text = (f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1, 2]\n  - op: split\n    clip: 3\n    local_id: 5\n"
+            "  - op: review_pair\n    clip_a: 0\n    local_a: 7\n    clip_b: 2\n    local_b: 8\n    decision: apart\n")
     fixset = fx.parse_fix_text(text, "fixes/x.yaml", VID)
     assert len(meta.pending_reviews(DECISIONS, MEMBERS, fx.FixSet.empty(VID))) == 3
     left = meta.pending_reviews(DECISIONS, MEMBERS, fixset)
-    assert [(d["concept"], d["instance_a"], d["instance_b"]) for d in left] == [("cone", 4, 5)]
+    assert left == []  # the cone's pair kept apart by a person's review_pair decision
+    only_merge = fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1, 2]\n",
+                                   "fixes/x.yaml", VID)
+    left = meta.pending_reviews(DECISIONS, MEMBERS, only_merge)
+    assert [(d["concept"], d["instance_a"], d["instance_b"]) for d in left] == [("bench", 3, 3), ("cone", 4, 5)]
     schema.table(schema.REVIEW_PENDING, left)
 
 
