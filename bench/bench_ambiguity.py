@@ -42,6 +42,7 @@ import argparse
 import json
 import math
 import os
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -66,14 +67,17 @@ SAMPLES = (("sample", {}), *HELD_OUT)
 
 def build(root: Path, overrides: dict, stable: bool) -> list[dict]:
     """``vsi-wild run`` on configs/sample.yaml with the sample's overrides (the stages before qa
-    cached after the first run), then qa and export again (forced: the code as it is now); the
-    exported rows."""
+    cached after the first run), then qa and export again (forced: the code as it is now), each
+    export without a previous ledger; the exported rows."""
     sets = [f"sample.{k}={v}" for k, v in overrides.items()] + [f"qa.stable_answers={str(stable).lower()}"]
     cmd = [str(Path(sys.executable).with_name("vsi-wild")), "run", "-c", str(REPO / "configs" / "sample.yaml"),
            "--data-root", str(root), "-q"]
     for s in sets:
         cmd += ["--set", s]
     for extra in ([], ["--only", "qa,export", "--force"]):
+        # each export from scratch: the question ledger an export leaves (<root>/ledger) would carry the
+        # other setting's selection into this one (a question left out stays out)
+        shutil.rmtree(root / "ledger", ignore_errors=True)
         proc = subprocess.run(cmd + extra, cwd=REPO, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd + extra)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

@@ -305,7 +305,7 @@ def published_report(store: Store) -> PublishedReport | None:
 REPORT = Stage(
     name="report",
     outputs=schema.ARTIFACTS["report"],
-    version="6",
+    version="7",
     unit_kind="all",
     run=run,
     needs=("export", "probe", "metadata"),
