@@ -32,6 +32,15 @@ An item is ambiguous when two readings give different answers. Prints, over the 
         reconciliation split over-counts; not ambiguity)
 and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
 
+Measured (this machine's render, the three samples together; unchecked -> checked):
+VOC 16/350 -> 2/333 counts ambiguous, 66 -> 63 questions; VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the
+loop's steady moves lie on the 8 directions: the rule is exercised by tests/test_qa_readings.py);
+VPO 32/36 -> 6/22 (0.61 of the questions: s907 walks its loop again, every place of its first
+30 s is visited at its end, and no anchor set is left). What is left: 2 VOC counts whose speck (1 and
+4-10 px) is below what the segmenter keeps (segment.min_area), so the metadata never saw it; 6 VPO
+questions on the sample whose first-seconds frame the loop's end revisits by the truth (1.3 m) but
+not by the CPU pose track (5.1 m, beyond the place radius).
+
 Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908]
 The first run renders the three samples (~10 CPU-minutes); later runs reuse them.
 """
