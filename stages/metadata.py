@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap
-from vsi_wild.stages.reconcile import Obs, locate, mark_occluded_bottoms
+from vsi_wild.stages.reconcile import Obs, mark_occluded_bottoms
+from vsi_wild.stages.reconcile.locate import locate
 from vsi_wild.stages.segment import SAMPLE_STEP, clip_of_sample
 
 
@@ -665,6 +666,30 @@ FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
     "remove_instance": _remove_instance, "set_appearance": _set_appearance, "motion": _motion,
     "review_question": _review_question, "set_box": _set_box, "split_at": _split_at, "review_pair": _review_pair,
 }
+
+
+def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: fx.FixSet) -> list[dict]:
+    """Reconciliation's review items (``schema.MERGE_DECISIONS`` rows with ``review``) that the fix
+    set has not resolved, as ``schema.REVIEW_PENDING`` rows: an item is resolved by a person's
+    ``review_pair`` decision on it, a ``merge`` fix naming both sides' automatic instances, or a
+    ``split`` fix of either side's clip instance."""
+    instance_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
+    merged = [set(f.op.instances) for f in fixset.fixes if f.op.op == "merge"]
+    split = {(f.op.clip, f.op.local_id) for f in fixset.fixes if f.op.op == "split"}
+    decided = {frozenset({(f.op.clip_a, f.op.local_a), (f.op.clip_b, f.op.local_b)}) for f in fixset.fixes
+               if f.op.op == "review_pair"}
+    out = []
+    for d in decisions:
+        if not d["review"]:
+            continue
+        a, b = (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
+        ia, ib = instance_of[a], instance_of[b]
+        if a in split or b in split or any({ia, ib} <= m for m in merged) or frozenset({a, b}) in decided:
+            continue
+        out.append({"video_id": d["video_id"], "concept": d["concept"], "clip_a": a[0], "local_a": a[1],
+                    "clip_b": b[0], "local_b": b[1], "instance_a": ia, "instance_b": ib, "decision": d["decision"],
+                    "posterior": float(d["posterior"]), "answer_impact": int(d["answer_impact"])})
+    return out
 
 
 def _apply_vocabulary(st: _Fixing, vocabulary: fx.Vocabulary) -> list[dict]:

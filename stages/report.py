@@ -184,6 +184,11 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
                 "Questions that kept their identity but whose answer letter had to move so that every "
                 "task, subtype and answer text stays within the letter balance bound (stages/ledger.py):", ""]
         out += [f"- {m['doc_id']}: {m['moved_from']} → {m['answer']} ({m['moved_stratum']})" for m in rep["letter_moves"]]
+    if rep.get("forced_out"):
+        out += ["", "## Questions the balance bounds forced out", "",
+                "Asked by the previous build, left out now because the answer balance or the text debiasing "
+                "could not hold its bound otherwise:", ""]
+        out += [f"- {m['doc_id']} ({m['state']}): {m['reason']}" for m in rep["forced_out"]]
     return "\n".join(out) + "\n"
 
 

@@ -43,7 +43,7 @@ TEXT_DEBIAS_FILE = "text_debias.parquet"  # the questions qa.debias_text dropped
 LEDGER_FILE = "ledger.parquet"  # the question ledger this export leaves (schema.QA_LEDGER)
 LEDGER_META = "ledger.json"  # what it was made from: {"inputs": digest, "parent": the ledger it started from}
 LEDGERS = "ledger"  # the data root's ledgers: <sha256>.parquet, and history.jsonl (one line per published export)
-VERSION = "5"
+VERSION = "6"  # 6: the questions carry provisional, provisional_reason
 
 
 # ------------------------------------------------------------------------------------ the ledger

@@ -31,6 +31,7 @@ from vsi_wild.stages import candidates as cand
 from vsi_wild.stages import detect as det
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
+from vsi_wild.stages import model_errors as me
 from vsi_wild.stages import pose as po
 from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages import segment as seg
@@ -214,6 +215,11 @@ def run_segment(job: Job) -> None:
             (batch,) = frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), None, SAMPLE_FPS,
                                      span.start, span.end, p.frame_max_width, images=jpeg_files)
             records = segmenter.segment(batch, concepts)
+            errors = job.config.model_errors
+            if errors.segmenter != "none" and records:
+                h, w = np.asarray(batch.images[0]).shape[:2]
+                records = me.perturb_segments(records, errors.segmenter, me.rng_for(errors.seed, vid, index), (w, h),
+                                              seg.SAMPLE_STEP, concepts)
             seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
     job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
     job.out.write_table("instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
@@ -222,7 +228,8 @@ def run_segment(job: Job) -> None:
 SEGMENT = Stage(
     name="segment",
     outputs=schema.ARTIFACTS["segment"], version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
-    sections=("segment",), backends=(BackendUse("segmenter", "segment.backend"),), gpu=True, units=_segment_units,
+    sections=("segment", "model_errors.segmenter", "model_errors.seed"),
+    backends=(BackendUse("segmenter", "segment.backend"),), gpu=True, units=_segment_units,
     gpu_memory_gib=24,  # SAM3 video (848M) tracking a 5-minute clip at 2 FPS (rough)
     description="Instance masks of the kept concepts, one clip at a time (COCO RLE, clip-local ids)",
 )
@@ -274,6 +281,25 @@ def _video_poses(job: Job, vid: str) -> po.Track | None:
     return po.track_from_rows(rows) if rows else None
 
 
+def answer_rules(config, view: dict) -> rc.AnswerRules:
+    """What the qa stage's VOC and VOO answers read, for reconciliation's ``answer_impact``."""
+    qa = config.qa
+    return rc.AnswerRules(float(view["duration_s"]),
+                          qa.voc_checkpoint_s if qa.voc_checkpoint_s is not None else qa.clip_seconds,
+                          qa.voo_readings[0].min_visible_s)
+
+
+def reconcile_view(config, vid: str, view: dict, instances: list[rc.ClipInstance], clips: list,
+                   poses: po.Track | None) -> rc.Reconciled:
+    """Reconcile one view video as the reconcile stage does: the simulated pose errors of
+    ``model_errors.poses`` applied to its poses first (none in production)."""
+    errors = config.model_errors
+    if poses is not None and errors.poses != "none":
+        poses = me.perturb_track(poses, errors.poses, me.rng_for(errors.seed, vid, "poses"))
+    return rc.reconcile(vid, instances, clips, config.reconcile, poses, camera_height=config.pose.ground_height(),
+                        rules=answer_rules(config, view))
+
+
 SEGMENT_FIELDS = ("clip_index", "local_id", "sample_index", "time", "frame", "fps", "x0", "y0", "x1", "y1", "area",
                   "image_width", "image_height")
 
@@ -299,8 +325,7 @@ def run_reconcile(job: Job) -> None:
         inst_rows += job.read("segment", "instances.parquet", unit).to_pylist()
         seg_rows += job.read("segment", "segments.parquet", unit).select(list(SEGMENT_FIELDS)).to_pylist()
     instances = clip_instances_in_view(view, inst_rows, seg_rows)
-    result = rc.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid),
-                           camera_height=job.config.pose.ground_height())
+    result = reconcile_view(job.config, vid, view, instances, clips, _video_poses(job, vid))
     job.out.write_table("clips.parquet", schema.table(schema.CLIP_SPANS, [
         {"video_id": vid, "clip_index": c.index, "start": c.start, "end": c.end, "first_sample": c.first_sample,
          "n_samples": c.n_samples} for c in clips]))
@@ -317,8 +342,9 @@ def run_reconcile(job: Job) -> None:
 
 RECONCILE = Stage(
     name="reconcile",
-    outputs=schema.ARTIFACTS["reconcile"], version="11", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
-    sections=("segment", "reconcile", "metadata", "pose"),
+    outputs=schema.ARTIFACTS["reconcile"], version="12", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    sections=("segment", "reconcile", "metadata", "pose", "model_errors.poses", "model_errors.seed", "qa.clip_seconds",
+              "qa.voc_checkpoint_s", "qa.voo_readings"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
 
@@ -383,6 +409,10 @@ def run_metadata(job: Job) -> None:
         inputs.params.visibility_min_consistency)))
     if derived.reviews:  # the qa stage drops the rejected questions (only then: no file, same bytes)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
+    pending = meta.pending_reviews(job.read("reconcile", "merge_decisions.parquet").to_pylist(),
+                                   job.read("reconcile", "members.parquet").to_pylist(), fixset)
+    if pending:  # the qa stage marks the questions that rest on them provisional
+        job.out.write_table("review_pending.parquet", schema.table(schema.REVIEW_PENDING, pending))
 
 
 METADATA = Stage(

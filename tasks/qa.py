@@ -17,6 +17,7 @@ from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.faces import image_blurrer
 from vsi_wild.stages.qa import QAParams
+from vsi_wild.stages.qa import provisional
 from vsi_wild.stages.qa.build import plan_video, render_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo, question_id, skipped_table
 from vsi_wild.tasks.engine import Job, Stage
@@ -25,6 +26,7 @@ from vsi_wild.tasks.project import FACE_DETECTOR, face_setup
 SOURCE_FILE = "source.parquet"  # the probe stage's output
 POSES_FILE = "poses.parquet"  # the pose stage's output
 REVIEWS_FILE = "question_reviews.parquet"  # the metadata stage's, when the fix file reviews questions
+PENDING_FILE = "review_pending.parquet"  # the metadata stage's, when reconciliation left review items unresolved
 
 
 def _view(job: Job, vid: str) -> VideoInfo:
@@ -43,6 +45,14 @@ def _poses(job: Job, vid: str) -> pa.Table:
 def _panorama(job: Job) -> str:
     row = job.read("probe", SOURCE_FILE).to_pylist()[0]
     return str(job.store.source_file(row))
+
+
+def _pending_reviews(job: Job) -> list[dict]:
+    """Reconciliation's review items no fix has resolved, which the metadata stage writes only when
+    there are some."""
+    if not job.store.has_file(job.ref("metadata"), PENDING_FILE):
+        return []
+    return job.read("metadata", PENDING_FILE).to_pylist()
 
 
 def _question_reviews(job: Job) -> list[dict]:
@@ -79,6 +89,7 @@ def run(job: Job) -> None:
         blur = image_blurrer(*face_setup(job.config))
         render_video(result, video, params, _panorama(job), job.out.path, blur)
     questions, skipped = result.tables()
+    questions = provisional.mark(questions, _pending_reviews(job))
     reviews = _question_reviews(job)
     if reviews:
         questions, skipped = _drop_rejected(questions, skipped, reviews)

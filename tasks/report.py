@@ -220,6 +220,7 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
                       if previous is not None else None)
     rep["verification"] = verification(store)
     rep["letter_moves"] = letter_moves(job)
+    rep["forced_out"] = forced_out(job)
     links = {r["path"]: r["target"] for r in job.read("export", "links.parquet").to_pylist()}
 
     def exported(rel: str) -> Path | None:
@@ -234,6 +235,12 @@ def letter_moves(job: Job) -> list[dict[str, Any]]:
     ledger = job.read("export", LEDGER_FILE).to_pylist()
     return [{"doc_id": r["doc_id"], "moved_from": r["moved_from"], "answer": "ABCD"[r["answer_index"]],
              "moved_stratum": r["moved_stratum"]} for r in ledger if r["moved_from"] is not None]
+
+
+def forced_out(job: Job) -> list[dict[str, Any]]:
+    """The questions the previous build asked that this build's bounds forced out (the ledger's ``forced_out``)."""
+    return [{"doc_id": r["doc_id"], "state": r["state"], "reason": r["reason"]}
+            for r in job.read("export", LEDGER_FILE).to_pylist() if r["forced_out"]]
 
 
 def run(job: Job) -> None:
