@@ -437,26 +437,20 @@ def _split_member(st: _Fixing, f: fx.Fix, key: tuple[int, int], src: int, name: 
     return f"split clip {clip} local {local} out of {src} as {new.id}"
 
 
-def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> tuple[int, int]:
-    """Lay drawn keyframes on ``ins``: at every 2 FPS timestamp from a box to the next keyframe the
-    box is interpolated (held up to an ``outside`` keyframe, whose stretch loses its observations);
-    a keyframe between two timestamps gives its nearest one its box. Returns (set, removed)."""
-    duration_s, fps = st.inputs.duration_s, st.inputs.fps
-    w, h = st.inputs.image_size or (None, None)
-    for i, kf in enumerate(frames):
-        if kf.time > duration_s + 1e-6:
-            raise st.error(f, "boxes", f"keyframe {i + 1} at {kf.time} s is after the video ({duration_s:.1f} s)",
-                           line=f.line_of(f"boxes.{i}"))
-        if kf.box is not None and w is not None and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0):
-            raise st.error(f, "boxes", f"keyframe {i + 1}: box {list(kf.box)} is outside the {w}x{h} view",
-                           line=f.line_of(f"boxes.{i}"))
+def track_boxes(frames: Sequence[fx.Keyframe], duration_s: float,
+                image_size: tuple[int, int] | None) -> dict[int, tuple[float, ...] | None]:
+    """A drawn track's box at each 2 FPS timestamp (sample index -> box, None where it is out of
+    view): from a box to the next keyframe interpolated linearly (held up to an ``outside``
+    keyframe), a keyframe between two timestamps giving its nearest one its box; boxes clipped to
+    the view. The segment stage prompts a segmenter with the same boxes."""
+    w, h = image_size or (None, None)
 
     def clipped(b: Sequence[float]) -> tuple[float, ...]:
         if w is None:
             return tuple(float(v) for v in b)
         return (max(0.0, b[0]), max(0.0, b[1]), min(float(w), b[2]), min(float(h), b[3]))
 
-    boxes: dict[int, tuple[float, ...] | None] = {}  # sample -> box, None: outside
+    boxes: dict[int, tuple[float, ...] | None] = {}
     for a, b in zip(frames, list(frames[1:]) + [None]):
         if a.box is None:
             continue
@@ -480,6 +474,24 @@ def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> 
         k = int(round(kf.time / SAMPLE_STEP))
         if kf.box is not None and boxes.get(k) is None and k * SAMPLE_STEP <= duration_s + 1e-6:
             boxes[k] = clipped(kf.box)
+    return boxes
+
+
+def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> tuple[int, int]:
+    """Lay drawn keyframes on ``ins``: at every 2 FPS timestamp from a box to the next keyframe the
+    box is interpolated (held up to an ``outside`` keyframe, whose stretch loses its observations);
+    a keyframe between two timestamps gives its nearest one its box. Returns (set, removed)."""
+    duration_s, fps = st.inputs.duration_s, st.inputs.fps
+    w, h = st.inputs.image_size or (None, None)
+    for i, kf in enumerate(frames):
+        if kf.time > duration_s + 1e-6:
+            raise st.error(f, "boxes", f"keyframe {i + 1} at {kf.time} s is after the video ({duration_s:.1f} s)",
+                           line=f.line_of(f"boxes.{i}"))
+        if kf.box is not None and w is not None and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0):
+            raise st.error(f, "boxes", f"keyframe {i + 1}: box {list(kf.box)} is outside the {w}x{h} view",
+                           line=f.line_of(f"boxes.{i}"))
+
+    boxes = track_boxes(frames, duration_s, st.inputs.image_size)
     n_set = n_removed = 0
     for k, box in sorted(boxes.items()):
         if box is None:

@@ -163,3 +163,39 @@ def test_sam3_checkpoint_errors_name_the_config_key(tmp_path) -> None:
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(UnitError, match="models.sam3_checkpoint"):
         create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(tmp_path / "junk.pt"))
+
+
+def test_sam3_segments_drawn_boxes_through_its_box_prompt(sam3_checkpoint) -> None:
+    """A drawn box goes through sam3's own add_prompt (a positive box exemplar, normalised xywh, with
+    the concept's text, or "visual" without one); every mask that comes back is the prompt's."""
+    from vsi_wild.stages.backends.base import BoxPrompt, takes_box_prompts
+
+    path, _ = sam3_checkpoint
+    rng = np.random.default_rng(1)
+    frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
+    batch = FrameBatch("vid_front", [frame, frame.copy()], [0.0, 0.5], [0, 15], [0, 1], 30.0)
+    seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=0.0,
+                 sam3_new_det_threshold=0.0)
+    assert takes_box_prompts(seg)
+    calls = []
+    real = seg.model.add_prompt
+
+    def spy(state, **kw):
+        calls.append(kw)
+        return real(state, **kw)
+
+    seg.model.add_prompt = spy
+    try:
+        prompts = [BoxPrompt("chair", 0, (10.0, 20.0, 60.0, 44.0)), BoxPrompt(None, 1, (0.0, 0.0, W + 5.0, 40.0))]
+        records = seg.segment_boxes(batch, prompts)
+    finally:
+        del seg.model.add_prompt
+    assert [c["frame_idx"] for c in calls] == [0, 1] and [c["text_str"] for c in calls] == ["chair", "visual"]
+    for c in calls:
+        (box,) = c["boxes_xywh"]
+        assert all(0.0 <= v <= 1.0 for v in box) and c["box_labels"] == [1]
+    assert calls[0]["boxes_xywh"][0] == pytest.approx([10 / W, 20 / H, 50 / W, 24 / H])
+    assert calls[1]["boxes_xywh"][0] == pytest.approx([0.0, 0.0, 1.0, 40 / H])  # clipped to the frame
+    for r in records:
+        assert r.local_id in (0, 1) and r.frame_pos == prompts[r.local_id].frame_pos
+        assert r.mask.shape == (H, W) and r.mask.any()

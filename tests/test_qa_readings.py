@@ -325,3 +325,7 @@ def test_the_report_counts_what_readings_left_unasked():
     md = "\n".join(_readings_markdown(summary))
     assert "| VOC | 2 | clearly 2 |" in md and "| VOO | 0 | - |" in md
     assert "v_front bench: total not asked: 6 seen at all, 3 seen clearly" in md
+    from vsi_wild.stages.report_html import _readings
+
+    page = _readings({"readings": summary})
+    assert "<td>VOC</td><td class=n>2</td><td>clearly 2</td>" in page and "exports/skipped.parquet" in page

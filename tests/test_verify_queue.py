@@ -90,7 +90,8 @@ def test_a_benchmark_rename_is_one_concept_in_the_report(page: Page, live, root,
     assert [{k: v for k, v in f.items() if k not in ("by", "at")} for f in doc["vocabulary"]] == [
         {"op": "rename_concept", "from": "trash can", "to": "garbage bin"}]
     page.click("#rederive")
-    expect(page.locator("#job")).to_contain_text("re-derive done: 10 / 10 units", timeout=600_000)
+    # every video's 4 segment clips (cached), reconcile, metadata and qa, then export and report
+    expect(page.locator("#job")).to_contain_text("re-derive done: 30 / 30 units", timeout=600_000)
     # the build report names one concept, in every video; a video page completes it from the vocabulary
     page.goto(f"{live}/report")
     concepts = page.locator("#visibility tbody tr td:first-child").all_inner_texts()  # the report's concepts

@@ -429,6 +429,32 @@ CLIP_SEGMENTS = _schema(
     f("backend", pa.string()),
 )
 
+PROMPTED_MASKS = _schema(
+    "Masks of the boxes reviewers drew (fix files' add_instance / set_box keyframes, interpolated at "
+    "every 2 FPS timestamp) in one clip, from a segmenter that takes box prompts; written only when the "
+    "clip has drawn boxes and the configured segmenter takes them.",
+    f("video_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("prompt", pa.string(), doc="the drawn track (stages.fixes.drawn_tracks: a digest of its fix)"),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("concept", pa.string(), True, doc="the drawn instance's concept (null: a set_box of an existing one)"),
+    f("box_x0", pa.float64(), doc="the drawn box, view pixels"),
+    f("box_y0", pa.float64()),
+    f("box_x1", pa.float64()),
+    f("box_y1", pa.float64()),
+    f("x0", pa.float64(), doc="the mask's box, image pixels"),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("area", pa.int64(), doc="mask pixels"),
+    f("score", pa.float64()),
+    f("image_width", pa.int64()),
+    f("image_height", pa.int64()),
+    f("mask_rle", pa.string(), doc="COCO RLE counts, size = image h, w"),
+    f("backend", pa.string()),
+)
+
 CLIP_INSTANCES = _schema(
     "One row per clip-local instance: its extent in the clip and its appearance descriptor.",
     f("video_id", pa.string()),
@@ -992,6 +1018,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
     "segment": (
         _parquet("segments.parquet", CLIP_SEGMENTS),
         _parquet("instances.parquet", CLIP_INSTANCES),
+        _parquet("prompted.parquet", PROMPTED_MASKS, optional=True),
     ),
     "pose": (
         _parquet("poses.parquet", POSES),

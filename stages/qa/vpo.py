@@ -229,7 +229,7 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
                     continue
                 reported.add(id(s))
                 a, b = sorted((a, b), key=lambda c: c.time)
-                again = (f"where the frame at {a.time:g} s was taken is visited again {visits[a.frame][1]:g} s, after the "
+                again = (f"where the frame at {a.time:g} s was taken is visited again at {visits[a.frame][1]:g} s, after the "
                          f"frame at {b.time:g} s" if a.frame in visits and visits[a.frame][1] >= b.time else
                          f"where the frame at {b.time:g} s was taken is visited at {visits[b.frame][0]:g} s, before the "
                          f"frame at {a.time:g} s")

@@ -25,6 +25,8 @@ from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
 from vsi_wild.stages.qa.voc import voc_questions
+from vsi_wild.stages.qa.params import Sighting
+from vsi_wild.stages.qa.readings import seen_under
 from vsi_wild.stages.qa.voo import concept_times
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry
@@ -40,10 +42,12 @@ MOTION_FIELDS = ("clip_index", "clip_start", "clip_end", "state", "pivot_time", 
 
 
 def appearance_orders(instances: pa.Table, video_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Concepts by first and by last appearance (VOO's order), with the times."""
+    """Concepts by first and by last appearance (VOO's order), with the times: the instances' first
+    and last times as the metadata gives them (``seen_under`` with no visibility: as given)."""
+    seen = seen_under(instances, None, video_id, 0, Sighting(name="as given"))
     out = {}
     for which in ("first", "last"):
-        times = concept_times(instances, video_id, which)
+        times = concept_times(seen, which)
         out[which] = [{"concept": c, "time": t} for c, t in sorted(times.items(), key=lambda x: (x[1], x[0]))]
     return out
 
