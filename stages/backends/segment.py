@@ -256,6 +256,12 @@ class Sam3Segmenter:
     def model(self) -> Any:
         return self._loaded.model
 
+    def _set_thresholds(self) -> None:
+        """This segmenter's thresholds on the model, which the load-once cache shares between segmenters
+        (a threshold left by another one's call must not apply to this one's)."""
+        self._loaded.model.score_threshold_detection = self.params.sam3_score_threshold
+        self._loaded.model.new_det_thresh = self.params.sam3_new_det_threshold
+
     def iter_segments(self, batch: FrameBatch, concepts: Sequence[str]) -> Iterator[SegmentRecord]:
         """The clip's instance masks, concept by concept, frame by frame. Stream them: a 5-minute
         clip at 1080p holds gigabytes of full-frame masks. The model is locked until the iterator
@@ -269,8 +275,7 @@ class Sam3Segmenter:
         next_id = 0
         with self._loaded.lock:
             with self._context():
-                model.score_threshold_detection = p.sam3_score_threshold
-                model.new_det_thresh = p.sam3_new_det_threshold
+                self._set_thresholds()
                 state = model.init_state(resource_path=images, offload_video_to_cpu=p.sam3_offload_video_to_cpu)
             for concept in concepts:
                 with self._context():
@@ -327,6 +332,7 @@ class Sam3Segmenter:
         out = []
         with self._loaded.lock:
             with self._context():
+                self._set_thresholds()
                 state = model.init_state(resource_path=images, offload_video_to_cpu=p.sam3_offload_video_to_cpu)
             for n, prompt in enumerate(prompts):
                 x0, y0, x1, y1 = (min(max(v, 0.0), lim) for v, lim in zip(prompt.box, (w, h, w, h)))
