@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ WEIGHT_FILES = ("clip/ViT-B-32.pt", "yolo_world/yolov8x-worldv2.pt", "sam3/sam3.
                 "da3/DA3-LARGE/config.json", "da3/DA3-LARGE/model.safetensors", "scrfd/scrfd_10g_bnkps.onnx")
 # One video in this many has a human fix file and a proposals file (raw inputs read on every run).
 HUMAN_INPUT_EVERY = 10
-STAMP = datetime(2025, 1, 1, tzinfo=timezone.utc)
+STAMP = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 # ----------------------------------------------------------------------------------- the root

@@ -26,7 +26,6 @@ Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 

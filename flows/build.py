@@ -26,7 +26,6 @@ from vsi_wild.tasks import engine, registry
 from vsi_wild.tasks.engine import Outcome, Prepared, Selection
 from vsi_wild.tasks.sources import register_local
 
-
 # The stage names as a type: a deployment's published parameter schema lists them, so that
 # `prefect deployment run ... -p only='["typo"]'` is rejected when the run is created.
 StageName = Literal[tuple(s.name for s in registry.STAGES)]  # type: ignore[valid-type]

@@ -58,8 +58,18 @@ import pyarrow as pa
 from vsi_wild import schema
 from vsi_wild.digest import table_bytes
 from vsi_wild.stages import leak_probe
-from vsi_wild.stages.ledger import (ASKED, DUPLICATE, TEXT_BIASED, UNASKED, Ledger, Move, identity, keep_letters,
-                                    ledger_row, merged)
+from vsi_wild.stages.ledger import (
+    ASKED,
+    DUPLICATE,
+    TEXT_BIASED,
+    UNASKED,
+    Ledger,
+    Move,
+    identity,
+    keep_letters,
+    ledger_row,
+    merged,
+)
 from vsi_wild.stages.qa.balance import answer_histograms, balance_answers
 from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, skipped_table, stable_hash
 from vsi_wild.stages.qa.params import QAParams

@@ -57,10 +57,10 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild import schema
+from vsi_wild.errors import MissingDependency, MissingWeights, UnitError
 from vsi_wild.stages.backends import base as backends
 from vsi_wild.stages.backends.params import load_once
 from vsi_wild.stages.backends.weights import SCRFD_10G_BNKPS
-from vsi_wild.errors import MissingDependency, MissingWeights, UnitError
 
 
 class FaceParams(BaseModel):

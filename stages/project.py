@@ -51,7 +51,14 @@ from vsi_wild.digest import sha256_file
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
 from vsi_wild.stages.faces import FaceBlurrer, FaceDetector, FaceParams, auto_detect_width, detection_every
-from vsi_wild.stages.video_io import EncoderSettings, ThreadedWriter, VideoReader, VideoWriter, inspect_written, yuv420_planes
+from vsi_wild.stages.video_io import (
+    EncoderSettings,
+    ThreadedWriter,
+    VideoReader,
+    VideoWriter,
+    inspect_written,
+    yuv420_planes,
+)
 
 ViewName = Literal["front", "right", "back", "left"]
 

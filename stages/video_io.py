@@ -20,10 +20,10 @@ import os
 import queue
 import threading
 from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import TypeVar
 
 import av
 import cv2

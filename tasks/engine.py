@@ -27,7 +27,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
@@ -869,7 +869,7 @@ def _attempts(store: Store, stage: str, unit: str) -> int:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _write_status(store: Store, stage: str, unit: str, state: str, *, key: str, attempts: int,

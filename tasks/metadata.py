@@ -24,9 +24,9 @@ import cv2
 import numpy as np
 
 from vsi_wild import ids, schema
-from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.config import Config
 from vsi_wild.errors import Skip, UnitError
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.stages import candidates as cand
 from vsi_wild.stages import detect as det
 from vsi_wild.stages import fixes as fx

@@ -21,11 +21,17 @@ from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import leak_probe, report_diff
-from vsi_wild.stages.report import build_report, readings_summary, render_markdown, visibility_summary
-from vsi_wild.stages.segment import SAMPLE_STEP
-from vsi_wild.stages.report import answer_controls, text_probe_summary
+from vsi_wild.stages.report import (
+    answer_controls,
+    build_report,
+    readings_summary,
+    render_markdown,
+    text_probe_summary,
+    visibility_summary,
+)
 from vsi_wild.stages.report_html import build_cards, render_html
 from vsi_wild.stages.report_plots import all_plots
+from vsi_wild.stages.segment import SAMPLE_STEP
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import ALL, Job, Plan, Stage
 from vsi_wild.tasks.export import LEDGER_FILE, TEXT_DEBIAS_FILE

@@ -12,8 +12,8 @@ import json
 import pyarrow as pa
 
 from vsi_wild import schema
-from vsi_wild.stages.sample import SampleParams
 from vsi_wild.errors import UnitError
+from vsi_wild.stages.sample import SampleParams
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import Job, Plan, Stage
 

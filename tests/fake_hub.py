@@ -10,6 +10,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+
 class Hub:
     def __init__(self):
         self.files, self.tags, self.requests, self.repos, self.validated = {}, {}, [], [], []

@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+import ytdlp_offline as off
 from typer.testing import CliRunner
 
-import ytdlp_offline as off
 from vsi_wild.config import load_config
 from vsi_wild.stages import crawl
 from vsi_wild.store import Store, UnitRef

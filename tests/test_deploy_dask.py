@@ -11,8 +11,16 @@ import time
 import uuid
 
 import pytest
-from deploy_support import (BIN, artifact_digests, doc_block, free_port, kill_all, processes_with_env,
-                            small_sample_yaml, status_rows)
+from deploy_support import (
+    BIN,
+    artifact_digests,
+    doc_block,
+    free_port,
+    kill_all,
+    processes_with_env,
+    small_sample_yaml,
+    status_rows,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 

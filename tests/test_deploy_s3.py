@@ -62,7 +62,7 @@ def _root() -> str:
     return f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
 
 
-def _other_client() -> "s3fs.S3FileSystem":
+def _other_client() -> s3fs.S3FileSystem:
     """Another process's view of the bucket: its own connection and caches."""
     return s3fs.S3FileSystem(skip_instance_cache=True)
 
@@ -80,10 +80,9 @@ def test_output_is_complete_only_with_its_manifest(s3, tmp_path, monkeypatch):
         return real_put(lpath, rpath, **kw)
 
     monkeypatch.setattr(store.fs, "put_file", put_then_die)
-    with pytest.raises(ConnectionError):
-        with store.writer(ref) as w:
-            w.write_table("a.parquet", pa.table({"x": [1]}))
-            w.path("b.bin").write_bytes(b"b" * 1000)
+    with pytest.raises(ConnectionError), store.writer(ref) as w:
+        w.write_table("a.parquet", pa.table({"x": [1]}))
+        w.path("b.bin").write_bytes(b"b" * 1000)
     monkeypatch.undo()
     other = _other_client()
     unit_dir = store.unit_dir(ref)

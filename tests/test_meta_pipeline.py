@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-
 from sample_oracle import reviewed_voc
+
 from vsi_wild import ids
 from vsi_wild.config import Config
 from vsi_wild.stages.backends.params import ModelsParams

@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from qa_world import instances_table, make_world, motion_samples_table, motion_table, poses_table, views_table
+
 from vsi_wild import schema
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import plan_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo, ordering_text
-from vsi_wild.stages.qa.readings import sector_margin, seen_under
 from vsi_wild.stages.qa.params import Sighting
+from vsi_wild.stages.qa.readings import sector_margin, seen_under
 from vsi_wild.stages.qa.vmr import vmr_questions
 from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import voo_questions

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from qa_world import (
     VIEW_YAW,
     instances_table,
@@ -21,6 +20,7 @@ from qa_world import (
     truth_order,
     views_table,
 )
+
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import plan_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo

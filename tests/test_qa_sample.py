@@ -21,10 +21,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import REPO
-from sample_oracle import (VIEW_YAW, appearance_times, kept, min_pixels, reading_pixels, reviewed_voc,
-                           stable_voo_sets, visible)
+from sample_oracle import (
+    VIEW_YAW,
+    appearance_times,
+    kept,
+    min_pixels,
+    reading_pixels,
+    reviewed_voc,
+    stable_voo_sets,
+    visible,
+)
 
 pytestmark = pytest.mark.slow
 

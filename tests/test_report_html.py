@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import small_sample_config
 from typer.testing import CliRunner
 
-from conftest import small_sample_config
 from vsi_wild.config import load_config
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages.qa.registry import tasks

@@ -19,7 +19,6 @@ from collections import Counter
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import REPO
 from sample_oracle import VIEW_YAW, instances_seen, reviewed_voc, stable_voo_sets
 

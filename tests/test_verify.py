@@ -22,12 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import uvicorn
+from conftest import REPO, copy_root
 from playwright.sync_api import Page, expect
 from pycocotools import mask as mask_utils
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from conftest import REPO, copy_root
 from vsi_wild.config import load_config
 from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app

@@ -8,11 +8,11 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from conftest import REPO, copy_root
 from pycocotools import mask as mask_utils
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from conftest import REPO, copy_root
 from vsi_wild.verify import exchange
 
 VID = "sample-walk_front"

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from playwright.sync_api import Page, expect
-
 from conftest import REPO, copy_root
+from playwright.sync_api import Page, expect
 from test_verify import TOKEN, _current, serve
+
 from vsi_wild.config import load_config
 from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app

@@ -15,8 +15,8 @@ import pytest
 from conftest import make_video
 from project_media import write_video
 
-from vsi_wild.stages import video_io
 from vsi_wild.errors import UnitError
+from vsi_wild.stages import video_io
 from vsi_wild.stages.video_io import VideoReader, frame_batches, frames_at, sample_frames, sampled_frames
 
 RANGES = [(0.0, 3.0), (2.5, 7.0), (5.25, None), (None, 4.0), (10.9, 20.0), (11.5, 11.6), (40.0, 50.0)]

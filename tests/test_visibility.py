@@ -147,10 +147,11 @@ def _truth_ids(observations: list[dict], truth_vis: list[dict], scale: float) ->
 
 @pytest.fixture(scope="module")
 def sample_tracks(sample_root):
+    from conftest import REPO
+
     from vsi_wild.config import load_config
     from vsi_wild.store import Store, UnitRef
     from vsi_wild.tasks.sample import load_truth
-    from conftest import REPO
 
     root, _ = sample_root
     store = Store(root)

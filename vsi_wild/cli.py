@@ -11,7 +11,7 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -86,11 +86,11 @@ def _parse_sets(values: list[str] | None) -> dict[str, Any]:
     return overrides
 
 
-def _split(value: Optional[str]) -> list[str] | None:
+def _split(value: str | None) -> list[str] | None:
     return [x.strip() for x in value.split(",") if x.strip()] if value else None
 
 
-def _store(config: Optional[Path], data_root: Optional[str]):
+def _store(config: Path | None, data_root: str | None):
     from vsi_wild.config import ConfigError, load_config
     from vsi_wild.store import Store
 
@@ -105,12 +105,12 @@ def _store(config: Optional[Path], data_root: Optional[str]):
 @app.command()
 def run(
     config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    only: Optional[str] = typer.Option(None, "--only", help="Run only these stages (comma-separated), e.g. `metadata,qa`."),
-    from_stage: Optional[str] = typer.Option(None, "--from", help="Run this stage and every stage after it."),
-    videos: Optional[str] = typer.Option(None, "--videos", help="Restrict to these source or video ids (comma-separated)."),
+    only: str | None = typer.Option(None, "--only", help="Run only these stages (comma-separated), e.g. `metadata,qa`."),
+    from_stage: str | None = typer.Option(None, "--from", help="Run this stage and every stage after it."),
+    videos: str | None = typer.Option(None, "--videos", help="Restrict to these source or video ids (comma-separated)."),
     force: bool = typer.Option(False, "--force", help="Recompute the selected stages even where cached."),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a config key: `--set run.workers=1` (repeatable)."),
+    data_root: str | None = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    set_: list[str] | None = typer.Option(None, "--set", help="Override a config key: `--set run.workers=1` (repeatable)."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Run the pipeline (all stages, or the selected ones) and print a summary.
@@ -271,7 +271,7 @@ def stages(
 @app.command()
 def status(
     config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    data_root: str | None = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
     failed: bool = typer.Option(False, "--failed", help="Show only units with a failed stage, with the errors."),
     as_json: bool = typer.Option(False, "--json", help="Print the status rows as JSON lines."),
 ) -> None:
@@ -334,7 +334,7 @@ def status(
 def add(
     paths: list[str] = typer.Argument(..., help="Video files, or folders whose video files to add."),
     config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    data_root: str | None = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
 ) -> None:
     """Register local 360° videos as sources; the next `vsi-wild run` probes and processes them."""
     _, store = _store(config, data_root)
@@ -351,11 +351,11 @@ def add(
 @app.command()
 def remove(
     source_ids: list[str] = typer.Argument(..., help="Source ids to unregister (see `vsi-wild sources`)."),
-    reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept with the removal)."),
+    reason: str | None = typer.Option(None, "--reason", help="Why (kept with the removal)."),
     undo: bool = typer.Option(False, "--undo", help="Take removals back: the next run registers the "
                               "sources again (a crawled or sample source from its cached output)."),
     config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    data_root: str | None = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
 ) -> None:
     """Unregister sources, for good: a later crawl or sample run does not register them again
     (`--undo` takes it back; `vsi-wild add` of a local file does too). Their cached outputs stay
@@ -380,7 +380,7 @@ def remove(
 @app.command()
 def sources(
     config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    data_root: str | None = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
 ) -> None:
     """List the registered sources with what the probe measured."""
     _, store = _store(config, data_root)
@@ -439,12 +439,12 @@ def sample(
 def evaluate(
     qa: Path = typer.Option(Path("data/out/exports/qa.parquet"), "--qa",
                             help="The questions: exports/qa.parquet (rich: per-bin results) or a release-format .jsonl."),
-    predictions: Optional[Path] = typer.Option(None, "--predictions", "-p",
+    predictions: Path | None = typer.Option(None, "--predictions", "-p",
                                                help='JSONL of {"doc_id": ..., "prediction": ...}; a letter for MC, a number for VOC.'),
     blind: bool = typer.Option(False, "--blind", help="Score the blind baselines (no video: the rule priors and "
                                "the learned text probe) and flag leaking tasks."),
     blind_json: bool = typer.Option(False, "--json", help="With --blind: one JSON object per baseline and task."),
-    write_shuffle24: Optional[Path] = typer.Option(None, "--write-shuffle24",
+    write_shuffle24: Path | None = typer.Option(None, "--write-shuffle24",
                                                    help="Write every MC question in its 24 option orders (for Shuffle24) to this JSONL."),
 ) -> None:
     """Score predictions on the benchmark (accuracy for MC, MRA for VOC; per task, subtype and
@@ -529,12 +529,12 @@ def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dic
 def release(
     version: str = typer.Argument(..., help="The release's version, e.g. v1.0: its folder releases/<version>/."),
     config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    data_root: str | None = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
     license_id: str = typer.Option("cc-by-4.0", "--license", help="The dataset card's licence id (of the questions "
                                    "and metadata; each video keeps its own, listed in videos.jsonl)."),
     include_videos: bool = typer.Option(False, "--include-videos", help="Copy the view videos into the release "
                                         "(default: videos.jsonl lists them with their sha256 and source)."),
-    push_to: Optional[str] = typer.Option(None, "--push", metavar="REPO_ID", help="Upload the release to this Hugging "
+    push_to: str | None = typer.Option(None, "--push", metavar="REPO_ID", help="Upload the release to this Hugging "
                                           "Face dataset repository and tag it with the version (reads HF_TOKEN)."),
     private: bool = typer.Option(False, "--private", help="With --push: create the repository private."),
 ) -> None:
@@ -580,6 +580,7 @@ def _mount_sources_commands() -> None:
 
 _mount_sources_commands()
 from vsi_wild.cli_report import report as _report  # noqa: E402 - `vsi-wild report`
+
 app.command("report")(_report)
 
 
@@ -592,6 +593,7 @@ def _mount_verify_commands() -> None:
 
 _mount_verify_commands()
 from vsi_wild.cli_weights import weights_app as _weights_app  # noqa: E402 - `vsi-wild weights`
+
 app.add_typer(_weights_app, name="weights")
 
 

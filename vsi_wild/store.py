@@ -30,6 +30,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -302,9 +303,9 @@ class Store:
     def remove_source(self, source_id: str, reason: str | None = None) -> bool:
         """Unregister a source and leave a tombstone, so that nothing registers it again (a cached
         crawl download or sample is published on every run). True if it was registered."""
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        row = {"source_id": source_id, "removed_at": datetime.now(timezone.utc), "reason": reason}
+        row = {"source_id": source_id, "removed_at": datetime.now(UTC), "reason": reason}
         self.write_table_atomic(self._removed_path(source_id), schema.table(schema.REMOVED_SOURCE, [row]))
         return self.unregister_source(source_id)
 

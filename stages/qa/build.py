@@ -13,8 +13,15 @@ import numpy as np
 import pyarrow as pa
 
 from vsi_wild import schema
-
-from vsi_wild.stages.qa.common import Provenance, Question, RenderJob, VideoInfo, check_distinct_options, questions_table, skipped_table
+from vsi_wild.stages.qa.common import (
+    Provenance,
+    Question,
+    RenderJob,
+    VideoInfo,
+    check_distinct_options,
+    questions_table,
+    skipped_table,
+)
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, RELEASE, QATask, VideoInputs, tasks
 from vsi_wild.stages.qa.vpo import render_jobs

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.common import (
     Provenance,
     Question,
@@ -32,7 +33,6 @@ from vsi_wild.stages.qa.common import (
     permutation_distractors,
     voo_question,
 )
-from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, difficulty_bin, gaps, horizon_bin, stamp, stratified_pick
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.readings import Seen, seen_under

@@ -29,12 +29,12 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages.pose import Track
-from vsi_wild.stages.reconcile.answers import AnswerRules
 from vsi_wild.stages.reconcile import associate as asc
+from vsi_wild.stages.reconcile import locate as loc
+from vsi_wild.stages.reconcile.answers import AnswerRules
 from vsi_wild.stages.reconcile.associate import ASSOCIATE_PARAMS
 from vsi_wild.stages.reconcile.instances import ClipInstance, Obs, load_clip_instances, mark_occluded_bottoms
 from vsi_wild.stages.reconcile.layout import align_clips
-from vsi_wild.stages.reconcile import locate as loc
 from vsi_wild.stages.reconcile.locate import Location, ground_basis, locate_instances
 from vsi_wild.stages.segment import SAMPLE_STEP, ClipSpan
 

@@ -189,8 +189,8 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
         # the proposal's k best-explained objects, one-to-one with their nearest look-alikes
         pairs_ij = list(own)
         used_a, used_b = {a for a, _ in own}, {b for _, b in own}
-        cand = sorted(((abs(m0 * za[a] + t0 - zb[b]), a, b) for a in range(len(A)) for b in range(len(B))
-                       if A[a].concept == B[b].concept and a not in used_a and b not in used_b))
+        cand = sorted((abs(m0 * za[a] + t0 - zb[b]), a, b) for a in range(len(A)) for b in range(len(B))
+                       if A[a].concept == B[b].concept and a not in used_a and b not in used_b)
         for _, a, b in cand:
             if len(pairs_ij) >= k + fixed:
                 break

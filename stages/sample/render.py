@@ -236,10 +236,10 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
             if T < -1e-12:
                 best_s = -oz / T
                 best_p = -2
-            for c in range(nc if T <= t_top else 0):
+            for c in range(nc if t_top >= T else 0):
                 if cin[c] >= best_s:
                     break
-                if T > chi[c] or T < clo[c]:
+                if chi[c] < T or clo[c] > T:
                     continue
                 p = cidx[c]
                 t = ptype[p]
@@ -499,7 +499,7 @@ class Camera:
         self.width, self.height = self.tan_el.shape
 
     @classmethod
-    def equirect(cls, width: int, height: int) -> "Camera":
+    def equirect(cls, width: int, height: int) -> Camera:
         u = np.arange(width, dtype=np.float64)
         v = np.arange(height, dtype=np.float64)
         lon, _ = geometry.equirect_to_lonlat(u, np.zeros_like(u), width, height)
@@ -508,7 +508,7 @@ class Camera:
         return cls(lon, tan_el, math.pi / height)
 
     @classmethod
-    def view(cls, width: int, height: int, hfov_deg: float, yaw_deg: float) -> "Camera":
+    def view(cls, width: int, height: int, hfov_deg: float, yaw_deg: float) -> Camera:
         d = geometry.view_rays(width, height, hfov_deg, yaw_deg)  # (h, w, 3) camera frame
         hor = np.hypot(d[..., 0], d[..., 1])
         az = np.arctan2(d[..., 0], d[..., 1])

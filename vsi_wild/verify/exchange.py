@@ -36,7 +36,7 @@ import json
 import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ def export_cvat(review: Review, masks: MaskServer, video_id: str) -> tuple[bytes
     size = ET.SubElement(task, "original_size")
     ET.SubElement(size, "width").text = str(w)
     ET.SubElement(size, "height").text = str(h)
-    ET.SubElement(meta, "dumped").text = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    ET.SubElement(meta, "dumped").text = datetime.now(UTC).isoformat(timespec="seconds")
     n_tracks = n_boxes = n_masks = 0
     for inst in cur["instances"]:
         iid, rows = inst["instance_id"], [o for o in cur["observations"].get(inst["instance_id"], []) if o["x0"] is not None]
@@ -340,7 +340,7 @@ def export_ytvis(review: Review, masks: MaskServer, video_id: str) -> tuple[byte
                                 "width": w, "height": h, "length": 1, "segmentations": segs, "bboxes": bboxes,
                                 "areas": areas})
     doc = {"info": {"description": f"vsi-wild metadata of {video_id}", "version": "1.0",
-                    "date_created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+                    "date_created": datetime.now(UTC).isoformat(timespec="seconds")},
            "licenses": [],
            "videos": [{"id": 1, "name": video_id, "width": w, "height": h, "length": n,
                        "file_names": [f"{video_id}/{_frame_of(k * SAMPLE_STEP, fps):06d}.jpg" for k in range(n)]}],

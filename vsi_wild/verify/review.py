@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,9 @@ from vsi_wild.config import Config
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
-from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.params import Sighting
 from vsi_wild.stages.qa.readings import seen_under
+from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import concept_times
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry
@@ -463,7 +463,7 @@ class Review:
 
 def stamp(fix: dict[str, Any], reviewer: str) -> dict[str, Any]:
     """A fix with who made it and when (kept when it has them already)."""
-    at = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     return {**fix, "by": fix.get("by") or reviewer, "at": fix.get("at") or at}
 
 
