@@ -182,7 +182,7 @@ def rotation_median(Rs: Sequence[np.ndarray], iters: int = 20, eps_deg: float = 
     eps = math.radians(eps_deg)
     for _ in range(iters):
         d = [math.acos(max(-1.0, min(1.0, (float(np.trace(R.T @ Q)) - 1.0) / 2.0))) for Q in Rs]
-        R2 = _project_so3(sum(Q / max(x, eps) for Q, x in zip(Rs, d)))
+        R2 = _project_so3(sum(Q / max(x, eps) for Q, x in zip(Rs, d, strict=True)))
         if np.allclose(R2, R, atol=1e-12):
             break
         R = R2

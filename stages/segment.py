@@ -62,7 +62,7 @@ def clip_spans(duration_s: float, clip_seconds: float) -> list[ClipSpan]:
     index, first, count = np.unique(clips, return_index=True, return_counts=True)
     return [
         ClipSpan(i, i * clip_seconds, min((i + 1) * clip_seconds, duration_s), int(k0), int(c))
-        for i, k0, c in zip(map(int, index), first, count)
+        for i, k0, c in zip(map(int, index), first, count, strict=True)
     ]
 
 

@@ -14,6 +14,7 @@ Bad input (unreadable, no video stream, truncated, not 2:1 where that is require
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -240,14 +241,15 @@ def frame_batches(path: str | os.PathLike[str], video_id: str, video_fps: float,
         times: list[float] = []
         indices: list[int] = []
 
-        def rgbs(chunk=itertools.islice(frames, batch_size), ks=ks, times=times, indices=indices):
+        def rgbs(chunk: Iterator[tuple[int, float, int, np.ndarray]], ks: list[int], times: list[float],
+                 indices: list[int]) -> Iterator[np.ndarray]:
             for k, t, idx, rgb in chunk:
                 ks.append(k)
                 times.append(t)
                 indices.append(idx)
                 yield rgb
 
-        batch_images = images(rgbs())
+        batch_images = images(rgbs(itertools.islice(frames, batch_size), ks, times, indices))
         if batch_size is not None and not ks:
             return
         yield FrameBatch(video_id, batch_images, times, indices, ks, video_fps)
@@ -296,10 +298,8 @@ def prefetched(items: Iterator[T], depth: int = 2, name: str = "prefetch") -> It
     finally:
         stop.set()
         while thread.is_alive():  # unblock a producer waiting on a full queue
-            try:
+            with contextlib.suppress(queue.Empty):
                 q.get_nowait()
-            except queue.Empty:
-                pass
             thread.join(timeout=0.05)
 
 
@@ -320,10 +320,8 @@ def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: fl
         prev = cur
     if prev is None:
         return
-    if prev.index > 0:
-        interval = prev.time / prev.index  # times count from the first frame
-    else:
-        interval = 1.0 / info.fps if info.fps else 1.0 / fps
+    # times count from the first frame
+    interval = prev.time / prev.index if prev.index > 0 else (1.0 / info.fps if info.fps else 1.0 / fps)
     last = min(prev.time + interval, stop)
     while k / fps < last - 1e-9:
         yield k, k / fps, prev.index, prev.time, prev.frame.to_ndarray(format="rgb24")
@@ -539,10 +537,8 @@ class VideoWriter:
             self.container.close()
 
     def abort(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # the file is deleted by the caller anyway
             self.container.close()
-        except Exception:  # noqa: BLE001 - the file is deleted by the caller anyway
-            pass
 
 
 class ThreadedWriter:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -177,10 +178,8 @@ def _generate(params: SampleParams, world: World, video_path: Path, progress: Ca
                 truth_s += time.perf_counter() - t1
             if progress is not None:
                 progress(fr + 1, nf)
-        try:
+        with contextlib.suppress(BrokenPipeError):  # ffmpeg died: its message follows
             proc.stdin.close()
-        except BrokenPipeError:  # ffmpeg died: its message follows
-            pass
         err = proc.stderr.read().decode(errors="replace")
         rc = proc.wait()
     except BaseException:

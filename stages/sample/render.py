@@ -159,7 +159,7 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
                 s_in = lo
                 s_out = hi
                 aux = face
-            elif t == CYL or t == CONE or t == SPHERE:
+            elif t in (CYL, CONE, SPHERE):
                 r = pgeo[p, 3] if t == SPHERE else pgeo[p, 2]
                 dx = pgeo[p, 0] - ox
                 dy = pgeo[p, 1] - oy
@@ -243,7 +243,7 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
                     continue
                 p = cidx[c]
                 t = ptype[p]
-                if t == BOX or t == CYL:
+                if t in (BOX, CYL):
                     if t == BOX:
                         z0 = pgeo[p, 4]
                         z1 = pgeo[p, 5]
@@ -270,10 +270,7 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
                         continue
                     best_s = enter
                     best_p = p
-                    if cin[c] >= a:
-                        best_face = np.int64(caux[c]) if t == BOX else 0
-                    else:
-                        best_face = cap
+                    best_face = (np.int64(caux[c]) if t == BOX else 0) if cin[c] >= a else cap
                 elif t == QUAD:
                     z = oz + cin[c] * T
                     if z < pgeo[p, 5] or z > pgeo[p, 6]:
@@ -525,7 +522,7 @@ class Renderer:
     def __init__(self, world: World):
         self.w = world
         a = world.atlas
-        zr = np.array([prim_z_range(t, g) for t, g in zip(world.ptype, world.pgeo)], float).reshape(-1, 2)
+        zr = np.array([prim_z_range(t, g) for t, g in zip(world.ptype, world.pgeo, strict=True)], float).reshape(-1, 2)
         self.args = (world.ptype, world.pgeo, zr, world.pmat, world.plabel, world.pface, world.poff, world.face_uv,
                      world.mtex, world.mscale, world.mtint, world.mnoise,
                      world.floor_rects, world.floor_mats, np.int64(world.floor_default),

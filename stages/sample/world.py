@@ -507,7 +507,7 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
     instances: list[Instance] = []
     placed: list[tuple[float, float, float]] = []  # x, y, radius
     iid = 0
-    for ci, cat in enumerate(CATEGORIES):
+    for cat in CATEGORIES:
         for k, zone in enumerate(_category_zones(cat.name, n_per_category, rng)):
             pname, zx0, zy0, zx1, zy1 = ZONES[zone]
             pl = places[pname]
