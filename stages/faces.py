@@ -145,7 +145,7 @@ class CenterFaceDetector:
         del model.graph.initializer[:]
         model.graph.initializer.extend(kept)
 
-        def dyn(value, dims):
+        def dyn(value: onnx.ValueInfoProto, dims: list[int | str]) -> None:
             for d, v in zip(value.type.tensor_type.shape.dim, dims, strict=True):
                 d.ClearField("dim_value")
                 d.ClearField("dim_param")
@@ -469,9 +469,10 @@ class _Frame:
     carried: list[Dets | None]
 
     def own(self, k: int) -> tuple[Dets, bool]:
-        if self.dets[k] is not None:
-            return self.dets[k], True
-        return (self.carried[k] if self.carried[k] is not None else Dets.none()), False
+        d, c = self.dets[k], self.carried[k]
+        if d is not None:
+            return d, True
+        return (c if c is not None else Dets.none()), False
 
 
 def interpolate(d0: Dets, d1: Dets, pairs: list[tuple[int, int]], alpha: float) -> Dets:
@@ -597,6 +598,7 @@ class FaceBlurrer:
                 if b - a <= 1:
                     continue
                 da, db = self.buf[a].dets[k], self.buf[b].dets[k]
+                assert da is not None and db is not None  # both ends are detection frames
                 pairs = match_boxes(da.boxes, db.boxes)
                 if len(pairs) == len(da.boxes) == len(db.boxes) and all(
                         self._steady(da.boxes[i], db.boxes[j]) for i, j in pairs):
@@ -668,7 +670,7 @@ class FaceBlurrer:
         self.buf.append(fr)
         if n % self.every != 0:
             return []
-        fr.dets = self.detect_views(views)
+        fr.dets = list(self.detect_views(views))  # (a list of Dets | None)
         self._resolve()
         return self._release(len(self.buf) - 1)  # the detection frame waits for its right neighbour
 
