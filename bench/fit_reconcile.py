@@ -102,7 +102,7 @@ def main() -> int:
     print(f"fit_pairs_same_object: {int(y.sum())}")
 
     def params_of(x) -> P:
-        return P(**dict(zip(FITTED, x)))
+        return P(**dict(zip(FITTED, x, strict=True)))
 
     def loss(x) -> float:
         lo = asc.log_odds(asc.score(params_of(x), arrays))
@@ -111,7 +111,7 @@ def main() -> int:
 
     x0 = np.array([getattr(defaults, k) for k in FITTED])
     res = minimize(loss, x0, method="L-BFGS-B", bounds=[BOUNDS[k] for k in FITTED])
-    fitted = dict(zip(FITTED, (float(v) for v in res.x)))
+    fitted = dict(zip(FITTED, (float(v) for v in res.x), strict=True))
     print(f"fit_converged: {bool(res.success)} ({res.message})")
     print(f"fit_mean_log_loss: {res.fun / len(y):.4f} (at the defaults {loss(x0) / len(y):.4f})")
 

@@ -256,7 +256,7 @@ def perturb_track(track, level: str, rng: np.random.Generator):
     log_scale, heading = 0.0, 0.0
     newC = {rows[0]: C[rows[0]].copy()}
     turn = {rows[0]: np.eye(3)}
-    for prev, i in zip(rows, rows[1:]):
+    for prev, i in zip(rows, rows[1:], strict=False):
         step = track.C[i] - track.C[prev]
         dt = max(float(track.times[i] - track.times[prev]), 0.0)
         log_scale += rng.normal(0.0, e.scale_per_sqrt_min * math.sqrt(dt / 60.0))

@@ -16,7 +16,7 @@ if not RELEASE.exists():  # CI checkouts keep shared/ beside the repository
 
 def mc(doc: str, options: list[str], answer: str, task: str = "VMR", source: str = "s1", subtype: str = "") -> dict:
     return {"doc_id": doc, "video_name": f"{source}_front.mp4", "task_type": task, "question": "q",
-            "answer": answer, "frame_indices": None, "options": [f"{l}) {t}" for l, t in zip("ABCD", options)],
+            "answer": answer, "frame_indices": None, "options": [f"{l}) {t}" for l, t in zip("ABCD", options, strict=True)],
             "source_id": source, "subtype": subtype}
 
 

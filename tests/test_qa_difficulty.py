@@ -57,7 +57,7 @@ def test_voo_gaps_are_those_between_the_ordered_appearances(planned):
         for c in q.concepts:  # straight from the world's sightings, not the instances table
             ts = [s["time"] for s in w.visibility if s["view"] == v.view and s["category"] == c]
             times.append(min(ts) if q.subtype == "first" else max(ts))
-        want = [b - a for a, b in zip(sorted(times), sorted(times)[1:])]
+        want = [b - a for a, b in zip(sorted(times), sorted(times)[1:], strict=False)]
         assert q.gaps_s == pytest.approx(want)
         assert q.difficulty_s == pytest.approx(min(want))
         assert q.difficulty_bin == expected_bin(min(want), PARAMS.voo_gap_bins_s)
@@ -70,7 +70,7 @@ def test_vpo_gaps_are_those_between_the_anchors(planned):
     for w, v, q in questions:
         frames = sorted(int(f) for f in q.item.removeprefix("frames ").split(","))
         times = [f / w.fps for f in frames]  # the world's pose samples sit on frames
-        want = [b - a for a, b in zip(times, times[1:])]
+        want = [b - a for a, b in zip(times, times[1:], strict=False)]
         assert q.gaps_s == pytest.approx(want)
         assert q.difficulty_bin == expected_bin(min(want), PARAMS.vpo_gap_bins_s)
         assert q.horizon_bin == expected_horizon(times[-1], w.duration, PARAMS.horizon_edges)
@@ -129,7 +129,7 @@ def test_voo_sets_are_stratified():
 
     def stratum(s):
         ts = sorted(times[c] for c in s)
-        return (expected_bin(min(b - a for a, b in zip(ts, ts[1:])), edges), expected_horizon(ts[-1], duration, horizon))
+        return (expected_bin(min(b - a for a, b in zip(ts, ts[1:], strict=False)), edges), expected_horizon(ts[-1], duration, horizon))
 
     valid = [s for s in itertools.combinations(sorted(times, key=times.get), 4)]
     strata = {stratum(s) for s in valid}
@@ -160,7 +160,7 @@ def test_evaluate_breaks_scores_down_by_difficulty_and_horizon():
                                         ("far", "late", True), ("medium", "early", True)]):
         rows.append({"doc_id": f"d{i}", "task_type": "VOO", "subtype": "first", "answer": "A", "duration_s": 600.0,
                      "difficulty_bin": d, "horizon_bin": h})
-    preds = {r["doc_id"]: ("A" if right else "B") for r, right in zip(rows, [False, False, True, True, True])}
+    preds = {r["doc_id"]: ("A" if right else "B") for r, right in zip(rows, [False, False, True, True, True], strict=True)}
     got = ev.evaluate(rows, preds)
     assert got["VOO~difficulty:near"] == {"score": 0.0, "n": 2}
     assert got["VOO~difficulty:far"] == {"score": 1.0, "n": 2}

@@ -295,7 +295,7 @@ def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_v
 
     def interleaved(q) -> bool:
         spans = sorted(_visits(w, t, radius) for t in q.frame_times)
-        return any(a[1] >= b[0] for a, b in zip(spans, spans[1:]))
+        return any(a[1] >= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
     def rotated(params: QAParams):
         res = plan_video(video, instances_table(w, "front"), motion_table(w, "front", 60.0), poses_table(w, "front"),

@@ -217,7 +217,7 @@ def _voc_wrong(truth, r, min_px: float) -> bool:
     """A VOC row's answers differ from the truth's (as ``_check_rows`` derives them)."""
     vis = visible(truth, r["view"], min_px)
     return any(int(ans) != len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0]
-                                and v["time"] <= qt + 1e-9}) for qt, ans in zip(r["query_times"], r["answers"]))
+                                and v["time"] <= qt + 1e-9}) for qt, ans in zip(r["query_times"], r["answers"], strict=True))
 
 
 def test_reconciled_counts_equal_the_truth_in_every_view(built, sample_config):
@@ -365,7 +365,7 @@ def _check_rows(truths, rows, min_pixels: float, min_visible_s: float = 0.0):
         task = r["task_type"]
         if task == "VOC":
             vis = visible(truth, view, min_pixels)
-            for qt, ans in zip(r["query_times"], r["answers"]):
+            for qt, ans in zip(r["query_times"], r["answers"], strict=True):
                 expect = len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0] and v["time"] <= qt + 1e-9})
                 assert int(ans) == expect, (r["doc_id"], qt)
         elif task == "VOO":

@@ -95,7 +95,7 @@ class Reconciled:
 def walked_distance(poses: Track) -> Callable[[int, int], float]:
     """distance(k0, k1): path length of the camera between two samples (pose units)."""
     rows = poses.valid_rows()
-    cum = np.concatenate([[0.0], np.cumsum([np.linalg.norm(poses.C[b] - poses.C[a]) for a, b in zip(rows, rows[1:])])])
+    cum = np.concatenate([[0.0], np.cumsum([np.linalg.norm(poses.C[b] - poses.C[a]) for a, b in zip(rows, rows[1:], strict=False)])])
     idx = np.array([int(poses.sample_indices[i]) for i in rows])
 
     def distance(k0: int, k1: int) -> float:

@@ -257,7 +257,7 @@ def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int
     items = sorted(instances, key=lambda c: c.key)
     index = {c.key: i for i, c in enumerate(items)}
     weight = {}
-    for e, w in zip(ev, lo):
+    for e, w in zip(ev, lo, strict=True):
         i, j = sorted((index[e.a.key], index[e.b.key]))
         weight[(i, j)] = float(w)
     cannot = [(i, j) for i in range(len(items)) for j in range(i + 1, len(items))
@@ -300,7 +300,7 @@ def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int
             flipped_groups = concept_groups(flipped, e.a.concept, touched)
         new_voc = ans.voc_answers(flipped_groups, rules).get(e.a.concept, [])
         old_voc = voc[e.a.concept]
-        impact = sum(x != y for x, y in zip(old_voc, new_voc)) + (old_voc[-1] != new_voc[-1] if new_voc else 1)
+        impact = sum(x != y for x, y in zip(old_voc, new_voc, strict=False)) + (old_voc[-1] != new_voc[-1] if new_voc else 1)
         impact += ans.order_flips(times, e.a.concept, ans.concept_times(flipped_groups, rules).get(e.a.concept))
         decided.append(Decided(e, {t: (None if math.isnan(terms[t][k]) else float(terms[t][k])) for t in TERMS},
                                float(lo[k]), post, merged,
