@@ -189,7 +189,7 @@ def _shape_features(items: Sequence[Item]) -> np.ndarray:
     return np.array(rows, dtype=float).reshape(-1, 5)
 
 
-def _mc_matrix(items: Sequence[Item]):
+def _mc_matrix(items: Sequence[Item]) -> Any:  # a scipy CSR matrix
     from scipy import sparse
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -339,7 +339,7 @@ def debias(items: Sequence[Item], stop_margin: float = 0.05, step: float = 0.05,
             res = probe(its, folds=folds, seed=seed)
             entry = res.tasks[name]
             rounds.setdefault(name, []).append({"round": rnd, "n": entry.n, "probe": entry.probe, "chance": entry.chance})
-            if (entry.probe is None or entry.probe - entry.chance <= stop_margin
+            if (entry.probe is None or entry.chance is None or entry.probe - entry.chance <= stop_margin
                     or (entry.p_value is not None and entry.p_value >= alpha)
                     or entry.grouped_by != "source video"):  # one source: its lead is the shared world (``probe``)
                 break

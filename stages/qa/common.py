@@ -12,7 +12,7 @@ import itertools
 import math
 import random
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, make_dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -266,7 +266,7 @@ def questions_table(questions: Sequence[Question]) -> pa.Table:
     return schema.table(schema.QA_QUESTIONS, rows)
 
 
-def skipped_table(rows: Sequence[dict[str, str | None]]) -> pa.Table:
+def skipped_table(rows: Sequence[Mapping[str, str | None]]) -> pa.Table:
     """QA_SKIPPED rows; a row without ``reading`` was not asked for another reason (null)."""
     return schema.table(schema.QA_SKIPPED, [{"reading": None, **r} for r in rows])
 

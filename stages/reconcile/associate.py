@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -43,6 +44,30 @@ from vsi_wild.stages.segment import bhattacharyya
 
 ASSOCIATE_PARAMS = ("position_scale", "position_tail", "drift_per_distance", "prior_log_odds",
                     "same_clip_log_odds", "continuity_weight", "appearance_weight", "review_expected_errors")
+
+
+class AssociateParams(Protocol):
+    """What ``score`` and ``associate`` read (``ASSOCIATE_PARAMS``): ``ReconcileParams``, or the
+    bench's fitted parameters."""
+
+    @property
+    def position_scale(self) -> float: ...
+    @property
+    def position_tail(self) -> float: ...
+    @property
+    def drift_per_distance(self) -> float: ...
+    @property
+    def prior_log_odds(self) -> float: ...
+    @property
+    def same_clip_log_odds(self) -> float: ...
+    @property
+    def continuity_weight(self) -> float: ...
+    @property
+    def appearance_weight(self) -> float: ...
+    @property
+    def review_expected_errors(self) -> float: ...
+
+
 TERMS = ("llr_position", "llr_prior", "llr_continuity", "llr_appearance")
 TERM_WORDS = {"llr_position": "position", "llr_prior": "look-alike prior", "llr_continuity": "continuity",
               "llr_appearance": "appearance"}
@@ -107,11 +132,13 @@ def evidence(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int]
         for c in items:
             in_clip[c.clip] = in_clip.get(c.clip, 0) + 1
 
-        def crowd(x: ClipInstance) -> int:
+        def crowd(x: ClipInstance, in_clip: dict[int, int] = in_clip,
+                  per_clip: dict[int, list[ClipInstance]] = per_clip) -> int:
             """Look-alikes around x: within the radius of its place, or its whole clip's without one."""
             if radius <= 0 or x.where is None:
                 return in_clip[x.clip]
-            return sum(1 for o in per_clip.get(x.clip, ()) if np.linalg.norm(o.where.xy - x.where.xy) <= radius)
+            return sum(1 for o in per_clip.get(x.clip, ())
+                       if o.where is not None and np.linalg.norm(o.where.xy - x.where.xy) <= radius)
 
         for i, x in enumerate(items):
             for y in items[i + 1:]:
@@ -127,11 +154,11 @@ def evidence(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int]
                 if a.where is not None and b.where is not None:
                     key = (min(a.clip, b.clip), max(a.clip, b.clip))
                     al = alignments.get(key)
-                    first, second = (a, b) if a.clip == key[0] else (b, a)
+                    first, second = (a.where, b.where) if a.clip == key[0] else (b.where, a.where)
                     if al is not None and a.clip != b.clip:
                         J = al.jacobian
-                        d = al.apply(first.where.xy) - second.where.xy
-                        cov = J @ first.where.cov @ J.T + second.where.cov + al.cov_at(first.where.xy)
+                        d = al.apply(first.xy) - second.xy
+                        cov = J @ first.cov @ J.T + second.cov + al.cov_at(first.xy)
                         aligned = True
                     else:
                         d = a.where.xy - b.where.xy
@@ -175,7 +202,7 @@ class EvidenceArrays:
                    np.array([f(e.box_iou) for e in ev]), np.array([f(e.appearance) for e in ev]))
 
 
-def score(p, ev: EvidenceArrays) -> dict[str, np.ndarray]:
+def score(p: AssociateParams, ev: EvidenceArrays) -> dict[str, np.ndarray]:
     """The named terms of every pair (nan where a term does not apply) under the parameters ``p``
     (an object with the ``ASSOCIATE_PARAMS`` attributes); their nan-sum is the log odds."""
     kappa2, nu = p.position_scale ** 2, p.position_tail
@@ -237,7 +264,7 @@ class Decided:
 
 
 def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int], Alignment],
-              walked: Callable[[int, int], float] | None, params, rules: ans.AnswerRules,
+              walked: Callable[[int, int], float] | None, params: AssociateParams, rules: ans.AnswerRules,
               exact_max: int = 40, min_posterior: float = 1e-3) -> tuple[list[list[ClipInstance]], list[Decided]]:
     """The global instances (each a list of clip instances) and the decided pairs.
 
