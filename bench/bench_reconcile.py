@@ -386,7 +386,10 @@ class Tally:
 
     def lines(self, prefix: str, view_minutes: float) -> list[str]:
         v = self.v
-        acc = lambda a, n: f"{a / n:.4f}" if n else "nan"  # noqa: E731
+
+        def acc(a: float, n: float) -> str:
+            return f"{a / n:.4f}" if n else "nan"
+
         return [f"{prefix}false_merges: {v['merges']:.0f}", f"{prefix}false_splits: {v['splits']:.0f}",
                 f"{prefix}silent_false_merges: {v['silent_merges']:.0f}",
                 f"{prefix}silent_false_splits: {v['silent_splits']:.0f}",

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_reconcile as br  # noqa: E402
+import bench_reconcile as br  # noqa: E402  the bench folder goes on sys.path first
 
 FITTED = ("position_scale", "position_tail", "drift_per_distance", "prior_log_odds", "same_clip_log_odds",
           "continuity_weight", "appearance_weight")
@@ -120,7 +120,7 @@ def main() -> int:
     params = defaults.model_copy(update={**fitted, "review_expected_errors": THRESHOLDS[0]})
     v11 = br.load_v11(args.v11)
     views_out, v11_items, minutes = [], 0, 0.0
-    for level, seed, vi, config, poses in data:
+    for level, _seed, vi, config, poses in data:
         rules = tm.answer_rules(config, vi.row)
         instances = vi.instances()
         by_key = {c.key: c for c in instances}

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_reconcile import REPO, ViewInputs, bench_config, prepared_views  # noqa: E402
+from bench_reconcile import REPO, ViewInputs, bench_config, prepared_views  # noqa: E402  the bench folder goes on sys.path first
 
 WINDOW_S = 20.0
 

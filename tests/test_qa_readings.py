@@ -82,9 +82,10 @@ def test_sightings_under_each_reading():
 
 # ----------------------------------------------------------------------------- VOC
 CLEAR = 400
+VOC_PARAMS = QAParams(clip_seconds=20.0)
 
 
-def _voc(seen, params=QAParams(clip_seconds=20.0)):
+def _voc(seen, params=VOC_PARAMS):
     instances, visibility = _metadata(seen)
     questions, skipped = voc_questions(instances, _video(), params, PROV, visibility)
     return {(q.concepts[0], q.subtype): q for q in questions}, skipped
@@ -127,7 +128,10 @@ def test_a_checkpoint_the_readings_disagree_on_moves():
 
 
 # ----------------------------------------------------------------------------- VOO
-def _voo_last(seen, params=QAParams(voo_first=0, voo_last=1)):
+VOO_LAST_PARAMS = QAParams(voo_first=0, voo_last=1)
+
+
+def _voo_last(seen, params=VOO_LAST_PARAMS):
     instances, visibility = _metadata(seen, duration=160.0)
     questions, skipped = voo_questions(instances, _video(160.0), params, PROV, visibility)
     return questions, skipped

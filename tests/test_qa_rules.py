@@ -269,7 +269,7 @@ def test_vpo_position_gap_on_a_back_and_forth_walk():
     """A walk that shuttles between two spots: anchors far apart in time but at the same place must
     not be paired."""
     w = make_world(5, duration=400.0)
-    for k, p in enumerate(w.poses):
+    for _k, p in enumerate(w.poses):
         phase = (p["time"] % 80.0) / 80.0  # 0 -> 40 m -> 0 every 80 s
         p["x"], p["y"] = 40.0 * (1 - abs(2 * phase - 1)), 0.0
     # every place is visited again every 80 s: no order is the same under every reading (a frame read as

@@ -71,7 +71,7 @@ def _oracle_metadata(truth, params, view: str, clip_s: float):
     for c in range(n_clips):
         lo, hi = c * clip_s, min(params.duration_s, (c + 1) * clip_s)
         best = None
-        for k, t, f in samples:  # steadiest moving moment: same direction over +- 2 s, away from the edges
+        for _k, t, f in samples:  # steadiest moving moment: same direction over +- 2 s, away from the edges
             if not (lo + 2 <= t <= hi - 2):
                 continue
             rel = [_rel_angle(frames, samples, t + d, view) for d in (-1.5, -0.5, 0.5, 1.5)]
@@ -129,7 +129,7 @@ def qa_on_truth(tmp_path_factory):
                           params.fps, n, params.duration_s)
         instances, poses, motion = _oracle_metadata(truth, params, view, qa.clip_seconds)
 
-        def dest(rel, view=view):
+        def dest(rel, view=view, video=video):
             p = tmp / "images" / view / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             images[(video.video_id, rel)] = p

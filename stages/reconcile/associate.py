@@ -195,7 +195,10 @@ class EvidenceArrays:
         for i, e in enumerate(ev):
             if e.d is not None:
                 d[i], cov[i] = e.d, e.cov
-        f = lambda v: np.nan if v is None else float(v)  # noqa: E731
+
+        def f(v: float | None) -> float:
+            return np.nan if v is None else float(v)
+
         return cls(d, cov, np.array([e.walked for e in ev], dtype=float), np.array([e.aligned for e in ev], dtype=bool),
                    np.array([e.density for e in ev], dtype=float), np.array([e.alikes for e in ev], dtype=float),
                    np.array([e.same_clip for e in ev], dtype=bool),
