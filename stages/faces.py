@@ -146,7 +146,7 @@ class CenterFaceDetector:
         model.graph.initializer.extend(kept)
 
         def dyn(value, dims):
-            for d, v in zip(value.type.tensor_type.shape.dim, dims):
+            for d, v in zip(value.type.tensor_type.shape.dim, dims, strict=True):
                 d.ClearField("dim_value")
                 d.ClearField("dim_param")
                 if isinstance(v, int):
@@ -648,7 +648,7 @@ class FaceBlurrer:
                         continue
                     big = enlarge_boxes(d.boxes, p.margin, self.w, self.h)
                     self.layout.blur(fr.ready.views[k], self.w, self.h, big, p.blur_cells)
-                    for b, sc in zip(big, d.scores):
+                    for b, sc in zip(big, d.scores, strict=True):
                         for name, val in (("video_id", self.video_ids[k]), ("frame", fr.ready.index),
                                           ("time", fr.ready.time), ("x0", b[0]), ("y0", b[1]), ("x1", b[2]),
                                           ("y1", b[3]), ("score", float(sc)), ("backend", self.detector.name),
@@ -701,6 +701,6 @@ def image_blurrer(detector: FaceDetector, params: FaceParams) -> Callable[[np.nd
         blurrer.finish()
         r = blurrer.rows
         return out, [{"x0": float(x0), "y0": float(y0), "x1": float(x1), "y1": float(y1), "score": score}
-                     for x0, y0, x1, y1, score in zip(r["x0"], r["y0"], r["x1"], r["y1"], r["score"])]
+                     for x0, y0, x1, y1, score in zip(r["x0"], r["y0"], r["x1"], r["y1"], r["score"], strict=True)]
 
     return blur

@@ -431,7 +431,7 @@ def _split_member(st: _Fixing, f: fx.Fix, key: tuple[int, int], src: int, name: 
         del insts[src].obs[k]
     insts[src].origin = "fix"
     insts[new.id] = new
-    for other, now in st.member_now.items():  # the clip's members of src go with their observations
+    for other in st.member_now:  # the clip's members of src go with their observations
         if other[0] == clip and st.member_instance(other) == src:
             st.member_now[other] = new.id
     return f"split clip {clip} local {local} out of {src} as {new.id}"
@@ -451,7 +451,7 @@ def track_boxes(frames: Sequence[fx.Keyframe], duration_s: float,
         return (max(0.0, b[0]), max(0.0, b[1]), min(float(w), b[2]), min(float(h), b[3]))
 
     boxes: dict[int, tuple[float, ...] | None] = {}
-    for a, b in zip(frames, list(frames[1:]) + [None]):
+    for a, b in zip(frames, list(frames[1:]) + [None], strict=True):
         if a.box is None:
             continue
         end = b.time if b is not None else a.time
@@ -463,7 +463,7 @@ def track_boxes(frames: Sequence[fx.Keyframe], duration_s: float,
                     boxes[k] = clipped(a.box)
                 continue
             u = 0.0 if b is None or b.time == a.time else (t - a.time) / (b.time - a.time)
-            boxes[k] = clipped([p + u * (q - p) for p, q in zip(a.box, b.box if b is not None else a.box)])
+            boxes[k] = clipped([p + u * (q - p) for p, q in zip(a.box, b.box if b is not None else a.box, strict=True)])
         if b is not None and b.outside:  # up to the next box, the object is out of view
             nxt = next((k for k in frames if k.time > b.time and k.box is not None), None)
             stop = nxt.time if nxt is not None else duration_s

@@ -476,7 +476,7 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
 
     vfov = params.vfov_deg
     rows = []
-    for view, vid, p in zip(params.views, vids, paths):
+    for view, vid, p in zip(params.views, vids, paths, strict=True):
         got = inspect_written(p)
         rows.append({
             "video_id": vid, "source_id": sid, "view": view, "yaw_deg": ids.VIEWS[view],
