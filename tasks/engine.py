@@ -18,6 +18,7 @@ This module knows nothing of Prefect: ``flows/`` decides the order and the concu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -163,10 +164,8 @@ def remove_listener(fn: Callable[[str, dict[str, Any]], None]) -> None:
 
 def emit(event: str, **payload: Any) -> None:
     for fn in list(_listeners):
-        try:
+        with contextlib.suppress(Exception):  # a broken progress bar must never fail a unit
             fn(event, payload)
-        except Exception:  # a broken progress bar must never fail a unit
-            pass
 
 
 # ------------------------------------------------------------------------------------ units
@@ -244,10 +243,7 @@ class Plan:
 
     # -------------------------------------------------------------- enumeration
     def units_of(self, stage: Stage) -> list[str]:
-        if stage.units is not None:
-            units = stage.units(self, stage)
-        else:
-            units = self._default_units(stage)
+        units = stage.units(self, stage) if stage.units is not None else self._default_units(stage)
         units = sorted(u for u in set(units) if self.selection.admits(u, stage.unit_kind))
         self.enumerated[stage.name] = units
         self._children = {k: v for k, v in self._children.items() if k[0] != stage.name}
@@ -857,10 +853,8 @@ def _classify(e: BaseException) -> tuple[str, str, bool]:
 
 def _log_traceback(store: Store, stage: str, unit: str, e: BaseException) -> None:
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    try:
+    with contextlib.suppress(Exception):
         store.write_bytes_atomic(store.path("logs", stage, f"{unit}.log"), text.encode())
-    except Exception:
-        pass
 
 
 def _attempts(store: Store, stage: str, unit: str) -> int:

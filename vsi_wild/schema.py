@@ -964,10 +964,10 @@ def schema_difference(actual: pa.Schema, expected: pa.Schema) -> str | None:
         return f"columns missing {missing}, unexpected {extra}"
     if actual.names != expected.names:
         return f"column order {actual.names} != {expected.names}"
-    for a, e in zip(actual, expected):  # a wrong type says more than a nullability flag
+    for a, e in zip(actual, expected, strict=True):  # a wrong type says more than a nullability flag
         if not a.type.equals(e.type):
             return f"column {e.name!r}: type {a.type} != {e.type}"
-    for a, e in zip(actual, expected):
+    for a, e in zip(actual, expected, strict=True):
         if a.nullable != e.nullable:
             return f"column {e.name!r}: nullable {a.nullable} != {e.nullable}"
     return "schemas differ"

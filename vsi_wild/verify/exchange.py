@@ -286,7 +286,7 @@ def _box_edits(track: dict[str, Any], ours: dict[tuple[int, int], tuple], fps: f
         if s["outside"]:
             if mine is not None:  # made out of view where the metadata sees it
                 edited.append(j)
-        elif mine is None or max(abs(a - b) for a, b in zip(s["box"], mine)) > MOVED_PX:
+        elif mine is None or max(abs(a - b) for a, b in zip(s["box"], mine, strict=True)) > MOVED_PX:
             edited.append(j)
     runs: list[list[int]] = []
     for j in edited:
