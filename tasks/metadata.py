@@ -241,7 +241,7 @@ def run_segment(job: Job) -> None:
         with tempfile.TemporaryDirectory(prefix="vsi-clip-") as tmp:
 
             def jpeg_files(rgbs: Iterator[np.ndarray]) -> seg.JpegFrames:  # a whole clip stays on disk, not in memory
-                paths = []
+                paths: list[Path] = []
                 for rgb in rgbs:
                     path = Path(tmp) / f"{len(paths):05d}.jpg"
                     cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
@@ -306,7 +306,7 @@ SEGMENT = Stage(
 
 
 # ------------------------------------------------------------------------------ pose
-def _view_feed(path: str, view: str, p: po.PoseParams) -> Callable[[], Iterator[tuple[int, float, int, np.ndarray]]]:
+def _view_feed(path: Path, view: str, p: po.PoseParams) -> Callable[[], Iterator[tuple[int, float, int, np.ndarray]]]:
     """A view's frames at 2 FPS, opened fresh on each call; a chunk's frames are decoded (by a thread
     named for the view) while the estimator runs on the previous chunk."""
     return lambda: prefetched(sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width), depth=p.chunk_frames,
@@ -478,6 +478,7 @@ def run_metadata(job: Job) -> None:
     job.out.write_table("motion_samples.parquet", schema.table(schema.MOTION_SAMPLES, inputs.motion_samples))
     job.out.write_table("view_agreement.parquet", schema.table(schema.VIEW_AGREEMENT, agreement_rows))
     job.out.write_table("fixes_applied.parquet", schema.table(schema.FIXES_APPLIED, derived.applied))
+    assert inputs.poses is not None and inputs.image_size is not None  # auto_metadata sets both
     job.out.write_table("visibility.parquet", schema.table(schema.VISIBILITY, vis.visibility_columns(
         vid, derived.instances, derived.observations, inputs.poses, inputs.image_size,
         inputs.params.visibility_min_consistency)))

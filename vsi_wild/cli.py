@@ -11,13 +11,16 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from vsi_wild.process_exit import exit_process
+
+if TYPE_CHECKING:
+    from prefect.states import State
 
 # Into a pipe or a file, rich would fold lines and squeeze tables to $COLUMNS or to the width of
 # whatever terminal stdin is attached to: `vsi-wild status | grep` and `... --json | jq` broke.
@@ -137,10 +140,11 @@ def run(
     try:
         if progress:
             progress.start()
-        state = build_vsi_wild(
+        # a sync flow: return_state gives its State (its Any return type reads as maybe async to mypy)
+        state = cast("State[Any]", build_vsi_wild(
             config=str(config), data_root=root, only=_split(only), from_stage=from_stage, videos=_split(videos),
             force=force, overrides=overrides, return_state=True,
-        )
+        ))
     finally:
         if progress:
             progress.stop()
@@ -239,7 +243,7 @@ def stages(
     from vsi_wild.tasks import registry
 
     for st in registry.STAGES:
-        record = {
+        record: dict[str, Any] = {
             "stage": st.name, "version": st.version, "unit": st.unit_kind, "needs": list(st.needs),
             "sections": list(st.sections), "unkeyed_sections": list(st.unkeyed_sections),
             "backends": {u.selector: f"{u.kind}:{u.name(cfg)}" for u in st.backends},
@@ -473,12 +477,12 @@ def evaluate(
         _print_blind(ev.blind_report(rows), ev.text_probe_report(rows), metrics, counts, blind_json)
     if predictions:
         preds = {p["doc_id"]: p.get("prediction") for p in ev.load_jsonl(predictions)}
-        t = Table(title=f"scores ({len(rows)} questions)")
-        for c in ("group", "score", "n"):
-            t.add_column(c)
+        scores = Table(title=f"scores ({len(rows)} questions)")
+        for column in ("group", "score", "n"):
+            scores.add_column(column)
         for g, v in ev.evaluate(rows, preds).items():
-            t.add_row(g, f"{v['score']:.4f}", str(v["n"]))
-        out.print(t)
+            scores.add_row(g, f"{v['score']:.4f}", str(v["n"]))
+        out.print(scores)
         if any(k.endswith("|perm00") for k in preds):
             out.print_json(json.dumps(ev.shuffle24_metrics(rows, preds)))
     if not (blind or predictions or write_shuffle24):
