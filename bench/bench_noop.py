@@ -130,7 +130,7 @@ def build_root(base: Path, n_sources: int, total_clips: int) -> tuple[Path, Path
     views = list(config.project.views)
     clip_s = config.segment.clip_seconds
     # a video of n clips ends 20% into its last clip
-    durations = {sid: clip_s * (n - 0.2) for sid, n in zip(sources, clips_per_view(n_sources, total_clips, len(views)))}
+    durations = {sid: clip_s * (n - 0.2) for sid, n in zip(sources, clips_per_view(n_sources, total_clips, len(views)), strict=True)}
     _human_inputs(store, config, sources, views)
     first_probed = registry.STAGES.index(registry.stage("probe"))
     crawl_stages, rest = registry.STAGES[:first_probed], registry.STAGES[first_probed:]

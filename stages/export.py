@@ -269,7 +269,7 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams, l
     rows.sort(key=lambda r: (split_rank[r["split"]], r["video_name"], r["_n"]))
     for r in rows:
         r.pop("_n")
-    reasons = {d: u["reason"] for d, u in zip(sorted(unasked_ids), unasked)}  # balance_answers' order
+    reasons = {d: u["reason"] for d, u in zip(sorted(unasked_ids), unasked, strict=True)}  # balance_answers' order
     current = _ledger_rows(kept, unasked_rows, reasons, duplicates, seen, text_biased, orders, moves)
     for ident, r in current.items():
         if r["state"] in (UNASKED, TEXT_BIASED) and ledger.state(ident) == ASKED:

@@ -250,7 +250,7 @@ class ReviewQuestion(_Op):
 
 
 FixOp = Annotated[RenameConcept | Merge | Split | AddInstance | RemoveInstance | SetAppearance | Motion | ReviewQuestion | SetBox | SplitAt | ReviewPair, Field(discriminator="op")]
-_ADAPTER = TypeAdapter(FixOp)
+_ADAPTER: TypeAdapter[FixOp] = TypeAdapter(FixOp)
 OPS = ("rename_concept", "merge", "split", "add_instance", "remove_instance", "set_appearance", "motion",
        "review_question", "set_box", "split_at", "review_pair")
 
@@ -433,7 +433,7 @@ class VocabularyRename(RenameConcept):
 
 
 VOCABULARY_OPS = ("rename_concept", "synonyms")
-_VOCABULARY_ADAPTER = TypeAdapter(Annotated[VocabularyRename | Synonyms, Field(discriminator="op")])
+_VOCABULARY_ADAPTER: TypeAdapter[VocabularyRename | Synonyms] = TypeAdapter(Annotated[VocabularyRename | Synonyms, Field(discriminator="op")])
 VOCABULARY_FILE = "vocabulary.yaml"  # in fixes_dir: no video id has no view suffix, so no clash
 
 

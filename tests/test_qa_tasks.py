@@ -176,7 +176,7 @@ def test_answers_match_the_worlds(built):
         if r["task_type"] != "VOC" or r["split"] == "voc_repeat":
             continue
         w = world(r["source_id"])
-        for qt, a in zip(r["query_times"], r["answers"]):
+        for qt, a in zip(r["query_times"], r["answers"], strict=True):
             assert int(a) == truth_count(w, r["view"], r["concepts"][0], qt)
 
 

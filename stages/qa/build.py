@@ -53,7 +53,7 @@ def _check(task: QATask, q: Question) -> None:
         check_distinct_options(q.correct, q.distractors or [])
     if len(q.query_times) != len(q.answers) or len(q.evidence) != len(q.query_times):
         raise ValueError(f"{where}: query times, answers and evidence differ in length")
-    for qt, ev in zip(q.query_times, q.evidence):
+    for qt, ev in zip(q.query_times, q.evidence, strict=True):
         if any(iv["end"] > qt + 1e-9 for iv in ev):  # the streaming rule
             raise ValueError(f"{where}: evidence after its query time {qt}")
 
