@@ -69,7 +69,7 @@ def _drop_rejected(questions: pa.Table, skipped: pa.Table, reviews: list[dict]) 
     keep = [question_id(q) not in rejected for q in rows]
     gone = [{"video_id": q["video_id"], "task_type": q["task_type"], "item": q["item"],
              "reason": f"rejected by a person: {rejected[question_id(q)]['reason']}"}
-            for q, k in zip(rows, keep) if not k]
+            for q, k in zip(rows, keep, strict=True) if not k]
     return questions.filter(pa.array(keep, type=pa.bool_())), skipped_table(skipped.to_pylist() + gone)
 
 

@@ -285,7 +285,8 @@ def compare_with(config: Config, store: Store, other: Store) -> tuple[str, str]:
     inputs, missing = plan.inputs_of(REPORT, ALL)
     if missing is not None:
         raise UnitError(f"the report cannot be made: {missing}")
-    rep, _, page = compose(Job(REPORT, ALL, "", config, store, inputs, out=None), latest_build(other))
+    job = Job(REPORT, ALL, "", config, store, inputs, out=None)  # type: ignore[arg-type]  # compose only reads
+    rep, _, page = compose(job, latest_build(other))
     html_path, md_path = store.path(COMPARE_HTML), store.path(COMPARE_MD)
     store.write_bytes_atomic(html_path, page.encode())
     store.write_bytes_atomic(md_path, render_markdown(rep).encode())

@@ -184,7 +184,9 @@ def apply_decisions(store: Store, file: str | os.PathLike[str], *, default_revie
     known = store.registry()["source_id"].to_pylist()
     parsed = rv.parse_decisions(text, known, file=str(p), default_reviewer=default_reviewer)
     now = now or datetime.now(UTC)
-    kept, rejected, changed = [], [], []
+    kept: list[Any] = []
+    rejected: list[Any] = []
+    changed: list[Any] = []
     for d in parsed.decisions:
         old = read_decision(store, d.source_id)
         if old is not None and (old["decision"], old["reason"]) != (d.decision, d.reason):

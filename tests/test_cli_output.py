@@ -75,7 +75,7 @@ def test_stages_json_is_one_object_per_stage_into_a_narrow_pipe():
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["stage"] for x in rows] == [s.name for s in registry.STAGES]
-    assert all(x["description"] == s.description for x, s in zip(rows, registry.STAGES))
+    assert all(x["description"] == s.description for x, s in zip(rows, registry.STAGES, strict=True))
 
 
 # A native teardown that aborts after Python has finalised, as Arrow's thread pool now and then did

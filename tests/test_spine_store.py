@@ -52,7 +52,7 @@ def test_output_without_manifest_is_replaced(tmp_path):
     ref = UnitRef("s", "u", "k1")
     d = store.unit_dir(ref)
     os.makedirs(d)
-    open(os.path.join(d, "stale.bin"), "wb").write(b"half")  # a crash between rename and manifest
+    Path(d, "stale.bin").write_bytes(b"half")  # a crash between rename and manifest
     assert not store.is_complete(ref)
     with store.writer(ref) as w:
         w.path("fresh.bin").write_bytes(b"ok")

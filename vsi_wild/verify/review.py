@@ -196,7 +196,8 @@ class Review:
         with self._lock:
             held = self._auto.get(video_id)
             if held is None or held[0] != key:
-                fix_inputs, _ = auto_metadata(Job(stage, video_id, "", self.config, self.store, inputs, None))
+                job = Job(stage, video_id, "", self.config, self.store, inputs, None)  # type: ignore[arg-type]  # reads only
+                fix_inputs, _ = auto_metadata(job)
                 self._auto[video_id] = (key, fix_inputs)
                 while len(self._auto) > AUTO_KEPT:
                     self._auto.popitem(last=False)
@@ -305,7 +306,7 @@ class Review:
         with drafts.lock():
             draft = drafts.read(self.store, video_id, reviewer)
             own = edits is None
-            todo = draft.plain_edits() if own else [{**e, "fix": stamp(e["fix"], reviewer) if e["kind"] == "add"
+            todo = draft.plain_edits() if edits is None else [{**e, "fix": stamp(e["fix"], reviewer) if e["kind"] == "add"
                                                      else e["fix"]} for e in edits]
             _, failed = fixfile.save_edits(path, video_id, todo,
                                            self.check_vocabulary if vocabulary else self.validator(video_id))
@@ -342,7 +343,7 @@ class Review:
         """The vocabulary's text checked as the metadata stage would use it: parsed, and applied
         before the fix file of every video that has one (a video's rename of a name the vocabulary
         changes would fail there: the error names that file)."""
-        vocab = self.vocabulary(text)
+        vocab = fx.parse_vocabulary_text(text, str(self.vocabulary_path()))
         folder = self.fixes_dir()
         views = self.catalog.views()
         for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
