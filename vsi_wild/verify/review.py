@@ -56,7 +56,7 @@ def voc_counts(instances: pa.Table, video: VideoInfo, config: Config) -> dict[st
     """The cumulative count per concept at every VOC checkpoint, as the qa stage would ask it."""
     params = config.qa
     questions, _ = voc_questions(instances, video, params, Provenance(params.seed, "", ""))
-    stream = [q for q in questions if q.subtype == "stream"]
+    stream = [q for q in questions if q.subtype == "stream" and q.concepts]  # a VOC question has its concept
     return {"checkpoints": stream[0].query_times if stream else [],
             "counts": {q.concepts[0]: [int(a) for a in q.answers] for q in stream}}
 
