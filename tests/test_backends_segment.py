@@ -2,6 +2,9 @@
 saved as the state dict the production loader reads (facebook/sam3 ``sam3.pt`` layout:
 ``detector.*`` + ``tracker.*``), loaded from the configured path, run on CPU (our CUDA->CPU shim)
 on two tiny frames (sam3 resizes every frame to 1008 x 1008 internally: the cost is per frame).
+The shared-backbone path (one image-encoder pass per frame for all concepts) is checked against
+the per-concept path on the same frames: the same records, bit for bit, and the encoder's calls
+counted per frame by a spy on sam3's own encoder.
 
 Heavy: ~6 GB RSS and minutes of CPU. Run alone: ``pytest -m models tests/test_backends_segment.py``.
 """
@@ -76,21 +79,35 @@ def _threshold_after(scores: np.ndarray, n: int) -> float:
     return float((top[n - 1] + top[n]) / 2)
 
 
-def test_sam3_segments_through_our_adapter(sam3_checkpoint, tmp_path) -> None:
+def _two_frames() -> FrameBatch:
+    """Two frames that differ in one pixel: the second's scores hardly differ from the first's, so
+    detections stay few, and an encoder call can still tell which frame it was given."""
+    rng = np.random.default_rng(0)
+    frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
+    other = frame.copy()
+    other[H // 2, W // 2] = 255 - other[H // 2, W // 2]
+    return FrameBatch("vid_front", [frame, other], [0.0, 0.5], [0, 15], [0, 1], 30.0)
+
+
+@pytest.fixture(scope="module")
+def probed(sam3_checkpoint):
+    """The two frames and a score threshold that lets a few detections through (measured)."""
+    path, _ = sam3_checkpoint
+    batch = _two_frames()
+    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
+                   sam3_score_threshold=1.0, sam3_new_det_threshold=1.0)
+    return batch, _threshold_after(_detector_scores(probe, batch, "chair"), N_DETECTIONS), probe.model
+
+
+def test_sam3_segments_through_our_adapter(sam3_checkpoint, probed, tmp_path) -> None:
     import torch
 
     path, extra_buffers = sam3_checkpoint
-    rng = np.random.default_rng(0)
-    frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
-    # the same picture twice: the second frame's scores equal the first's, so detections stay few
-    batch = FrameBatch("vid_front", [frame, frame.copy()], [0.0, 0.5], [0, 15], [0, 1], 30.0)
-    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
-                   sam3_score_threshold=1.0, sam3_new_det_threshold=1.0)
-    threshold = _threshold_after(_detector_scores(probe, batch, "chair"), N_DETECTIONS)
+    batch, threshold, probe_model = probed
     # the same loaded model (cached by path), now with the measured threshold
     seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
                  sam3_score_threshold=threshold, sam3_new_det_threshold=threshold)
-    assert seg.model is probe.model
+    assert seg.model is probe_model
     state = seg.model.state_dict()
     saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     assert state.keys() == saved.keys()
@@ -163,3 +180,65 @@ def test_sam3_checkpoint_errors_name_the_config_key(tmp_path) -> None:
     (tmp_path / "junk.pt").write_bytes(b"not a checkpoint")
     with pytest.raises(UnitError, match="models.sam3_checkpoint"):
         create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(tmp_path / "junk.pt"))
+
+
+def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_frame(sam3_checkpoint, probed) -> None:
+    import collections
+
+    path, _ = sam3_checkpoint
+    batch, threshold, _ = probed
+
+    def run(shared: bool, concepts: list[str]):
+        seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=threshold,
+                     sam3_new_det_threshold=threshold, sam3_shared_backbone=shared)
+        encoder = seg.model.detector.backbone
+        real = encoder.forward_image
+        calls: collections.Counter = collections.Counter()
+
+        def counting(x):
+            calls[float(x.double().sum())] += 1  # which frame (the two differ in a pixel)
+            return real(x)
+
+        encoder.forward_image = counting
+        try:
+            records = seg.segment(batch, concepts)
+        finally:
+            del encoder.forward_image
+        return records, calls, seg
+
+    old, old_calls, _ = run(False, ["chair", "person"])
+    # a third concept costs the shared path no encoder pass; its session is independent of the others'
+    new, new_calls, seg = run(True, ["chair", "person", "table"])
+    assert old, "the random model must produce masks for the comparison to bite"
+    # the per-concept path encodes every frame once per concept; the shared path once, for all three
+    assert len(old_calls) == 2 and sorted(old_calls.values()) == [2, 2]
+    assert len(new_calls) == 2 and sorted(new_calls.values()) == [1, 1]
+    assert seg.last_shared.encoder_calls == {0: 1, 1: 1}
+    # the same arithmetic: chair's and person's records bit for bit, in the same order, the same ids
+    same = [r for r in new if r.concept != "table"]
+    assert len(same) == len(old)
+    for a, b in zip(old, same):
+        assert (a.frame_pos, a.concept, a.local_id, a.box, a.score, a.extra) == \
+            (b.frame_pos, b.concept, b.local_id, b.box, b.score, b.extra)
+        assert np.array_equal(a.mask, b.mask)
+    assert [r.concept for r in new[len(same):]] == ["table"] * (len(new) - len(same))  # the table's come last
+
+
+def test_a_changed_sam3_is_one_clear_error_before_any_unit(monkeypatch) -> None:
+    from vsi_wild.stages.backends import base
+    from vsi_wild.stages.backends import segment as S
+    from vsi_wild.stages.backends.params import ModelsParams, backend_problems
+
+    spec = base.spec("segmenter", "sam3")
+    assert S.sam3_problems() == []  # the installed sam3 is the verified one
+    assert not any("internals" in p for p in backend_problems(spec, ModelsParams()))
+    name = "sam3.model.sam3_image:Sam3Image._get_img_feats"
+    monkeypatch.setitem(S.SAM3_INTERNALS, name, "0" * 16)
+    problems = backend_problems(spec, ModelsParams())
+    changed = [p for p in problems if name in p]
+    assert len(changed) == 1 and "tests/test_backends_segment.py" in changed[0]
+    with pytest.raises(UnitError, match="_get_img_feats") as e:  # before the weights are even looked at
+        create("segmenter", "sam3", device="cpu", sam3_checkpoint="/nonexistent/sam3.pt")
+    assert e.value.retryable is False
+    monkeypatch.setattr("vsi_wild.stages.backends.params.package_version", lambda name: "9.9.9")
+    assert any("sam3 9.9.9 is installed" in p and "sam3==0.1.4" in p for p in S.sam3_problems())
