@@ -52,8 +52,9 @@ def sam3_checkpoint(tmp_path_factory: pytest.TempPathFactory):
 N_DETECTIONS = 3
 
 
-def _detector_scores(seg, batch: FrameBatch, concept: str) -> np.ndarray:
-    """sam3's detection scores on the batch's frames, as its detector computes them (before NMS)."""
+def _detector_scores(seg, batch: FrameBatch, concept: str | list[str]) -> np.ndarray:
+    """sam3's detection scores on the batch's frames, as its detector computes them (before NMS),
+    for one concept or several."""
     detector = seg.model.detector
     real = detector.forward_grounding
     seen: list[np.ndarray] = []
@@ -65,7 +66,7 @@ def _detector_scores(seg, batch: FrameBatch, concept: str) -> np.ndarray:
 
     detector.forward_grounding = spy
     try:
-        seg.segment(batch, [concept])
+        seg.segment(batch, [concept] if isinstance(concept, str) else concept)
     finally:
         del detector.forward_grounding
     assert seen, "sam3's detector was not called"
@@ -79,35 +80,21 @@ def _threshold_after(scores: np.ndarray, n: int) -> float:
     return float((top[n - 1] + top[n]) / 2)
 
 
-def _two_frames() -> FrameBatch:
-    """Two frames that differ in one pixel: the second's scores hardly differ from the first's, so
-    detections stay few, and an encoder call can still tell which frame it was given."""
-    rng = np.random.default_rng(0)
-    frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
-    other = frame.copy()
-    other[H // 2, W // 2] = 255 - other[H // 2, W // 2]
-    return FrameBatch("vid_front", [frame, other], [0.0, 0.5], [0, 15], [0, 1], 30.0)
-
-
-@pytest.fixture(scope="module")
-def probed(sam3_checkpoint):
-    """The two frames and a score threshold that lets a few detections through (measured)."""
-    path, _ = sam3_checkpoint
-    batch = _two_frames()
-    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
-                   sam3_score_threshold=1.0, sam3_new_det_threshold=1.0)
-    return batch, _threshold_after(_detector_scores(probe, batch, "chair"), N_DETECTIONS), probe.model
-
-
-def test_sam3_segments_through_our_adapter(sam3_checkpoint, probed, tmp_path) -> None:
+def test_sam3_segments_through_our_adapter(sam3_checkpoint, tmp_path) -> None:
     import torch
 
     path, extra_buffers = sam3_checkpoint
-    batch, threshold, probe_model = probed
+    rng = np.random.default_rng(0)
+    frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
+    # the same picture twice: the second frame's scores equal the first's, so detections stay few
+    batch = FrameBatch("vid_front", [frame, frame.copy()], [0.0, 0.5], [0, 15], [0, 1], 30.0)
+    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
+                   sam3_score_threshold=1.0, sam3_new_det_threshold=1.0)
+    threshold = _threshold_after(_detector_scores(probe, batch, "chair"), N_DETECTIONS)
     # the same loaded model (cached by path), now with the measured threshold
     seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
                  sam3_score_threshold=threshold, sam3_new_det_threshold=threshold)
-    assert seg.model is probe_model
+    assert seg.model is probe.model
     state = seg.model.state_dict()
     saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
     assert state.keys() == saved.keys()
@@ -182,11 +169,36 @@ def test_sam3_checkpoint_errors_name_the_config_key(tmp_path) -> None:
         create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(tmp_path / "junk.pt"))
 
 
-def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_frame(sam3_checkpoint, probed) -> None:
+def _two_frames() -> FrameBatch:
+    """Two frames that differ in one pixel: the second's scores hardly differ from the first's, so
+    detections stay few, and an encoder call can still tell which frame it was given."""
+    rng = np.random.default_rng(0)
+    frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
+    other = frame.copy()
+    other[H // 2, W // 2] = 255 - other[H // 2, W // 2]
+    return FrameBatch("vid_front", [frame, other], [0.0, 0.5], [0, 15], [0, 1], 30.0)
+
+
+def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_frame(sam3_checkpoint) -> None:
     import collections
 
     path, _ = sam3_checkpoint
-    batch, threshold, _ = probed
+    batch = _two_frames()
+    # a threshold a few detections pass, over all three concepts' scores on the first frame (each
+    # concept scores differently: one concept's threshold can let 200 of another's through). On one
+    # frame the shared path calls the detector once per concept, in order: scores per concept.
+    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=1.0,
+                   sam3_new_det_threshold=1.0, sam3_shared_backbone=True)
+    first = FrameBatch("vid_front", batch.images[:1], [0.0], [0], [0], 30.0)
+    names = ["chair", "person", "table"]
+    scores = _detector_scores(probe, first, names)
+    assert scores.size % len(names) == 0 and scores.size // len(names) == 200  # sam3's 200 queries, per concept
+    scores = scores.reshape(len(names), -1)
+    threshold = _threshold_after(scores.ravel(), N_DETECTIONS)
+    # the per-concept run takes the concept with the best score (so that it has masks) and one more;
+    # the shared run all three
+    best = names[int(scores.max(axis=1).argmax())]
+    concepts = [best] + [c for c in names if c != best]
 
     def run(shared: bool, concepts: list[str]):
         seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=threshold,
@@ -206,22 +218,22 @@ def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_
             del encoder.forward_image
         return records, calls, seg
 
-    old, old_calls, _ = run(False, ["chair", "person"])
+    old, old_calls, _ = run(False, concepts[:2])
     # a third concept costs the shared path no encoder pass; its session is independent of the others'
-    new, new_calls, seg = run(True, ["chair", "person", "table"])
+    new, new_calls, seg = run(True, concepts)
     assert old, "the random model must produce masks for the comparison to bite"
     # the per-concept path encodes every frame once per concept; the shared path once, for all three
     assert len(old_calls) == 2 and sorted(old_calls.values()) == [2, 2]
     assert len(new_calls) == 2 and sorted(new_calls.values()) == [1, 1]
     assert seg.last_shared.encoder_calls == {0: 1, 1: 1}
-    # the same arithmetic: chair's and person's records bit for bit, in the same order, the same ids
-    same = [r for r in new if r.concept != "table"]
+    # the same arithmetic: the two concepts' records bit for bit, in the same order, the same ids
+    same = [r for r in new if r.concept != concepts[2]]
     assert len(same) == len(old)
     for a, b in zip(old, same):
         assert (a.frame_pos, a.concept, a.local_id, a.box, a.score, a.extra) == \
             (b.frame_pos, b.concept, b.local_id, b.box, b.score, b.extra)
         assert np.array_equal(a.mask, b.mask)
-    assert [r.concept for r in new[len(same):]] == ["table"] * (len(new) - len(same))  # the table's come last
+    assert [r.concept for r in new[len(same):]] == [concepts[2]] * (len(new) - len(same))  # the third's come last
 
 
 def test_a_changed_sam3_is_one_clear_error_before_any_unit(monkeypatch) -> None:

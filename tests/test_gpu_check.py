@@ -29,7 +29,8 @@ def test_the_gpu_check_runs_in_its_reduced_form(tmp_path, monkeypatch, capsys):
     by = {(r["stage"], r["variant"]): r for r in rows}
     assert {r["stage"] for r in rows} == {"detect", "pose", "faces", "text"}
     assert {v for s, v in by if s == "detect"} == {"fp16, batch 16", "fp32, batch 16", "fp16, batch 1"}
-    assert {v for s, v in by if s == "pose"} == {"fp32, views one at a time", "fp32, views batched"}
+    assert {v for s, v in by if s == "pose"} == {"fp32, views one at a time", "fp32, views batched",
+                                                  "fp32 reference, views batched"}
     production = {r["stage"]: r for r in rows if r["production"]}
     assert production["detect"]["variant"] == "fp16, batch 16"  # ultralytics runs it fp32 on the CPU
     assert production["pose"]["variant"] == "fp32, views one at a time"  # what the pose stage calls
