@@ -131,12 +131,14 @@ def build(root: Path, n_samples: int, n_instances: int, n_obs: int) -> None:
         "clips.parquet": schema.table(schema.CLIP_SPANS, [
             {"video_id": VID, "clip_index": c, "start": c * CLIP_S, "end": min((c + 1) * CLIP_S, duration),
              "first_sample": int(c * CLIP_S / SAMPLE_STEP), "n_samples": int(CLIP_S / SAMPLE_STEP)} for c in range(n_clips)]),
-        # pairs of look-alikes reconciliation considered (one per instance and its next of the concept),
-        # a third left for review: the temporal page lists those
+        # pairs of look-alikes reconciliation compared (one per instance and its next of the concept),
+        # left apart, a third of them review items: the temporal page lists those
         "merge_decisions.parquet": schema.table(schema.MERGE_DECISIONS, [
             {"video_id": VID, "concept": f"concept{(i - 1) % 20:02d}", "clip_a": 0, "local_a": i, "clip_b": 0,
-             "local_b": i + 20, "boundary": False, "box_iou": None, "appearance": 0.9, "distance": 0.3, "score": 0.4,
-             "decision": "review" if i % 3 == 0 else "apart", "reason": "bench"} for i in range(1, n_instances - 19)]),
+             "local_b": i + 20, "decision": "apart", "review": i % 3 == 0, "log_odds": -0.4, "posterior": 0.4,
+             "llr_position": -1.2, "llr_appearance": None, "llr_continuity": None, "llr_prior": 0.8,
+             "answer_impact": 2, "reason": "position -1.2, look-alike prior +0.8: left apart", "boundary": False,
+             "box_iou": None, "appearance": 0.9, "distance": 0.3} for i in range(1, n_instances - 19)]),
         "members.parquet": schema.table(schema.INSTANCE_MEMBERS, [
             {"video_id": VID, "instance_id": r["instance_id"], "concept": r["concept"], "clip_index": 0,
              "local_id": r["instance_id"], "first_time": r["first_time"], "last_time": r["last_time"]} for r in rows_inst])})

@@ -1,8 +1,8 @@
 """How far reconciliation's located instances are from their objects, in their location uncertainties.
 
 For the bench seeds that `bench_reconcile.py` has run (same root, same options), every clip instance
-is located as reconciliation locates it (``stages.reconcile.locate_instances``, with the estimated
-poses and ``part_error`` 1: the pixels' uncertainty alone), and its truth object's footprint is
+is located as reconciliation locates it (``stages.reconcile.locate.locate_instances``, with the
+estimated poses; its uncertainty is the root mean square of its covariance's axes), and its truth object's footprint is
 carried into the estimated ground plane by the similarity (a reflection allowed) that best lays the
 truth's camera centres onto the estimated ones within 20 s of the instance's sightings: drift over
 the walk is taken out, as reconciliation's layout alignment and drift allowance take it out. The
@@ -13,9 +13,9 @@ at the side or bottom, and all:
 
     location_error_over_uncertainty_<group>_p50 / _p90 / _p95, location_instances_<group>
     location_error_over_range_<group>_p50
-    location_error_part_factor: the in-part median over the never-cut median (what
-        ``ReconcileParams.part_error`` stands for); _side_factor, _bottom_factor: the same for
-        the two kinds of in-part instances
+    location_error_part_factor: the in-part median over the never-cut median; _side_factor,
+        _bottom_factor: the same for the two kinds of in-part instances (a box cut off by the image
+        border is located as loosely as half its visible size: ``locate._pixel_sigmas``)
 
 Usage: python bench/location_error.py [--seeds 29 30 31 32 33 34] [--n-per-category 6] [--width 640]
                                       [--root build/bench_reconcile]
@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_reconcile import REPO, ViewInputs, bench_config, view_inputs  # noqa: E402
+from bench_reconcile import REPO, ViewInputs, bench_config, prepared_views  # noqa: E402
 
 WINDOW_S = 20.0
 
@@ -60,19 +60,21 @@ def errors(vi: ViewInputs, camera_height: float) -> list[dict]:
     whether it was seen only in part (every box cut off at the side, or at the side or bottom) or
     never cut off at the side or bottom."""
     from vsi_wild.stages import reconcile as rc
+    from vsi_wild.stages.reconcile import locate as loc
 
-    params = rc.ReconcileParams(part_error=1.0)
+    params = rc.ReconcileParams()
     track = vi.track
     instances = vi.instances()
     rc.mark_occluded_bottoms(ci.samples for ci in instances)
-    rc.locate_instances(instances, track, camera_height, params)
-    basis = rc.ground_basis(track)
+    basis = loc.ground_basis(track)
+    loc.locate_instances(instances, track, basis, camera_height, params.min_ray_spread_deg, params.pixel_error,
+                         params.level_views)
     est = np.array([basis @ c for c in track.C])
     tru = vi.truth_track.C[:, :2]  # the truth's camera at each of the track's samples (z up)
     valid = track.valid_rows()
     out = []
     for ci in instances:
-        if ci.position is None or ci.key not in vi.truth_of:
+        if ci.where is None or ci.where.how == "ray" or vi.truth_of.get(ci.key, -1) not in vi.objects:
             continue
         times = [o.time for o in ci.samples.values()]
         rows = [i for i in valid if min(times) - WINDOW_S <= track.times[i] <= max(times) + WINDOW_S]
@@ -83,11 +85,12 @@ def errors(vi: ViewInputs, camera_height: float) -> list[dict]:
         mirror = mres < res
         if mirror:
             m, t = mm, mt
-        err = _outside(complex(*(basis @ ci.position)), vi.objects[vi.truth_of[ci.key]], m, t, mirror)
+        err = _outside(complex(*ci.where.xy), vi.objects[vi.truth_of[ci.key]], m, t, mirror)
         side = [o.cut_at_side() for o in ci.samples.values()]
         bottom = [o.cut_at_bottom() for o in ci.samples.values()]
-        out.append({"error": err, "sigma": ci.sigma, "range": ci.range, "in_part": ci.seen_in_part,
-                    "at_side": all(side), "whole": not any(side) and not any(bottom)})
+        in_part = all(a or b for a, b in zip(side, bottom))
+        out.append({"error": err, "sigma": float(np.sqrt(np.trace(ci.where.cov) / 2.0)), "range": ci.where.range,
+                    "in_part": in_part, "at_side": all(side), "whole": not any(side) and not any(bottom)})
     return out
 
 
@@ -105,7 +108,10 @@ def main() -> int:
     rows: list[dict] = []
     for seed in args.seeds:
         config = bench_config(seed, args.n_per_category, args.width)
-        for vi in view_inputs(store, config):
+        views = prepared_views(store, config)
+        if isinstance(views, dict):
+            raise SystemExit(f"seed {seed}: {views}")
+        for vi in views:
             rows += errors(vi, config.pose.ground_height())
     medians = {}
     for group, keep in (("in_part", lambda r: r["in_part"]), ("in_part_at_side", lambda r: r["at_side"]),

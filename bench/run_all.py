@@ -14,18 +14,22 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
-# Every bench_*.py beside this file, in name order.
+# Every bench_*.py beside this file, in name order, each with the arguments of its runs (one run
+# with none, unless listed: bench_reconcile runs once per simulated model-error level).
 BENCHES = sorted(p for p in HERE.glob("bench_*.py"))
+RUNS = {"bench_reconcile.py": [["--noise", level] for level in ("none", "moderate", "severe")]}
 
 
 def main() -> int:
     failed = 0
     for bench in BENCHES:
-        print(f"# {bench.name}", flush=True)
-        t0 = time.time()
-        proc = subprocess.run([sys.executable, str(bench)], cwd=HERE.parent)
-        print(f"# {bench.name} took {time.time() - t0:.0f} s (exit {proc.returncode})", flush=True)
-        failed += proc.returncode != 0
+        for args in RUNS.get(bench.name, [[]]):
+            name = " ".join([bench.name, *args])
+            print(f"# {name}", flush=True)
+            t0 = time.time()
+            proc = subprocess.run([sys.executable, str(bench), *args], cwd=HERE.parent)
+            print(f"# {name} took {time.time() - t0:.0f} s (exit {proc.returncode})", flush=True)
+            failed += proc.returncode != 0
     return 1 if failed else 0
 
 

@@ -27,8 +27,9 @@ Outputs (relative to the export folder; ``exports/`` under the data root mirrors
   view video concatenated with itself k times, the same final counts;
 - ``splits/voc_stream.parquet``  the streaming VOC questions (also in qa.parquet);
 - ``counts.json``  questions per split and task, answer letters per task, answer texts per task and subtype;
-- ``skipped.parquet``  the questions the answer-text balance did not ask (QA_SKIPPED, with the reason:
-  ``vsi_wild.stages.qa.balance``).
+- ``skipped.parquet``  the questions not asked because their answer differs between readings (the qa
+  stage's, ``vsi_wild.stages.qa.readings``: the row's ``reading`` names the one that changes it), then those
+  the answer-text balance did not ask (QA_SKIPPED, with the reason: ``vsi_wild.stages.qa.balance``).
 
 The release file and the public evaluation task: the task loads it unchanged, shows VMR's pivot
 frame and VPO's four frames by reading ``frame_indices`` from the view video, and the whole video
@@ -60,7 +61,7 @@ from vsi_wild.stages import leak_probe
 from vsi_wild.stages.ledger import (ASKED, DUPLICATE, TEXT_BIASED, UNASKED, Ledger, Move, identity, keep_letters,
                                     ledger_row, merged)
 from vsi_wild.stages.qa.balance import answer_histograms, balance_answers
-from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, stable_hash
+from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, skipped_table, stable_hash
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, RELEASE, Split, task, tasks
 
@@ -88,6 +89,8 @@ class Export:
     repeats: list[tuple[str, str, int]]  # (source video name, repeated video name, k)
     dropped: list[dict[str, str]] = field(default_factory=list)  # duplicates removed
     unasked: list[dict[str, str]] = field(default_factory=list)  # QA_SKIPPED rows the answer balance dropped
+    # QA_SKIPPED rows of the qa units: what their readings left unasked (``reading`` set)
+    unstable: list[dict[str, str | None]] = field(default_factory=list)
     question_ids: dict[str, str] = field(default_factory=dict)  # doc_id -> qa.common.question_id (asked rows)
     ledger: list[dict[str, Any]] = field(default_factory=list)  # QA_LEDGER rows: the next export starts from them
     moves: list[Move] = field(default_factory=list)  # letters the balance bound forced to move
@@ -121,6 +124,7 @@ class Export:
             "duplicates_dropped": len(self.dropped),
             "answer_texts": answer_histograms(self.rows),
             "balance_dropped": len(self.unasked),
+            "readings_dropped": {t.name: sum(r["task_type"] == t.name for r in self.unstable) for t in tasks()},
         }
 
 
@@ -397,7 +401,7 @@ def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
 
     put(RELEASE_FILE, release_bytes(export.split_rows(RELEASE)))
     put("qa.parquet", table_bytes(export.table()))
-    put("skipped.parquet", table_bytes(schema.table(schema.QA_SKIPPED, export.unasked)))
+    put("skipped.parquet", table_bytes(skipped_table([*export.unstable, *export.unasked])))
     put("text_bias.parquet", table_bytes(schema.table(schema.TEXT_BIAS, export.text_bias)))
     put("ledger.parquet", table_bytes(schema.table(schema.QA_LEDGER, export.ledger)))
     for s in splits():

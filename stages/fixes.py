@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import datetime as dt
 import hashlib
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal, Union
@@ -480,3 +481,23 @@ def parse_vocabulary_text(text: str, file: str) -> Vocabulary:
     else:
         items = node.value
     return Vocabulary(file, _parse_items(items, file, VOCABULARY_OPS, _VOCABULARY_ADAPTER), digest)
+
+
+# ------------------------------------------------------------------------------ drawn boxes
+def drawn_tracks(fixset: FixSet) -> list[tuple[str, str | None, list[Keyframe]]]:
+    """Every track a reviewer drew: (key, concept, keyframes) of each ``add_instance`` with boxes
+    (its concept) and ``set_box`` (concept None: an existing instance's). The key is a digest of
+    the fix's content (not its line), so editing another fix leaves it as it was."""
+    out = []
+    for f in fixset.fixes:
+        op = f.op
+        if op.op == "add_instance" and op.boxes is not None or op.op == "set_box":
+            content = op.model_dump(mode="json", by_alias=True, exclude={"note", "by", "at"}, exclude_none=True)
+            key = hashlib.sha256(json.dumps(content, sort_keys=True).encode()).hexdigest()[:12]
+            out.append((key, op.concept if op.op == "add_instance" else None, list(op.boxes)))
+    return out
+
+
+def track_span(frames: list[Keyframe]) -> tuple[float, float]:
+    """The times a drawn track can show a box in: its first keyframe to its last."""
+    return frames[0].time, frames[-1].time

@@ -26,7 +26,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages.pose import Track, derive_view, motion_vectors, wrap
-from vsi_wild.stages.reconcile import Obs, locate, mark_occluded_bottoms
+from vsi_wild.stages.reconcile import Obs, mark_occluded_bottoms
+from vsi_wild.stages.reconcile.locate import locate
 from vsi_wild.stages.segment import SAMPLE_STEP, clip_of_sample
 
 
@@ -436,26 +437,20 @@ def _split_member(st: _Fixing, f: fx.Fix, key: tuple[int, int], src: int, name: 
     return f"split clip {clip} local {local} out of {src} as {new.id}"
 
 
-def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> tuple[int, int]:
-    """Lay drawn keyframes on ``ins``: at every 2 FPS timestamp from a box to the next keyframe the
-    box is interpolated (held up to an ``outside`` keyframe, whose stretch loses its observations);
-    a keyframe between two timestamps gives its nearest one its box. Returns (set, removed)."""
-    duration_s, fps = st.inputs.duration_s, st.inputs.fps
-    w, h = st.inputs.image_size or (None, None)
-    for i, kf in enumerate(frames):
-        if kf.time > duration_s + 1e-6:
-            raise st.error(f, "boxes", f"keyframe {i + 1} at {kf.time} s is after the video ({duration_s:.1f} s)",
-                           line=f.line_of(f"boxes.{i}"))
-        if kf.box is not None and w is not None and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0):
-            raise st.error(f, "boxes", f"keyframe {i + 1}: box {list(kf.box)} is outside the {w}x{h} view",
-                           line=f.line_of(f"boxes.{i}"))
+def track_boxes(frames: Sequence[fx.Keyframe], duration_s: float,
+                image_size: tuple[int, int] | None) -> dict[int, tuple[float, ...] | None]:
+    """A drawn track's box at each 2 FPS timestamp (sample index -> box, None where it is out of
+    view): from a box to the next keyframe interpolated linearly (held up to an ``outside``
+    keyframe), a keyframe between two timestamps giving its nearest one its box; boxes clipped to
+    the view. The segment stage prompts a segmenter with the same boxes."""
+    w, h = image_size or (None, None)
 
     def clipped(b: Sequence[float]) -> tuple[float, ...]:
         if w is None:
             return tuple(float(v) for v in b)
         return (max(0.0, b[0]), max(0.0, b[1]), min(float(w), b[2]), min(float(h), b[3]))
 
-    boxes: dict[int, tuple[float, ...] | None] = {}  # sample -> box, None: outside
+    boxes: dict[int, tuple[float, ...] | None] = {}
     for a, b in zip(frames, list(frames[1:]) + [None]):
         if a.box is None:
             continue
@@ -479,6 +474,24 @@ def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> 
         k = int(round(kf.time / SAMPLE_STEP))
         if kf.box is not None and boxes.get(k) is None and k * SAMPLE_STEP <= duration_s + 1e-6:
             boxes[k] = clipped(kf.box)
+    return boxes
+
+
+def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> tuple[int, int]:
+    """Lay drawn keyframes on ``ins``: at every 2 FPS timestamp from a box to the next keyframe the
+    box is interpolated (held up to an ``outside`` keyframe, whose stretch loses its observations);
+    a keyframe between two timestamps gives its nearest one its box. Returns (set, removed)."""
+    duration_s, fps = st.inputs.duration_s, st.inputs.fps
+    w, h = st.inputs.image_size or (None, None)
+    for i, kf in enumerate(frames):
+        if kf.time > duration_s + 1e-6:
+            raise st.error(f, "boxes", f"keyframe {i + 1} at {kf.time} s is after the video ({duration_s:.1f} s)",
+                           line=f.line_of(f"boxes.{i}"))
+        if kf.box is not None and w is not None and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0):
+            raise st.error(f, "boxes", f"keyframe {i + 1}: box {list(kf.box)} is outside the {w}x{h} view",
+                           line=f.line_of(f"boxes.{i}"))
+
+    boxes = track_boxes(frames, duration_s, st.inputs.image_size)
     n_set = n_removed = 0
     for k, box in sorted(boxes.items()):
         if box is None:
@@ -665,6 +678,30 @@ FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
     "remove_instance": _remove_instance, "set_appearance": _set_appearance, "motion": _motion,
     "review_question": _review_question, "set_box": _set_box, "split_at": _split_at, "review_pair": _review_pair,
 }
+
+
+def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: fx.FixSet) -> list[dict]:
+    """Reconciliation's review items (``schema.MERGE_DECISIONS`` rows with ``review``) that the fix
+    set has not resolved, as ``schema.REVIEW_PENDING`` rows: an item is resolved by a person's
+    ``review_pair`` decision on it, a ``merge`` fix naming both sides' automatic instances, or a
+    ``split`` fix of either side's clip instance."""
+    instance_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
+    merged = [set(f.op.instances) for f in fixset.fixes if f.op.op == "merge"]
+    split = {(f.op.clip, f.op.local_id) for f in fixset.fixes if f.op.op == "split"}
+    decided = {frozenset({(f.op.clip_a, f.op.local_a), (f.op.clip_b, f.op.local_b)}) for f in fixset.fixes
+               if f.op.op == "review_pair"}
+    out = []
+    for d in decisions:
+        if not d["review"]:
+            continue
+        a, b = (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
+        ia, ib = instance_of[a], instance_of[b]
+        if a in split or b in split or any({ia, ib} <= m for m in merged) or frozenset({a, b}) in decided:
+            continue
+        out.append({"video_id": d["video_id"], "concept": d["concept"], "clip_a": a[0], "local_a": a[1],
+                    "clip_b": b[0], "local_b": b[1], "instance_a": ia, "instance_b": ib, "decision": d["decision"],
+                    "posterior": float(d["posterior"]), "answer_impact": int(d["answer_impact"])})
+    return out
 
 
 def _apply_vocabulary(st: _Fixing, vocabulary: fx.Vocabulary) -> list[dict]:

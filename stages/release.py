@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -251,7 +250,3 @@ def manifest_difference(a: Mapping[str, Mapping[str, Any]], b: Mapping[str, Mapp
     out += [f"only in the new build: {p}" for p in sorted(b.keys() - a.keys())]
     out += [f"differs: {p}" for p in sorted(a.keys() & b.keys()) if a[p]["sha256"] != b[p]["sha256"]]
     return out
-
-
-def mean(values: Sequence[float]) -> float:
-    return math.fsum(values) / len(values) if values else 0.0

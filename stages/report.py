@@ -167,6 +167,8 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
             out.append(f"  - failed {f['stage']}:{f['unit']}: {f['error']}")
     else:
         out.append("Nothing: every unit completed.")
+    if "readings" in rep:
+        out += _readings_markdown(rep["readings"])
     out += _statistics_markdown(rep["statistics"])
     out += answer_controls_markdown(rep.get("answer_controls"))
     out += text_probe_markdown(rep.get("text_probe"))
@@ -182,6 +184,11 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
                 "Questions that kept their identity but whose answer letter had to move so that every "
                 "task, subtype and answer text stays within the letter balance bound (stages/ledger.py):", ""]
         out += [f"- {m['doc_id']}: {m['moved_from']} → {m['answer']} ({m['moved_stratum']})" for m in rep["letter_moves"]]
+    if rep.get("forced_out"):
+        out += ["", "## Questions the balance bounds forced out", "",
+                "Asked by the previous build, left out now because the answer balance or the text debiasing "
+                "could not hold its bound otherwise:", ""]
+        out += [f"- {m['doc_id']} ({m['state']}): {m['reason']}" for m in rep["forced_out"]]
     return "\n".join(out) + "\n"
 
 
@@ -334,6 +341,31 @@ def answer_controls_markdown(ac: Mapping[str, Any] | None) -> list[str]:
             d, h = e["difficulty"], e["horizon"]
             out.append(f"| {t} | {d.get('near', 0)} · {d.get('medium', 0)} · {d.get('far', 0)} | "
                        f"{h.get('early', 0)} · {h.get('middle', 0)} · {h.get('late', 0)} |")
+    return out
+
+
+def readings_summary(skipped: Sequence[Mapping[str, Any]], examples: int = 3) -> dict[str, dict[str, Any]]:
+    """report.json's ``readings``: per task, what was not asked because a reasonable reading of the
+    question gives another answer (the export's skipped.parquet rows with a ``reading``,
+    stages/qa/readings.py): how many, how many per reading, and the first ``examples`` reasons."""
+    out: dict[str, dict[str, Any]] = {}
+    for t in tasks():
+        rows = [r for r in skipped if r["task_type"] == t.name and r.get("reading")]
+        out[t.name] = {"n": len(rows), "by_reading": dict(sorted(Counter(r["reading"] for r in rows).items())),
+                       "examples": [f"{r['video_id']} {r['item']}: {r['reason']}" for r in rows[:examples]]}
+    return out
+
+
+def _readings_markdown(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    out = ["", "## Not asked: more than one right answer", "",
+           "Questions (VOC: counts) whose answer a reasonable reading of the question changes, from the metadata "
+           "(qa.stable_answers; the rows are in exports/skipped.parquet with the reading).", "",
+           "| task | not asked | under which reading |", "|---|---|---|"]
+    for name, e in summary.items():
+        out.append(f"| {name} | {e['n']} | " + (", ".join(f"{k} {v}" for k, v in e["by_reading"].items()) or "-") + " |")
+    examples = [x for e in summary.values() for x in e["examples"]]
+    if examples:
+        out += ["", "For example:"] + [f"- {x}" for x in examples]
     return out
 
 

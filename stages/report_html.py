@@ -354,6 +354,20 @@ def _distributions(rep: Mapping[str, Any]) -> str:
     return "\n".join(out)
 
 
+def _readings(rep: Mapping[str, Any]) -> str:
+    """report.json ``readings``: what was not asked because a reasonable reading changes its answer."""
+    summary = rep.get("readings")
+    if not summary:
+        return '<p class="muted">Not recorded in this build.</p>'
+    rows = [[name, e["n"], ", ".join(f"{k} {v}" for k, v in e["by_reading"].items()) or "-"] for name, e in summary.items()]
+    examples = [x for e in summary.values() for x in e["examples"]]
+    return ("<p>Questions (VOC: counts) not asked because a reading of the question a careful viewer could hold gives "
+            "another answer, from the metadata (<code>qa.stable_answers</code>; every row is in "
+            "<code>exports/skipped.parquet</code> with its reading).</p>"
+            + _table(["task", "not asked", "under which reading"], rows, numeric=(1,))
+            + ("<ul>" + "".join(f"<li>{_e(x)}</li>" for x in examples) + "</ul>" if examples else ""))
+
+
 def _visibility(rep: Mapping[str, Any]) -> str:
     """report.json ``visibility``: per concept, how long its instances are visible and where they are
     when not observed (metadata/visibility.parquet)."""
@@ -468,7 +482,8 @@ def _brief(value: Any) -> str:
 
 
 SECTIONS = (("contents", "Contents"), ("questions", "Questions (release split)"), ("plots", "Statistics"),
-            ("cards", "Question cards"), ("distributions", "Answer distributions"), ("blind", "Blind baselines"),
+            ("cards", "Question cards"), ("distributions", "Answer distributions"),
+            ("readings", "One right answer"), ("blind", "Blind baselines"),
             ("visibility", "Visibility"), ("changes", "What changed"),
             ("lost", "Failures and losses"), ("fixes", "Human fixes"), ("verification", "Verification"))
 
@@ -479,7 +494,7 @@ def render_html(rep: Mapping[str, Any], plots: Sequence[Plot], cards: Sequence[C
     (file name -> its JSON, or None)."""
     body = {
         "contents": _contents(rep), "questions": _questions(rep), "plots": _plots(plots), "cards": _cards(cards),
-        "distributions": _distributions(rep), "visibility": _visibility(rep),
+        "distributions": _distributions(rep), "readings": _readings(rep), "visibility": _visibility(rep),
         "blind": _blind(rep) + _text_probe(rep), "changes": _changes(rep.get("changes")), "lost": _lost(rep),
         "fixes": _fixes(rep.get("fixes") or {}), "verification": _verification(rep.get("verification")),
     }

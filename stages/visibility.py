@@ -27,8 +27,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from vsi_wild.stages.pose import Track
 
@@ -160,42 +158,3 @@ def _frustum_track(ins: dict, obs: dict[int, dict], track: Track, image_size: tu
     if float(np.mean([inside[i] for i in boxes])) < min_consistency:
         return None
     return inside
-
-
-def sighting_runs(states: Sequence[tuple[float, str, float | None]], step: float, min_px: float
-                  ) -> list[tuple[float, float, float]]:
-    """An instance's sightings: runs of consecutive timestamps (``step`` apart) that are visible with
-    a box at least ``min_px`` on its shorter side (``None``: a box a person added, no size to check),
-    from (time, state, shorter side) in time order. Each run as (start, end, duration), the
-    duration counting ``step`` per timestamp."""
-    runs: list[list[float]] = []
-    last = None
-    for t, state, side in states:
-        real = state == VISIBLE and (side is None or side >= min_px)
-        if not real:
-            last = None
-            continue
-        if last is not None and t - last <= step * 1.5:
-            runs[-1][1] = t
-        else:
-            runs.append([t, t])
-        last = t
-    return [(a, b, b - a + step) for a, b in runs]
-
-
-def real_sightings(visibility: pa.Table, step: float, min_s: float, min_px: float) -> dict[int, tuple[float, float]]:
-    """instance id -> (start of its first, last timestamp of its last) real sighting: a run of
-    ``sighting_runs`` at least ``min_s`` long, from ``schema.VISIBILITY`` rows. Instances without
-    one are left out. Only the visible rows are read (a gap in time ends a run)."""
-    seen = visibility.filter(pc.equal(visibility["state"], VISIBLE)).select(
-        ["instance_id", "time", "state", "x0", "y0", "x1", "y1"]).to_pylist()
-    by_instance: dict[int, list[tuple[float, str, float | None]]] = {}
-    for r in sorted(seen, key=lambda r: (r["instance_id"], r["time"])):
-        side = None if r["x0"] is None else min(r["x1"] - r["x0"], r["y1"] - r["y0"])
-        by_instance.setdefault(int(r["instance_id"]), []).append((float(r["time"]), r["state"], side))
-    out = {}
-    for i, states in by_instance.items():
-        runs = [(a, b) for a, b, d in sighting_runs(states, step, min_px) if d >= min_s - 1e-9]
-        if runs:
-            out[i] = (runs[0][0], runs[-1][1])
-    return out

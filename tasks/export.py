@@ -43,7 +43,7 @@ TEXT_DEBIAS_FILE = "text_debias.parquet"  # the questions qa.debias_text dropped
 LEDGER_FILE = "ledger.parquet"  # the question ledger this export leaves (schema.QA_LEDGER)
 LEDGER_META = "ledger.json"  # what it was made from: {"inputs": digest, "parent": the ledger it started from}
 LEDGERS = "ledger"  # the data root's ledgers: <sha256>.parquet, and history.jsonl (one line per published export)
-VERSION = "4"
+VERSION = "6"  # 6: the questions carry provisional, provisional_reason
 
 
 # ------------------------------------------------------------------------------------ the ledger
@@ -165,6 +165,15 @@ def reviewed_rows(export: Export, accepted: set[str]) -> list[dict]:
     return rows
 
 
+def unstable_rows(job: Job, qa_refs: dict[str, UnitRef]) -> list[dict]:
+    """The qa units' QA_SKIPPED rows of questions not asked because a reading changes their answer."""
+    out = []
+    for ref in qa_refs.values():
+        rows = schema.conform(job.store.read_table(ref, "skipped.parquet"), schema.QA_SKIPPED).to_pylist()
+        out += [r for r in rows if r["reading"] is not None]
+    return out
+
+
 def _verification(store: Store, videos: list[str]) -> dict[str, progress.Progress]:
     """What a reviewer marked verified (verify/<video_id>.json) of each video."""
     return {vid: progress.read(store, vid) for vid in videos}
@@ -211,6 +220,7 @@ def run(job: Job) -> None:
         questions, text_dropped, text_biased = drop_text_biased(questions, params, ledger)
         job.out.write_table(TEXT_DEBIAS_FILE, schema.table(schema.TEXT_DEBIAS, text_dropped))
     export = assemble(questions, params, ledger, text_biased)
+    export.unstable = unstable_rows(job, qa_refs)
     job.out.path(LEDGER_META).write_text(json.dumps({"inputs": digest, "parent": parent}, sort_keys=True) + "\n")
     add_text_bias(export, params.seed)
     write_export(job.out.path, export)  # also writes counts.json (printed by the CLI summary)
@@ -258,7 +268,8 @@ def publish_export(store: Store, config: object, ref: UnitRef) -> None:
 
 def summary_line(where: str, counts: dict) -> str:
     """What the CLI prints after a run with the export: rows per task (and per subtype where a
-    task counts its subtypes apart), rows per split."""
+    task counts its subtypes apart), rows per split, and (when there are some) the questions not
+    asked because a reading of them changes the answer (VOC: counts; exports/skipped.parquet)."""
     r, s, sub = counts["release"], counts["splits"], counts["release_subtypes"]
     release, split_parts = [], []
     for t in tasks():
@@ -267,9 +278,12 @@ def summary_line(where: str, counts: dict) -> str:
             part += " (" + ", ".join(f"{st} {sub.get(t.name, {}).get(st, 0)}" for st in t.subtypes) + ")"
         release.append(part)
         split_parts += [f"{sp.label} {s.get(sp.name, {}).get(t.name, 0)}" for sp in t.splits]
+    unstable = counts.get("readings_dropped") or {}
     return (f"exports: {where}\n"
             f"  release ({sum(r.values())} rows): " + " · ".join(release) + "\n"
-            "  splits: " + " · ".join(split_parts))
+            "  splits: " + " · ".join(split_parts)
+            + ("\n  not asked, another reading gives another answer: "
+               + " · ".join(f"{t.name} {unstable.get(t.name, 0)}" for t in tasks()) if any(unstable.values()) else ""))
 
 
 EXPORT = Stage(

@@ -31,6 +31,7 @@ from vsi_wild.stages import candidates as cand
 from vsi_wild.stages import detect as det
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
+from vsi_wild.stages import model_errors as me
 from vsi_wild.stages import pose as po
 from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages import segment as seg
@@ -185,6 +186,41 @@ def _segment_units(plan: Plan, stage: Stage) -> list[str]:
     return out
 
 
+def _drawn_in_clip(store: Store, config: Config, video_id: str, index: int) -> list[tuple[str, str | None, list]]:
+    """The tracks reviewers drew (the video's fix file) that reach into segmentation clip ``index``;
+    none when the file is missing or does not parse (the metadata stage says why)."""
+    found = _fix_file(store, config, video_id)
+    if found is None:
+        return []
+    try:
+        fixset = fx.parse_fix_text(found[1].decode("utf-8", errors="replace"), found[0], video_id)
+    except fx.FixError:
+        return []
+    cs = config.segment.clip_seconds
+    return [(key, concept, frames) for key, concept, frames in fx.drawn_tracks(fixset)
+            if fx.track_span(frames)[0] < (index + 1) * cs and fx.track_span(frames)[1] >= index * cs - seg.SAMPLE_STEP]
+
+
+def _segment_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
+    """The boxes reviewers drew in this clip (only when there are some: the key is otherwise as before)."""
+    vid, index = ids.split_clip_id(unit)
+    drawn = _drawn_in_clip(store, config, vid, index)
+    return {"drawn": hashlib.sha256(",".join(sorted(k for k, _, _ in drawn)).encode()).hexdigest()} if drawn else {}
+
+
+def _prompts(drawn: list, view: dict, batch, index: int, clip_seconds: float) -> list[tuple[str, str | None, int, tuple]]:
+    """(track key, concept, frame position in the batch, drawn box in view pixels) of every 2 FPS
+    timestamp of the clip where a drawn track shows a box (laid as the metadata stage lays it)."""
+    pos_of = {int(k): i for i, k in enumerate(batch.sample_indices)}
+    out = []
+    for key, concept, frames in drawn:
+        for k, box in sorted(meta.track_boxes(frames, float(view["duration_s"]),
+                                              (int(view["width"]), int(view["height"]))).items()):
+            if box is not None and k in pos_of and seg.clip_of_sample(k, clip_seconds) == index:
+                out.append((key, concept, pos_of[k], box))
+    return out
+
+
 def run_segment(job: Job) -> None:
     p: seg.SegmentParams = job.config.segment
     vid, index = ids.split_clip_id(job.unit)
@@ -196,9 +232,11 @@ def run_segment(job: Job) -> None:
     span = spans[index]
     stats = job.read("detect", "concept_stats.parquet").to_pylist()
     concepts = [r["concept"] for r in stats if r["kept"]]
+    drawn = _drawn_in_clip(job.store, job.config, vid, index)
     inst_rows: list[dict] = []
     seg_rows: list[dict] = []
-    if concepts:
+    prompted_rows: list[dict] | None = None
+    if concepts or drawn:
         segmenter = job.backend("segmenter")
         with tempfile.TemporaryDirectory(prefix="vsi-clip-") as tmp:
 
@@ -213,16 +251,55 @@ def run_segment(job: Job) -> None:
 
             (batch,) = frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), None, SAMPLE_FPS,
                                      span.start, span.end, p.frame_max_width, images=jpeg_files)
-            records = segmenter.segment(batch, concepts)
-            seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
+            if concepts:
+                records = segmenter.segment(batch, concepts)
+                errors = job.config.model_errors
+                if errors.segmenter != "none" and records:
+                    h, w = np.asarray(batch.images[0]).shape[:2]
+                    records = me.perturb_segments(records, errors.segmenter, me.rng_for(errors.seed, vid, index), (w, h),
+                                                  seg.SAMPLE_STEP, concepts)
+                seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
+            if drawn and backends.takes_box_prompts(segmenter):
+                prompted_rows = _prompted_rows(vid, index, batch, _prompts(drawn, view, batch, index, p.clip_seconds),
+                                               segmenter, view, p)
     job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
     job.out.write_table("instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
+    if prompted_rows is not None:
+        job.out.write_table("prompted.parquet", schema.table(schema.PROMPTED_MASKS, prompted_rows))
+
+
+def _prompted_rows(vid: str, index: int, batch, prompts: list, segmenter, view: dict, p: seg.SegmentParams) -> list[dict]:
+    """schema.PROMPTED_MASKS rows: the segmenter's mask for each drawn box (boxes scaled to the frames)."""
+    if not prompts:
+        return []
+    h, w = batch.images[0].shape[:2]
+    sx, sy = w / float(view["width"]), h / float(view["height"])
+    asks = [backends.BoxPrompt(concept, pos, (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))
+            for _, concept, pos, box in prompts]
+    rows = []
+    for r in segmenter.segment_boxes(batch, asks):
+        key, concept, pos, box = prompts[r.local_id]
+        mask = np.asarray(r.mask, dtype=bool)
+        if mask.shape != (h, w):
+            mask = cv2.resize(mask.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) > 0
+        if not mask.any():
+            continue
+        ys, xs = np.nonzero(mask)
+        rows.append({"video_id": vid, "clip_index": index, "prompt": key, "sample_index": int(batch.sample_indices[pos]),
+                     "time": float(batch.times[pos]), "concept": concept, "box_x0": float(box[0]), "box_y0": float(box[1]),
+                     "box_x1": float(box[2]), "box_y1": float(box[3]), "x0": float(xs.min()), "y0": float(ys.min()),
+                     "x1": float(xs.max() + 1), "y1": float(ys.max() + 1), "area": int(mask.sum()), "score": float(r.score),
+                     "image_width": int(w), "image_height": int(h), "mask_rle": seg.encode_rle(mask), "backend": p.backend})
+    return rows
 
 
 SEGMENT = Stage(
     name="segment",
     outputs=schema.ARTIFACTS["segment"], version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
-    sections=("segment",), backends=(BackendUse("segmenter", "segment.backend"),), gpu=True, units=_segment_units,
+    sections=("segment", "model_errors.segmenter", "model_errors.seed"),
+    backends=(BackendUse("segmenter", "segment.backend"),), gpu=True, units=_segment_units,
+    raw_inputs=_segment_raw,  # the boxes reviewers drew in the clip: segmented as prompts
+    unkeyed_sections=("metadata",),  # only where the fix files are (metadata.fixes_dir): what they draw is in raw
     gpu_memory_gib=24,  # SAM3 video (848M) tracking a 5-minute clip at 2 FPS (rough)
     description="Instance masks of the kept concepts, one clip at a time (COCO RLE, clip-local ids)",
 )
@@ -274,6 +351,25 @@ def _video_poses(job: Job, vid: str) -> po.Track | None:
     return po.track_from_rows(rows) if rows else None
 
 
+def answer_rules(config, view: dict) -> rc.AnswerRules:
+    """What the qa stage's VOC and VOO answers read, for reconciliation's ``answer_impact``."""
+    qa = config.qa
+    return rc.AnswerRules(float(view["duration_s"]),
+                          qa.voc_checkpoint_s if qa.voc_checkpoint_s is not None else qa.clip_seconds,
+                          qa.voo_readings[0].min_visible_s)
+
+
+def reconcile_view(config, vid: str, view: dict, instances: list[rc.ClipInstance], clips: list,
+                   poses: po.Track | None) -> rc.Reconciled:
+    """Reconcile one view video as the reconcile stage does: the simulated pose errors of
+    ``model_errors.poses`` applied to its poses first (none in production)."""
+    errors = config.model_errors
+    if poses is not None and errors.poses != "none":
+        poses = me.perturb_track(poses, errors.poses, me.rng_for(errors.seed, vid, "poses"))
+    return rc.reconcile(vid, instances, clips, config.reconcile, poses, camera_height=config.pose.ground_height(),
+                        rules=answer_rules(config, view))
+
+
 SEGMENT_FIELDS = ("clip_index", "local_id", "sample_index", "time", "frame", "fps", "x0", "y0", "x1", "y1", "area",
                   "image_width", "image_height")
 
@@ -299,8 +395,7 @@ def run_reconcile(job: Job) -> None:
         inst_rows += job.read("segment", "instances.parquet", unit).to_pylist()
         seg_rows += job.read("segment", "segments.parquet", unit).select(list(SEGMENT_FIELDS)).to_pylist()
     instances = clip_instances_in_view(view, inst_rows, seg_rows)
-    result = rc.reconcile(vid, instances, clips, job.config.reconcile, _video_poses(job, vid),
-                           camera_height=job.config.pose.ground_height())
+    result = reconcile_view(job.config, vid, view, instances, clips, _video_poses(job, vid))
     job.out.write_table("clips.parquet", schema.table(schema.CLIP_SPANS, [
         {"video_id": vid, "clip_index": c.index, "start": c.start, "end": c.end, "first_sample": c.first_sample,
          "n_samples": c.n_samples} for c in clips]))
@@ -317,8 +412,9 @@ def run_reconcile(job: Job) -> None:
 
 RECONCILE = Stage(
     name="reconcile",
-    outputs=schema.ARTIFACTS["reconcile"], version="11", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
-    sections=("segment", "reconcile", "metadata", "pose"),
+    outputs=schema.ARTIFACTS["reconcile"], version="12", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
+    sections=("segment", "reconcile", "metadata", "pose", "model_errors.poses", "model_errors.seed", "qa.clip_seconds",
+              "qa.voc_checkpoint_s", "qa.voo_readings"),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
 
@@ -383,6 +479,10 @@ def run_metadata(job: Job) -> None:
         inputs.params.visibility_min_consistency)))
     if derived.reviews:  # the qa stage drops the rejected questions (only then: no file, same bytes)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
+    pending = meta.pending_reviews(job.read("reconcile", "merge_decisions.parquet").to_pylist(),
+                                   job.read("reconcile", "members.parquet").to_pylist(), fixset)
+    if pending:  # the qa stage marks the questions that rest on them provisional
+        job.out.write_table("review_pending.parquet", schema.table(schema.REVIEW_PENDING, pending))
 
 
 METADATA = Stage(

@@ -1,7 +1,7 @@
 """The `qa` stage (one unit per view video): its questions, before answer letters, and its VPO images.
 
 Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata/instances.parquet``,
-``metadata/motion.parquet``, ``metadata/visibility.parquet``, ``pose/poses.parquet`` (VPO's place gap), the probed
+``metadata/motion.parquet``, ``metadata/motion_samples.parquet``, ``metadata/visibility.parquet``, ``pose/poses.parquet`` (VPO's place gap), the probed
 source row (``probe/source.parquet``) for the panorama file, and the ``qa`` and ``faces`` config
 sections. Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED),
 ``images.parquet`` (QA_IMAGES) and ``images/*``.
@@ -17,14 +17,16 @@ from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.faces import image_blurrer
 from vsi_wild.stages.qa import QAParams
+from vsi_wild.stages.qa import provisional
 from vsi_wild.stages.qa.build import plan_video, render_video
-from vsi_wild.stages.qa.common import Provenance, VideoInfo, question_id
+from vsi_wild.stages.qa.common import Provenance, VideoInfo, question_id, skipped_table
 from vsi_wild.tasks.engine import Job, Stage
 from vsi_wild.tasks.project import FACE_DETECTOR, face_setup
 
 SOURCE_FILE = "source.parquet"  # the probe stage's output
 POSES_FILE = "poses.parquet"  # the pose stage's output
 REVIEWS_FILE = "question_reviews.parquet"  # the metadata stage's, when the fix file reviews questions
+PENDING_FILE = "review_pending.parquet"  # the metadata stage's, when reconciliation left review items unresolved
 
 
 def _view(job: Job, vid: str) -> VideoInfo:
@@ -45,6 +47,14 @@ def _panorama(job: Job) -> str:
     return str(job.store.source_file(row))
 
 
+def _pending_reviews(job: Job) -> list[dict]:
+    """Reconciliation's review items no fix has resolved, which the metadata stage writes only when
+    there are some."""
+    if not job.store.has_file(job.ref("metadata"), PENDING_FILE):
+        return []
+    return job.read("metadata", PENDING_FILE).to_pylist()
+
+
 def _question_reviews(job: Job) -> list[dict]:
     """The video's question reviews (``review_question`` fixes), which the metadata stage writes
     only when there are some."""
@@ -61,8 +71,7 @@ def _drop_rejected(questions: pa.Table, skipped: pa.Table, reviews: list[dict]) 
     gone = [{"video_id": q["video_id"], "task_type": q["task_type"], "item": q["item"],
              "reason": f"rejected by a person: {rejected[question_id(q)]['reason']}"}
             for q, k in zip(rows, keep) if not k]
-    return (questions.filter(pa.array(keep, type=pa.bool_())),
-            schema.table(schema.QA_SKIPPED, skipped.to_pylist() + gone))
+    return questions.filter(pa.array(keep, type=pa.bool_())), skipped_table(skipped.to_pylist() + gone)
 
 
 def run(job: Job) -> None:
@@ -73,12 +82,14 @@ def run(job: Job) -> None:
     motion = job.read("metadata", "motion.parquet")
     poses = _poses(job, vid)
     prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
-    visibility = job.read("metadata", "visibility.parquet")  # VOO counts real sightings only
-    result = plan_video(video, instances, motion, poses, params, prov, visibility)
+    visibility = job.read("metadata", "visibility.parquet")  # sightings under each reading (VOC, VOO)
+    motion_samples = job.read("metadata", "motion_samples.parquet")  # VMR's evidence window and other pivots
+    result = plan_video(video, instances, motion, poses, params, prov, visibility, motion_samples)
     if result.renders:  # the face model and the panorama only for a video with images to render
         blur = image_blurrer(*face_setup(job.config))
         render_video(result, video, params, _panorama(job), job.out.path, blur)
     questions, skipped = result.tables()
+    questions = provisional.mark(questions, _pending_reviews(job))
     reviews = _question_reviews(job)
     if reviews:
         questions, skipped = _drop_rejected(questions, skipped, reviews)
@@ -92,7 +103,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="3",
+    version="4",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

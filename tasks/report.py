@@ -21,7 +21,7 @@ from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import leak_probe, report_diff
-from vsi_wild.stages.report import build_report, render_markdown, visibility_summary
+from vsi_wild.stages.report import build_report, readings_summary, render_markdown, visibility_summary
 from vsi_wild.stages.segment import SAMPLE_STEP
 from vsi_wild.stages.report import answer_controls, text_probe_summary
 from vsi_wild.stages.report_html import build_cards, render_html
@@ -204,6 +204,7 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
     sources = [store.read_table(ref, "source.parquet").to_pylist()[0] for ref in job.refs("probe").values()]
     status = [r for r in store.status_table().to_pylist() if r["stage"] != "report"]
     rep = build_report(rows, status, sources)
+    rep["readings"] = readings_summary(job.read("export", "skipped.parquet").to_pylist())
     rep["text_probe"] = text_probe(job, [r for r in rows if r["split"] == "release"])
     rep["answer_controls"] = answer_controls([r for r in rows if r["split"] == "release"], public_release_rows(job.config))
     fixes = {video: store.read_table(ref, "fixes_applied.parquet").to_pylist()
@@ -219,6 +220,7 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
                       if previous is not None else None)
     rep["verification"] = verification(store)
     rep["letter_moves"] = letter_moves(job)
+    rep["forced_out"] = forced_out(job)
     links = {r["path"]: r["target"] for r in job.read("export", "links.parquet").to_pylist()}
 
     def exported(rel: str) -> Path | None:
@@ -233,6 +235,12 @@ def letter_moves(job: Job) -> list[dict[str, Any]]:
     ledger = job.read("export", LEDGER_FILE).to_pylist()
     return [{"doc_id": r["doc_id"], "moved_from": r["moved_from"], "answer": "ABCD"[r["answer_index"]],
              "moved_stratum": r["moved_stratum"]} for r in ledger if r["moved_from"] is not None]
+
+
+def forced_out(job: Job) -> list[dict[str, Any]]:
+    """The questions the previous build asked that this build's bounds forced out (the ledger's ``forced_out``)."""
+    return [{"doc_id": r["doc_id"], "state": r["state"], "reason": r["reason"]}
+            for r in job.read("export", LEDGER_FILE).to_pylist() if r["forced_out"]]
 
 
 def run(job: Job) -> None:
@@ -304,7 +312,7 @@ def published_report(store: Store) -> PublishedReport | None:
 REPORT = Stage(
     name="report",
     outputs=schema.ARTIFACTS["report"],
-    version="5",
+    version="7",
     unit_kind="all",
     run=run,
     needs=("export", "probe", "metadata"),

@@ -42,7 +42,9 @@ class World:
 
 
 def make_world(seed: int, duration: float = 600.0, fps: float = 10.0, n_categories: int = 8,
-               per_category: int = 4, speed: float = 1.0, source_id: str | None = None) -> World:
+               per_category: int = 4, speed: float = 1.0, source_id: str | None = None, jitter_deg: float = 15.0) -> World:
+    """A walk of segments, each moving in one of the 8 directions relative to the heading, turned by
+    up to ``jitter_deg`` (or standing still), and objects seen in random stretches of time."""
     rnd = random.Random(seed)
     sid = source_id or f"sample-w{seed}"
     # trajectory: segments of constant motion relative to the camera heading, some standing still
@@ -53,7 +55,7 @@ def make_world(seed: int, duration: float = 600.0, fps: float = 10.0, n_categori
         if rnd.random() < 0.12:
             rel = None
         else:
-            rel = rnd.choice(list(LABEL_DIRS.values())) + rnd.uniform(-15, 15)
+            rel = rnd.choice(list(LABEL_DIRS.values())) + rnd.uniform(-jitter_deg, jitter_deg)
         segs.append({"start": t, "end": min(duration, t + length), "rel_deg": rel, "turn": rnd.uniform(-0.5, 0.5)})
         t += length
     poses = []
@@ -176,6 +178,21 @@ def motion_table(w: World, view: str, clip_seconds: float, fixes: dict[int, dict
         auto = next(r for r in rows if r["clip_index"] == c)
         rows.append({**auto, **fix, "origin": "fix"})
     return schema.table(schema.MOTION, rows)
+
+
+def motion_samples_table(w: World, view: str, clip_seconds: float) -> pa.Table:
+    """schema.MOTION_SAMPLES of a view: every 2 FPS moment of a moving segment moves in the
+    segment's direction relative to the heading, steadily (a candidate pivot)."""
+    rows = []
+    for k, p in enumerate(w.poses):
+        t = p["time"]
+        ang = motion_angle(w, view, t, half=0.5) if p["moving"] else None
+        moving = ang is not None
+        rows.append({"video_id": w.video_id(view), "sample_index": k, "time": t, "frame": int(round(t * w.fps)),
+                     "fps": w.fps, "clip_index": math.floor(t / clip_seconds), "angle_deg": ang,
+                     "speed": 1.0 if moving else 0.0, "stability": 1.0 if moving else None, "moving": moving,
+                     "candidate": moving})
+    return schema.table(schema.MOTION_SAMPLES, rows)
 
 
 # ------------------------------------------------------------------ truths (independent of the QA code)

@@ -11,14 +11,6 @@ import pyarrow.compute as pc
 
 VIEW_YAW = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 
-# What the default sample (stages/sample/world.py DEFAULT_LAYOUT) shows of the reconciler today
-RECONCILE_SPLITS = ("reconciliation of the default sample with the CPU pose backend: 0 false merges and 5 false "
-                    "splits against the truth (3 of 24 (view, category) VOC totals too high); the twoview track's "
-                    "error (1.1 m median, 3.4 m p90) lays look-alikes near each other's places, and such pairs "
-                    "are left apart for review (4 of the 5 splits are review pairs a reviewer's merge mends); with "
-                    "the truth poses 0 / 2, 0 after review: issue 14 part 6")
-
-
 def min_pixels(config, truth) -> float:
     """segment.min_area (view pixels) in the truth's pixels."""
     v = truth["visibility"]
@@ -57,6 +49,37 @@ def appearance_times(vis: list[dict], which: str, min_visible_s: float = 0.0, st
     return out
 
 
+def reading_pixels(config, truth, reading) -> float:
+    """The truth pixels a sighting under ``reading`` (a qa Sighting) needs: its share of the view, and
+    never fewer than the segment stage keeps (the metadata has nothing smaller)."""
+    v = truth["visibility"]
+    tw, th = v["image_width"][0].as_py(), v["image_height"][0].as_py()
+    return max(min_pixels(config, truth), reading.min_area_frac * tw * th)
+
+
+def stable_voo_sets(truth, view, config, which: str) -> tuple[dict[str, float], set[frozenset[str]]]:
+    """The kept concepts' appearance times under the first of ``qa.voo_readings``, and the 4-concept
+    sets whose order is the same and whose consecutive appearances are >= ``qa.voo_min_gap_s``
+    apart under every reading."""
+    qa, keep = config.qa, kept(truth, view, config)
+    per_reading = []
+    for reading in qa.voo_readings:
+        vis = visible(truth, view, reading_pixels(config, truth, reading))
+        per_reading.append({c: t for c, t in appearance_times(vis, which, reading.min_visible_s).items() if c in keep})
+    base = per_reading[0]
+
+    def stable(s: frozenset[str]) -> bool:
+        order = sorted(s, key=lambda c: (base[c], c))
+        for times in per_reading:
+            if any(c not in times for c in s) or sorted(s, key=lambda c: (times[c], c)) != order:
+                return False
+            if any(times[b] - times[a] < qa.voo_min_gap_s - 1e-9 for a, b in zip(order, order[1:])):
+                return False
+        return True
+
+    return base, {s for s in valid_voo_sets(base, qa.voo_min_gap_s) if stable(s)}
+
+
 def kept(truth, view, config) -> set[str]:
     """The detect stage's frequency filter on the truth (the groundtruth detector sees every pixel)."""
     d = config.detect
@@ -85,3 +108,37 @@ def valid_voo_sets(times: dict[str, float], gap_s: float) -> set[frozenset[str]]
     """The 4-concept sets whose times are pairwise at least ``gap_s`` apart."""
     return {frozenset(s) for s in itertools.combinations(sorted(times), 4)
             if all(abs(times[a] - times[b]) >= gap_s - 1e-9 for a, b in itertools.combinations(s, 2))}
+
+
+def reviewed_voc(read, source: str, view: str, config, truth) -> tuple[dict[str, list[int]], dict[str, list[int]]]:
+    """(VOC counts per concept at every checkpoint as reconciled, the same once an oracle reviewer
+    has resolved every review item correctly) for one view video of a built data root. ``read(stage,
+    unit, file)`` reads a current output. The clip instances' truth objects come from their boxes
+    and the truth's visibility table (bench_reconcile.truth_of_clip_instances), independently of
+    reconciliation; the reviewer merges the review items that are one object and splits those that
+    are two (bench_reconcile.reviewed)."""
+    from conftest import load_bench
+
+    from vsi_wild import ids
+    from vsi_wild.tasks import metadata as tm
+
+    br = load_bench("bench_reconcile")
+    vid = ids.video_id(source, view)
+    row = next(r for r in read("project", source, "views.parquet").to_pylist() if r["video_id"] == vid)
+    members = read("reconcile", vid, "members.parquet").to_pylist()
+    decisions = read("reconcile", vid, "merge_decisions.parquet").to_pylist()
+    clips = sorted({m["clip_index"] for m in members})
+    segments, clip_rows = [], []
+    for c in clips:
+        segments += read("segment", ids.clip_id(vid, c), "segments.parquet").to_pylist()
+        clip_rows += read("segment", ids.clip_id(vid, c), "instances.parquet").to_pylist()
+    instances = tm.clip_instances_in_view(row, clip_rows, [dict(s) for s in segments])
+    by_key = {c.key: c for c in instances}
+    truth_of = br.truth_of_clip_instances(segments, truth["visibility"].to_pylist(), view)
+    rules = tm.answer_rules(config, row)
+    groups: dict[int, list] = {}
+    for m in members:
+        groups.setdefault(m["instance_id"], []).append((m["clip_index"], m["local_id"]))
+    auto = [sorted(g) for _, g in sorted(groups.items())]
+    items = [((d["clip_a"], d["local_a"]), (d["clip_b"], d["local_b"])) for d in decisions if d["review"]]
+    return br.answers(auto, by_key, rules)[0], br.answers(br.reviewed(auto, items, truth_of), by_key, rules)[0]

@@ -1,5 +1,6 @@
-"""bench/bench_review.py's truth: on the sample it finds the reconciler's false splits of the right
-view (sample_oracle.RECONCILE_SPLITS), and a fix file merging each split's instances leaves none."""
+"""bench/bench_review.py's truth: on the sample it finds the reconciler's errors (docs/metadata.md:
+reconcile v12 leaves false splits in three views and one false merge), and a fix file merging each
+split's instances leaves no split."""
 
 from __future__ import annotations
 
@@ -16,10 +17,12 @@ def test_the_truth_finds_the_splits_and_merging_them_leaves_no_error(sample_root
     review = Review(config, Store(root))
     truth = bench.Truth(review, config)
     found = bench.errors(review, truth)
-    assert {e["kind"] for e in found} == {"split"} and len(found) == 5
-    assert {e["video"] for e in found} == {"sample-walk_right"}
-    vid = "sample-walk_right"
-    (root / "fixes").mkdir()
-    lines = "".join(f"  - op: merge\n    instances: {e['instances']}\n" for e in found)
-    (root / "fixes" / f"{vid}.yaml").write_text(f"video_id: {vid}\nfixes:\n{lines}")
-    assert bench.errors(Review(config, Store(root)), truth) == []
+    assert {e["kind"] for e in found} <= {"split", "merged"} and any(e["kind"] == "split" for e in found)
+    splits = [e for e in found if e["kind"] == "split"]
+    for vid in sorted({e["video"] for e in splits}):
+        lines = "".join(f"  - op: merge\n    instances: {e['instances']}\n" for e in splits if e["video"] == vid)
+        (root / "fixes").mkdir(exist_ok=True)
+        (root / "fixes" / f"{vid}.yaml").write_text(f"video_id: {vid}\nfixes:\n{lines}")
+    left = bench.errors(Review(config, Store(root)), truth)
+    assert [e for e in left if e["kind"] == "split"] == []
+    assert len(left) == sum(e["kind"] == "merged" for e in found)  # the false merge stays (a split fix mends it)

@@ -32,23 +32,23 @@ def test_every_form_is_the_declaration():
 
 
 def test_a_column_declared_once_reaches_every_form(monkeypatch):
-    """A new column (as issues 30 and 31 add) is one entry: both tables, the dataclass, the export row."""
-    new = schema.QuestionColumn("provisional", pa.bool_(), True, doc="rests on an unreviewed decision")
+    """A new column (as issues 30 and 31 added) is one entry: both tables, the dataclass, the export row."""
+    new = schema.QuestionColumn("example_flag", pa.bool_(), True, doc="rests on an unreviewed decision")
     at = [c.name for c in schema.QUESTION_COLUMNS].index("seed")
     cols = (*schema.QUESTION_COLUMNS[:at], new, *schema.QUESTION_COLUMNS[at:])
     questions, exported = schema._questions_schema(cols), schema._export_schema(cols)
-    assert questions.names.index("provisional") == questions.names.index("seed") - 1
-    assert exported.names.index("provisional") == exported.names.index("seed") - 1
-    assert exported.field("provisional").type == pa.bool_() and exported.field("provisional").nullable
+    assert questions.names.index("example_flag") == questions.names.index("seed") - 1
+    assert exported.names.index("example_flag") == exported.names.index("seed") - 1
+    assert exported.field("example_flag").type == pa.bool_() and exported.field("example_flag").nullable
     Q = dataclasses.make_dataclass("Q", common._question_fields(cols))
-    assert "provisional" in {f.name for f in dataclasses.fields(Q)}
+    assert "example_flag" in {f.name for f in dataclasses.fields(Q)}
     # the export copies a base column both tables have from the question row
     monkeypatch.setattr(schema, "QUESTION_COLUMNS", cols)
     monkeypatch.setattr(schema, "QA_EXPORT", exported)
-    monkeypatch.setattr(export, "_COPIED", (*export._COPIED, "provisional"))
-    q = {c.name: None for c in cols if c.in_questions} | {"task_type": "VOC", "_n": 0, "provisional": True}
+    monkeypatch.setattr(export, "_COPIED", (*export._COPIED, "example_flag"))
+    q = {c.name: None for c in cols if c.in_questions} | {"task_type": "VOC", "_n": 0, "example_flag": True}
     made = {c: None for c in export._MADE}
-    assert export._export_row(q, **made)["provisional"] is True
+    assert export._export_row(q, **made)["example_flag"] is True
     with pytest.raises(KeyError, match="not made"):
         export._export_row(q, **{k: v for k, v in made.items() if k != "answer"})
 

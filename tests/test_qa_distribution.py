@@ -10,6 +10,7 @@ from collections import Counter, defaultdict
 
 import pytest
 
+from vsi_wild import schema
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import export as ex
 from vsi_wild.stages.qa import QAParams
@@ -20,14 +21,15 @@ PARAMS = QAParams()
 
 
 def base(source: str, view: str, task: str, subtype: str, index: int, item: str) -> dict:
+    """A question row with every column the qa stage writes (null unless set here), so the pool follows the
+    schema as it grows."""
     vid = f"{source}_{view}"
-    return {"video_id": vid, "source_id": source, "view": view, "video_name": f"{vid}.mp4", "task_type": task,
-            "subtype": subtype, "split": "release", "index": index, "item": item, "fps": 10.0, "duration_s": 600.0,
-            "seed": 0, "metadata_fingerprint": "fp", "pipeline_version": "test", "correct": None, "distractors": None,
-            "frame_indices": None, "frame_times": None, "image_files": None, "render_yaw_deg": None,
-            "render_offset_deg": None, "render_pitch_deg": None, "render_hfov_deg": None, "concepts": None,
-            "angle_deg": None, "gaps_s": None, "since_s": None, "difficulty_s": None, "difficulty_bin": None,
-            "horizon_bin": None}
+    row = {c.name: None for c in schema.QUESTION_COLUMNS if c.in_questions}
+    row.update({"video_id": vid, "source_id": source, "view": view, "video_name": f"{vid}.mp4", "task_type": task,
+                "subtype": subtype, "split": "release", "index": index, "item": item, "fps": 10.0,
+                "duration_s": 600.0, "seed": 0, "metadata_fingerprint": "fp", "pipeline_version": "test",
+                "provisional": False})
+    return row
 
 
 def vmr_pool(n_sources: int, skew: float) -> list[dict]:

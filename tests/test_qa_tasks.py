@@ -16,7 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_video
 from project_media import write_video
-from qa_world import instances_table, make_world, motion_table, poses_table, views_table, truth_count
+from qa_world import instances_table, make_world, motion_samples_table, motion_table, poses_table, views_table, truth_count
 
 from vsi_wild import schema
 from vsi_wild.config import Config
@@ -65,6 +65,7 @@ def _metadata(job):
     w = world(source)
     job.out.write_table("instances.parquet", instances_table(w, view))
     job.out.write_table("motion.parquet", motion_table(w, view, 10.0))
+    job.out.write_table("motion_samples.parquet", motion_samples_table(w, view, 10.0))
     # every sighting of the world is a real one (visible, a box well above any size floor)
     job.out.write_table("visibility.parquet", schema.table(schema.VISIBILITY, [
         {"video_id": job.unit, "instance_id": v["instance_id"], "concept": v["category"], "sample_index": int(v["time"] * 2),
@@ -151,6 +152,13 @@ def test_exports_are_published(built, capsys):
     counts = json.loads((ex / "counts.json").read_text())
     assert counts["release"]["VOC"] == sum(r["task_type"] == "VOC" for r in rows)
     assert (ex / "splits/vpo_unrotated/vsi_super_wild_qa.jsonl").exists()
+    # what a reading left unasked, from every qa unit, is in exports/skipped.parquet with the reading
+    unstable = [r for p in sorted((root / "artifacts" / "qa").glob("*/*/skipped.parquet"))
+                for r in pq.read_table(p).to_pylist() if r["reading"]]
+    exported = [r for r in pq.read_table(ex / "skipped.parquet").to_pylist() if r["reading"]]
+    assert unstable and sorted(map(str, exported)) == sorted(map(str, unstable))
+    assert counts["readings_dropped"] == {t: sum(r["task_type"] == t for r in unstable) for t in ("VMR", "VPO", "VOO", "VOC")}
+    assert "not asked, another reading gives another answer: VMR" in summary_line("exports", counts)
 
 
 def test_answers_match_the_worlds(built):

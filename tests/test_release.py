@@ -3,14 +3,16 @@ the same inputs give the same release on a machine limited to one CPU; a release
 fix to one video moves only that video's rows and the changelog names the fix; the lmms-eval task's
 scoring agrees with `vsi-wild evaluate`.
 
-Two small sample builds (conftest's SMALL_SAMPLE_CONFIG), one of them in processes that may use one
-CPU only (taskset)."""
+Two small sample builds (conftest's SMALL_SAMPLE_CONFIG), side by side, one of them in processes that
+may use one CPU only (taskset)."""
 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,28 +24,33 @@ from vsi_wild.release import validate_card
 from vsi_wild.stages import evaluate as ev
 
 
-def _build(tmp: Path, name: str, one_cpu: bool) -> Path:
+def _start(tmp: Path, name: str, one_cpu: bool) -> tuple[Path, Path, subprocess.Popen]:
+    """Start a build of the small sample (limited to CPU 0 when ``one_cpu``)."""
     root = tmp / name
     cfg = small_sample_config(tmp / f"{name}.yaml", root)
-    args = ("run", "-c", str(cfg), "--data-root", str(root))
+    exe = str(Path(sys.executable).with_name("vsi-wild"))
+    cmd = [exe, "run", "-c", str(cfg), "--data-root", str(root)]
     if one_cpu:
-        exe = Path(shutil.which("taskset") or "/usr/bin/taskset")
-        res = subprocess.run([str(exe), "-c", "0", str(Path(__import__("sys").executable).with_name("vsi-wild")), *args],
-                             capture_output=True, text=True, timeout=1800)
-    else:
-        res = vsi_wild(*args)
-    assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
-    res = vsi_wild("release", "v1", "-c", str(cfg), "--data-root", str(root))
-    assert res.returncode == 0, res.stdout + res.stderr
-    return root
+        cmd = [shutil.which("taskset") or "taskset", "-c", "0", *cmd]
+    return root, cfg, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> tuple[Path, Path]:
+    """Two builds of the same inputs from empty data roots, run side by side (one limited to one CPU),
+    each released as v1."""
     if not shutil.which("taskset"):
         pytest.skip("taskset (util-linux) is needed to limit a build to one CPU")
     tmp = tmp_path_factory.mktemp("release")
-    return _build(tmp, "every-cpu", False), _build(tmp, "one-cpu", True)
+    started = [_start(tmp, "every-cpu", False), _start(tmp, "one-cpu", True)]
+    roots = []
+    for root, cfg, proc in started:
+        out, err = proc.communicate(timeout=1800)
+        assert proc.returncode == 0, out[-3000:] + err[-3000:]
+        res = vsi_wild("release", "v1", "-c", str(cfg), "--data-root", str(root))
+        assert res.returncode == 0, res.stdout + res.stderr
+        roots.append(root)
+    return roots[0], roots[1]
 
 
 def test_the_same_inputs_give_the_same_release_on_one_cpu(builds):
@@ -163,7 +170,7 @@ def test_lmms_eval_loads_the_release_task_and_scores_it(builds, tmp_path):
     predictions = _predictions(rows)
     (tmp_path / "p.json").write_text(json.dumps(predictions))
     res = subprocess.run([str(python), "-c", LMMS_CHECK, "vsi_super_wild_v1", str(tmp_path / "p.json")], cwd=folder,
-                         capture_output=True, text=True, timeout=900, env={**__import__("os").environ, "HF_HUB_OFFLINE": "1"})
+                         capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
     ours = ev.evaluate(rows, predictions)

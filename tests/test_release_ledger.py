@@ -16,7 +16,6 @@ import pyarrow as pa
 import pytest
 from qa_world import instances_table, make_world, motion_table, poses_table, views_table
 
-from vsi_wild import schema
 from vsi_wild.stages import export as ex
 from vsi_wild.stages.ledger import Ledger, allowed_spread, bound_violations, identity
 from vsi_wild.stages.qa import QAParams

@@ -318,6 +318,20 @@ def drag_box(page: Page, box: tuple[float, float, float, float]) -> None:
 DRAWN: dict[str, list] = {}  # the keyframes the drawing test laid, checked after the re-derive
 
 
+def truth_box(root: Path, t: float) -> tuple[float, float, float, float]:
+    """The view-pixel box of the biggest truth object of the front view that is seen at 40 s and
+    at 44.5 s (the one the drawing test outlines), at time ``t``."""
+    from vsi_wild.tasks.sample import load_truth
+
+    v = load_truth(Store(root), SID)["visibility"]
+    rows = [r for r in v.filter(pc.equal(v["view"], "front")).to_pylist() if r["time"] in (40.0, 44.5)]
+    both = {i for i in {r["instance_id"] for r in rows} if {r["time"] for r in rows if r["instance_id"] == i} == {40.0, 44.5}}
+    best = max(both, key=lambda i: sum(r["pixels"] for r in rows if r["instance_id"] == i))
+    r = next(r for r in rows if r["instance_id"] == best and r["time"] == t)
+    s = 640 / r["image_width"]
+    return tuple(round(r[k] * s, 1) for k in ("x0", "y0", "x1", "y1"))
+
+
 def test_rename_and_draw_a_missed_instance(page: Page, live, root):
     open_temporal(page, live)
     benches = voc_final(page, "bench")
@@ -329,9 +343,11 @@ def test_rename_and_draw_a_missed_instance(page: Page, live, root):
     # renamed another concept to the name left in the box)
     expect(page.locator("#rename-from")).to_have_value("park bench")
     expect(page.locator("#rename-to")).to_have_value("")
+    # a missed object, drawn around a real one of the truth (the groundtruth segmenter, like SAM3 on a
+    # GPU worker, takes box prompts: the drawn boxes become masks in the segment stage)
     page.fill("#add-concept", "park bench")
     page.click("#draw-toggle")
-    for t, box in ((40.0, (100, 200, 180, 260)), (44.5, (300, 190, 400, 270))):
+    for t, box in ((40.0, truth_box(root, 40.0)), (44.5, truth_box(root, 44.5))):
         seek(page, t)
         drag_box(page, box)
     DRAWN["frames"] = page.evaluate("S.draw.frames")
@@ -429,6 +445,9 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     vis = [v for v in _current(root, "metadata", VID, "visibility.parquet") if v["instance_id"] == added[0]["instance_id"]]
     assert {v["time"] for v in vis if v["state"] == "visible"} == {o["time"] for o in obs}
     assert len(vis) > len(obs)  # a state at every timestamp of the video, as for the automatic instances
+    # the drawn boxes became masks in the segment stage (its clip 30-60 s), at least at both keyframes
+    prompted = _current(root, "segment", f"{VID}@0001", "prompted.parquet")
+    assert {40.0, 44.5} <= {r["time"] for r in prompted if r["area"] > 0}
     qa = pq.read_table(root / "exports" / "qa.parquet").to_pylist()
     voc = {r["concepts"][0]: int(r["answer"]) for r in qa if r["video_id"] == VID and r["task_type"] == "VOC"
            and r["split"] == "release"}
@@ -447,6 +466,8 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     skipped = pq.read_table(root / "artifacts" / "qa" / VID / qa_key / "skipped.parquet").to_pylist()
     assert any(r["reason"] == "rejected by a person: not answerable from the video" for r in skipped)
     expect(page.locator("#pending li.saved")).to_have_count(10)  # the page reloaded from the new outputs
+    seek(page, 40.0)  # the overlay draws the drawn instance with its mask
+    page.wait_for_function(f"S.player.shownMasks.masks.some(m => m.instance_id === {added[0]['instance_id']} && m.prompt)")
     page.screenshot(path=str(screenshot_dir / "verify_temporal_rederived.png"), full_page=True)
     # the app serves the re-derived build report, whose video names lead back to these pages
     page.click("header nav a:has-text('Report')")

@@ -10,7 +10,7 @@ VID = "sample-x_back"
 
 
 def decision(clip_a, local_a, clip_b, local_b, decision, distance=0.3):
-    """A decision row as reconciliation wrote it before it gave posteriors."""
+    """A decision row's identity and evidence columns."""
     return {"video_id": VID, "concept": "trash can", "clip_a": clip_a, "local_a": local_a, "clip_b": clip_b,
             "local_b": local_b, "boundary": False, "box_iou": None, "appearance": 0.72, "distance": distance,
             "score": 2.1, "decision": decision, "reason": "near (distance 0.30 of range ...): too weak"}
@@ -38,17 +38,17 @@ def member(instance_id, clip, local):
 MEMBERS = [member(3, 0, 4), member(3, 2, 1), member(5, 1, 7), member(6, 3, 2)]
 
 
-def test_old_rows_review_pairs_name_the_instances_a_merge_fix_joins():
-    decisions = [decision(0, 4, 1, 7, "review"), decision(0, 4, 2, 1, "merge", 0.02),
-                 decision(1, 7, 3, 2, "apart", 0.9), decision(2, 1, 3, 2, "review")]
+def test_review_items_are_the_rows_reconciliation_marks_for_review_in_the_declared_schema():
+    from vsi_wild import schema
+
+    decisions = [scored(0, 4, 1, 7, "apart", True, 0.45, 2, position=-0.4, prior=0.2),
+                 scored(0, 4, 2, 1, "merge", False, 0.98, 3, position=-0.1, prior=3.9),
+                 scored(2, 1, 3, 2, "merge", True, 0.6, 0, continuity=1.2)]
+    schema.table(schema.MERGE_DECISIONS, decisions)
     pairs = review_pairs(decisions, MEMBERS)
     assert [(p["instance_a"], p["instance_b"], p["decision"], p["merged"]) for p in pairs] == [
-        (3, 5, "apart", False), (3, 6, "apart", False)]
-    assert pairs[0]["distance"] == 0.3 and pairs[0]["appearance"] == 0.72 and "too weak" in pairs[0]["reason"]
-    assert pairs[0]["posterior"] is None and pairs[0]["answer_impact"] == 0 and pairs[0]["terms"] == {}
-    # a pair whose two sides other decisions joined is one instance: listed as merged (keep it, or split it)
-    [joined] = review_pairs([decision(0, 4, 2, 1, "review")], MEMBERS)
-    assert (joined["merged"], joined["decision"]) == (True, "merge")
+        (3, 5, "apart", False), (3, 6, "merge", False)]
+    assert pairs[0]["distance"] == 0.3 and pairs[0]["reason"]
 
 
 def test_ranked_by_answer_impact_then_closeness_to_one_half_with_named_terms():
@@ -64,11 +64,11 @@ def test_ranked_by_answer_impact_then_closeness_to_one_half_with_named_terms():
 
 def test_sides_follow_the_members_given_and_a_removed_side_is_marked():
     now = [member(3, 0, 4), member(3, 2, 1), member(3, 1, 7), {**member(6, 3, 2), "instance_id": None}]
-    pairs = review_pairs([decision(0, 4, 1, 7, "review"), decision(2, 1, 3, 2, "review")], now)
+    pairs = review_pairs([scored(0, 4, 1, 7, "apart", True, 0.5, 1), scored(2, 1, 3, 2, "apart", True, 0.5, 1)], now)
     assert [(p["instance_a"], p["instance_b"], p["merged"], p["removed"]) for p in pairs] == [
         (3, 3, True, False), (3, None, False, True)]
 
 
 def test_a_decision_without_its_members_is_an_error_naming_it():
     with pytest.raises(ValueError, match="clip 1 #7"):
-        review_pairs([decision(0, 4, 1, 7, "review")], [member(3, 0, 4)])
+        review_pairs([scored(0, 4, 1, 7, "apart", True, 0.5, 1)], [member(3, 0, 4)])

@@ -1,10 +1,10 @@
-"""Visibility tracks (stages/visibility.py, metadata/visibility.parquet) and VOO's sighting rule.
+"""Visibility tracks (stages/visibility.py, metadata/visibility.parquet).
 
 - a constructed camera walk whose states follow from the objects' true extents;
 - the embedded sample (the session's ``sample_root``): the visible state against the truth's
   visibility, and out_of_view vs occluded against the truth's frustum, computed here from
-  truth_poses, truth_objects and the view's direction;
-- VOO on a constructed case where a one-frame glimpse would change the first-appearance order.
+  truth_poses, truth_objects and the view's direction.
+(What VOO and VOC count as a sighting: tests/test_qa_readings.py.)
 """
 
 from __future__ import annotations
@@ -12,16 +12,12 @@ from __future__ import annotations
 from collections import Counter, defaultdict
 
 import numpy as np
-import pyarrow as pa
 import pytest
 
 from vsi_wild import schema
 from vsi_wild.stages import geometry as geo
 from vsi_wild.stages import visibility as vz
 from vsi_wild.stages.pose import Track
-from vsi_wild.stages.qa import QAParams
-from vsi_wild.stages.qa.common import Provenance, VideoInfo, ordering_text
-from vsi_wild.stages.qa.voo import concept_times, voo_questions
 
 W, H, F = 200, 100, 100.0  # image and focal length of the constructed camera
 VID = "sample-test_front"
@@ -102,68 +98,6 @@ def test_a_fixed_instance_past_the_last_pose_is_kept():
     cols = vz.visibility_columns(VID, [_instance(1, "cone", None, "fix")], obs, track, (W, H), 0.8)
     assert list(cols["sample_index"]) == [0, 1, 2, 3, 4]
     assert list(cols["state"]) == [vz.NOT_SEEN] * 3 + [vz.VISIBLE] * 2
-
-
-def test_sighting_runs():
-    states = [(0.0, vz.VISIBLE, 10.0), (0.5, vz.OCCLUDED, None), (1.0, vz.VISIBLE, 10.0), (1.5, vz.VISIBLE, 2.0),
-              (2.0, vz.VISIBLE, 10.0), (2.5, vz.VISIBLE, None), (4.0, vz.VISIBLE, 10.0)]
-    assert vz.sighting_runs(states, 0.5, 0.0) == [(0.0, 0.0, 0.5), (1.0, 2.5, 2.0), (4.0, 4.0, 0.5)]
-    assert vz.sighting_runs(states, 0.5, 5.0) == [(0.0, 0.0, 0.5), (1.0, 1.0, 0.5), (2.0, 2.5, 1.0), (4.0, 4.0, 0.5)]
-
-
-# ------------------------------------------------------------------ VOO: a glimpse does not count
-def _voo_case() -> tuple[pa.Table, pa.Table, VideoInfo]:
-    """Four concepts, one instance each. The cone is glimpsed for one 2 FPS frame at 1 s and seen
-    properly only from 20 s; the others are seen for 2 s from 5, 10 and 15 s."""
-    seen = {"cone": [2] + list(range(40, 46)), "ball": list(range(10, 14)), "bench": list(range(20, 24)),
-            "sign": list(range(30, 34))}
-    n = 60
-    inst_rows, vis_rows = [], []
-    for i, (concept, ks) in enumerate(sorted(seen.items()), start=1):
-        inst_rows.append({**_instance(i, concept, None), "first_time": ks[0] * 0.5, "last_time": ks[-1] * 0.5,
-                          "first_frame": ks[0] * 4, "last_frame": ks[-1] * 4, "n_observations": len(ks)})
-        for k in range(n):
-            box = (10.0, 10.0, 30.0, 30.0) if k in ks else (None,) * 4
-            vis_rows.append({"video_id": VID, "instance_id": i, "concept": concept, "sample_index": k, "time": k * 0.5,
-                             "frame": k * 4, "fps": 8.0, "state": vz.VISIBLE if k in ks else vz.NOT_SEEN,
-                             "geometric": False, "x0": box[0], "y0": box[1], "x1": box[2], "y1": box[3],
-                             "area": 400 if k in ks else None})
-    video = VideoInfo(VID, "sample-test", "front", 0.0, 0.0, 90.0, 58.7, 64, 36, 8.0, n * 4, n * 0.5)
-    return schema.table(schema.INSTANCES, inst_rows), schema.table(schema.VISIBILITY, vis_rows), video
-
-
-def _first_order(params: QAParams, visibility: pa.Table | None) -> str:
-    instances, _, video = _voo_case()
-    questions, _ = voo_questions(instances, video, params, Provenance(0, "test", "test"), visibility)
-    (q,) = [q for q in questions if q.subtype == "first"]
-    return q.correct
-
-
-def test_voo_ignores_a_one_frame_glimpse():
-    _, visibility, _ = _voo_case()
-    params = QAParams(voo_first=1, voo_last=0, voo_min_visible_s=1.0)
-    assert _first_order(params, visibility) == ordering_text(["ball", "bench", "sign", "cone"])
-    # the glimpse counts when a single timestamp is a sighting, and without visibility tracks
-    assert _first_order(params.model_copy(update={"voo_min_visible_s": 0.5}), visibility) == \
-        ordering_text(["cone", "ball", "bench", "sign"])
-    assert _first_order(params, None) == ordering_text(["cone", "ball", "bench", "sign"])
-
-
-def test_voo_sighting_size_and_fixes():
-    instances, visibility, _ = _voo_case()
-    rows = visibility.to_pylist()
-    for r in rows:  # the cone's proper sighting is 2 px wide
-        if r["concept"] == "cone" and r["time"] >= 20 and r["state"] == vz.VISIBLE:
-            r["x1"] = r["x0"] + 2
-    small = schema.table(schema.VISIBILITY, rows)
-    sightings = vz.real_sightings(small, 0.5, 1.0, 4.0)
-    assert "cone" not in concept_times(instances, VID, "first", sightings)
-    # a person's set_appearance (origin fix) stands as given
-    fixed = instances.to_pylist()
-    for r in fixed:
-        if r["concept"] == "cone":
-            r["origin"] = "fix"
-    assert concept_times(schema.table(schema.INSTANCES, fixed), VID, "first", sightings)["cone"] == 1.0
 
 
 # ------------------------------------------------------------------ the embedded sample

@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from pydantic_core import to_jsonable_python
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from vsi_wild.stages.backends.params import ModelsParams
+from vsi_wild.stages.model_errors import ModelErrorParams
 from vsi_wild.stages.candidates import CandidatesParams
 from vsi_wild.stages.detect import DetectParams
 from vsi_wild.stages.metadata import MetadataParams
@@ -101,6 +103,8 @@ class Config(Section):
     detect: DetectParams = Field(DetectParams(), description="open-vocabulary frequency filter (stages/detect)")
     segment: SegmentParams = Field(SegmentParams(), description="instance masks per clip (stages/segment)")
     reconcile: ReconcileParams = Field(ReconcileParams(), description="cross-clip instance merging (stages/reconcile)")
+    model_errors: ModelErrorParams = Field(
+        ModelErrorParams(), description="simulated segmenter and pose errors, for benchmarks (stages/model_errors)")
     pose: PoseParams = Field(PoseParams(), description="camera poses (stages/pose)")
     metadata: MetadataParams = Field(MetadataParams(), description="derived instances and motion, fixes (stages/metadata)")
     qa: QAParams = Field(QAParams(), description="question generation and export (stages/qa, stages/export)")
@@ -112,7 +116,7 @@ class Config(Section):
         value: Any = self
         for part in name.split("."):
             value = getattr(value, part)
-        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else value
+        data = value.model_dump(mode="json") if isinstance(value, BaseModel) else to_jsonable_python(value)
         return json.dumps(data, sort_keys=True, separators=(",", ":"))
 
 

@@ -429,6 +429,32 @@ CLIP_SEGMENTS = _schema(
     f("backend", pa.string()),
 )
 
+PROMPTED_MASKS = _schema(
+    "Masks of the boxes reviewers drew (fix files' add_instance / set_box keyframes, interpolated at "
+    "every 2 FPS timestamp) in one clip, from a segmenter that takes box prompts; written only when the "
+    "clip has drawn boxes and the configured segmenter takes them.",
+    f("video_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("prompt", pa.string(), doc="the drawn track (stages.fixes.drawn_tracks: a digest of its fix)"),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("concept", pa.string(), True, doc="the drawn instance's concept (null: a set_box of an existing one)"),
+    f("box_x0", pa.float64(), doc="the drawn box, view pixels"),
+    f("box_y0", pa.float64()),
+    f("box_x1", pa.float64()),
+    f("box_y1", pa.float64()),
+    f("x0", pa.float64(), doc="the mask's box, image pixels"),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("area", pa.int64(), doc="mask pixels"),
+    f("score", pa.float64()),
+    f("image_width", pa.int64()),
+    f("image_height", pa.int64()),
+    f("mask_rle", pa.string(), doc="COCO RLE counts, size = image h, w"),
+    f("backend", pa.string()),
+)
+
 CLIP_INSTANCES = _schema(
     "One row per clip-local instance: its extent in the clip and its appearance descriptor.",
     f("video_id", pa.string()),
@@ -454,22 +480,31 @@ CLIP_SPANS = _schema(
 )
 
 MERGE_DECISIONS = _schema(
-    "Every cross-clip pair of clip-local instances that reconciliation considered, with its "
-    "evidence and decision (a human overrules one with a `split` or `merge` fix).",
+    "Every pair of one concept's clip instances that reconciliation compared (never seen together; "
+    "pairs below a posterior of 0.001 that it left apart are not listed), with its log-likelihood-ratio "
+    "terms and decision (stages/reconcile/associate.py); a person overrules one with a `merge` or `split` fix.",
     f("video_id", pa.string()),
     f("concept", pa.string()),
     f("clip_a", pa.int64()),
     f("local_a", pa.int64()),
     f("clip_b", pa.int64()),
     f("local_b", pa.int64()),
-    f("boundary", pa.bool_(), doc="seen in the last sample of one clip and the first of the next"),
-    f("box_iou", pa.float64(), True, doc="IoU of the two boxes across the boundary"),
-    f("appearance", pa.float64(), doc="Bhattacharyya coefficient of the appearance histograms, 0..1"),
-    f("distance", pa.float64(), True, doc="world distance of the two triangulated positions / their range"),
-    f("score", pa.float64()),
-    f("decision", pa.string(), doc="merge | apart | blocked (would join two instances seen together) | review "
-      "(left apart: the position evidence is too weak to tell two look-alikes apart; a `merge` fix joins them)"),
-    f("reason", pa.string()),
+    f("decision", pa.string(), doc="merge | apart: what the automatic metadata does (the partition's outcome)"),
+    f("review", pa.bool_(), doc="the decision is uncertain (posterior in the review band, or the partition went "
+      "against the pair's own odds): a person should decide"),
+    f("log_odds", pa.float64(), doc="the sum of the llr_* terms: log P(same) / P(different)"),
+    f("posterior", pa.float64(), doc="P(same object)"),
+    f("llr_position", pa.float64(), True, doc="how well the two ground positions agree (null: not both located)"),
+    f("llr_appearance", pa.float64(), True, doc="colour-histogram similarity (null: no histogram)"),
+    f("llr_continuity", pa.float64(), True, doc="box overlap across the cut (null: not seen either side of one)"),
+    f("llr_prior", pa.float64(), True, doc="the look-alike prior: how many other objects of the concept could be there"),
+    f("answer_impact", pa.int64(), doc="how many of the video's VOC answers (counts at every checkpoint, the total) "
+      "and VOO appearance orders the opposite decision would change"),
+    f("reason", pa.string(), doc="the terms in words, e.g. 'position -3.1, look-alike prior -1.0: left apart'"),
+    f("boundary", pa.bool_(), doc="one was seen in the sample right before the other's first"),
+    f("box_iou", pa.float64(), True, doc="IoU of those two boxes (boundary pairs only)"),
+    f("appearance", pa.float64(), True, doc="Bhattacharyya coefficient of the appearance histograms, 0..1"),
+    f("distance", pa.float64(), True, doc="ground-plane distance of the two positions over their mean viewing range"),
 )
 
 INSTANCE_MEMBERS = _schema(
@@ -556,6 +591,24 @@ FIXES_APPLIED = _schema(
     f("op", pa.string()),
     f("summary", pa.string()),
     f("sha256", pa.string(), doc="of the fix file"),
+)
+
+
+REVIEW_PENDING = _schema(
+    "Reconciliation's review items of one video that no fix has resolved yet (a `merge` fix joining "
+    "the two sides' instances, or a `split` fix of either side's clip instance): the qa stage marks "
+    "the questions that rest on them provisional. Written only when there are some.",
+    f("video_id", pa.string()),
+    f("concept", pa.string()),
+    f("clip_a", pa.int64()),
+    f("local_a", pa.int64()),
+    f("clip_b", pa.int64()),
+    f("local_b", pa.int64()),
+    f("instance_a", pa.int64(), doc="the automatic instance of clip_a's instance (members.parquet)"),
+    f("instance_b", pa.int64()),
+    f("decision", pa.string(), doc="merge | apart: what the automatic metadata does meanwhile"),
+    f("posterior", pa.float64(), doc="P(same object)"),
+    f("answer_impact", pa.int64(), doc="the answers the opposite decision would change"),
 )
 
 
@@ -685,6 +738,10 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
     _q("base_doc_id", pa.string(), True, export_doc="controls and repeats: the release row they derive from",
        tables=EXPORT),
     _q("repeat", pa.int64(), True, export_doc="VOC-Repeat: how many times the video is concatenated", tables=EXPORT),
+    _q("provisional", pa.bool_(), True,
+       doc="the answer rests on a reconciliation decision no person has reviewed yet (VOC: one of its concept's "
+       "review items; VOO: one of its four concepts'); filled for every question by the qa stage"),
+    _q("provisional_reason", pa.string(), True, doc="which unreviewed decisions (null when not provisional)"),
     _q("seed", pa.int64()),
     _q("metadata_fingerprint", pa.string()),
     _q("pipeline_version", pa.string()),
@@ -752,6 +809,8 @@ QA_SKIPPED = _schema(
     f("task_type", pa.string()),
     f("item", pa.string()),
     f("reason", pa.string()),
+    f("reading", pa.string(), True, doc="not asked because its answer differs under this reading of the question "
+      "(stages/qa/readings.py); null for the other reasons"),
 )
 
 QA_EXPORT = _export_schema()
@@ -959,6 +1018,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
     "segment": (
         _parquet("segments.parquet", CLIP_SEGMENTS),
         _parquet("instances.parquet", CLIP_INSTANCES),
+        _parquet("prompted.parquet", PROMPTED_MASKS, optional=True),
     ),
     "pose": (
         _parquet("poses.parquet", POSES),
@@ -981,6 +1041,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("fixes_applied.parquet", FIXES_APPLIED),
         _parquet("visibility.parquet", VISIBILITY),
         _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
+        _parquet("review_pending.parquet", REVIEW_PENDING, optional=True),
     ),
     "qa": (
         _parquet("questions.parquet", QA_QUESTIONS),

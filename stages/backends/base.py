@@ -75,10 +75,27 @@ class OpenVocabDetector(Protocol):
 
 
 class Segmenter(Protocol):
+    """Masks of the concepts in a clip. A segmenter that also has ``segment_boxes(batch, prompts)``
+    (``takes_box_prompts``) turns the boxes a reviewer drew into masks: one record per prompt it
+    found an object in, ``local_id`` = the prompt's index."""
+
     name: str
 
     def segment(self, batch: FrameBatch, concepts: Sequence[str]) -> list[SegmentRecord]:
         ...
+
+
+@dataclass
+class BoxPrompt:
+    """A drawn box to segment: at ``frame_pos`` of the batch, ``box`` xyxy in the batch images' pixels."""
+
+    concept: str | None  # what it is, where the reviewer said (None: a box on an existing instance)
+    frame_pos: int
+    box: tuple[float, float, float, float]
+
+
+def takes_box_prompts(segmenter: Any) -> bool:
+    return callable(getattr(segmenter, "segment_boxes", None))
 
 
 class PoseEstimator(Protocol):

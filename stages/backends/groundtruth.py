@@ -19,7 +19,7 @@ import numpy as np
 import pyarrow as pa
 
 from vsi_wild import ids
-from vsi_wild.stages.backends.base import BackendContext, Detections, FrameBatch, SegmentRecord, register
+from vsi_wild.stages.backends.base import BackendContext, BoxPrompt, Detections, FrameBatch, SegmentRecord, register
 from vsi_wild.stages.segment import decode_rle
 
 
@@ -94,6 +94,38 @@ class GroundTruthSegmenter:
                                          box=(r["x0"] * sx, r["y0"] * sy, r["x1"] * sx, r["y1"] * sy),
                                          score=1.0, mask=mask))
         return out
+
+
+    def segment_boxes(self, batch: FrameBatch, prompts: Sequence[BoxPrompt]) -> list[SegmentRecord]:
+        """The truth mask each drawn box outlines (the object whose box overlaps it most, IoU >= 0.3),
+        as a box-prompted segmenter would give it; none where the box outlines no object."""
+        out = []
+        for n, p in enumerate(prompts):
+            img = batch.images[p.frame_pos]
+            h, w = img.shape[:2]
+            best, row = 0.0, None
+            for r in self._index.at(batch.video_id, batch.sample_indices[p.frame_pos]):  # the box decides
+                sx, sy = _scale(r, img)
+                x = _iou(p.box, (r["x0"] * sx, r["y0"] * sy, r["x1"] * sx, r["y1"] * sy))
+                if x > best:
+                    best, row = x, r
+            if row is None or best < 0.3:
+                continue
+            mask = decode_rle(row["mask_rle"], row["image_height"], row["image_width"])
+            if mask.shape != (h, w):
+                mask = cv2.resize(mask.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) > 0
+            sx, sy = _scale(row, img)
+            out.append(SegmentRecord(frame_pos=p.frame_pos, concept=row["category"], local_id=n,
+                                     box=(row["x0"] * sx, row["y0"] * sy, row["x1"] * sx, row["y1"] * sy),
+                                     score=float(best), mask=mask))
+        return out
+
+
+def _iou(a: Sequence[float], b: Sequence[float]) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - ix * iy
+    return ix * iy / union if union > 0 else 0.0
 
 
 # Their outputs depend on the sample's truth, which reaches the cache key through the sample's video

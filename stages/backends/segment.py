@@ -68,7 +68,7 @@ from typing import Any
 import numpy as np
 
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.backends.base import BackendContext, FrameBatch, SegmentRecord, register
+from vsi_wild.stages.backends.base import BackendContext, BoxPrompt, FrameBatch, SegmentRecord, register
 from vsi_wild.stages.backends.detect import check_rgb_frames
 from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
 from vsi_wild.stages.backends import weights as W
@@ -461,6 +461,12 @@ class Sam3Segmenter:
     def model(self) -> Any:
         return self._loaded.model
 
+    def _set_thresholds(self) -> None:
+        """This segmenter's thresholds on the model, which the load-once cache shares between segmenters
+        (a threshold left by another one's call must not apply to this one's)."""
+        self._loaded.model.score_threshold_detection = self.params.sam3_score_threshold
+        self._loaded.model.new_det_thresh = self.params.sam3_new_det_threshold
+
     def iter_segments(self, batch: FrameBatch, concepts: Sequence[str]) -> Iterator[SegmentRecord]:
         """The clip's instance masks, streamed (a 5-minute clip at 1080p holds gigabytes of
         full-frame masks). Shared-backbone path: frame by frame, each frame's concepts in turn;
@@ -481,8 +487,7 @@ class Sam3Segmenter:
     def _start(self, images: str | list[Any]) -> dict[str, Any]:
         model, p = self._loaded.model, self.params
         with self._context():
-            model.score_threshold_detection = p.sam3_score_threshold
-            model.new_det_thresh = p.sam3_new_det_threshold
+            self._set_thresholds()
             return model.init_state(resource_path=images, offload_video_to_cpu=p.sam3_offload_video_to_cpu)
 
     def _steps(self, state: dict[str, Any], frames: Iterator[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -555,6 +560,47 @@ class Sam3Segmenter:
         order given), then as streamed (frame by frame); ``local_id`` numbered in that order."""
         concepts = list(dict.fromkeys(str(c) for c in concepts))
         return canonical_records(list(self.iter_segments(batch, concepts)), concepts)
+
+    def segment_boxes(self, batch: FrameBatch, prompts: Sequence[BoxPrompt]) -> list[SegmentRecord]:
+        """A mask for each box a reviewer drew: SAM3's prompt on that frame with the box as a
+        positive exemplar (normalised xywh) and the concept's text where the reviewer gave one
+        ("visual": the box alone); of the objects it returns, the one whose mask's box overlaps the
+        drawn box most."""
+        if not prompts or not len(batch.images):
+            return []
+        images = sam3_frames(batch)
+        h, w = batch.images[0].shape[:2]
+        model, p = self._loaded.model, self.params
+        out = []
+        with self._loaded.lock:
+            with self._context():
+                self._set_thresholds()
+                state = model.init_state(resource_path=images, offload_video_to_cpu=p.sam3_offload_video_to_cpu)
+            for n, prompt in enumerate(prompts):
+                x0, y0, x1, y1 = (min(max(v, 0.0), lim) for v, lim in zip(prompt.box, (w, h, w, h)))
+                if x1 - x0 < 1 or y1 - y0 < 1:
+                    continue
+                with self._context():
+                    _, res = model.add_prompt(state, frame_idx=int(prompt.frame_pos), text_str=prompt.concept or "visual",
+                                              boxes_xywh=[[x0 / w, y0 / h, (x1 - x0) / w, (y1 - y0) / h]], box_labels=[1])
+                if res is None or not len(res["out_obj_ids"]):
+                    continue
+                masks = np.asarray(res["out_binary_masks"], dtype=bool)
+                scored = [(_box_iou(mask_box(m), (x0, y0, x1, y1)), k) for k, m in enumerate(masks) if m.any()]
+                if not scored:
+                    continue
+                best, k = max(scored)
+                out.append(SegmentRecord(frame_pos=int(prompt.frame_pos), concept=prompt.concept or "", local_id=n,
+                                         box=mask_box(masks[k]), score=float(res["out_probs"][k]), mask=masks[k],
+                                         extra={"box_iou": best}))
+        return out
+
+
+def _box_iou(a: Sequence[float], b: Sequence[float]) -> float:
+    ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
+    iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - ix * iy
+    return ix * iy / union if union > 0 else 0.0
 
 
 def _records(frame_idx: int, out: dict[str, Any], concept: str, ids: dict[tuple[str, int], int]

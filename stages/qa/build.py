@@ -52,9 +52,10 @@ def _check(task: QATask, q: Question) -> None:
 
 
 def plan_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: pa.Table | None,
-               params: QAParams, prov: Provenance, visibility: pa.Table | None = None) -> VideoQA:
+               params: QAParams, prov: Provenance, visibility: pa.Table | None = None,
+               motion_samples: pa.Table | None = None) -> VideoQA:
     """Every question of one video (pure: no pixels); the images to render are listed."""
-    inputs = VideoInputs(video, instances, motion, poses, visibility)
+    inputs = VideoInputs(video, instances, motion, poses, visibility, motion_samples)
     qs: list[Question] = []
     jobs: list[RenderJob] = []
     skipped: list[dict] = []
@@ -89,8 +90,9 @@ def render_video(result: VideoQA, video: VideoInfo, params: QAParams, pano_path:
 
 def build_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: pa.Table | None,
                 params: QAParams, prov: Provenance, pano_path: str | Path | None, dest: Callable[[str], Path],
-                blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None) -> VideoQA:
+                blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
+                visibility: pa.Table | None = None, motion_samples: pa.Table | None = None) -> VideoQA:
     """Plan the video's questions and render their images (written to ``dest(relative path)``)."""
-    result = plan_video(video, instances, motion, poses, params, prov)
+    result = plan_video(video, instances, motion, poses, params, prov, visibility, motion_samples)
     render_video(result, video, params, pano_path, dest, blur)
     return result

@@ -221,8 +221,9 @@ def questions_table(questions: Sequence[Question]) -> pa.Table:
     return schema.table(schema.QA_QUESTIONS, rows)
 
 
-def skipped_table(rows: Sequence[dict[str, str]]) -> pa.Table:
-    return schema.table(schema.QA_SKIPPED, list(rows))
+def skipped_table(rows: Sequence[dict[str, str | None]]) -> pa.Table:
+    """QA_SKIPPED rows; a row without ``reading`` was not asked for another reason (null)."""
+    return schema.table(schema.QA_SKIPPED, [{"reading": None, **r} for r in rows])
 
 
 # ------------------------------------------------------------------------- options

@@ -6,6 +6,25 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# "Seen clearly": a mask of 50 pixels in a 640x360 view (a 7x7 patch), as a fraction of the view's
+# pixels so that it means the same at any view size.
+CLEAR_AREA_FRAC = 50 / (640 * 360)
+
+
+class Sighting(BaseModel):
+    """One reading of "I saw it": what a viewer takes as having seen an object at some moment.
+
+    A timestamp of the visibility track counts when the instance's mask covers at least
+    ``min_area_frac`` of the view; a sighting is a run of such 2 FPS timestamps without a break at
+    least ``min_visible_s`` long (0.5 s per timestamp; 0: one frame suffices)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="how skipped rows and the report name the reading")
+    min_area_frac: float = Field(0.0, ge=0, le=1, description="mask area / view area in one frame (0: any mask "
+                                 "the metadata has, i.e. what segment.min_area keeps)")
+    min_visible_s: float = Field(0.0, ge=0, description="visible without a break at least this long")
+
 
 class QAParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -16,10 +35,27 @@ class QAParams(BaseModel):
         "the default VOC checkpoint interval"
     )
 
+    # One right answer (stages/qa/readings.py): a question is asked only when its answer is the same
+    # under every reading below; the first reading of each list gives the answer.
+    stable_answers: bool = Field(
+        True, description="ask a question only when its answer holds under every reading (VOC, VOO: the "
+        "sightings below; VMR: a viewer's misjudgement over the evidence window); off: the first reading "
+        "alone, unchecked"
+    )
+
     # VMR
     vmr_evidence_s: float = Field(
         1.0, ge=0, description="half-width of the pose window the motion direction was measured on: "
         "evidence [pivot - w, pivot + w], query time pivot + w"
+    )
+    vmr_judgement_deg: float = Field(
+        5.0, ge=0, lt=22.5, description="a viewer may judge the direction of motion this far off (a reading: "
+        "the answer must hold for every direction within it, at every moment of the evidence window)"
+    )
+    vmr_angle_error_deg: float = Field(
+        5.0, ge=0, lt=22.5, description="the metadata's direction may be this far from the true one (the CPU pose "
+        "backend's bench target is a 10 degree median over all moving moments, steady stretches are far better): "
+        "the direction keeps judgement + error from its sector's edges"
     )
 
     # VPO
@@ -48,13 +84,12 @@ class QAParams(BaseModel):
     voo_first: int = Field(5, ge=0, description="first-appearance questions per view video")
     voo_last: int = Field(5, ge=0, description="last-appearance questions per view video")
     voo_min_gap_s: float = Field(2.0, ge=0, description="the 4 concepts' times pairwise at least this far apart")
-    voo_min_visible_s: float = Field(
-        1.0, ge=0, description="an appearance counts only in a real sighting: at least this long visible without a "
-        "break (0.5 s per 2 FPS timestamp of the visibility track), so a one-frame glimpse does not"
-    )
-    voo_min_visible_px: float = Field(
-        0.0, ge=0, description="... each of its boxes at least this many view pixels on its shorter side (0: the "
-        "masks segment.min_area keeps)"
+    voo_readings: tuple[Sighting, ...] = Field(
+        (Sighting(name="sustained", min_visible_s=1.0), Sighting(name="glimpse", min_area_frac=CLEAR_AREA_FRAC)),
+        min_length=1, description="what counts as an appearance: sustained, 1 s visible without a break (a "
+        "one-frame glimpse does not reorder the answer); glimpse, one frame seen clearly (a viewer who saw a "
+        "hydrant clearly for half a second says it appeared then). The order, and voo_min_gap_s between "
+        "consecutive appearances, must hold under each"
     )
 
     # VOC
@@ -63,6 +98,17 @@ class QAParams(BaseModel):
     )
     voc_max_per_video: int | None = Field(
         None, ge=1, description="cap on VOC concepts per view video (seeded choice); None = all retained"
+    )
+    voc_readings: tuple[Sighting, ...] = Field(
+        (Sighting(name="at all"), Sighting(name="clearly", min_area_frac=CLEAR_AREA_FRAC)),
+        min_length=1, description="what makes an instance count: seen at all (any mask), or seen clearly at "
+        "least once (50 px of a 640x360 view). A count is asked only where both give it: every counted "
+        "instance is seen clearly, and no other is seen at all"
+    )
+    voc_checkpoint_shift: float = Field(
+        0.25, ge=0, lt=0.5, description="a streaming checkpoint whose count differs between readings moves to the "
+        "nearest 2 FPS moment where it does not, at most this fraction of the checkpoint interval away (else "
+        "it is not asked)"
     )
 
     # answer distributions (export: the selection is global, over every video of a task)

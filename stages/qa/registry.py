@@ -42,6 +42,7 @@ class VideoInputs:
     motion: pa.Table  # schema.MOTION (metadata)
     poses: pa.Table | None  # schema.POSES of this video (pose), None when unknown
     visibility: pa.Table | None = None  # schema.VISIBILITY (metadata), None when unknown
+    motion_samples: pa.Table | None = None  # schema.MOTION_SAMPLES (metadata), None when unknown
 
 
 @dataclass

@@ -5,10 +5,16 @@ the answer at a checkpoint is the number of unique (reconciled) instances of the
 seen up to then. Two questions per concept: the stream (all checkpoints) and the final total (the
 release's form, a single count for the whole video). At export, VOC-Repeat: each release row
 again on its video concatenated with itself k times (the same final count).
+
+A count is asked only where every reading of "seen" (``qa.voc_readings``: at all, clearly) gives
+it (``stages/qa/readings.py``): a concept whose total the readings disagree on is not asked, and a
+streaming checkpoint they disagree on moves to the nearest 2 FPS moment they agree on, within
+``qa.voc_checkpoint_shift`` of the interval, or is left out. The answers are the first reading's.
 """
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
@@ -16,6 +22,7 @@ from typing import Any
 import pyarrow as pa
 
 from vsi_wild.stages.evaluate import MRA
+from vsi_wild.stages.segment import SAMPLE_STEP
 
 from vsi_wild.stages.qa.common import (
     VOC_STREAM_QUESTION,
@@ -29,6 +36,7 @@ from vsi_wild.stages.qa.common import (
 )
 from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, since_last, stamp
 from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.qa.readings import Disagreement, Seen, by_concept, count_at, count_disagreement, seen_under
 from vsi_wild.stages.qa.registry import NUMBER, QATask, Split, TaskQuestions, VideoInputs, copied
 
 
@@ -55,7 +63,37 @@ def first_seen(instances: pa.Table, video_id: str) -> dict[str, dict[int, float]
     return dict(out)
 
 
-def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance) -> tuple[list[Question], list[dict]]:
+def stable_checkpoints(cps: list[float], per_reading: list[tuple[str, list[Seen]]], duration_s: float,
+                       shift_s: float) -> tuple[list[float], list[tuple[float, Disagreement]]]:
+    """The streaming checkpoints whose count every reading gives: a nominal checkpoint where the
+    readings disagree moves to the nearest 2 FPS moment within ``shift_s`` where they agree (after
+    the previous checkpoint, before the end), else it is not asked. The end stays the end. Returns
+    the checkpoints and the (nominal time, disagreement) of each one not asked."""
+    out: list[float] = []
+    dropped: list[tuple[float, Disagreement]] = []
+    for c in cps:
+        d = count_disagreement(per_reading, c)
+        if d is None:
+            out.append(c)
+            continue
+        if c >= duration_s - 1e-9:
+            dropped.append((c, d))
+            continue
+        lo = max(c - shift_s, out[-1] if out else 0.0)
+        hi = min(c + shift_s, duration_s)
+        k_lo, k_hi = math.ceil(lo / SAMPLE_STEP - 1e-9), math.floor(hi / SAMPLE_STEP + 1e-9)
+        grid = sorted((k * SAMPLE_STEP for k in range(k_lo, k_hi + 1) if lo + 1e-9 < k * SAMPLE_STEP < hi - 1e-9),
+                      key=lambda t: (abs(t - c), t))
+        t = next((t for t in grid if count_disagreement(per_reading, t) is None), None)
+        if t is None:
+            dropped.append((c, d))
+        else:
+            out.append(t)
+    return out, dropped
+
+
+def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance,
+                  visibility: pa.Table | None = None) -> tuple[list[Question], list[dict]]:
     seen = first_seen(instances, video.video_id)
     concepts = sorted(c for c, ids in seen.items() if ids)
     skipped: list[dict] = []
@@ -66,11 +104,26 @@ def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
             for c in concepts if c not in keep
         ]
         concepts = [c for c in concepts if c in keep]
+    readings = params.voc_readings if params.stable_answers else params.voc_readings[:1]
+    pixels = video.width * video.height
+    under = [(r.name, by_concept(seen_under(instances, visibility, video.video_id, pixels, r))) for r in readings]
     cps = checkpoints(video.duration_s, params.checkpoint_s)
     questions: list[Question] = []
     for i, concept in enumerate(concepts):
-        times = sorted(seen[concept].values())
-        counts = [sum(1 for t in times if t <= c + 1e-9) for c in cps]
+        per_reading = [(name, by.get(concept, [])) for name, by in under]
+        times = sorted(s.first for s in per_reading[0][1])
+        if not times:
+            skipped.append({"video_id": video.video_id, "task_type": "VOC", "item": concept,
+                            "reason": f"never seen {per_reading[0][0]}", "reading": per_reading[0][0]})
+            continue
+        total_d = count_disagreement(per_reading, video.duration_s)
+        if total_d is not None:
+            skipped.append(_unstable(video, concept, "total", video.duration_s, total_d))
+            continue
+        stream, dropped = stable_checkpoints(cps, per_reading, video.duration_s,
+                                             params.voc_checkpoint_shift * params.checkpoint_s)
+        skipped += [_unstable(video, concept, "stream", c, d) for c, d in dropped]
+        counts = [count_at(per_reading[0][1], c) for c in stream]
         total = counts[-1]
         if total == 0:
             skipped.append({"video_id": video.video_id, "task_type": "VOC", "item": concept,
@@ -99,17 +152,26 @@ def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
                 subtype="stream",
                 split="voc_stream",
                 question=VOC_STREAM_QUESTION.format(concept=concept),
-                query_times=[float(c) for c in cps],
+                query_times=[float(c) for c in stream],
                 answers=[str(n) for n in counts],
-                evidence=[[interval(0.0, c)] for c in cps],
+                evidence=[[interval(0.0, c)] for c in stream],
             ),
-            *edges, since_s=[since_last(times, c) for c in cps],
+            *edges, since_s=[since_last(times, c) for c in stream],
         ))
     return questions, skipped
 
 
+def _unstable(video: VideoInfo, concept: str, form: str, t: float, d: Disagreement) -> dict:
+    """The QA_SKIPPED row of a count the readings disagree on: the total (the concept's questions
+    are not asked) or a streaming checkpoint with no agreed moment near it."""
+    what = "total" if form == "total" else f"checkpoint {t:g} s"
+    return {"video_id": video.video_id, "task_type": "VOC", "item": concept,
+            "reason": f"{what} not asked: {d.answer} seen {d.base}, {d.other} seen {d.reading}",
+            "reading": d.reading}
+
+
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
-    return TaskQuestions(*voc_questions(inputs.instances, inputs.video, params, prov))
+    return TaskQuestions(*voc_questions(inputs.instances, inputs.video, params, prov, inputs.visibility))
 
 
 def repeat_video_name(video_name: str, k: int) -> str:

@@ -5,6 +5,12 @@ concepts of a question have appearance times pairwise at least ``voo_min_gap_s``
 is visible, not a coin toss between near-simultaneous appearances), and no 4-concept set repeats
 within a (video, subtype). Sets are drawn from all valid sets, seeded, spread over the strata of
 (smallest gap: near / medium / far, query time: early / middle / late; ``qa.difficulty``).
+
+An appearance is dated under every reading of ``qa.voo_readings`` (a sustained sighting, a clear
+glimpse; ``stages/qa/readings.py``); a set is valid only when each gives the first reading's order
+with consecutive appearances ``voo_min_gap_s`` apart. When the seeded draw would ask a set a reading
+reorders, the sets are drawn again from the valid ones only, and the reordered set is recorded as
+skipped with that reading (so metadata without such a set draws exactly as without the check).
 """
 
 from __future__ import annotations
@@ -29,31 +35,21 @@ from vsi_wild.stages.qa.common import (
 from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, difficulty_bin, gaps, horizon_bin, stamp, stratified_pick
 from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.qa.readings import Seen, seen_under
 from vsi_wild.stages.qa.registry import MC, QATask, TaskQuestions, VideoInputs, copied
-from vsi_wild.stages.segment import SAMPLE_STEP
-from vsi_wild.stages.visibility import real_sightings
 
 SUBTYPES = ("first", "last")
 _ENUMERATE_MAX = 100_000  # above this many 4-sets, sample instead of enumerating
 
 
-def concept_times(instances: pa.Table, video_id: str, which: str,
-                  sightings: dict[int, tuple[float, float]] | None = None) -> dict[str, float]:
-    """concept -> its first appearance (min first_time) or last appearance (max last_time).
-    ``sightings`` (``visibility.real_sightings``): an automatic instance counts from its first to its
-    last real sighting, and not at all without one; a person's fixes (origin "fix") stand as given."""
+def concept_times(seen: dict[int, Seen], which: str) -> dict[str, float]:
+    """concept -> its first appearance (its instances' earliest sighting) or last appearance (their
+    latest), from the instances' sightings under one reading (``readings.seen_under``)."""
     out: dict[str, float] = {}
-    col = "first_time" if which == "first" else "last_time"
     pick = min if which == "first" else max
-    for r in instances.select(["video_id", "concept", "instance_id", "origin", col]).to_pylist():
-        if r["video_id"] != video_id:
-            continue
-        t = float(r[col])
-        if sightings is not None and r["origin"] == "auto":
-            if r["instance_id"] not in sightings:
-                continue
-            t = sightings[r["instance_id"]][0 if which == "first" else 1]
-        out[r["concept"]] = pick(out.get(r["concept"], t), t)
+    for s in seen.values():
+        t = s.first if which == "first" else s.last
+        out[s.concept] = pick(out.get(s.concept, t), t)
     return out
 
 
@@ -63,15 +59,19 @@ def is_separated(times: list[float], gap: float) -> bool:
 
 
 def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng,
-                stratum: Callable[[tuple[str, ...]], tuple[str, str]] | None = None) -> list[tuple[str, ...]]:
-    """Up to ``count`` distinct 4-concept sets whose times are pairwise >= gap apart; with
-    ``stratum`` (set -> (difficulty bin, horizon bin)) spread over the strata (``stratified_pick``).
-    Beyond ``_ENUMERATE_MAX`` candidate sets they are sampled, unstratified."""
+                stratum: Callable[[tuple[str, ...]], tuple[str, str]] | None = None,
+                admissible: Callable[[tuple[str, ...]], bool] | None = None) -> list[tuple[str, ...]]:
+    """Up to ``count`` distinct 4-concept sets whose times are pairwise >= gap apart (and, with
+    ``admissible``, that it admits); with ``stratum`` (set -> (difficulty bin, horizon bin)) spread
+    over the strata (``stratified_pick``). Beyond ``_ENUMERATE_MAX`` candidate sets they are sampled,
+    unstratified."""
     names = sorted(times, key=lambda c: (times[c], c))
     if len(names) < 4 or count <= 0:
         return []
+    ok = admissible or (lambda s: True)
     if math.comb(len(names), 4) <= _ENUMERATE_MAX:
-        valid = [tuple(s) for s in itertools.combinations(names, 4) if is_separated([times[c] for c in s], gap)]
+        valid = [tuple(s) for s in itertools.combinations(names, 4)
+                 if is_separated([times[c] for c in s], gap) and ok(tuple(s))]
         if stratum is not None:
             return stratified_pick(valid, stratum, count, rng)
         return rng.sample(valid, min(count, len(valid)))
@@ -83,41 +83,77 @@ def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng,
         if key in seen:
             continue
         seen.add(key)
-        if is_separated([times[c] for c in s], gap):
-            found.append(tuple(sorted(s, key=lambda c: (times[c], c))))
+        ordered = tuple(sorted(s, key=lambda c: (times[c], c)))
+        if is_separated([times[c] for c in s], gap) and ok(ordered):
+            found.append(ordered)
             if len(found) == count:
                 break
     return found
+
+
+def disagreement(concepts: tuple[str, ...], per_reading: list[tuple[str, dict[str, float]]],
+                 gap: float) -> tuple[str, str] | None:
+    """Why the order of ``concepts`` is not the same under every reading: (the reading, what it
+    gives), or None when every reading gives the first reading's order with consecutive
+    appearances at least ``gap`` apart."""
+    (_, base), *rest = per_reading
+    order = sorted(concepts, key=lambda c: (base[c], c))
+    for name, times in rest:
+        missing = [c for c in concepts if c not in times]
+        if missing:
+            return name, f"never seen {name}: {', '.join(missing)}"
+        other = sorted(concepts, key=lambda c: (times[c], c))
+        if other != order:
+            return name, f"{ordering_text(other)} seen {name}"
+        close = [(a, b) for a, b in itertools.pairwise(other) if not times[b] - times[a] >= gap]
+        if close:
+            a, b = close[0]
+            return name, f"{a} and {b} {times[b] - times[a]:.1f} s apart seen {name}"
+    return None
 
 
 def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance,
                   visibility: pa.Table | None = None) -> tuple[list[Question], list[dict]]:
     questions: list[Question] = []
     skipped: list[dict] = []
-    sightings = None if visibility is None else real_sightings(
-        visibility, SAMPLE_STEP, params.voo_min_visible_s, params.voo_min_visible_px)
+    readings = params.voo_readings if params.stable_answers else params.voo_readings[:1]
+    pixels = video.width * video.height
+    seen = [(r.name, seen_under(instances, visibility, video.video_id, pixels, r)) for r in readings]
     for which, count in (("first", params.voo_first), ("last", params.voo_last)):
-        times = concept_times(instances, video.video_id, which, sightings)
+        per_reading = [(name, concept_times(s, which)) for name, s in seen]
+        times = per_reading[0][1]
 
         def stratum(s: tuple[str, ...], times: dict[str, float] = times, which: str = which) -> tuple[str, str]:
             ts = sorted(times[c] for c in s)
             return (difficulty_bin(min(gaps(ts)), params.voo_gap_bins_s),
                     horizon_bin(_query_time(ts, which, video), video.duration_s, params.horizon_edges))
 
-        sets = choose_sets(times, count, params.voo_min_gap_s, StableRng(params.seed, video.video_id, "VOO", which, "sets"),
-                           stratum)
+        def rng(which: str = which) -> StableRng:
+            return StableRng(params.seed, video.video_id, "VOO", which, "sets")
+
+        sets = choose_sets(times, count, params.voo_min_gap_s, rng(), stratum)
+        unstable = {s: d for s in sets if (d := disagreement(s, per_reading, params.voo_min_gap_s)) is not None}
+        if unstable:  # choose again among the sets every reading orders alike
+            sets = choose_sets(times, count, params.voo_min_gap_s, rng(), stratum,
+                               admissible=lambda s, pr=per_reading: disagreement(s, pr, params.voo_min_gap_s) is None)
+            for s, (reading, what) in unstable.items():
+                order = tuple(sorted(s, key=lambda c: (times[c], c)))
+                skipped.append({
+                    "video_id": video.video_id, "task_type": "VOO", "item": "|".join(sorted(s)),
+                    "reason": f"{which}: {ordering_text(order)} seen {per_reading[0][0]}, {what}: another set asked "
+                              f"where one is left", "reading": reading})
         if len(sets) < count:
             skipped.append({
                 "video_id": video.video_id, "task_type": "VOO", "item": which,
                 "reason": f"{len(sets)} of {count} concept sets with times >= {params.voo_min_gap_s:g}s apart "
-                          f"({len(times)} concepts)",
+                          f"under every reading ({len(times)} concepts)",
             })
         for i, concepts in enumerate(sets):
             order = tuple(sorted(concepts, key=lambda c: (times[c], c)))
             ts = [times[c] for c in order]
-            rng = StableRng(params.seed, video.video_id, "VOO", which, i)
+            rng_q = StableRng(params.seed, video.video_id, "VOO", which, i)
             # The options list the concepts in a seeded order, not in time order (no leak).
-            distractors = [ordering_text(p) for p in permutation_distractors(order, rng)]
+            distractors = [ordering_text(p) for p in permutation_distractors(order, rng_q)]
             qt = _query_time(ts, which, video)
             evidence = [interval(0.0, qt)] if which == "first" else [interval(ts[0], video.duration_s)]
             questions.append(stamp(

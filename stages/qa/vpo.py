@@ -8,7 +8,9 @@ Per view video, ``vpo_per_video`` questions of 4 anchors each. Repairs over the 
 - each anchor is really rendered from the *panorama* at the view's yaw plus a signed offset drawn
   from [offset_min, offset_max] degrees (the release's evaluation read the unrotated frames), blurred
   by the face backend like every published frame, and shipped as an image file;
-- an unrotated control (same anchors, same options, offset 0) for the rotation analysis.
+- an unrotated control (same anchors, same options, offset 0) for the rotation analysis;
+- with ``qa.stable_answers``, no anchor's place is visited again on the other side of another
+  anchor (``other_visits``): a viewer who recognises a place but not the visit would reorder them.
 
 The plan (anchors, labels, offsets, options) is pure data; rendering is a separate pass over the
 panorama that holds one decoded frame at a time and decodes only around the anchors (a seek to the
@@ -17,6 +19,7 @@ keyframe before each, as ``candidates`` seeks to its keyframes), not the whole p
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -123,6 +126,43 @@ def compatible(a: Candidate, b: Candidate, min_gap_s: float, min_dist: float, dr
     return True
 
 
+def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, tuple[float, float]]:
+    """frame -> (first, last) moment the camera came back to that candidate's place on another
+    visit: the candidates closer than ``min_dist`` to it on the ground (the place radius of
+    ``compatible``), outside the unbroken stretch of such candidates around its own moment. A viewer
+    who recognises the place a frame shows but not the visit may date the frame in another visit (a
+    loop that ends where it started puts its first and last frames in one place). Frames whose place
+    is visited once, and candidates without a pose, are left out.
+
+    Measured on the track as estimated, without ``compatible``'s drift allowance: with it every
+    place of the sample's loop is one with every place walked 100 m later, and no anchor set is
+    left; so a revisit the track's drift moves beyond the radius is not seen (the sample's loop ends
+    5.1 m from its start by the CPU backend's track, 1.3 m by the truth)."""
+    posed = sorted((c for c in cands if c.pos is not None), key=lambda c: c.time)
+    if not posed or min_dist <= 0:
+        return {}
+    pts = np.array([c.pos for c in posed], dtype=np.float64)
+    times = np.array([c.time for c in posed])
+    out = {}
+    for i, c in enumerate(posed):  # one row at a time: a long video has many thousands of candidates
+        same = np.linalg.norm(pts - pts[i], axis=1) < min_dist
+        lo, hi = i, i
+        while lo > 0 and same[lo - 1]:
+            lo -= 1
+        while hi < len(posed) - 1 and same[hi + 1]:
+            hi += 1
+        same[lo:hi + 1] = False  # its own visit
+        if same.any():
+            out[c.frame] = (float(times[same].min()), float(times[same].max()))
+    return out
+
+
+def apart_visits(a: Candidate, b: Candidate, visits: dict[int, tuple[float, float]]) -> bool:
+    """Dating either frame in another visit of its place (``other_visits``) keeps the two in order."""
+    a, b = sorted((a, b), key=lambda c: c.time)
+    return (a.frame not in visits or visits[a.frame][1] < b.time) and (b.frame not in visits or visits[b.frame][0] > a.time)
+
+
 def anchor_stratum(anchors: Sequence[Candidate], video: VideoInfo, params: QAParams) -> tuple[str, str]:
     """(difficulty bin of the smallest gap between the anchors, horizon bin of the query time)."""
     ts = sorted(a.time for a in anchors)
@@ -130,9 +170,11 @@ def anchor_stratum(anchors: Sequence[Candidate], video: VideoInfo, params: QAPar
             horizon_bin(ts[-1], video.duration_s, params.horizon_edges))
 
 
-def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams, video: VideoInfo) -> list[tuple[Candidate, ...]]:
+def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams, video: VideoInfo,
+                       visits: dict[int, tuple[float, float]] | None = None) -> list[tuple[Candidate, ...]]:
     """``count`` sets of 4 pairwise-compatible anchors, seeded per question; anchors are not reused
-    across a video's questions unless there is no other way. Stratified: of the sets its random
+    across a video's questions unless there is no other way. With ``visits`` (``other_visits``), no
+    anchor's place is visited again on the other side of another anchor (``apart_visits``). Stratified: of the sets its random
     restarts find, a question takes the first whose stratum (``anchor_stratum``) the video's earlier
     questions used least (one never used ends the search)."""
     min_dist = params.vpo_min_position_frac * trajectory_extent(cands)
@@ -150,7 +192,7 @@ def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams,
                     if not allow_reuse and c.frame in used:
                         continue
                     if all(compatible(c, p, params.vpo_min_gap_s, min_dist, params.vpo_drift_per_distance)
-                           for p in picked):
+                           and (visits is None or apart_visits(c, p, visits)) for p in picked):
                         picked.append(c)
                         if len(picked) == 4:
                             break
@@ -176,6 +218,26 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
     cands = candidates(poses, video, params)
     sets = choose_anchor_sets(cands, params.vpo_per_video, params, video)
     skipped = []
+    if params.stable_answers:
+        visits = other_visits(cands, params.vpo_min_position_frac * trajectory_extent(cands))
+        unstable = [(s, a, b) for s in sets for a, b in itertools.combinations(s, 2) if not apart_visits(a, b, visits)]
+        if unstable:  # choose again: anchors whose places no other visit interleaves
+            sets = choose_anchor_sets(cands, params.vpo_per_video, params, video, visits)
+            reported = set()
+            for s, a, b in unstable:
+                if id(s) in reported:
+                    continue
+                reported.add(id(s))
+                a, b = sorted((a, b), key=lambda c: c.time)
+                again = (f"where the frame at {a.time:g} s was taken is visited again at {visits[a.frame][1]:g} s, after the "
+                         f"frame at {b.time:g} s" if a.frame in visits and visits[a.frame][1] >= b.time else
+                         f"where the frame at {b.time:g} s was taken is visited at {visits[b.frame][0]:g} s, before the "
+                         f"frame at {a.time:g} s")
+                skipped.append({
+                    "video_id": video.video_id, "task_type": "VPO", "item": "frames " + ",".join(str(c.frame) for c in s),
+                    "reason": f"the camera stands {again}: a viewer who dates a frame by another visit of its place "
+                              f"orders them otherwise; another set asked where one is left",
+                    "reading": "another visit of the place"})
     if len(sets) < params.vpo_per_video:
         skipped.append({
             "video_id": video.video_id, "task_type": "VPO", "item": "anchors",

@@ -52,21 +52,27 @@ class ObservationIndex:
     samples: np.ndarray
     instance: np.ndarray
     boxes: np.ndarray  # (n, 4) view pixels, NaN where a fix added the instance (no box)
+    fixed: np.ndarray  # (n,) the observation was laid by a fix (a drawn box)
 
     @classmethod
     def read(cls, path: str) -> ObservationIndex:
-        t = pq.read_table(path, columns=["instance_id", "sample_index", "x0", "y0", "x1", "y1"])
+        t = pq.read_table(path, columns=["instance_id", "sample_index", "x0", "y0", "x1", "y1", "origin"])
         samples, starts, order = _by_sample(t["sample_index"].to_numpy())
         boxes = np.stack([t[c].to_numpy(zero_copy_only=False).astype(np.float64) for c in ("x0", "y0", "x1", "y1")],
                          axis=1)[order]
-        return cls(starts, samples, t["instance_id"].to_numpy()[order].astype(np.int64), boxes)
+        fixed = (np.asarray(t["origin"].to_pylist(), dtype=object) == "fix")[order]
+        return cls(starts, samples, t["instance_id"].to_numpy()[order].astype(np.int64), boxes, fixed)
 
     def at(self, k: int) -> tuple[np.ndarray, np.ndarray]:
+        inst, boxes, _ = self.at_with_origin(k)
+        return inst, boxes
+
+    def at_with_origin(self, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         i = int(np.searchsorted(self.samples, k))
         if i >= len(self.samples) or self.samples[i] != k:
-            return np.zeros(0, np.int64), np.zeros((0, 4))
+            return np.zeros(0, np.int64), np.zeros((0, 4)), np.zeros(0, bool)
         lo, hi = self.starts[i], self.starts[i + 1]
-        return self.instance[lo:hi], self.boxes[lo:hi]
+        return self.instance[lo:hi], self.boxes[lo:hi], self.fixed[lo:hi]
 
 
 def _iou(box: np.ndarray, boxes: np.ndarray) -> np.ndarray:
@@ -87,6 +93,7 @@ class MaskServer:
         self._lock = threading.Lock()
         self._obs: dict[str, tuple[UnitRef, ObservationIndex]] = {}
         self._clips: OrderedDict[UnitRef, tuple] = OrderedDict()  # clip output -> its table, sorted by sample
+        self._prompts: dict[UnitRef, list[dict[str, Any]]] = {}  # clip output -> its drawn boxes' masks
 
     def _observations(self, video_id: str) -> ObservationIndex:
         ref = self.catalog.require("metadata", video_id)
@@ -141,7 +148,32 @@ class MaskServer:
             m = mask_utils.decode({"size": [h, w], "counts": r["mask_rle"].encode()})
             out.append({"instance_id": int(inst[j]), "concept": r["concept"], "clip": clip,
                         "local_id": int(r["local_id"]), "box": [float(v) for v in box], "mask": m})
+        # the masks of boxes reviewers drew (segmented from them where the segmenter takes box
+        # prompts): the instance whose observation is that drawn box
+        fixed = self._observations(video_id).at_with_origin(k)[2]
+        for r in self._prompted(ref, k) if ref is not None and len(inst) else []:
+            drawn = np.array([r["box_x0"], r["box_y0"], r["box_x1"], r["box_y1"]], dtype=np.float64)
+            overlap = _iou(drawn, np.nan_to_num(boxes))
+            j = int(np.argmax(overlap + fixed))  # a drawn observation before an automatic one in the same place
+            if overlap[j] < 0.5:
+                continue
+            h, w = int(r["image_height"]), int(r["image_width"])
+            m = mask_utils.decode({"size": [h, w], "counts": r["mask_rle"].encode()})
+            out.append({"instance_id": int(inst[j]), "concept": r["concept"] or "", "clip": clip, "local_id": -1,
+                        "box": [float(v) for v in boxes[j]], "mask": m, "prompt": r["prompt"]})
         return out
+
+    def _prompted(self, ref: UnitRef, k: int) -> list[dict[str, Any]]:
+        with self._lock:
+            held = self._prompts.get(ref)
+        if held is None:
+            path = self.catalog.store.local_file(ref, "prompted.parquet")
+            held = pq.read_table(path).to_pylist() if path.is_file() else []
+            with self._lock:
+                self._prompts[ref] = held
+                while len(self._prompts) > CLIPS_KEPT:
+                    self._prompts.pop(next(iter(self._prompts)))
+        return [r for r in held if r["sample_index"] == k]
 
     def masks(self, video_id: str, k: int) -> dict[str, Any]:
         view = self.catalog.video(video_id)

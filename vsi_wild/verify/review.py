@@ -25,6 +25,8 @@ from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
 from vsi_wild.stages.qa.voc import voc_questions
+from vsi_wild.stages.qa.params import Sighting
+from vsi_wild.stages.qa.readings import seen_under
 from vsi_wild.stages.qa.voo import concept_times
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry
@@ -40,10 +42,12 @@ MOTION_FIELDS = ("clip_index", "clip_start", "clip_end", "state", "pivot_time", 
 
 
 def appearance_orders(instances: pa.Table, video_id: str) -> dict[str, list[dict[str, Any]]]:
-    """Concepts by first and by last appearance (VOO's order), with the times."""
+    """Concepts by first and by last appearance (VOO's order), with the times: the instances' first
+    and last times as the metadata gives them (``seen_under`` with no visibility: as given)."""
+    seen = seen_under(instances, None, video_id, 0, Sighting(name="as given"))
     out = {}
     for which in ("first", "last"):
-        times = concept_times(instances, video_id, which)
+        times = concept_times(seen, which)
         out[which] = [{"concept": c, "time": t} for c, t in sorted(times.items(), key=lambda x: (x[1], x[0]))]
     return out
 
@@ -67,27 +71,18 @@ def review_pairs(decisions: list[dict[str, Any]], members: list[dict[str, Any]])
     the named ``terms``, the ``reason``, and the instance each side is part of *now* (``members``
     after the fixes: what a ``merge`` or ``split`` names; ``instance_*`` None when removed) and
     whether the two are one instance now (``merged``). Ranked by the answers the opposite decision
-    would change, then by how close the posterior is to 0.5.
-
-    Decision rows from before reconciliation said how sure it was (``decision == "review"``) are
-    read as review items, with no posterior, no impact and no terms; their decision is what the
-    members say (apart, or merge where other decisions joined the two)."""
+    would change, then by how close the posterior is to 0.5."""
     instance_of = {(m["clip_index"], m["local_id"]): m["instance_id"] for m in members}
     out = []
     for d in decisions:
-        if "review" in d and d["review"] is not None:
-            review, decision = bool(d["review"]), d["decision"]
-        else:  # the old rows: "review" named the pairs a person should decide
-            review, decision = d["decision"] == "review", None
-        if not review:
+        if not d["review"]:
             continue
+        decision = d["decision"]
         ka, kb = (d["clip_a"], d["local_a"]), (d["clip_b"], d["local_b"])
         if ka not in instance_of or kb not in instance_of:
             raise ValueError(f"merge decision of {d['video_id']} names a clip instance without a member row: "
                              f"clip {d['clip_a']} #{d['local_a']} or clip {d['clip_b']} #{d['local_b']}")
         a, b = instance_of[ka], instance_of[kb]
-        if "review" not in d or d["review"] is None:
-            decision = "merge" if a is not None and a == b else "apart"
         out.append({
             "concept": d["concept"], "clip_a": d["clip_a"], "local_a": d["local_a"], "clip_b": d["clip_b"],
             "local_b": d["local_b"], "instance_a": a, "instance_b": b, "decision": decision, "review": True,

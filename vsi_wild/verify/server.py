@@ -80,10 +80,12 @@ class ProgressBody(BaseModel):
 
 
 class Rederive:
-    """One background re-derive at a time: the video's metadata and qa units, then export and
-    report, through the engine (inline in a thread), with the engine's events as progress."""
+    """One background re-derive at a time: the video's segment clips (a drawn box is segmented there;
+    cached otherwise), reconcile, metadata and qa units, then export and report, through the engine
+    (inline in a thread), with the engine's events as progress."""
 
-    STAGES = ("metadata", "qa", "export", "report")
+    # segment and reconcile too: a box a reviewer drew is segmented there (cached where none changed)
+    STAGES = ("segment", "reconcile", "metadata", "qa", "export", "report")
 
     def __init__(self, config: Config, store: Store):
         self.config, self.store = config, store
@@ -97,8 +99,7 @@ class Rederive:
             busy = next((j for j in self.jobs.values() if j["state"] == "running"), None)
             if busy is not None:
                 raise RuntimeError(f"a re-derive of {busy['video_id']} is running: wait for it")
-            # the units it runs: the videos' metadata and qa, then the one export and report
-            total = 2 * len(videos) + 2
+            total = 0  # counted from the plan when it starts
             job = {"id": uuid.uuid4().hex[:12], "video_id": ", ".join(videos), "videos": videos, "state": "running",
                    "events": [], "summary": None, "total": total}
             self.jobs[job["id"]] = job
@@ -122,6 +123,7 @@ class Rederive:
             stages = [registry.stage(n) for n in self.STAGES]
             plan = engine.Plan.load(self.config, self.store, registry.STAGES,
                                     selection=engine.Selection(frozenset(job["videos"])))
+            job["total"] = sum(len(plan.units_of(s)) for s in stages)  # the units it runs (cached ones too)
             engine.run_stages(plan, stages, engine.run_inline(plan))
             job["summary"] = engine.summarize(plan, self.store.url)
             job["state"] = "failed" if job["summary"]["failed"] else "done"

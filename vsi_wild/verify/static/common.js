@@ -111,7 +111,7 @@ function jobText(job) {
 function showJob(box, job) {
   // the re-derive's progress: a bar (units done of the total) and the text
   const done = job.events.filter(e => e.event === "end").length;
-  box.replaceChildren(el("progress", {class: "job", max: job.total, value: Math.min(done, job.total)}), " ", jobText(job));
+  box.replaceChildren(el("progress", {class: "job", max: Math.max(1, job.total), value: Math.min(done, job.total)}), " ", jobText(job));
 }
 
 function fixError(e) {
@@ -231,6 +231,12 @@ function typing(e) {
   const t = e.target;
   return t && (t.tagName === "INPUT" && !["checkbox", "radio", "range", "button"].includes(t.type) || t.tagName === "SELECT" || t.tagName === "TEXTAREA" || t.isContentEditable);
 }
+
+// `n` on a video's page: the review queue's next open item (the queue page has its own keys)
+document.addEventListener("keydown", e => {
+  if (typing(e) || e.ctrlKey || e.metaKey || e.altKey || e.key !== "n" || location.pathname.startsWith("/queue")) return;
+  location.href = "/queue";
+});
 
 function undoKeys(draft, after) {
   // ctrl+z undo, ctrl+shift+z / ctrl+y redo (not while typing in a field)

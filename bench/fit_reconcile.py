@@ -1,0 +1,167 @@
+"""Fit the association model's parameters (``stages.reconcile.associate.ASSOCIATE_PARAMS``) on the
+bench's training seeds, and print them as the ``ReconcileParams`` defaults.
+
+Only the training seeds (bench_reconcile.TRAINING_SEEDS, rendered as bench_reconcile renders them)
+are read, at the noise levels given (default: none and moderate, pooled: the model must serve the
+exact inputs of the sample and production-like ones). For every pair of one concept's clip
+instances never seen together, its evidence (stages/reconcile/associate.py: ``evidence``, with the
+instances located and the layouts aligned as reconciliation does) and whether the truth says it
+is one object. Then:
+
+1. the seven parameters of the log odds (position scale and tail, drift per distance walked, the
+   prior and its same-clip offset, the continuity and appearance weights) maximise the pairs'
+   Bernoulli log-likelihood (logistic loss of the labels under the model's log odds; L-BFGS-B
+   from the current defaults);
+2. with those, every training view is reconciled (the partition does not depend on the review
+   threshold), and ``review_expected_errors`` (a decision is a review item when the answers the
+   opposite decision changes, times the probability that it is wrong, reach it) is the smallest
+   threshold, of a geometric grid, whose review items per view-minute on the training seeds at
+   noise none are at most half of reconcile v11's on the same inputs (issue 30's budget for a
+   reviewer's time; ``--v11``: a checkout of commit fcba453): the budget spent on the decisions
+   expected to get the most answers wrong.
+
+Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds 1 ... 16] [--root build/bench_reconcile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import bench_reconcile as br  # noqa: E402
+
+FITTED = ("position_scale", "position_tail", "drift_per_distance", "prior_log_odds", "same_clip_log_odds",
+          "continuity_weight", "appearance_weight")
+BOUNDS = {"position_scale": (0.05, 50.0), "position_tail": (0.3, 200.0), "drift_per_distance": (0.0, 1.0),
+          "prior_log_odds": (-30.0, 30.0), "same_clip_log_odds": (-30.0, 0.0), "continuity_weight": (0.0, 50.0),
+          "appearance_weight": (0.0, 100.0)}
+
+
+THRESHOLDS = tuple(float(x) for x in np.geomspace(0.02, 4.0, 24))
+
+
+class P:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+def views(seeds, levels, root):
+    """(level, seed, ViewInputs, config) of every training view, rendered if needed."""
+    from vsi_wild.store import Store
+
+    store = Store(root)
+    for level in levels:
+        for seed in seeds:
+            config = br.bench_config(seed, br.TRAINING_N_PER_CATEGORY, 640, None, level)
+            got = br.prepared_views(store, config)
+            if isinstance(got, dict):
+                raise SystemExit(f"seed {seed} ({level}): {got}")
+            for vi in got:
+                yield level, seed, vi, config
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--noise", nargs="+", default=["none", "moderate"], choices=("none", "moderate", "severe"))
+    ap.add_argument("--seeds", type=int, nargs="+", default=list(br.TRAINING_SEEDS))
+    ap.add_argument("--root", type=Path, default=br.REPO / "build" / "bench_reconcile")
+    ap.add_argument("--v11", type=Path, required=True, help="a checkout of commit fcba453 (reconcile v11): its review "
+                    "items per view-minute set the budget")
+    args = ap.parse_args()
+    if not set(args.seeds) <= set(br.TRAINING_SEEDS):
+        raise SystemExit(f"fit on training seeds only ({br.TRAINING_SEEDS[0]}-{br.TRAINING_SEEDS[-1]}), "
+                         f"not {sorted(set(args.seeds) - set(br.TRAINING_SEEDS))}")
+
+    from scipy.optimize import minimize
+
+    from vsi_wild.stages import model_errors as me
+    from vsi_wild.stages import reconcile as rc
+    from vsi_wild.stages.reconcile import associate as asc
+    from vsi_wild.tasks import metadata as tm
+
+    defaults = rc.ReconcileParams()
+    data = []  # (level, seed, vi, config, instances, poses)
+    evs, labels = [], []
+    for level, seed, vi, config in views(args.seeds, args.noise, args.root):
+        errs = config.model_errors
+        poses = me.perturb_track(vi.track, errs.poses, me.rng_for(errs.seed, vi.video_id, "poses"))
+        instances = sorted(vi.instances(), key=lambda c: c.key)
+        alignments, walked = rc.prepare(instances, defaults, poses, config.pose.ground_height())
+        ev = asc.evidence(instances, alignments, walked)
+        evs += ev
+        labels += [vi.truth_of[e.a.key] == vi.truth_of[e.b.key] for e in ev]
+        data.append((level, seed, vi, config, poses))
+        print(f"# {level} seed {seed} {vi.view}: {len(ev)} pairs, {len(alignments)} layout alignments", flush=True)
+    arrays = asc.EvidenceArrays.of(evs)
+    y = np.array(labels, dtype=float)
+    print(f"fit_pairs: {len(y)}")
+    print(f"fit_pairs_same_object: {int(y.sum())}")
+
+    def params_of(x) -> P:
+        return P(**dict(zip(FITTED, x)))
+
+    def loss(x) -> float:
+        lo = asc.log_odds(asc.score(params_of(x), arrays))
+        s = 2 * y - 1
+        return float(np.logaddexp(0.0, -s * lo).sum())
+
+    x0 = np.array([getattr(defaults, k) for k in FITTED])
+    res = minimize(loss, x0, method="L-BFGS-B", bounds=[BOUNDS[k] for k in FITTED])
+    fitted = dict(zip(FITTED, (float(v) for v in res.x)))
+    print(f"fit_converged: {bool(res.success)} ({res.message})")
+    print(f"fit_mean_log_loss: {res.fun / len(y):.4f} (at the defaults {loss(x0) / len(y):.4f})")
+
+    # the review threshold: reconcile every training view with the fitted parameters (the
+    # partition does not depend on the threshold; the smallest one tried gives every margin it needs)
+    params = defaults.model_copy(update={**fitted, "review_expected_errors": THRESHOLDS[0]})
+    v11 = br.load_v11(args.v11)
+    views_out, v11_items, minutes = [], 0, 0.0
+    for level, seed, vi, config, poses in data:
+        rules = tm.answer_rules(config, vi.row)
+        instances = vi.instances()
+        by_key = {c.key: c for c in instances}
+        concept_of = {c.key: c.concept for c in instances}
+        result = rc.reconcile(vi.video_id, instances, vi.clips, params, poses, config.pose.ground_height(), rules)
+        want = br.answers(br.truth_groups(sorted(by_key), concept_of, vi.truth_of), by_key, rules)
+        views_out.append((level, vi, result, by_key, rules, br.voo_sets(want[1], config.qa.voo_min_gap_s), want))
+        if level == "none":
+            minutes += float(vi.row["duration_s"]) / 60.0
+            old = [v11.ClipInstance(c.clip, c.local, c.concept, c.first_time, c.last_time, c.appearance, c.mean_area,
+                                    dict(c.samples)) for c in vi.instances()]
+            res = v11.reconcile(vi.video_id, old, vi.clips, v11.ReconcileParams(), poses,
+                                camera_height=config.pose.ground_height())
+            v11_items += sum(d["decision"] == "review" for d in res.decisions)
+    if minutes == 0:
+        raise SystemExit("the review threshold is fitted at noise none: include it in --noise")
+    budget = v11_items / minutes / 2.0
+    print(f"fit_v11_review_items_per_view_minute: {v11_items / minutes:.3f}")
+    chosen = None
+    for c in THRESHOLDS:
+        tallies = {level: br.Tally() for level in args.noise}
+        for level, vi, result, by_key, rules, sets, want in views_out:
+            decisions = [{**d, "review": min(d["posterior"], 1 - d["posterior"]) * d["answer_impact"] >= c}
+                         for d in result.decisions]
+            tallies[level].add(br.measure(result.members, decisions, vi, by_key, rules, sets, want))
+        line = []
+        for level, t in tallies.items():
+            v = t.v
+            line.append(f"{level}: review items {v['review']:.0f}, silent false merges {v['silent_merges']:.0f}, "
+                        f"silent false splits {v['silent_splits']:.0f}, VOC auto {v['voc_auto'] / v['voc_total']:.4f} "
+                        f"reviewed {v['voc_reviewed'] / v['voc_total']:.4f}")
+        print(f"# review threshold {c:.3f}: " + "; ".join(line), flush=True)
+        if chosen is None and tallies["none"].v["review"] / minutes <= budget:
+            chosen = c
+    fitted["review_expected_errors"] = chosen if chosen is not None else THRESHOLDS[-1]
+    print("# ReconcileParams defaults (stages/reconcile/__init__.py):")
+    for k in rc.ASSOCIATE_PARAMS:
+        print(f"fit_{k}: {fitted[k]:.4g}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,141 @@
+"""Readings of a question: the ways a careful viewer may reasonably take it, from the metadata alone.
+
+A question is fair only when the answer we grade as right is the one a viewer gives whichever
+reasonable reading of it they hold, so a task asks a question only when its answer is the same under
+each (``QAParams.stable_answers``). Everything here reads the pipeline's own metadata (the visibility
+track's masks and times, the instances, the motion samples), never a truth table, so the check
+holds on real footage as on the sample. The readings:
+
+- **sightings** (VOC, VOO; ``Sighting``): when a viewer counts an object as seen. VOC counts an
+  instance seen *at all* or *clearly*; VOO dates an appearance by a *sustained* sighting or a clear
+  *glimpse*. An instance is seen under a reading at the 2 FPS timestamps of its runs of masks at
+  least ``min_area_frac`` of the view, each run at least ``min_visible_s`` long.
+- **direction** (VMR): a viewer may judge the direction of motion ``vmr_judgement_deg`` off, at any
+  moment of the evidence window; the metadata's direction itself may be ``vmr_angle_error_deg`` off.
+
+What a person fixed stands as they set it: an instance of origin ``fix`` is seen from its first to
+its last time under every reading, and a box a person added (no mask area) is seen under every
+reading. Without a visibility track (a caller that has none) every instance is seen from its first
+to its last time under every reading: the readings cannot be told apart, and nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from vsi_wild.stages.qa.params import Sighting
+from vsi_wild.stages.segment import SAMPLE_STEP
+from vsi_wild.stages.visibility import VISIBLE
+
+_EPS = 1e-9
+
+
+# ----------------------------------------------------------------------------- sightings
+@dataclass(frozen=True)
+class Seen:
+    """One instance's sightings under one reading: the 2 FPS times it counts as seen, in order."""
+
+    instance_id: int
+    concept: str
+    times: tuple[float, ...]
+
+    @property
+    def first(self) -> float:
+        return self.times[0]
+
+    @property
+    def last(self) -> float:
+        return self.times[-1]
+
+
+def _runs(times: Sequence[float]) -> list[list[float]]:
+    """Consecutive 2 FPS timestamps (a gap of more than one step ends a run)."""
+    runs: list[list[float]] = []
+    for t in times:
+        if runs and t - runs[-1][-1] <= SAMPLE_STEP * 1.5:
+            runs[-1].append(t)
+        else:
+            runs.append([t])
+    return runs
+
+
+def seen_under(instances: pa.Table, visibility: pa.Table | None, video_id: str, view_pixels: int,
+               reading: Sighting) -> dict[int, Seen]:
+    """instance id -> its sightings under ``reading``; instances never seen under it are left out.
+
+    ``instances``: schema.INSTANCES rows; ``visibility``: schema.VISIBILITY rows (None: unknown);
+    ``view_pixels``: the view's width x height (the masks' areas are in its pixels)."""
+    rows = [r for r in instances.select(["video_id", "concept", "instance_id", "first_time", "last_time", "origin"])
+            .to_pylist() if r["video_id"] == video_id]
+    out: dict[int, Seen] = {}
+    visible: dict[int, list[tuple[float, int | None, bool]]] = {}
+    if visibility is not None and visibility.num_rows:
+        v = visibility.filter(pc.and_(pc.equal(visibility["video_id"], video_id), pc.equal(visibility["state"], VISIBLE)))
+        for r in v.select(["instance_id", "time", "area", "x0"]).to_pylist():
+            visible.setdefault(int(r["instance_id"]), []).append((float(r["time"]), r["area"], r["x0"] is None))
+    min_area = reading.min_area_frac * view_pixels
+    for r in rows:
+        iid = int(r["instance_id"])
+        if visibility is None or r["origin"] == "fix":  # as given: unknown sizes, or a person's times
+            times: list[float] = sorted({float(r["first_time"]), float(r["last_time"])})
+        else:
+            ok = sorted(t for t, area, added in visible.get(iid, ())
+                        if added or (area is not None and area >= min_area - _EPS))
+            times = [t for run in _runs(ok) if len(run) * SAMPLE_STEP >= reading.min_visible_s - _EPS for t in run]
+        if times:
+            out[iid] = Seen(iid, r["concept"], tuple(times))
+    return out
+
+
+def by_concept(seen: dict[int, Seen]) -> dict[str, list[Seen]]:
+    out: dict[str, list[Seen]] = {}
+    for s in seen.values():
+        out.setdefault(s.concept, []).append(s)
+    return out
+
+
+# ----------------------------------------------------------------------------- VOC
+def count_at(seen: Sequence[Seen], t: float) -> int:
+    """Instances first seen by time ``t`` (frames at t included)."""
+    return sum(1 for s in seen if s.first <= t + _EPS)
+
+
+@dataclass(frozen=True)
+class Disagreement:
+    """Where a question's answer differs between readings: ``answer`` under the first reading
+    (``base``) and ``other`` under ``reading``, the first reading that differs."""
+
+    base: str
+    answer: str
+    reading: str
+    other: str
+
+
+def count_disagreement(per_reading: Sequence[tuple[str, Sequence[Seen]]], t: float) -> Disagreement | None:
+    """None when every reading gives the same count at ``t``."""
+    (base_name, base), *rest = per_reading
+    n = count_at(base, t)
+    for name, seen in rest:
+        m = count_at(seen, t)
+        if m != n:
+            return Disagreement(base_name, str(n), name, str(m))
+    return None
+
+
+# ----------------------------------------------------------------------------- VMR
+def sector_margin(angle_deg: float) -> float:
+    """Degrees from ``angle_deg`` to the nearer edge of its 45° sector (0 on an edge, 22.5 at the centre)."""
+    off = (float(angle_deg) + 22.5) % 45.0
+    return min(off, 45.0 - off)
+
+
+def circular_mean(angles: Sequence[float]) -> float:
+    """Mean direction (degrees, [-180, 180)) of unit vectors."""
+    x = sum(math.sin(math.radians(a)) for a in angles)
+    y = sum(math.cos(math.radians(a)) for a in angles)
+    return (math.degrees(math.atan2(x, y)) + 180.0) % 360.0 - 180.0

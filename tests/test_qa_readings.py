@@ -1,0 +1,331 @@
+"""One right answer: questions whose answer a reasonable reading changes are re-picked or not asked.
+
+Constructed metadata, the answers worked out here by hand:
+- VOC: a speck (an instance seen, never clearly) changes a count: the total is not asked, and a
+  checkpoint it straddles moves to a moment both readings agree on; seen clearly once, it counts;
+- VOO: a clear half-second glimpse of a hydrant after its last sustained sighting reorders a
+  last-appearance question: another concept set is asked; without the glimpse the set is asked;
+- VMR: a direction 3° from a sector's edge: another steady moment of the clip is the pivot, or the
+  clip is not asked; 12.5° from the edge it is asked as it is;
+- a video whose metadata has no unstable item: the same questions with the check on and off.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+
+from qa_world import instances_table, make_world, motion_samples_table, motion_table, poses_table, views_table
+from vsi_wild import schema
+from vsi_wild.stages.qa import QAParams
+from vsi_wild.stages.qa.build import plan_video
+from vsi_wild.stages.qa.common import Provenance, VideoInfo, ordering_text
+from vsi_wild.stages.qa.readings import sector_margin, seen_under
+from vsi_wild.stages.qa.params import Sighting
+from vsi_wild.stages.qa.vmr import vmr_questions
+from vsi_wild.stages.qa.voc import voc_questions
+from vsi_wild.stages.qa.voo import voo_questions
+
+VID = "sample-test_front"
+PROV = Provenance(0, "test", "test")
+W, H = 640, 360  # 50 px of this view is "seen clearly"
+
+
+def _video(duration: float = 60.0, fps: float = 8.0) -> VideoInfo:
+    return VideoInfo(VID, "sample-test", "front", 0.0, 0.0, 90.0, 58.7, W, H, fps, int(duration * fps), duration)
+
+
+def _metadata(seen: dict[int, tuple[str, dict[float, int]]], origin: dict[int, str] | None = None,
+              duration: float = 60.0) -> tuple[pa.Table, pa.Table]:
+    """INSTANCES and VISIBILITY of instances seen at {time: mask area} (every other 2 FPS time: not seen)."""
+    inst, vis = [], []
+    for iid, (concept, at) in sorted(seen.items()):
+        ts = sorted(at)
+        inst.append({"video_id": VID, "concept": concept, "instance_id": iid, "first_time": ts[0], "last_time": ts[-1],
+                     "first_frame": int(ts[0] * 8), "last_frame": int(ts[-1] * 8), "fps": 8.0, "n_observations": len(ts),
+                     "spans": [{"start": ts[0], "end": ts[-1]}], "x": None, "y": None, "z": None,
+                     "origin": (origin or {}).get(iid, "auto")})
+        for k in range(int(duration * 2) + 1):
+            t = k * 0.5
+            area = at.get(t)
+            vis.append({"video_id": VID, "instance_id": iid, "concept": concept, "sample_index": k, "time": t,
+                        "frame": int(t * 8), "fps": 8.0, "state": "visible" if area is not None else "not_seen",
+                        "geometric": False, "x0": 0.0 if area is not None else None, "y0": 0.0 if area is not None else None,
+                        "x1": 10.0 if area is not None else None, "y1": 10.0 if area is not None else None,
+                        "area": area})
+    return schema.table(schema.INSTANCES, inst), schema.table(schema.VISIBILITY, vis)
+
+
+def _span(a: float, b: float, area: int) -> dict[float, int]:
+    return {k * 0.5: area for k in range(int(a * 2), int(b * 2) + 1)}
+
+
+# ----------------------------------------------------------------------------- sightings
+def test_sightings_under_each_reading():
+    instances, visibility = _metadata({
+        1: ("cone", {**_span(2, 2, 400), **_span(10, 11, 30)}),  # a clear glimpse, then a sustained speck
+        2: ("cone", _span(5, 5, 20)),  # one frame, a speck
+        3: ("cone", {1.0: 30}),  # added by a person: its times stand
+    }, origin={3: "fix"})
+    pixels = W * H
+
+    def times(reading: Sighting) -> dict[int, tuple[float, ...]]:
+        return {i: s.times for i, s in seen_under(instances, visibility, VID, pixels, reading).items()}
+
+    assert times(Sighting(name="at all")) == {1: (2.0, 10.0, 10.5, 11.0), 2: (5.0,), 3: (1.0,)}
+    assert times(Sighting(name="clearly", min_area_frac=50 / pixels)) == {1: (2.0,), 3: (1.0,)}
+    assert times(Sighting(name="sustained", min_visible_s=1.0)) == {1: (10.0, 10.5, 11.0), 3: (1.0,)}
+    # without a visibility track every instance is seen from its first to its last time, whatever the reading
+    unknown = {i: s.times for i, s in seen_under(instances, None, VID, pixels, Sighting(name="x", min_area_frac=1)).items()}
+    assert unknown == {1: (2.0, 11.0), 2: (5.0,), 3: (1.0,)}
+
+
+# ----------------------------------------------------------------------------- VOC
+CLEAR = 400
+
+
+def _voc(seen, params=QAParams(clip_seconds=20.0)):
+    instances, visibility = _metadata(seen)
+    questions, skipped = voc_questions(instances, _video(), params, PROV, visibility)
+    return {(q.concepts[0], q.subtype): q for q in questions}, skipped
+
+
+def test_a_speck_that_changes_a_count_is_not_asked():
+    seen = {1: ("bench", _span(1, 3, CLEAR)), 2: ("bench", _span(25, 27, CLEAR)), 3: ("bench", _span(45, 50, 20)),
+            4: ("cone", _span(4, 8, CLEAR))}
+    qs, skipped = _voc(seen)
+    assert ("bench", "total") not in qs and ("bench", "stream") not in qs  # 3 seen at all, 2 seen clearly
+    (row,) = [s for s in skipped if s["item"] == "bench"]
+    assert row["reading"] == "clearly" and "3 seen at all, 2 seen clearly" in row["reason"]
+    assert qs[("cone", "total")].answers == ["1"]
+    # seen clearly once, the speck counts under both readings: asked, 3
+    seen[3] = ("bench", {**_span(45, 50, 20), 52.0: 60})
+    qs, skipped = _voc(seen)
+    assert qs[("bench", "total")].answers == ["3"] and not [s for s in skipped if s.get("reading")]
+    assert qs[("bench", "stream")].query_times == [20.0, 40.0, 60.0]
+    assert qs[("bench", "stream")].answers == ["1", "2", "3"]
+    # the check off: the first reading's count (seen at all), as the pipeline asked before
+    seen[3] = ("bench", _span(45, 50, 20))
+    qs, skipped = _voc(seen, QAParams(clip_seconds=20.0, stable_answers=False))
+    assert qs[("bench", "total")].answers == ["3"] and not skipped
+
+
+def test_a_checkpoint_the_readings_disagree_on_moves():
+    # instance 2 is a speck from 38 s and seen clearly from 43 s: at 40 s one reading counts it, the other not
+    seen = {1: ("bench", _span(1, 3, CLEAR)), 2: ("bench", {**_span(38, 42, 20), **_span(43, 45, CLEAR)})}
+    qs, skipped = _voc(seen)
+    stream = qs[("bench", "stream")]
+    # within a quarter of the 20 s interval of 40 s, the nearest moment both agree on: 37.5 s (before the speck)
+    assert stream.query_times == [20.0, 37.5, 60.0] and stream.answers == ["1", "1", "2"]
+    assert qs[("bench", "total")].answers == ["2"] and not skipped
+    # a speck through the whole window around the checkpoint: the checkpoint is not asked
+    seen[2] = ("bench", {**_span(30, 52, 20), **_span(53, 55, CLEAR)})
+    qs, skipped = _voc(seen)
+    assert qs[("bench", "stream")].query_times == [20.0, 60.0]
+    (row,) = skipped
+    assert row["reading"] == "clearly" and row["reason"].startswith("checkpoint 40 s not asked")
+
+
+# ----------------------------------------------------------------------------- VOO
+def _voo_last(seen, params=QAParams(voo_first=0, voo_last=1)):
+    instances, visibility = _metadata(seen, duration=160.0)
+    questions, skipped = voo_questions(instances, _video(160.0), params, PROV, visibility)
+    return questions, skipped
+
+
+def test_a_glimpse_that_reorders_a_last_appearance_is_not_asked():
+    seen = {1: ("hydrant", {**_span(95, 100, CLEAR), 144.0: CLEAR}),  # glimpsed clearly for half a second at 144 s
+            2: ("bench", _span(105, 110, CLEAR)), 3: ("cone", _span(115, 120, CLEAR)), 4: ("sign", _span(125, 130, CLEAR))}
+    qs, skipped = _voo_last(seen)
+    assert qs == []  # the only set: hydrant last-seen at 100 s sustained, at 144 s in a glimpse
+    assert [s.get("reading") for s in skipped if s.get("reading")] == ["glimpse"]
+    assert "bench → cone → sign → hydrant seen glimpse" in skipped[0]["reason"]
+    # a fifth concept gives another set: it is asked instead
+    seen[5] = ("ball", _span(135, 140, CLEAR))
+    (q,), skipped = _voo_last(seen)
+    assert q.correct == ordering_text(["bench", "cone", "sign", "ball"])
+    assert [s["item"] for s in skipped if s.get("reading")] == ["bench|cone|hydrant|sign"] or \
+        all("hydrant" in s["item"] for s in skipped if s.get("reading"))
+    # without the glimpse (too small to be seen clearly, too short to be sustained) every reading agrees
+    del seen[5]
+    seen[1] = ("hydrant", {**_span(95, 100, CLEAR), 144.0: 20})
+    (q,), skipped = _voo_last(seen)
+    assert q.correct == ordering_text(["hydrant", "bench", "cone", "sign"]) and not [s for s in skipped if s.get("reading")]
+
+
+def test_appearances_closer_than_the_gap_under_one_reading():
+    # sustained: cone first at 20 s; a clear glimpse at 9 s puts it 1 s after the bench (8 s): too close to order
+    seen = {1: ("bench", _span(8, 12, CLEAR)), 2: ("cone", {9.0: CLEAR, **_span(20, 24, CLEAR)}),
+            3: ("sign", _span(30, 34, CLEAR)), 4: ("ball", _span(40, 44, CLEAR))}
+    instances, visibility = _metadata(seen)
+    qs, skipped = voo_questions(instances, _video(), QAParams(voo_first=1, voo_last=0), PROV, visibility)
+    assert qs == [] and "bench and cone 1.0 s apart seen glimpse" in skipped[0]["reason"]
+
+
+# ----------------------------------------------------------------------------- VMR
+def _motion(angle: float, samples: dict[float, float], clip=(0.0, 30.0), pivot=10.0, origin="auto") -> tuple[pa.Table, pa.Table]:
+    """One ok clip with its pivot at ``pivot`` (angle ``angle``) and the 2 FPS moments {time: angle}
+    (moving, steady); every other moment of the clip is still."""
+    motion = schema.table(schema.MOTION, [{
+        "video_id": VID, "clip_index": 0, "clip_start": clip[0], "clip_end": clip[1], "state": "ok", "pivot_time": pivot,
+        "pivot_frame": int(pivot * 8), "fps": 8.0, "angle_deg": angle, "speed": 1.0, "stability": 1.0,
+        "views_consistent": True, "reason": None, "origin": origin}])
+    rows = []
+    for k in range(int(clip[1] * 2)):
+        t = k * 0.5
+        a = samples.get(t)
+        rows.append({"video_id": VID, "sample_index": k, "time": t, "frame": int(t * 8), "fps": 8.0, "clip_index": 0,
+                     "angle_deg": a, "speed": 1.0 if a is not None else 0.0, "stability": 1.0 if a is not None else None,
+                     "moving": a is not None, "candidate": a is not None})
+    return motion, schema.table(schema.MOTION_SAMPLES, rows)
+
+
+def _steady(a: float, b: float, angle: float) -> dict[float, float]:
+    return {k * 0.5: angle for k in range(int(a * 2), int(b * 2) + 1)}
+
+
+def test_a_direction_near_a_sector_edge_moves_the_pivot_or_is_not_asked():
+    edge = 22.5 - 3.0  # forward to the rule, forward-right to a viewer who misjudges by 5°
+    assert sector_margin(edge) == pytest.approx(3.0)
+    video = _video(30.0)
+    motion, samples = _motion(edge, {**_steady(8, 12, edge), **_steady(20, 24, 2.0)})
+    (q,), skipped = vmr_questions(motion, video, QAParams(), PROV, motion_samples=samples)
+    # the steady stretch 20-24 s nearest the clip's middle whose whole ±1 s window moves: 21 s
+    assert q.correct == "forward" and q.frame_times == [21.0] and q.angle_deg == pytest.approx(2.0)
+    assert q.query_times == [22.0] and q.frame_indices == [168] and not skipped
+    # no other steady moment: not asked, with the reading that changes it
+    motion, samples = _motion(edge, _steady(8, 12, edge))
+    qs, (row,) = vmr_questions(motion, video, QAParams(), PROV, motion_samples=samples)
+    assert qs == [] and row["reading"] == "the direction judged +10°" and "forward-right" in row["reason"]
+    # 12.5° from the edge (>= 5° judgement + 5° error): asked at its own pivot
+    motion, samples = _motion(10.0, _steady(8, 12, 10.0))
+    (q,), skipped = vmr_questions(motion, video, QAParams(), PROV, motion_samples=samples)
+    assert q.correct == "forward" and q.frame_times == [10.0] and not skipped
+    # a turn inside the evidence window (10.5 s reads "forward-right"): the steady moment before it, 9 s
+    motion, samples = _motion(10.0, {**_steady(8, 12, 10.0), 10.5: 30.0})
+    (q,), skipped = vmr_questions(motion, video, QAParams(), PROV, motion_samples=samples)
+    assert q.frame_times == [9.0] and q.correct == "forward" and not skipped
+    # ... and with no steady second around any other moment: not asked
+    motion, samples = _motion(10.0, {**_steady(9, 11, 10.0), 10.5: 30.0})
+    qs, (row,) = vmr_questions(motion, video, QAParams(), PROV, motion_samples=samples)
+    assert qs == [] and row["reading"] == "the motion at 10.5 s" and "forward-right" in row["reason"]
+    # a person's pivot stands
+    motion, samples = _motion(edge, _steady(8, 12, edge), origin="fix")
+    (q,), _ = vmr_questions(motion, video, QAParams(), PROV, motion_samples=samples)
+    assert q.frame_times == [10.0] and q.correct == "forward"
+
+
+# ----------------------------------------------------------------------------- nothing to drop
+def test_metadata_without_unstable_items_drops_nothing():
+    """A world whose every sighting is clear and sustained, whose directions keep 10° from the
+    sectors' edges and whose walk never comes back to a place: the check changes nothing."""
+    w = make_world(5, duration=240.0, jitter_deg=10.0)  # directions at least 12.5° inside their sectors
+    params = QAParams(clip_seconds=60.0, vpo_min_gap_s=30.0)
+    for view in ("front", "back"):
+        video = VideoInfo.from_row(next(r for r in views_table(w, W, H).to_pylist() if r["view"] == view))
+        instances = instances_table(w, view)
+        # every sighting a clear mask, runs of at least 1 s (the world's spans are 0.5-20 s: lengthen the short)
+        vis = [{"video_id": video.video_id, "instance_id": v["instance_id"], "concept": v["category"],
+                "sample_index": int(v["time"] * 2), "time": v["time"], "frame": int(round(v["time"] * w.fps)), "fps": w.fps,
+                "state": "visible", "geometric": False, "x0": 0.0, "y0": 0.0, "x1": 40.0, "y1": 40.0, "area": 1600}
+               for v in w.visibility if v["view"] == view]
+        visibility = schema.table(schema.VISIBILITY, _sustained(vis))
+        instances = _instances_of(visibility, instances)
+        samples = motion_samples_table(w, view, 60.0)
+        motion = motion_table(w, view, 60.0)
+        straight = poses_table(w, view).to_pylist()  # VPO's places: a walk that never comes back
+        for p in straight:
+            p["x"], p["y"] = p["time"], 0.0
+        args = (video, instances, motion, schema.table(schema.POSES, straight))
+        on = plan_video(*args, params, PROV, visibility, samples)
+        off = plan_video(*args, params.model_copy(update={"stable_answers": False}), PROV, visibility, samples)
+        assert {q.task_type for q in on.questions} == {"VOC", "VOO", "VMR", "VPO"}
+        assert on.questions == off.questions, view
+        assert not [s for s in on.skipped if s.get("reading")], view
+
+
+def _sustained(vis: list[dict]) -> list[dict]:
+    """Each instance's one-timestamp sightings extended to the timestamp before (so each run lasts >= 1 s)."""
+    have = {(v["instance_id"], v["sample_index"]) for v in vis}
+    out = list(vis)
+    for v in vis:
+        k = v["sample_index"]
+        if (v["instance_id"], k - 1) not in have and (v["instance_id"], k + 1) not in have:
+            j = k - 1 if k > 0 else k + 1
+            out.append({**v, "sample_index": j, "time": j * 0.5, "frame": int(round(j * 0.5 * v["fps"]))})
+            have.add((v["instance_id"], j))
+    return sorted(out, key=lambda v: (v["instance_id"], v["sample_index"]))
+
+
+def _instances_of(visibility: pa.Table, instances: pa.Table) -> pa.Table:
+    """The instances' first and last times from the (lengthened) visibility rows."""
+    times: dict[int, list[float]] = {}
+    for r in visibility.to_pylist():
+        times.setdefault(r["instance_id"], []).append(r["time"])
+    rows = instances.to_pylist()
+    for r in rows:
+        r["first_time"], r["last_time"] = min(times[r["instance_id"]]), max(times[r["instance_id"]])
+    return schema.table(schema.INSTANCES, rows)
+
+
+# ----------------------------------------------------------------------------- VPO
+def _visits(w, t: float, radius: float) -> tuple[float, float]:
+    here = w.pose_at(t)
+    ts = [p["time"] for p in w.poses if ((p["x"] - here["x"]) ** 2 + (p["y"] - here["y"]) ** 2) ** 0.5 < radius]
+    return min(ts), max(ts)
+
+
+def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_visit():
+    """A loop: 60 m east, 40 m north, then straight back to the start. A frame of the first seconds
+    shows the place the walk ends at: a viewer may date it first or last."""
+    w = make_world(7, duration=200.0)
+    for p in w.poses:
+        t = p["time"]
+        if t <= 60:
+            p["x"], p["y"] = t, 0.0
+        elif t <= 100:
+            p["x"], p["y"] = 60.0, t - 60.0
+        else:  # back to (0, 0) at 200 s
+            f = (t - 100.0) / 100.0
+            p["x"], p["y"] = 60.0 * (1 - f), 40.0 * (1 - f)
+    params = QAParams(clip_seconds=60.0, vpo_min_gap_s=30.0, vpo_per_video=3)
+    video = VideoInfo.from_row(next(r for r in views_table(w).to_pylist() if r["view"] == "front"))
+    extent = (60.0 ** 2 + 40.0 ** 2) ** 0.5
+    radius = params.vpo_min_position_frac * extent
+
+    def interleaved(q) -> bool:
+        spans = sorted(_visits(w, t, radius) for t in q.frame_times)
+        return any(a[1] >= b[0] for a, b in zip(spans, spans[1:]))
+
+    def rotated(params: QAParams):
+        res = plan_video(video, instances_table(w, "front"), motion_table(w, "front", 60.0), poses_table(w, "front"),
+                         params, PROV)
+        return [q for q in res.questions if q.task_type == "VPO" and q.subtype == "rotated"], res.skipped
+
+    before, _ = rotated(params.model_copy(update={"stable_answers": False}))
+    after, skipped = rotated(params)
+    assert any(interleaved(q) for q in before)  # what the place rule alone asked
+    assert after and not any(interleaved(q) for q in after)
+    assert [s["reading"] for s in skipped if s["task_type"] == "VPO" and s.get("reading")] == \
+        ["another visit of the place"] * sum(interleaved(q) for q in before)
+
+
+# ----------------------------------------------------------------------------- the report
+def test_the_report_counts_what_readings_left_unasked():
+    from vsi_wild.stages.report import _readings_markdown, readings_summary
+
+    rows = [{"video_id": "v_front", "task_type": "VOC", "item": "bench", "reason": "total not asked: 6 seen at all, 3 seen clearly",
+             "reading": "clearly"},
+            {"video_id": "v_front", "task_type": "VOC", "item": "cone", "reason": "checkpoint 30 s not asked: ...", "reading": "clearly"},
+            {"video_id": "v_back", "task_type": "VMR", "item": "clip0002", "reason": "...", "reading": "the motion at 41.5 s"},
+            {"video_id": "v_back", "task_type": "VOC", "item": "x", "reason": "answer balance: ...", "reading": None}]
+    summary = readings_summary(rows)
+    assert summary["VOC"]["n"] == 2 and summary["VOC"]["by_reading"] == {"clearly": 2}
+    assert summary["VMR"]["by_reading"] == {"the motion at 41.5 s": 1} and summary["VOO"]["n"] == 0
+    md = "\n".join(_readings_markdown(summary))
+    assert "| VOC | 2 | clearly 2 |" in md and "| VOO | 0 | - |" in md
+    assert "v_front bench: total not asked: 6 seen at all, 3 seen clearly" in md
+    from vsi_wild.stages.report_html import _readings
+
+    page = _readings({"readings": summary})
+    assert "<td>VOC</td><td class=n>2</td><td>clearly 2</td>" in page and "exports/skipped.parquet" in page
