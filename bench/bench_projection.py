@@ -9,11 +9,9 @@ Prints, measured in this one run on the same inputs (lines `name: value`):
   the same raw decoded frames, filter set-up and I/O subtracted) over ours. > 1: ours is faster.
 - stage_vs_decode_encode_floor: CPU time of ``project_source`` (decode + project + detect/blur +
   encode 4 x 1920x1080, default parameters) over ffmpeg decoding the same source and encoding the
-  same 4 streams (the views' pixels, the stage's x264 settings: preset, CRF, threads, faststart and
-  ``video_io.X264_REPRODUCIBLE``, i.e. no macroblock-tree rate control) with no projection. < 1.3
+  same 4 streams (the views' pixels, same x264 preset/CRF/faststart) with no projection. < 1.3
   is the target. (Encoding cost depends on the pixels: 4 crops of the panorama instead of the
-  views is printed as context; so is the floor with ffmpeg's default x264, macroblock tree on,
-  which the stage may not use: its output depended on uninitialised memory.)
+  views is printed as context.)
 - peak_memory_10min_vs_1min: peak RSS (the child's own VmHWM) of a process running the stage on
   a 10-minute source over one running it on a 1-minute source (same resolution, content and
   parameters). ~1: streaming.
@@ -21,9 +19,8 @@ Prints, measured in this one run on the same inputs (lines `name: value`):
 CPU time (user + system, all threads) is the headline because these machines are shared: wall
 times are printed as context. Even CPU time drifts by +-30% here as neighbours come and go, so each
 ratio is measured in ``BENCH_PROJECT_ROUNDS`` (3) rounds, its two sides back to back in each, and
-the headline is the median of the rounds' ratios (each round's is printed as context). Per-process set-up (imports, loading the detector, what
-a worker's first source imports on first use: the child projects a tiny source first) is not
-counted in the stage's time; per-source work (building the maps included) is.
+the headline is the median of the rounds' ratios (each round's is printed as context). Per-process set-up (imports, loading the detector) is not counted
+in the stage's time; per-source work (building the maps included) is.
 """
 
 from __future__ import annotations
@@ -207,13 +204,10 @@ STAGE_CHILD = r"""
 import json, resource, sys, time
 from vsi_wild.stages.faces import FaceParams, make_detector
 from vsi_wild.stages.project import ProjectParams, project_source
-src, out, width, height, warm = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), sys.argv[5]
+src, out, width, height = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
 params = ProjectParams() if width == 0 else ProjectParams(width=width, height=height)
 faces = FaceParams()
 det = make_detector(faces)  # per-process set-up
-# per-process set-up too: what the first source of a worker process imports on first use (pyarrow
-# loads pandas when it first builds an array, PyAV its encoder modules), the detector's first run
-project_source(warm, out + "-warm", ProjectParams(width=64, height=36), det, face_params=faces, source_id="local-warm")
 stats = {}
 r0 = resource.getrusage(resource.RUSAGE_SELF); t0 = time.time()
 views, blurred = project_source(src, out, params, det, face_params=faces, source_id="local-bench", stats=stats)
@@ -226,25 +220,19 @@ print(json.dumps({"cpu": r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 
 
 
 def bench_stage(src: Path, work: Path, width: int = 0, height: int = 0) -> dict:
-    warm = work / "warm.mp4"
-    if not warm.exists():  # a tiny source the child projects first: per-process set-up outside the clock
-        ffmpeg("-f", "lavfi", "-i", "testsrc2=size=128x64:rate=30:duration=0.2", "-c:v", "libx264", "-pix_fmt", "yuv420p",
-               str(warm))
     cpu, wall, rss, out = run_child([sys.executable, "-c", STAGE_CHILD, str(src), str(work / f"views_{width}"),
-                                     str(width), str(height), str(warm)])
+                                     str(width), str(height)])
     res = json.loads(out.strip().splitlines()[-1])
     res.update(process_cpu=cpu, process_wall=wall, rss_kib=rss)
     return res
 
 
-def bench_floor(src: Path, work: Path, views: list[Path], stage_x264: bool = True) -> tuple[float, float]:
+def bench_floor(src: Path, work: Path, views: list[Path]) -> tuple[float, float]:
     """ffmpeg decoding the source, plus ffmpeg encoding the same 4 streams (the pixels of the
     views the stage wrote, fed raw through a pipe by a separate decoder process that is not
     counted) with the stage's x264 settings: the decode + encode work no implementation of the
-    stage can avoid. ``stage_x264=False``: x264's own defaults for the rest (macroblock tree on),
-    as context. Returns (CPU seconds, wall seconds) of the counted processes."""
+    stage can avoid. Returns (CPU seconds, wall seconds) of the counted processes."""
     from vsi_wild.stages.project import ProjectParams
-    from vsi_wild.stages.video_io import X264_REPRODUCIBLE
 
     p = ProjectParams()
     cpu, wall = ffmpeg("-i", str(src), "-map", "0:v", "-f", "null", "-")
@@ -254,7 +242,6 @@ def bench_floor(src: Path, work: Path, views: list[Path], stage_x264: bool = Tru
         enc = ["ffmpeg", "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "yuv420p", "-s", f"{p.width}x{p.height}",
                "-r", str(FPS), "-i", "-", "-c:v", p.codec, "-preset", p.preset, "-crf", str(p.crf), "-an",
                *(["-threads", str(p.encoder_threads)] if p.encoder_threads else []),
-               *(["-x264-params", X264_REPRODUCIBLE] if stage_x264 and p.codec == "libx264" else []),
                *(["-movflags", "+faststart"] if p.faststart else []), str(work / f"floor_{k}.mp4")]
         t0 = time.time()
         proc = subprocess.Popen(enc, stdin=feeder.stdout, stderr=subprocess.PIPE)
@@ -304,21 +291,17 @@ def main() -> int:
                 f"{proj['py360convert'] * 1e3:.1f}, ffmpeg v360 {v360 * 1e3:.1f}; wall-ms per frame: ours "
                 f"{proj['ours_wall'] * 1e3:.1f}, py360convert {proj['py360convert_wall'] * 1e3:.1f}")
 
-        stage_ratios, default_ratios = [], []
+        stage_ratios = []
         for r in range(ROUNDS):
             stage = bench_stage(src, work)
             view_files = sorted((work / "views_0").glob("*.mp4"))
             floor_cpu, floor_wall = bench_floor(src, work, view_files)
-            default_cpu, _ = bench_floor(src, work, view_files, stage_x264=False)
             stage_ratios.append(stage["cpu"] / floor_cpu)
-            default_ratios.append(stage["cpu"] / default_cpu)
             n = stage["view_frames"][0]
             log(f"round {r + 1}: stage {n} frames x 4 views, project_source CPU {stage['cpu']:.1f} s "
                 f"({stage['cpu'] / n * 1e3:.0f} ms/frame), wall {stage['wall']:.1f} s; floor (ffmpeg: decode the source "
                 f"+ encode the same 4 streams, no projection) CPU {floor_cpu:.1f} s ({floor_cpu / n * 1e3:.0f} ms/frame); "
-                f"ratio {stage_ratios[-1]:.3f}; context: with x264's default macroblock tree (not the stage's "
-                f"settings) the floor is {default_cpu:.1f} s (the stage's settings cost {floor_cpu / default_cpu:.3f} x "
-                f"that), ratio {default_ratios[-1]:.3f}")
+                f"ratio {stage_ratios[-1]:.3f}")
             log(f"round {r + 1}: stage breakdown: projection {stage['project_cpu_s'] / n * 1e3:.0f} CPU-ms/frame; face "
                 f"detection {stage['detect_cpu_s'] / n * 1e3:.0f} CPU-ms/frame ({stage['detector_calls']} detector runs on "
                 f"whole views at {stage['detect_width']} px wide, every {stage['detect_every']} frames, and "
@@ -336,8 +319,6 @@ def main() -> int:
 
         print(f"projection_vs_py360convert: {statistics.median(r[0] for r in rounds):.3f}")
         print(f"projection_vs_ffmpeg_v360: {statistics.median(r[1] for r in rounds):.3f}")
-        log(f"context: the stage over the floor with x264's default macroblock tree (median): "
-            f"{statistics.median(default_ratios):.3f}")
         print(f"stage_vs_decode_encode_floor: {statistics.median(stage_ratios):.3f}")
         print(f"peak_memory_10min_vs_1min: {m10['hwm_kib'] / m1['hwm_kib']:.3f}")
         log(f"total {time.time() - t0:.0f} s")

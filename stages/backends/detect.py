@@ -9,9 +9,9 @@ and set ``txt_feats`` (1, n, 512), the head's ``nc`` and the names, then drop th
 (mirrors ``WorldModel.set_classes`` + ``YOLOWorld.set_classes`` in ultralytics 8.4).
 
 Frames go to the model ``models.yolo_world_batch_size`` at a time (one forward pass per batch:
-ultralytics stacks a list of same-sized images into one tensor), in fp16 on a GPU
-(``models.yolo_world_half``: ultralytics' ``quantize=16``, which it applies on CUDA only; `make
-gpu-check` compares the boxes with fp32's on the same frames).
+ultralytics stacks a list of same-sized images into one tensor), in fp32, or in fp16 on a GPU
+with ``models.yolo_world_half`` (ultralytics' ``quantize=16``, which it applies on CUDA only;
+off by default until `make gpu-check` has compared its boxes with fp32's on the same frames).
 """
 
 from __future__ import annotations
