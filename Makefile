@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export YOLO_OFFLINE ?= 1
 PIP_INSTALL = $(BIN)/pip install -q --no-cache-dir
 
-.PHONY: setup run test lint-imports test-fast bench gpu-check gpu-kit deploy deploy-stop clean help
+.PHONY: setup run test lint lint-tree lint-imports test-fast bench gpu-check gpu-kit deploy deploy-stop clean help
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*##/\t/'
@@ -41,16 +41,23 @@ run: $(SETUP)    ## run the whole pipeline on the embedded sample (outputs under
 test: setup lint-imports ## the layering contracts, then the full test suite (what CI runs)
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
-# import-linter finds a package's modules by walking its folder, but vsi_wild.stages, .tasks and
-# .flows live beside vsi_wild/ (package-dir in pyproject.toml): it walks a tree of links laid out as
-# installed, run from inside that tree (in the repository root ./vsi_wild would shadow it).
+# import-linter and mypy find a package's modules by walking its folder, but vsi_wild.stages, .tasks
+# and .flows live beside vsi_wild/ (package-dir in pyproject.toml): they walk a tree of links laid out
+# as installed, run from inside that tree (in the repository root ./vsi_wild would shadow it).
 LINT_TREE := build/lint-imports
-lint-imports: setup ## the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md)
+lint-tree: setup
 	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/vsi_wild
 	ln -s $(CURDIR)/vsi_wild/* $(LINT_TREE)/vsi_wild/
 	for m in $$($(BIN)/python -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"]; print(*(k.partition(".")[2] + "=" + v for k, v in d.items() if "." in k))'); do \
 	  ln -s $(CURDIR)/$${m#*=} $(LINT_TREE)/vsi_wild/$${m%%=*}; done
+
+lint-imports: lint-tree ## the import contracts of pyproject.toml's [tool.importlinter] (docs/architecture.md)
 	cd $(LINT_TREE) && PYTHONPATH=. $(abspath $(BIN))/lint-imports --no-cache --no-logo $(CURDIR)/pyproject.toml
+
+lint: lint-tree  ## ruff (lint + format check) over the repository, mypy over the package ([tool.ruff], [tool.mypy])
+	$(BIN)/ruff check .
+	cd $(LINT_TREE) && MYPYPATH=. $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml \
+	  --cache-dir $(CURDIR)/build/mypy-cache --python-executable $(abspath $(BIN))/python -p vsi_wild
 
 test-fast: setup ## tests without the slow and model-heavy ones
 	$(BIN)/python -m pytest -ra -m "not slow and not models" $(PYTEST_ARGS)

@@ -173,7 +173,7 @@ def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool]]:
     for r in rows:
         task, view = r["task_type"], r["view"]
         if task == "VOC" and r["split"] in ("release", "voc_stream"):
-            for qt, ans in zip(r["query_times"], r["answers"]):
+            for qt, ans in zip(r["query_times"], r["answers"], strict=True):
                 counts = {truth.count(view, r["concepts"][0], qt, rd) for rd in p.voc_readings}
                 out.append((task, len(counts) > 1, int(ans) not in counts))
         elif r["split"] != "release":

@@ -145,8 +145,10 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
     import numpy as np
 
     from vsi_wild.stages import pose as po
-    from vsi_wild.stages.backends import base
-    from vsi_wild.stages.backends import twoview  # noqa: F401 - registers the CPU pose backend
+    from vsi_wild.stages.backends import (
+        base,
+        twoview,  # noqa: F401 - registers the CPU pose backend
+    )
     from vsi_wild.stages.faces import image_blurrer, make_detector
     from vsi_wild.stages.probe import probe_video
     from vsi_wild.stages.project import Projector, project_source

@@ -56,7 +56,7 @@ def main() -> None:
     syn, non = cosines(SYNONYMS), cosines(NON_SYNONYMS)
     if "--verbose" in sys.argv:
         for label, pairs, c in (("synonym", SYNONYMS, syn), ("distinct", NON_SYNONYMS, non)):
-            for (x, y), v in sorted(zip(pairs, c), key=lambda t: -t[1]):
+            for (x, y), v in sorted(zip(pairs, c, strict=True), key=lambda t: -t[1]):
                 print(f"# {label} {v:.3f}  {x} | {y}")
     for label, c in (("synonym", syn), ("distinct", non)):
         print(f"minilm.{label}_cosine_min: {c.min():.3f}")

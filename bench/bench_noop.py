@@ -39,7 +39,7 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -56,7 +56,7 @@ WEIGHT_FILES = ("clip/ViT-B-32.pt", "yolo_world/yolov8x-worldv2.pt", "sam3/sam3.
                 "da3/DA3-LARGE/config.json", "da3/DA3-LARGE/model.safetensors", "scrfd/scrfd_10g_bnkps.onnx")
 # One video in this many has a human fix file and a proposals file (raw inputs read on every run).
 HUMAN_INPUT_EVERY = 10
-STAMP = datetime(2025, 1, 1, tzinfo=timezone.utc)
+STAMP = datetime(2025, 1, 1, tzinfo=UTC)
 
 
 # ----------------------------------------------------------------------------------- the root
@@ -130,7 +130,7 @@ def build_root(base: Path, n_sources: int, total_clips: int) -> tuple[Path, Path
     views = list(config.project.views)
     clip_s = config.segment.clip_seconds
     # a video of n clips ends 20% into its last clip
-    durations = {sid: clip_s * (n - 0.2) for sid, n in zip(sources, clips_per_view(n_sources, total_clips, len(views)))}
+    durations = {sid: clip_s * (n - 0.2) for sid, n in zip(sources, clips_per_view(n_sources, total_clips, len(views)), strict=True)}
     _human_inputs(store, config, sources, views)
     first_probed = registry.STAGES.index(registry.stage("probe"))
     crawl_stages, rest = registry.STAGES[:first_probed], registry.STAGES[first_probed:]

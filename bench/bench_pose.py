@@ -80,8 +80,10 @@ def main() -> int:
 
     from vsi_wild.stages import metadata as meta
     from vsi_wild.stages import pose as po
-    from vsi_wild.stages.backends import base
-    from vsi_wild.stages.backends import twoview  # noqa: F401
+    from vsi_wild.stages.backends import (
+        base,
+        twoview,  # noqa: F401
+    )
     from vsi_wild.stages.video_io import sample_frames
 
     d, views_dir = prepare(args.cache, args.fps, args.view_width)

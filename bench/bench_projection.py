@@ -136,7 +136,7 @@ def bench_projection(raw: Path) -> dict[str, float]:
 
     from vsi_wild import ids
     from vsi_wild.stages.geometry import vfov_deg
-    from vsi_wild.stages.project import ProjectParams, Projector, render_view
+    from vsi_wild.stages.project import Projector, ProjectParams, render_view
 
     p = ProjectParams()
     frames = list(read_raw(raw))

@@ -314,7 +314,7 @@ def voo_sets(times: dict[str, tuple[float, float]], gap: float) -> list[tuple[in
     for w in (0, 1):
         for s in itertools.combinations(sorted(times), 4):
             t = sorted(times[c][w] for c in s)
-            if all(b - a >= gap and b > a for a, b in zip(t, t[1:])):
+            if all(b - a >= gap and b > a for a, b in zip(t, t[1:], strict=False)):
                 out.append((w, s))
     return out
 
@@ -327,7 +327,7 @@ def compare(got: tuple[dict, dict], want: tuple[dict, dict], sets: list) -> tupl
     right = total = 0
     for c, counts in voc_want.items():
         g = voc_got.get(c, [0] * len(counts))
-        right += sum(x == y for x, y in zip(g, counts)) + (g[-1] == counts[-1])
+        right += sum(x == y for x, y in zip(g, counts, strict=True)) + (g[-1] == counts[-1])
         total += len(counts) + 1
     vr = 0
     for w, s in sets:
@@ -386,7 +386,10 @@ class Tally:
 
     def lines(self, prefix: str, view_minutes: float) -> list[str]:
         v = self.v
-        acc = lambda a, n: f"{a / n:.4f}" if n else "nan"  # noqa: E731
+
+        def acc(a: float, n: float) -> str:
+            return f"{a / n:.4f}" if n else "nan"
+
         return [f"{prefix}false_merges: {v['merges']:.0f}", f"{prefix}false_splits: {v['splits']:.0f}",
                 f"{prefix}silent_false_merges: {v['silent_merges']:.0f}",
                 f"{prefix}silent_false_splits: {v['silent_splits']:.0f}",

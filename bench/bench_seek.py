@@ -51,7 +51,7 @@ def main() -> None:
     t0 = time.perf_counter()
     seek = list(sample_frames(path, 2.0, start=start, end=end))
     t_seek = time.perf_counter() - t0
-    equal = [f[:4] for f in full] == [f[:4] for f in seek] and all(np.array_equal(a[4], b[4]) for a, b in zip(full, seek))
+    equal = [f[:4] for f in full] == [f[:4] for f in seek] and all(np.array_equal(a[4], b[4]) for a, b in zip(full, seek, strict=True))
     print(f"clip_sampling_full_decode_s: {t_full:.2f}")
     print(f"clip_sampling_seek_s: {t_seek:.2f}")
     print(f"clip_sampling_seek_vs_full_decode: {t_full / t_seek:.1f}")

@@ -20,7 +20,6 @@ Usage: python bench/bench_verify.py [--keep DIR]
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import random
 import resource
@@ -29,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import UTC
 from pathlib import Path
 
 import numpy as np
@@ -41,11 +41,11 @@ CLIP_S = 300.0
 
 
 def _status(store, stage: str, unit: str, key: str) -> None:
-    from datetime import datetime, timezone
+    from datetime import datetime
 
     from vsi_wild import __version__
 
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     store.write_status({"stage": stage, "unit": unit, "state": "done", "key": key, "fingerprint": key, "error": None,
                         "error_class": None, "retryable": None, "attempts": 1, "started_at": now, "ended_at": now,
                         "duration_s": 0.0, "host": "bench", "pipeline_version": __version__})
@@ -225,8 +225,9 @@ def main() -> None:
         build(big, big_n, 2_000, 300_000)
         build(small, small_n, 24, 2_000)
 
-    from vsi_wild.verify.review import Review  # noqa: F401 - imported before timing
     from fastapi.testclient import TestClient
+
+    from vsi_wild.verify.review import Review  # noqa: F401 - imported before timing
 
     c = TestClient(_app(big))
     payload = c.get(f"/api/videos/{VID}")

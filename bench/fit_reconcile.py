@@ -26,14 +26,13 @@ Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-import bench_reconcile as br  # noqa: E402
+import bench_reconcile as br  # noqa: E402  the bench folder goes on sys.path first
 
 FITTED = ("position_scale", "position_tail", "drift_per_distance", "prior_log_odds", "same_clip_log_odds",
           "continuity_weight", "appearance_weight")
@@ -103,7 +102,7 @@ def main() -> int:
     print(f"fit_pairs_same_object: {int(y.sum())}")
 
     def params_of(x) -> P:
-        return P(**dict(zip(FITTED, x)))
+        return P(**dict(zip(FITTED, x, strict=True)))
 
     def loss(x) -> float:
         lo = asc.log_odds(asc.score(params_of(x), arrays))
@@ -112,7 +111,7 @@ def main() -> int:
 
     x0 = np.array([getattr(defaults, k) for k in FITTED])
     res = minimize(loss, x0, method="L-BFGS-B", bounds=[BOUNDS[k] for k in FITTED])
-    fitted = dict(zip(FITTED, (float(v) for v in res.x)))
+    fitted = dict(zip(FITTED, (float(v) for v in res.x), strict=True))
     print(f"fit_converged: {bool(res.success)} ({res.message})")
     print(f"fit_mean_log_loss: {res.fun / len(y):.4f} (at the defaults {loss(x0) / len(y):.4f})")
 
@@ -121,7 +120,7 @@ def main() -> int:
     params = defaults.model_copy(update={**fitted, "review_expected_errors": THRESHOLDS[0]})
     v11 = br.load_v11(args.v11)
     views_out, v11_items, minutes = [], 0, 0.0
-    for level, seed, vi, config, poses in data:
+    for level, _seed, vi, config, poses in data:
         rules = tm.answer_rules(config, vi.row)
         instances = vi.instances()
         by_key = {c.key: c for c in instances}

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_reconcile import REPO, ViewInputs, bench_config, prepared_views  # noqa: E402
+from bench_reconcile import REPO, ViewInputs, bench_config, prepared_views  # noqa: E402  the bench folder goes on sys.path first
 
 WINDOW_S = 20.0
 
@@ -88,7 +88,7 @@ def errors(vi: ViewInputs, camera_height: float) -> list[dict]:
         err = _outside(complex(*ci.where.xy), vi.objects[vi.truth_of[ci.key]], m, t, mirror)
         side = [o.cut_at_side() for o in ci.samples.values()]
         bottom = [o.cut_at_bottom() for o in ci.samples.values()]
-        in_part = all(a or b for a, b in zip(side, bottom))
+        in_part = all(a or b for a, b in zip(side, bottom, strict=True))
         out.append({"error": err, "sigma": float(np.sqrt(np.trace(ci.where.cov) / 2.0)), "range": ci.where.range,
                     "in_part": in_part, "at_side": all(side), "whole": not any(side) and not any(bottom)})
     return out

@@ -12,8 +12,8 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
-from collections.abc import Iterator
-from typing import Any, Literal
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from prefect import flow, get_run_logger, task
 from prefect.states import Failed
@@ -26,10 +26,14 @@ from vsi_wild.tasks import engine, registry
 from vsi_wild.tasks.engine import Outcome, Prepared, Selection
 from vsi_wild.tasks.sources import register_local
 
-
 # The stage names as a type: a deployment's published parameter schema lists them, so that
 # `prefect deployment run ... -p only='["typo"]'` is rejected when the run is created.
-StageName = Literal[tuple(s.name for s in registry.STAGES)]  # type: ignore[valid-type]
+F = TypeVar("F", bound=Callable[..., Any])
+
+if TYPE_CHECKING:  # the names are known only at run time
+    StageName = str
+else:
+    StageName = Literal[tuple(s.name for s in registry.STAGES)]
 
 
 class RunRequest(BaseModel):
@@ -136,10 +140,10 @@ Args:
 """
 
 
-def with_doc(doc: str) -> Any:
+def with_doc(doc: str) -> Callable[[F], F]:
     """Set a flow function's docstring before @flow reads it (Prefect parses "Args:" at decoration)."""
 
-    def set_doc(fn: Any) -> Any:
+    def set_doc(fn: F) -> F:
         fn.__doc__ = doc
         return fn
 

@@ -196,6 +196,7 @@ def extract_keyframes(path: str | Path, times: Sequence[float], max_width: int) 
         start = stream.start_time or 0
         rate = float(stream.average_rate or stream.guessed_rate or 0) or 1.0
         for t in times:
+            assert tb is not None  # a video stream's time base
             container.seek(start + int(t / tb), stream=stream, backward=True)
             pick = None
             for frame in container.decode(stream):
@@ -208,7 +209,7 @@ def extract_keyframes(path: str | Path, times: Sequence[float], max_width: int) 
             if pick is None:
                 continue
             ft, frame = pick
-            rgb = frame.to_ndarray(format="rgb24")
+            rgb: np.ndarray = frame.to_ndarray(format="rgb24")
             if rgb.shape[1] > max_width:
                 s = max_width / rgb.shape[1]
                 rgb = cv2.resize(rgb, (max_width, max(2, round(rgb.shape[0] * s))), interpolation=cv2.INTER_AREA)

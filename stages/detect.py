@@ -64,7 +64,7 @@ def detection_rows(video_id: str, batch: FrameBatch, dets: Sequence[Detections],
     rows = []
     for i, d in enumerate(dets):
         h, w = batch.images[i].shape[:2]
-        for box, score, label in zip(np.asarray(d.boxes, dtype=float).reshape(-1, 4), np.asarray(d.scores, dtype=float), d.labels):
+        for box, score, label in zip(np.asarray(d.boxes, dtype=float).reshape(-1, 4), np.asarray(d.scores, dtype=float), d.labels, strict=True):
             rows.append({
                 "video_id": video_id, "sample_index": int(batch.sample_indices[i]), "time": float(batch.times[i]),
                 "frame": int(batch.frame_indices[i]), "fps": float(batch.fps), "concept": label,
@@ -84,7 +84,7 @@ def count_runs(times: Sequence[float], gap_s: float, step_s: float = 0.5) -> int
     if not ts:
         return 0
     runs = 1
-    for a, b in zip(ts, ts[1:]):
+    for a, b in zip(ts, ts[1:], strict=False):
         if b - a - step_s > gap_s + 1e-9:
             runs += 1
     return runs

@@ -58,8 +58,18 @@ import pyarrow as pa
 from vsi_wild import schema
 from vsi_wild.digest import table_bytes
 from vsi_wild.stages import leak_probe
-from vsi_wild.stages.ledger import (ASKED, DUPLICATE, TEXT_BIASED, UNASKED, Ledger, Move, identity, keep_letters,
-                                    ledger_row, merged)
+from vsi_wild.stages.ledger import (
+    ASKED,
+    DUPLICATE,
+    TEXT_BIASED,
+    UNASKED,
+    Ledger,
+    Move,
+    identity,
+    keep_letters,
+    ledger_row,
+    merged,
+)
 from vsi_wild.stages.qa.balance import answer_histograms, balance_answers
 from vsi_wild.stages.qa.common import LETTERS, StableRng, question_id, skipped_table, stable_hash
 from vsi_wild.stages.qa.params import QAParams
@@ -259,7 +269,7 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams, l
     rows.sort(key=lambda r: (split_rank[r["split"]], r["video_name"], r["_n"]))
     for r in rows:
         r.pop("_n")
-    reasons = {d: u["reason"] for d, u in zip(sorted(unasked_ids), unasked)}  # balance_answers' order
+    reasons = {d: u["reason"] for d, u in zip(sorted(unasked_ids), unasked, strict=True)}  # balance_answers' order
     current = _ledger_rows(kept, unasked_rows, reasons, duplicates, seen, text_biased, orders, moves)
     for ident, r in current.items():
         if r["state"] in (UNASKED, TEXT_BIASED) and ledger.state(ident) == ASKED:

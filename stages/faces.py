@@ -57,10 +57,10 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild import schema
+from vsi_wild.errors import MissingDependency, MissingWeights, UnitError
 from vsi_wild.stages.backends import base as backends
 from vsi_wild.stages.backends.params import load_once
 from vsi_wild.stages.backends.weights import SCRFD_10G_BNKPS
-from vsi_wild.errors import MissingDependency, MissingWeights, UnitError
 
 
 class FaceParams(BaseModel):
@@ -145,8 +145,8 @@ class CenterFaceDetector:
         del model.graph.initializer[:]
         model.graph.initializer.extend(kept)
 
-        def dyn(value, dims):
-            for d, v in zip(value.type.tensor_type.shape.dim, dims):
+        def dyn(value: onnx.ValueInfoProto, dims: list[int | str]) -> None:
+            for d, v in zip(value.type.tensor_type.shape.dim, dims, strict=True):
                 d.ClearField("dim_value")
                 d.ClearField("dim_param")
                 if isinstance(v, int):
@@ -469,9 +469,10 @@ class _Frame:
     carried: list[Dets | None]
 
     def own(self, k: int) -> tuple[Dets, bool]:
-        if self.dets[k] is not None:
-            return self.dets[k], True
-        return (self.carried[k] if self.carried[k] is not None else Dets.none()), False
+        d, c = self.dets[k], self.carried[k]
+        if d is not None:
+            return d, True
+        return (c if c is not None else Dets.none()), False
 
 
 def interpolate(d0: Dets, d1: Dets, pairs: list[tuple[int, int]], alpha: float) -> Dets:
@@ -597,6 +598,7 @@ class FaceBlurrer:
                 if b - a <= 1:
                     continue
                 da, db = self.buf[a].dets[k], self.buf[b].dets[k]
+                assert da is not None and db is not None  # both ends are detection frames
                 pairs = match_boxes(da.boxes, db.boxes)
                 if len(pairs) == len(da.boxes) == len(db.boxes) and all(
                         self._steady(da.boxes[i], db.boxes[j]) for i, j in pairs):
@@ -648,7 +650,7 @@ class FaceBlurrer:
                         continue
                     big = enlarge_boxes(d.boxes, p.margin, self.w, self.h)
                     self.layout.blur(fr.ready.views[k], self.w, self.h, big, p.blur_cells)
-                    for b, sc in zip(big, d.scores):
+                    for b, sc in zip(big, d.scores, strict=True):
                         for name, val in (("video_id", self.video_ids[k]), ("frame", fr.ready.index),
                                           ("time", fr.ready.time), ("x0", b[0]), ("y0", b[1]), ("x1", b[2]),
                                           ("y1", b[3]), ("score", float(sc)), ("backend", self.detector.name),
@@ -668,7 +670,7 @@ class FaceBlurrer:
         self.buf.append(fr)
         if n % self.every != 0:
             return []
-        fr.dets = self.detect_views(views)
+        fr.dets = list(self.detect_views(views))  # (a list of Dets | None)
         self._resolve()
         return self._release(len(self.buf) - 1)  # the detection frame waits for its right neighbour
 
@@ -701,6 +703,6 @@ def image_blurrer(detector: FaceDetector, params: FaceParams) -> Callable[[np.nd
         blurrer.finish()
         r = blurrer.rows
         return out, [{"x0": float(x0), "y0": float(y0), "x1": float(x1), "y1": float(y1), "score": score}
-                     for x0, y0, x1, y1, score in zip(r["x0"], r["y0"], r["x1"], r["y1"], r["score"])]
+                     for x0, y0, x1, y1, score in zip(r["x0"], r["y0"], r["x1"], r["y1"], r["score"], strict=True)]
 
     return blur

@@ -27,7 +27,7 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Any, Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
@@ -249,9 +249,8 @@ class ReviewQuestion(_Op):
         return []
 
 
-FixOp = Annotated[Union[RenameConcept, Merge, Split, AddInstance, RemoveInstance, SetAppearance, Motion,
-                        ReviewQuestion, SetBox, SplitAt, ReviewPair], Field(discriminator="op")]
-_ADAPTER = TypeAdapter(FixOp)
+FixOp = Annotated[RenameConcept | Merge | Split | AddInstance | RemoveInstance | SetAppearance | Motion | ReviewQuestion | SetBox | SplitAt | ReviewPair, Field(discriminator="op")]
+_ADAPTER: TypeAdapter[FixOp] = TypeAdapter(FixOp)
 OPS = ("rename_concept", "merge", "split", "add_instance", "remove_instance", "set_appearance", "motion",
        "review_question", "set_box", "split_at", "review_pair")
 
@@ -434,7 +433,7 @@ class VocabularyRename(RenameConcept):
 
 
 VOCABULARY_OPS = ("rename_concept", "synonyms")
-_VOCABULARY_ADAPTER = TypeAdapter(Annotated[Union[VocabularyRename, Synonyms], Field(discriminator="op")])
+_VOCABULARY_ADAPTER: TypeAdapter[VocabularyRename | Synonyms] = TypeAdapter(Annotated[VocabularyRename | Synonyms, Field(discriminator="op")])
 VOCABULARY_FILE = "vocabulary.yaml"  # in fixes_dir: no video id has no view suffix, so no clash
 
 

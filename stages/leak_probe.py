@@ -163,7 +163,7 @@ def _cross_analyzer(questions: Sequence[str]) -> Callable[[str], list[str]]:
 
 
 def _bigrams(words: Sequence[str]) -> set[tuple[str, str]]:
-    return set(zip(words, words[1:])) or {(w, "") for w in words}
+    return set(zip(words, words[1:], strict=False)) or {(w, "") for w in words}
 
 
 def _jaccard(a: set, b: set) -> float:
@@ -189,7 +189,7 @@ def _shape_features(items: Sequence[Item]) -> np.ndarray:
     return np.array(rows, dtype=float).reshape(-1, 5)
 
 
-def _mc_matrix(items: Sequence[Item]):
+def _mc_matrix(items: Sequence[Item]) -> Any:  # a scipy CSR matrix
     from scipy import sparse
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -252,7 +252,7 @@ def _probe_numeric(items: Sequence[Item], fold: Sequence[int]) -> tuple[list[flo
         train, test = np.flatnonzero(fold_arr != f), np.flatnonzero(fold_arr == f)
         constant = best_constant([items[i].answer for i in train])
         pred = np.expm1(Ridge(alpha=1.0).fit(x[train], y[train]).predict(x[test]))
-        for i, p in zip(test, pred):
+        for i, p in zip(test, pred, strict=True):
             probe[i] = ev.mra(float(round(max(p, 0.0))), items[i].answer)
             const[i] = ev.mra(constant, items[i].answer)
     return probe, const
@@ -293,18 +293,18 @@ def probe(items: Sequence[Item], folds: int = 5, seed: int = 0, margin: float = 
                 entry.note = "one view video: cross-validation needs two groups"
                 continue
         fold = fold_of(groups, folds, seed)
-        result.folds.update({it.key: f for it, f in zip(its, fold)})
+        result.folds.update({it.key: f for it, f in zip(its, fold, strict=True)})
         if numeric:
             scores, baseline = _probe_numeric(its, fold)
             entry.probe, entry.chance = float(np.mean(scores)), float(np.mean(baseline))
-            result.bias.update({it.key: s - b for it, s, b in zip(its, scores, baseline)})
+            result.bias.update({it.key: s - b for it, s, b in zip(its, scores, baseline, strict=True)})
             beats = entry.probe - entry.chance > margin
         else:
             hits, probs = _probe_mc(its, fold, seed)
             chances = [1.0 / len(it.options) for it in its]
             entry.probe, entry.chance = float(np.mean(hits)), float(np.mean(chances))
             entry.p_value = _binomial_p(hits, entry.chance)
-            result.bias.update({it.key: p - c for it, p, c in zip(its, probs, chances)})
+            result.bias.update({it.key: p - c for it, p, c in zip(its, probs, chances, strict=True)})
             beats = entry.probe - entry.chance > margin and entry.p_value < alpha
         if len(its) < min_n:
             entry.note = "; ".join(filter(None, [entry.note, f"fewer than {min_n} questions: too few to call a leak"]))
@@ -339,7 +339,7 @@ def debias(items: Sequence[Item], stop_margin: float = 0.05, step: float = 0.05,
             res = probe(its, folds=folds, seed=seed)
             entry = res.tasks[name]
             rounds.setdefault(name, []).append({"round": rnd, "n": entry.n, "probe": entry.probe, "chance": entry.chance})
-            if (entry.probe is None or entry.probe - entry.chance <= stop_margin
+            if (entry.probe is None or entry.chance is None or entry.probe - entry.chance <= stop_margin
                     or (entry.p_value is not None and entry.p_value >= alpha)
                     or entry.grouped_by != "source video"):  # one source: its lead is the shared world (``probe``)
                 break

@@ -159,6 +159,7 @@ def keep_letters(rows: Sequence[dict[str, Any]], fresh: Mapping[str, int], ledge
         if r["doc_id"] not in known:
             continue
         prior = ledger.get(r["_identity"])
+        assert prior is not None  # known: the ledger holds its options
         stored = list(prior["options"])
         current = [r["correct"], *r["distractors"]]
         if sorted(stored) == sorted(current):
@@ -250,7 +251,7 @@ def _repair(rows: Sequence[Mapping[str, Any]], orders: dict[str, list[str]], let
 # ----------------------------------------------------------------------------- the new ledger
 def ledger_row(q: Mapping[str, Any], state: str, **kw: Any) -> dict[str, Any]:
     """A QA_LEDGER row of question row ``q`` (a release row) in ``state``."""
-    row = {c: None for c in schema.QA_LEDGER.names}
+    row: dict[str, Any] = {c: None for c in schema.QA_LEDGER.names}
     row.update({"identity": q["_identity"], "video_name": q["video_name"], "state": state,
                 **{name: q[name] for name in schema.identity_fields()},
                 "question": q["question"],

@@ -115,6 +115,7 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
         by_time = {o["time"]: o for o in ins.obs.values()}
         pos = None
         if located:
+            assert poses is not None  # located
             sightings = sightings_of[ins.id]
             loc = locate(sightings, poses, camera_height, params.min_ray_spread_deg, level) if sightings else None
             pos = loc[0] if loc is not None else None
@@ -390,7 +391,8 @@ def _merge_ids(st: _Fixing, f: fx.Fix, ids: list[int], name: str) -> str:
     if any(insts[i].spans_override is not None for i in ids):  # an added instance among them
         spans: list[tuple[float, float]] = []
         for i in ids:
-            spans += insts[i].spans_override if insts[i].spans_override is not None else spans_of(
+            override = insts[i].spans_override
+            spans += override if override is not None else spans_of(
                 [o["time"] for o in insts[i].obs.values()], st.inputs.params.span_gap_s)
         insts[keep].spans_override = sorted(spans)
     for i in ids[1:]:
@@ -431,7 +433,7 @@ def _split_member(st: _Fixing, f: fx.Fix, key: tuple[int, int], src: int, name: 
         del insts[src].obs[k]
     insts[src].origin = "fix"
     insts[new.id] = new
-    for other, now in st.member_now.items():  # the clip's members of src go with their observations
+    for other in st.member_now:  # the clip's members of src go with their observations
         if other[0] == clip and st.member_instance(other) == src:
             st.member_now[other] = new.id
     return f"split clip {clip} local {local} out of {src} as {new.id}"
@@ -446,12 +448,12 @@ def track_boxes(frames: Sequence[fx.Keyframe], duration_s: float,
     w, h = image_size or (None, None)
 
     def clipped(b: Sequence[float]) -> tuple[float, ...]:
-        if w is None:
+        if w is None or h is None:  # both None or neither
             return tuple(float(v) for v in b)
         return (max(0.0, b[0]), max(0.0, b[1]), min(float(w), b[2]), min(float(h), b[3]))
 
     boxes: dict[int, tuple[float, ...] | None] = {}
-    for a, b in zip(frames, list(frames[1:]) + [None]):
+    for a, b in zip(frames, list(frames[1:]) + [None], strict=True):
         if a.box is None:
             continue
         end = b.time if b is not None else a.time
@@ -463,7 +465,9 @@ def track_boxes(frames: Sequence[fx.Keyframe], duration_s: float,
                     boxes[k] = clipped(a.box)
                 continue
             u = 0.0 if b is None or b.time == a.time else (t - a.time) / (b.time - a.time)
-            boxes[k] = clipped([p + u * (q - p) for p, q in zip(a.box, b.box if b is not None else a.box)])
+            end_box = b.box if b is not None else a.box
+            assert end_box is not None  # a keyframe that is not outside has a box (fixes.Keyframe)
+            boxes[k] = clipped([p + u * (q - p) for p, q in zip(a.box, end_box, strict=True)])
         if b is not None and b.outside:  # up to the next box, the object is out of view
             nxt = next((k for k in frames if k.time > b.time and k.box is not None), None)
             stop = nxt.time if nxt is not None else duration_s
@@ -487,7 +491,7 @@ def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> 
         if kf.time > duration_s + 1e-6:
             raise st.error(f, "boxes", f"keyframe {i + 1} at {kf.time} s is after the video ({duration_s:.1f} s)",
                            line=f.line_of(f"boxes.{i}"))
-        if kf.box is not None and w is not None and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0):
+        if kf.box is not None and w is not None and h is not None and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0):
             raise st.error(f, "boxes", f"keyframe {i + 1}: box {list(kf.box)} is outside the {w}x{h} view",
                            line=f.line_of(f"boxes.{i}"))
 

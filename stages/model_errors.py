@@ -33,11 +33,14 @@ import math
 import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import cv2
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:
+    from vsi_wild.stages.pose import Track
 
 Level = Literal["none", "moderate", "severe"]
 LEVELS: tuple[Level, ...] = ("none", "moderate", "severe")
@@ -202,13 +205,13 @@ def perturb_segments(records: Sequence, level: str, rng: np.random.Generator, im
             sx, sy = 1.0 - rng.random() * e.shrink, 1.0 - rng.random() * e.shrink
             cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
             jit = rng.normal(0.0, e.jitter, 4) * np.array([bw, bh, bw, bh])
-            new = (cx - sx * bw / 2 + jit[0], cy - sy * bh / 2 + jit[1], cx + sx * bw / 2 + jit[2],
+            moved = (cx - sx * bw / 2 + jit[0], cy - sy * bh / 2 + jit[1], cx + sx * bw / 2 + jit[2],
                    cy + sy * bh / 2 + jit[3])
-            new = (max(0.0, new[0]), max(0.0, new[1]), min(float(w), new[2]), min(float(h), new[3]))
-            if new[2] - new[0] < 1 or new[3] - new[1] < 1:
+            moved = (max(0.0, moved[0]), max(0.0, moved[1]), min(float(w), moved[2]), min(float(h), moved[3]))
+            if moved[2] - moved[0] < 1 or moved[3] - moved[1] < 1:
                 continue
-            out.append(replace(r, concept=concept_of[i], local_id=fragment[key], box=new,
-                               mask=_moved_mask(np.asarray(r.mask, dtype=bool), r.box, new)))
+            out.append(replace(r, concept=concept_of[i], local_id=fragment[key], box=moved,
+                               mask=_moved_mask(np.asarray(r.mask, dtype=bool), r.box, moved)))
     # short false tracks: a box of a kept concept where nothing is
     n_positions = max(positions) + 1
     template = records[0]
@@ -223,7 +226,7 @@ def perturb_segments(records: Sequence, level: str, rng: np.random.Generator, im
             box = (x0, y0, x0 + bw, y0 + bh)
             mask = np.zeros((h, w), dtype=np.uint8)
             cv2.ellipse(mask, (int(x0 + bw / 2), int(y0 + bh / 2)), (max(int(bw / 2), 1), max(int(bh / 2), 1)),
-                        0, 0, 360, 1, -1)
+                        0, 0, 360, (1,), -1)
             out.append(replace(template, frame_pos=pos, concept=concept, local_id=next_id, box=box, score=1.0,
                                mask=mask > 0))
         next_id += 1
@@ -242,7 +245,7 @@ def _rotation(axis: np.ndarray, angle: float) -> np.ndarray:
     return np.eye(3) + math.sin(angle) * K + (1.0 - math.cos(angle)) * K @ K
 
 
-def perturb_track(track, level: str, rng: np.random.Generator):
+def perturb_track(track: Track, level: str, rng: np.random.Generator) -> Track:
     """The track (``stages.pose.Track``) as a pose estimator of the given level would have given it:
     its steps scaled by a drifting scale and turned about the world's vertical by a drifting
     heading (the cameras turned with them), then each camera jittered. Invalid rows stay as they
@@ -256,7 +259,7 @@ def perturb_track(track, level: str, rng: np.random.Generator):
     log_scale, heading = 0.0, 0.0
     newC = {rows[0]: C[rows[0]].copy()}
     turn = {rows[0]: np.eye(3)}
-    for prev, i in zip(rows, rows[1:]):
+    for prev, i in zip(rows, rows[1:], strict=False):
         step = track.C[i] - track.C[prev]
         dt = max(float(track.times[i] - track.times[prev]), 0.0)
         log_scale += rng.normal(0.0, e.scale_per_sqrt_min * math.sqrt(dt / 60.0))

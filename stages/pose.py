@@ -23,14 +23,16 @@ view's camera axes (0 = forward, +90 = right, ±180 = backward), as in ``schema.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Literal, overload
 
 import numpy as np
+import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from vsi_wild.stages.backends.base import FrameBatch, PoseResult
+from vsi_wild.stages.backends.base import FrameBatch, PoseEstimator, PoseResult
 
 
 class PoseParams(BaseModel):
@@ -136,7 +138,10 @@ class Track:
 
     def down_at(self, k: int) -> np.ndarray:
         """Camera k's own down axis in the world (the world's down where the view is level)."""
-        return self._down_of_row(self.row(k))
+        i = self.row(k)
+        if i is None:  # (indexing R with None raised a ValueError here before)
+            raise ValueError(f"sample {k} has no valid pose")
+        return self._down_of_row(i)
 
     def _down_of_row(self, i: int) -> np.ndarray:
         return self.R[i].T @ np.array([0.0, 1.0, 0.0])
@@ -176,13 +181,13 @@ def rotation_median(Rs: Sequence[np.ndarray], iters: int = 20, eps_deg: float = 
     Unlike the mean, one view's failed estimate does not pull the result: on the sample, single
     views' step rotations were off by 3-6° now and then, and the mean let that add up to 11-19° of
     heading drift over two minutes (the median: 5-8°)."""
-    R = _project_so3(sum(Rs))
+    R = _project_so3(sum(Rs, np.zeros((3, 3))))
     if len(Rs) < 3:
         return R
     eps = math.radians(eps_deg)
     for _ in range(iters):
         d = [math.acos(max(-1.0, min(1.0, (float(np.trace(R.T @ Q)) - 1.0) / 2.0))) for Q in Rs]
-        R2 = _project_so3(sum(Q / max(x, eps) for Q, x in zip(Rs, d)))
+        R2 = _project_so3(sum((Q / max(x, eps) for Q, x in zip(Rs, d, strict=True)), np.zeros((3, 3))))
         if np.allclose(R2, R, atol=1e-12):
             break
         R = R2
@@ -190,7 +195,7 @@ def rotation_median(Rs: Sequence[np.ndarray], iters: int = 20, eps_deg: float = 
 
 
 # ------------------------------------------------------------------------------ chunking
-def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarray]], video_id: str, fps: float,
+def estimate_chunked(estimator: PoseEstimator, frames: Iterable[tuple[int, float, int, np.ndarray]], video_id: str, fps: float,
                      chunk: int) -> Track:
     """Run ``estimator`` over a stream of (k, t_k, frame_index, rgb) in chunks of ``chunk`` frames
     overlapping by two, and stitch the chunks into one track (rigid alignment on the last shared
@@ -198,14 +203,16 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
     common unit: ``last_metric``). Holds at most one chunk of images."""
     assert chunk >= 3
     ks, ts, fs = [], [], []
-    Rs, Cs, Ks, valid, metric, bearings = [], [], [], [], [], []
+    Rs: list[np.ndarray] = []
+    Cs: list[np.ndarray] = []
+    Ks, valid, metric, bearings = [], [], [], []
     has_metric = has_bearings = False
     chained = bool(getattr(estimator, "chains_steps", False))
     buf: list[tuple[int, float, int, np.ndarray]] = []
     first = True
-    scale = 1.0
+    scale: float | np.floating = 1.0
 
-    def run(items):
+    def run(items: list[tuple[int, float, int, np.ndarray]]) -> None:
         nonlocal first, scale, has_metric, has_bearings
         batch = FrameBatch(video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items],
                            [x[0] for x in items], fps)
@@ -218,6 +225,7 @@ def estimate_chunked(estimator, frames: Iterable[tuple[int, float, int, np.ndarr
         pairs = getattr(estimator, "last_bearings", None)
         pairs = pairs if pairs is not None and len(pairs) == len(items) else None
         has_bearings = has_bearings or pairs is not None
+        s: float | np.floating
         if first:
             start = 0
             R_al, C_al, s = np.eye(3), np.zeros(3), 1.0
@@ -281,7 +289,8 @@ def _depths(b1: np.ndarray, b2: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, 
     return (np.where(ok, (r1 - a12 * r2) / safe, 0.0), np.where(ok, (r2 - a12 * r1) / safe, 0.0), ok)
 
 
-def _epipolar_normals(pairs, dR):
+def _epipolar_normals(pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+                      dR: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     b1 = np.concatenate([p[0] for p in pairs])
     b2 = np.concatenate([p[1] for p in pairs]) @ dR  # dR^T b2, rows
     return b1, b2, np.cross(b1, b2)
@@ -300,13 +309,14 @@ def rig_motion(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR0: np.ndarray, 
     from scipy.optimize import minimize
     from scipy.spatial.transform import Rotation
 
-    c0, inl = rig_translation(pairs, dR0, tol, with_inliers=True) or (None, None)
-    if c0 is None:
+    got = rig_translation(pairs, dR0, tol, with_inliers=True)
+    if got is None:
         return None
+    c0, inl = got
     b1 = np.concatenate([p[0] for p in pairs])[inl]
     b2 = np.concatenate([p[1] for p in pairs])[inl]
 
-    def cost(w):
+    def cost(w: np.ndarray) -> float:
         N = np.cross(b1, b2 @ (Rotation.from_rotvec(w).as_matrix() @ dR0))
         return float(np.linalg.eigvalsh(N.T @ N)[0]) / len(N)
 
@@ -354,8 +364,21 @@ def rig_ground_height(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.nda
     return float(np.median(heights[inliers]))
 
 
+@overload
 def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, tol: float,
-                    min_inliers: int = 12, seed: int = 0, with_inliers: bool = False):
+                    min_inliers: int = ..., seed: int = ..., *,
+                    with_inliers: Literal[True]) -> tuple[np.ndarray, np.ndarray] | None: ...
+
+
+@overload
+def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, tol: float,
+                    min_inliers: int = ..., seed: int = ...,
+                    with_inliers: Literal[False] = ...) -> np.ndarray | None: ...
+
+
+def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, tol: float,
+                    min_inliers: int = 12, seed: int = 0,
+                    with_inliers: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
     """The direction of one step's translation from the matches of all of a rig's views at once.
 
     The views of a panorama share its centre, so their bearings (rotated into the rig's axes) are
@@ -482,7 +505,8 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
                 d = mean / np.linalg.norm(mean) * float(np.median(mags)) * unit
             pairs = []
             for v in oks:
-                b = tracks[v].bearings[k + 1] if tracks[v].bearings is not None else None
+                bv = tracks[v].bearings
+                b = bv[k + 1] if bv is not None else None
                 if b is not None:
                     M = yaw_matrix(yaws[v])
                     pairs.append((b[0] @ M.T, b[1] @ M.T))
@@ -490,11 +514,11 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
             if joint is not None and np.linalg.norm(d) > 1e-12:
                 dR, d = joint[0], joint[1] * np.linalg.norm(d)
                 h = rig_ground_height(pairs, dR, joint[1], bearing_tol) if camera_height else None
-                if h is not None:
+                if h is not None and camera_height is not None:  # h is None without camera_height
                     rig_lengths[k] = camera_height / h
         # Step lengths the views measured against the ground (metric), where the rig did not.
         trusted = [float(np.linalg.norm(steps[v][1][k])) for v in oks
-                   if tracks[v].metric is not None and tracks[v].metric[k + 1]]
+                   if (mv := tracks[v].metric) is not None and mv[k + 1]]
         # a view that saw no parallax (its "standing still" is exact) where the others saw the rig
         # move: it looked at far things only, its zero measures nothing. Its zero comes back from
         # the chained poses as rounding (1e-15 to 1e-13: 2-3 steps of every sample and bench seed),
@@ -587,7 +611,7 @@ class ViewInput:
     frames: Callable[[], Iterable[tuple[int, float, int, np.ndarray]]]
 
 
-def estimate_source(views: dict[str, ViewInput], make_estimator: Callable[[ViewInput], object], params: PoseParams,
+def estimate_source(views: dict[str, ViewInput], make_estimator: Callable[[ViewInput], PoseEstimator], params: PoseParams,
                     progress: Callable[[int, int], None] | None = None) -> tuple[Track, dict[str, Track]]:
     """The pose stage's work for one source: each view estimated alone (``estimate_chunked``),
     steps that fewer than two views managed recovered across the rig (``recover_turns``), the
@@ -595,9 +619,9 @@ def estimate_source(views: dict[str, ViewInput], make_estimator: Callable[[ViewI
     tracks: dict[str, Track] = {}
     frame_w: dict[str, int] = {}
     for v, vi in views.items():
-        first_w = []
+        first_w: list[int] = []
 
-        def stream(vi=vi, first_w=first_w):
+        def stream(vi: ViewInput = vi, first_w: list[int] = first_w) -> Iterator[tuple[int, float, int, np.ndarray]]:
             for item in vi.frames():
                 if not first_w:
                     first_w.append(item[3].shape[1])
@@ -685,5 +709,5 @@ def motion_vectors(track: Track) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return angle, speed, ok
 
 
-def wrap(a):
+def wrap(a: npt.ArrayLike) -> np.ndarray:
     return (np.asarray(a) + 180.0) % 360.0 - 180.0

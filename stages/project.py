@@ -38,8 +38,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
-from typing import Literal
+from typing import Literal, cast
 
+import av
 import cv2
 import numba
 import numpy as np
@@ -50,8 +51,22 @@ from vsi_wild import ids, schema
 from vsi_wild.digest import sha256_file
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
-from vsi_wild.stages.faces import FaceBlurrer, FaceDetector, FaceParams, auto_detect_width, detection_every
-from vsi_wild.stages.video_io import EncoderSettings, ThreadedWriter, VideoReader, VideoWriter, inspect_written, yuv420_planes
+from vsi_wild.stages.faces import (
+    FaceBlurrer,
+    FaceDetector,
+    FaceParams,
+    ReadyFrame,
+    auto_detect_width,
+    detection_every,
+)
+from vsi_wild.stages.video_io import (
+    EncoderSettings,
+    ThreadedWriter,
+    VideoReader,
+    VideoWriter,
+    inspect_written,
+    yuv420_planes,
+)
 
 ViewName = Literal["front", "right", "back", "left"]
 
@@ -61,7 +76,7 @@ class ProjectParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    views: list[ViewName] = Field(default_factory=lambda: list(ids.VIEWS), description="views to write")
+    views: list[ViewName] = Field(default_factory=lambda: cast(list[ViewName], list(ids.VIEWS)), description="views to write")
     width: int = Field(1920, ge=16, description="view width (even)")
     height: int = Field(1080, ge=16, description="view height (even); vertical FOV follows from the aspect")
     hfov_deg: float = Field(90.0, gt=0, lt=180)
@@ -233,7 +248,8 @@ def build_yuv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: fl
 
 
 @numba.njit(nogil=True, fastmath=True, cache=True, boundscheck=False)
-def _remap_plane(strip_t, x0, x1, wx, rows_t, col_lo, col_hi, col, out):  # pragma: no cover - numba
+def _remap_plane(strip_t: np.ndarray, x0: np.ndarray, x1: np.ndarray, wx: np.ndarray, rows_t: np.ndarray,  # pragma: no cover - numba
+                 col_lo: np.ndarray, col_hi: np.ndarray, col: np.ndarray, out: np.ndarray) -> None:
     """Bilinear remap of one plane into one view, one output column at a time (the source
     column of an output column is fixed at pitch 0). ``strip_t`` is the source rows a view reads,
     transposed (one row per source column, shared by the views). Per output column i: col[r] = the
@@ -241,6 +257,7 @@ def _remap_plane(strip_t, x0, x1, wx, rows_t, col_lo, col_hi, col, out):  # prag
     out[j, i] = col[r], col[r + 1] blended as ``rows_t[i, j]`` says: lookups in a ~2.5 KB column
     that stays in L1 (row-major passes gathered from L2: ~1.6x slower). Indices are unsigned (no
     negative-index wrap code in the inner loops). Runs without the GIL: views run in threads."""
+    r: int | np.uint64  # a source row: int below, uint64 in the inner loop
     w, h = rows_t.shape
     for i in range(w):
         b = np.uint32(wx[i])
@@ -322,14 +339,17 @@ class Projector:
         self.cpu_s = 0.0  # CPU time spent projecting (fast path), all threads
         self._lock = threading.Lock()
 
-    def _views_fast(self, t: int, k0: int, k1: int, strips, out: np.ndarray) -> None:
+    def _views_fast(self, t: int, k0: int, k1: int, strips: tuple[np.ndarray, np.ndarray, np.ndarray],
+                    out: np.ndarray) -> None:
         t0 = time.thread_time()
         self._views_fast_inner(t, k0, k1, strips, out)
         with self._lock:
             self.cpu_s += time.thread_time() - t0
 
-    def _views_fast_inner(self, t: int, k0: int, k1: int, strips, out: np.ndarray) -> None:
+    def _views_fast_inner(self, t: int, k0: int, k1: int, strips: tuple[np.ndarray, np.ndarray, np.ndarray],
+                          out: np.ndarray) -> None:
         m = self.fast
+        assert m is not None  # the fast path's
         ysz, csz = self.w * self.h, (self.w // 2) * (self.h // 2)
         for k in range(k0, k1):
             dst = out[k]
@@ -354,6 +374,7 @@ class Projector:
         out = np.empty((self.n, self.frame_size), np.uint8)
         m = self.fast
         if m is not None:
+            assert self._strips is not None  # made with self.fast
             t0 = time.thread_time()
             cw = self.src_w // 2
             strips = (cv2.transpose(Y[m.luma.rmin : m.luma.rmin + m.luma.nrows, : self.src_w], self._strips[0]),
@@ -386,7 +407,7 @@ class Projector:
                           borderMode=cv2.BORDER_REPLICATE)
         return out
 
-    def project_frame(self, frame) -> np.ndarray:  # av.VideoFrame
+    def project_frame(self, frame: av.VideoFrame) -> np.ndarray:
         return self.project(*yuv420_planes(frame))
 
 
@@ -436,7 +457,7 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
                     max_queue=params.queue_frames))
             total = info.n_frames or (int(round(info.duration_s * info.fps)) if info.fps else None)
 
-            def emit(ready) -> None:
+            def emit(ready: list[ReadyFrame]) -> None:
                 for item in ready:
                     for k, w in enumerate(writers):
                         w.write(item.views[k], item.pts)
@@ -469,7 +490,7 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
 
     vfov = params.vfov_deg
     rows = []
-    for view, vid, p in zip(params.views, vids, paths):
+    for view, vid, p in zip(params.views, vids, paths, strict=True):
         got = inspect_written(p)
         rows.append({
             "video_id": vid, "source_id": sid, "view": view, "yaw_deg": ids.VIEWS[view],

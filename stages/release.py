@@ -75,6 +75,7 @@ def changelog(before: Sequence[Mapping[str, Any]] | None, before_build: Mapping[
         else:
             what, kind = [], "added" if a is None else "removed"
         r = b or a
+        assert r is not None  # a row is in the old or the new release
         entries.append({"doc_id": d, "kind": kind, "what": what, "video_id": r["video_id"], "task_type": r["task_type"],
                         "question": r["question"],
                         "before": None if a is None else {"answer": a["answer"], "answer_text": a["answer_text"],

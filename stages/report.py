@@ -125,9 +125,9 @@ def letter_balance(letters: Mapping[str, int]) -> dict[str, Any]:
 
     counts = [int(letters.get(x, 0)) for x in ev.LETTERS]
     if sum(counts) == 0:
-        return {"counts": dict(zip(ev.LETTERS, counts)), "chi2": None, "p": None}
+        return {"counts": dict(zip(ev.LETTERS, counts, strict=True)), "chi2": None, "p": None}
     res = chisquare(counts)
-    return {"counts": dict(zip(ev.LETTERS, counts)), "chi2": float(res.statistic), "p": float(res.pvalue)}
+    return {"counts": dict(zip(ev.LETTERS, counts, strict=True)), "chi2": float(res.statistic), "p": float(res.pvalue)}
 
 
 def render_markdown(rep: Mapping[str, Any]) -> str:

@@ -68,7 +68,10 @@ def compare(before: Sequence[Mapping[str, Any]], before_build: Mapping[str, Any]
     old, new = _keyed(before), _keyed(after)
     added = [new[k] for k in new if k not in old]
     removed = [old[k] for k in old if k not in new]
-    changed, letters, order, renumbered = [], [], [], []
+    changed: list[dict[str, Any]] = []
+    letters: list[dict[str, Any]] = []
+    order: list[dict[str, Any]] = []
+    renumbered: list[dict[str, Any]] = []
     for k in new:
         if k in old:
             a, b = old[k], new[k]
@@ -84,8 +87,10 @@ def compare(before: Sequence[Mapping[str, Any]], before_build: Mapping[str, Any]
                 renumbered.append({**entry, "doc_id": [a["doc_id"], b["doc_id"]]})
     per_task: dict[str, Counter] = defaultdict(Counter)
     per_video: dict[str, Counter] = defaultdict(Counter)
-    for what, rows in (("added", added), ("removed", removed), ("changed", changed), ("letters", letters),
-                       ("order", order), ("doc_ids", renumbered)):
+    groups: tuple[tuple[str, Sequence[Mapping[str, Any]]], ...] = (
+        ("added", added), ("removed", removed), ("changed", changed), ("letters", letters), ("order", order),
+        ("doc_ids", renumbered))
+    for what, rows in groups:
         for r in rows:
             per_task[r["task_type"]][what] += 1
             per_video[r["video_id"]][what] += 1

@@ -210,7 +210,7 @@ def _video_link(video_id: str) -> str:
 
 # Opened from file://, the links to the verification app go to the address the reader gives (a
 # field at the top, remembered; or ?verify=<address> in the page's URL), at first its default one.
-_VERIFY_LINKS = """<script>if (location.protocol === 'file:') {
+_VERIFY_LINKS = r"""<script>if (location.protocol === 'file:') {
  const key = 'vsi-verify-address', given = new URLSearchParams(location.search).get('verify');
  if (given) localStorage.setItem(key, given);
  const links = [...document.querySelectorAll('a.verify')];

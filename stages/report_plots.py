@@ -128,7 +128,7 @@ def _per_task(title: str, tasks: Mapping[str, Any], field: str,
     if not having:
         return _no_data(title)
     fig, axes = _figure(title, polar=polar, ncols=len(having))
-    for ax, (name, value) in zip(axes, having.items()):
+    for ax, (name, value) in zip(axes, having.items(), strict=True):
         draw(ax, name, value)
     return _png(fig)
 
@@ -169,7 +169,7 @@ def direction_rose(stats: Mapping[str, Any]) -> bytes:
                 if a["subtype"] == st:
                     counts[int(((a["angle_deg"] % 360) + 11.25) // 22.5) % sectors] += 1
             ax.bar([i * width for i in range(sectors)], counts, width=width * 0.9, bottom=bottom, label=st)
-            bottom = [b + c for b, c in zip(bottom, counts)]
+            bottom = [b + c for b, c in zip(bottom, counts, strict=True)]
         _counts_axis(ax.yaxis)
         ax.tick_params(axis="y", labelsize=7)
         ax.set_theta_zero_location("N")

@@ -196,6 +196,7 @@ def sample_frames(path: str | os.PathLike[str], times: Sequence[float], width: i
     with av.open(os.fspath(path)) as c:
         stream = c.streams.video[0]
         stream.thread_type = "AUTO"
+        assert stream.time_base is not None  # a video stream has its time base
         tb = float(stream.time_base)
         height = max(2, int(round(width * stream.codec_context.height / stream.codec_context.width / 2)) * 2)
         start = float(stream.start_time * stream.time_base) if stream.start_time is not None else 0.0
@@ -213,7 +214,7 @@ def sample_frames(path: str | os.PathLike[str], times: Sequence[float], width: i
                         first = Sampled(ft, frame.to_ndarray(width=width, height=height, format="bgr24"))
                         if pair_dt is None:
                             break
-                elif ft + 1e-6 >= first.time + pair_dt:
+                elif pair_dt is not None and ft + 1e-6 >= first.time + pair_dt:  # (a pair is asked for)
                     first.pair = frame.to_ndarray(width=width, height=height, format="bgr24")
                     first.pair_time = ft
                     break
@@ -229,7 +230,7 @@ def flow_score(a: np.ndarray, b: np.ndarray, dt: float) -> float:
     bottom sixth of an equirectangular frame (the poles, where pixels stretch) are left out."""
     ga = cv2.cvtColor(a, cv2.COLOR_BGR2GRAY)
     gb = cv2.cvtColor(b, cv2.COLOR_BGR2GRAY)
-    flow = cv2.calcOpticalFlowFarneback(ga, gb, None, 0.5, 4, 15, 3, 5, 1.2, 0)
+    flow = cv2.calcOpticalFlowFarneback(ga, gb, None, 0.5, 4, 15, 3, 5, 1.2, 0)  # type: ignore[call-overload]  # OpenCV takes None for the flow it allocates; its stubs want an array
     h = ga.shape[0]
     band = flow[h // 6 : h - h // 6]
     mag = np.hypot(band[..., 0], band[..., 1])

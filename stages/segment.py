@@ -13,11 +13,15 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, overload
 
 import cv2
 import numpy as np
 import pycocotools.mask as mask_utils
 from pydantic import BaseModel, ConfigDict, Field
+
+if TYPE_CHECKING:  # backends.groundtruth imports this module
+    from vsi_wild.stages.backends.base import FrameBatch, SegmentRecord
 
 SAMPLE_STEP = 0.5  # seconds between 2 FPS timestamps
 
@@ -62,7 +66,7 @@ def clip_spans(duration_s: float, clip_seconds: float) -> list[ClipSpan]:
     index, first, count = np.unique(clips, return_index=True, return_counts=True)
     return [
         ClipSpan(i, i * clip_seconds, min((i + 1) * clip_seconds, duration_s), int(k0), int(c))
-        for i, k0, c in zip(map(int, index), first, count)
+        for i, k0, c in zip(map(int, index), first, count, strict=True)
     ]
 
 
@@ -104,7 +108,7 @@ def bhattacharyya(p: np.ndarray, q: np.ndarray) -> float:
 
 
 # --------------------------------------------------------------------------------- frames
-class JpegFrames(Sequence):
+class JpegFrames(Sequence[np.ndarray]):
     """A clip's frames as JPEG files, decoded on access: a FrameBatch's ``images`` for a whole
     clip without holding it in memory (and the folder a video segmenter can read directly)."""
 
@@ -114,7 +118,13 @@ class JpegFrames(Sequence):
     def __len__(self) -> int:
         return len(self.paths)
 
-    def __getitem__(self, i):  # type: ignore[override]
+    @overload
+    def __getitem__(self, i: int) -> np.ndarray: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> list[np.ndarray]: ...
+
+    def __getitem__(self, i: int | slice) -> np.ndarray | list[np.ndarray]:
         if isinstance(i, slice):
             return [self[j] for j in range(*i.indices(len(self)))]
         img = cv2.imread(str(self.paths[i]), cv2.IMREAD_COLOR)
@@ -129,12 +139,12 @@ class JpegFrames(Sequence):
 
 
 # --------------------------------------------------------------------------------- one clip
-def clip_tables(video_id: str, clip_index: int, batch, records: Iterable, backend: str,
+def clip_tables(video_id: str, clip_index: int, batch: FrameBatch, records: Iterable[SegmentRecord], backend: str,
                 params: SegmentParams) -> tuple[list[dict], list[dict]]:
     """Rows of schema.CLIP_SEGMENTS and schema.CLIP_INSTANCES from a segmenter's records."""
     seg_rows: list[dict] = []
     acc: dict[tuple[str, int], dict] = {}
-    by_frame: dict[int, list] = {}
+    by_frame: dict[int, list[SegmentRecord]] = {}
     for r in records:
         by_frame.setdefault(int(r.frame_pos), []).append(r)
     for pos in sorted(by_frame):

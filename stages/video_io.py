@@ -14,16 +14,17 @@ Bad input (unreadable, no video stream, truncated, not 2:1 where that is require
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Generator, Iterator, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 from pathlib import Path
+from typing import TypeVar
 
 import av
 import cv2
@@ -152,6 +153,7 @@ class VideoReader:
         if self.info.n_frames and n < self.info.n_frames - _TRUNCATION_TOLERANCE_FRAMES:
             raise UnitError(f"{self.path}: truncated: decoded {n} of {self.info.n_frames} frames", retryable=False)
         if not self.info.n_frames and self.info.duration_s and self.info.fps:
+            assert first_pts is not None and last_pts is not None  # set by the first of n > 0 frames
             end = float((last_pts - first_pts) * tb) + 1.0 / self.info.fps
             if end < self.info.duration_s - _TRUNCATION_TOLERANCE_S:
                 raise UnitError(
@@ -171,7 +173,7 @@ def yuv420_planes(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
         frame = frame.reformat(format="yuv420p")
     out = []
     for p in frame.planes:
-        out.append(np.frombuffer(p, np.uint8).reshape(p.height, p.line_size))
+        out.append(np.frombuffer(memoryview(p), np.uint8).reshape(p.height, p.line_size))
     return out[0], out[1], out[2]
 
 
@@ -240,14 +242,15 @@ def frame_batches(path: str | os.PathLike[str], video_id: str, video_fps: float,
         times: list[float] = []
         indices: list[int] = []
 
-        def rgbs(chunk=itertools.islice(frames, batch_size), ks=ks, times=times, indices=indices):
+        def rgbs(chunk: Iterator[tuple[int, float, int, np.ndarray]], ks: list[int], times: list[float],
+                 indices: list[int]) -> Iterator[np.ndarray]:
             for k, t, idx, rgb in chunk:
                 ks.append(k)
                 times.append(t)
                 indices.append(idx)
                 yield rgb
 
-        batch_images = images(rgbs())
+        batch_images = images(rgbs(itertools.islice(frames, batch_size), ks, times, indices))
         if batch_size is not None and not ks:
             return
         yield FrameBatch(video_id, batch_images, times, indices, ks, video_fps)
@@ -296,10 +299,8 @@ def prefetched(items: Iterator[T], depth: int = 2, name: str = "prefetch") -> It
     finally:
         stop.set()
         while thread.is_alive():  # unblock a producer waiting on a full queue
-            try:
+            with contextlib.suppress(queue.Empty):
                 q.get_nowait()
-            except queue.Empty:
-                pass
             thread.join(timeout=0.05)
 
 
@@ -320,10 +321,8 @@ def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: fl
         prev = cur
     if prev is None:
         return
-    if prev.index > 0:
-        interval = prev.time / prev.index  # times count from the first frame
-    else:
-        interval = 1.0 / info.fps if info.fps else 1.0 / fps
+    # times count from the first frame
+    interval = prev.time / prev.index if prev.index > 0 else (1.0 / info.fps if info.fps else 1.0 / fps)
     last = min(prev.time + interval, stop)
     while k / fps < last - 1e-9:
         yield k, k / fps, prev.index, prev.time, prev.frame.to_ndarray(format="rgb24")
@@ -348,7 +347,8 @@ def _packet_table(path: Path) -> PacketTable | None:
     st = path.stat()
     key = (str(path.resolve()), st.st_size, st.st_mtime_ns)
     if key not in _PACKET_TABLES:
-        pts: list[int] | None = []
+        found: list[int] = []
+        pts: list[int] | None = found
         key_pts: list[int] = []
         try:
             with VideoReader(path, threads=False) as reader:
@@ -358,7 +358,7 @@ def _packet_table(path: Path) -> PacketTable | None:
                     if packet.pts is None:
                         pts = None
                         break
-                    pts.append(packet.pts)
+                    found.append(packet.pts)
                     if packet.is_keyframe:
                         key_pts.append(packet.pts)
         except av.error.FFmpegError:
@@ -408,7 +408,7 @@ def frames_at(path: str | os.PathLike[str], indices: Sequence[int]) -> Iterator[
         if past:
             raise UnitError(f"{path}: frames {past[:5]} not found (the video has {len(table.pts)} frames)",
                             retryable=False)
-        stream: Iterator[DecodedFrame] | None = None
+        stream: Generator[DecodedFrame, None, None] | None = None
         pos = -1  # index of the last frame decoded
         for w in want:
             key = int(table.keyframes[np.searchsorted(table.keyframes, w, side="right") - 1]) \
@@ -431,7 +431,7 @@ def frames_at(path: str | os.PathLike[str], indices: Sequence[int]) -> Iterator[
             stream.close()
 
 
-def _frames_from(reader: VideoReader, table: np.ndarray, j: int) -> Iterator[DecodedFrame]:
+def _frames_from(reader: VideoReader, table: np.ndarray, j: int) -> Generator[DecodedFrame, None, None]:
     """Decoded frames from the keyframe at or before frame j, with the whole pass's index and time
     (decoding from the start when the seek lands past frame j)."""
     tb = reader.info.time_base
@@ -459,7 +459,7 @@ def _frames_from(reader: VideoReader, table: np.ndarray, j: int) -> Iterator[Dec
         yield DecodedFrame(index, int(frame.pts - table[0]), float((frame.pts - table[0]) * tb), frame)
 
 
-def _decode(reader: VideoReader, failed: Callable[[int], str]) -> Iterator[av.VideoFrame]:
+def _decode(reader: VideoReader, failed: Callable[[int], str]) -> Generator[av.VideoFrame, None, None]:
     """The frames of ``reader``'s stream from where its container stands (the whole pass and the
     seeking one): a decoding error is ``UnitError("<path>: truncated or corrupt: <failed(n)> (<error>)")``,
     n the frames decoded before it."""
@@ -509,6 +509,7 @@ class VideoWriter:
         try:
             rate = Fraction(rate).limit_denominator(100000) if rate else Fraction(30)
             s = self.container.add_stream(settings.codec, rate=rate)
+            assert isinstance(s, av.VideoStream)  # settings.codec is a video codec
             s.width, s.height, s.pix_fmt = width, height, "yuv420p"
             s.time_base = time_base
             s.codec_context.time_base = time_base
@@ -539,10 +540,8 @@ class VideoWriter:
             self.container.close()
 
     def abort(self) -> None:
-        try:
+        with contextlib.suppress(Exception):  # the file is deleted by the caller anyway
             self.container.close()
-        except Exception:  # noqa: BLE001 - the file is deleted by the caller anyway
-            pass
 
 
 class ThreadedWriter:
@@ -610,6 +609,7 @@ def inspect_written(path: str | os.PathLike[str], with_times: bool = False) -> W
     n = len(pts)
     if n == 0:
         return WrittenVideo(0, 0.0, 0.0, [] if with_times else None)
+    assert tb is not None  # a stream with packets has a time base
     times = [float((p - pts[0]) * tb) for p in pts]
     interval = (times[-1] / (n - 1)) if n > 1 else 0.0
     duration = times[-1] + interval

@@ -32,7 +32,7 @@ import shutil
 import tempfile
 from collections import Counter
 from collections.abc import Callable, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -45,8 +45,7 @@ from vsi_wild.errors import UnitError
 from vsi_wild.stages import crawl
 from vsi_wild.stages.probe import describe_video
 from vsi_wild.store import MANIFEST_NAME, Store, UnitRef
-from vsi_wild.tasks.engine import (Job, Outcome, Plan, Stage, add_listener, remove_listener, run_inline,
-                                   run_stages)
+from vsi_wild.tasks.engine import Job, Outcome, Plan, Stage, add_listener, remove_listener, run_inline, run_stages
 
 # ----------------------------------------------------------------------------------- helpers
 
@@ -237,7 +236,7 @@ def run_download(job: Job) -> None:
     store = job.store
     context = download_context(job.config, store, vid)
     out_dir: Path = job.out.scratch
-    crawl_time = datetime.now(timezone.utc)
+    crawl_time = datetime.now(UTC)
     archive = archive_path(job.config, store)
     listed = crawl.in_archive(archive, vid)
     previous = _previous_download(store, vid, c.download) if listed else None

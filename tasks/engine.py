@@ -18,6 +18,7 @@ This module knows nothing of Prefect: ``flows/`` decides the order and the concu
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -27,9 +28,9 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import pyarrow as pa
 
@@ -163,10 +164,8 @@ def remove_listener(fn: Callable[[str, dict[str, Any]], None]) -> None:
 
 def emit(event: str, **payload: Any) -> None:
     for fn in list(_listeners):
-        try:
+        with contextlib.suppress(Exception):  # a broken progress bar must never fail a unit
             fn(event, payload)
-        except Exception:  # a broken progress bar must never fail a unit
-            pass
 
 
 # ------------------------------------------------------------------------------------ units
@@ -244,10 +243,7 @@ class Plan:
 
     # -------------------------------------------------------------- enumeration
     def units_of(self, stage: Stage) -> list[str]:
-        if stage.units is not None:
-            units = stage.units(self, stage)
-        else:
-            units = self._default_units(stage)
+        units = stage.units(self, stage) if stage.units is not None else self._default_units(stage)
         units = sorted(u for u in set(units) if self.selection.admits(u, stage.unit_kind))
         self.enumerated[stage.name] = units
         self._children = {k: v for k, v in self._children.items() if k[0] != stage.name}
@@ -263,7 +259,7 @@ class Plan:
             up = self.stages[name]
             if up.unit_kind == "all":
                 continue
-            have = set()
+            have: set[str] = set()
             for u in self.current.get(name, {}):
                 if _RANK[up.unit_kind] <= _RANK[stage.unit_kind]:
                     if up.unit_kind == "source" and stage.unit_kind == "video":
@@ -428,6 +424,7 @@ class Plan:
             self._sources = sorted(set(self.sources()) | set(outcome.registered))
         cur = self.current.setdefault(outcome.stage, {})
         if outcome.state in ("computed", "cached"):
+            assert outcome.key is not None and outcome.fingerprint is not None  # both set for these states
             cur[outcome.unit] = (outcome.key, outcome.fingerprint)
         else:
             cur.pop(outcome.unit, None)
@@ -465,7 +462,7 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
     if not forced and store.is_complete(ref):
         # A done row with this key holds the output's fingerprint: no manifest read per cached unit.
         same = prev is not None and prev["state"] == "done" and prev["key"] == key and prev["fingerprint"]
-        fp = prev["fingerprint"] if same else store.fingerprint(ref)
+        fp = prev["fingerprint"] if same and prev is not None else store.fingerprint(ref)
         failure, registered = _complete(stage, store, plan.config, ref)
         if failure is not None:
             error, kind, retry = failure
@@ -535,9 +532,11 @@ def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
 
 def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
     """Counts per stage, the failures with their errors, and the skips with their reasons."""
-    stages, failed, skipped = [], [], []
+    stages: list[dict[str, Any]] = []
+    failed: list[dict[str, Any]] = []
+    skipped: list[dict[str, Any]] = []
     for name, outcomes in plan.outcomes.items():
-        counts = {k: 0 for k in ("computed", "cached", "skipped", "failed")}
+        counts: dict[str, Any] = {k: 0 for k in ("computed", "cached", "skipped", "failed")}
         for o in outcomes.values():
             counts[o.state] += 1
             if o.state == "failed":
@@ -546,11 +545,11 @@ def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
                 skipped.append({"stage": name, "unit": o.unit, "reason": o.error})
         stages.append({"stage": name, **counts, "seconds": round(sum(o.seconds for o in outcomes.values()), 1)})
     for name, sf in plan.stage_failures.items():
-        counts = next((s for s in stages if s["stage"] == name), None)
-        if counts is None:
-            counts = {"stage": name, "computed": 0, "cached": 0, "skipped": 0, "failed": 0, "seconds": 0.0}
-            stages.append(counts)
-        counts["not_started"] = len(sf.units)
+        row = next((s for s in stages if s["stage"] == name), None)
+        if row is None:
+            row = {"stage": name, "computed": 0, "cached": 0, "skipped": 0, "failed": 0, "seconds": 0.0}
+            stages.append(row)
+        row["not_started"] = len(sf.units)
         failed.append({"stage": name, "unit": f"* ({len(sf.units)} units not started)", "error": sf.error})
     empty = [{"stage": name, "reason": why} for name, why in plan.no_units.items()]
     return {"data_root": data_root, "stages": stages, "failed": failed, "skipped": skipped, "no_units": empty}
@@ -564,7 +563,10 @@ class Job:
         self.stage = stage
         self.unit = unit
         self.key = key
-        self.config = StageConfig(config, stage)  # only the sections the stage declares
+        # only the sections the stage declares; typed as the Config it stands for (it answers the
+        # same attributes, and raises on the undeclared ones)
+        self.config: Config = cast(Config, StageConfig(config, stage))
+        self._full_config = config  # backends are keyed by their own fields, which the view hides
         self.store = store
         self.inputs = inputs
         self.out = out
@@ -604,7 +606,7 @@ class Job:
         use = next((u for u in self.stage.backends if u.kind == kind), None)
         if use is None:
             raise ContractError(f"stage {self.stage.name} builds a {kind} backend without declaring it (Stage.backends)")
-        config = self.config._config
+        config = self._full_config
         source_id = ids.unit_source(self.unit)
 
         def truth() -> dict[str, Any]:
@@ -721,10 +723,10 @@ def check_outputs(stage: Stage, folder: Path) -> None:
         if not a.optional and not a.is_pattern and a.name not in files:
             problems.append(f"missing {a.name}")
     for f in files:
-        a = stage.output(f)
-        if a is not None and a.schema is not None:
+        declared = stage.output(f)
+        if declared is not None and declared.schema is not None:
             try:
-                problem = schema.schema_difference(pq.read_schema(folder / f), a.schema)
+                problem = schema.schema_difference(pq.read_schema(folder / f), declared.schema)
             except Exception as e:  # noqa: BLE001 - not parquet at all
                 problem = f"unreadable as parquet ({e})"
             if problem is not None:
@@ -746,8 +748,8 @@ class StageConfig:
             top, _, sub = section.partition(".")
             if not sub:
                 allowed[top] = None
-            elif allowed.get(top, set()) is not None:
-                allowed.setdefault(top, set()).add(sub)
+            elif (subs := allowed.setdefault(top, set())) is not None:
+                subs.add(sub)
         if stage.backends:
             allowed["models"] = None
         allowed["run"] = None  # how the run executes (workers, runner): never part of a key
@@ -857,10 +859,8 @@ def _classify(e: BaseException) -> tuple[str, str, bool]:
 
 def _log_traceback(store: Store, stage: str, unit: str, e: BaseException) -> None:
     text = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    try:
+    with contextlib.suppress(Exception):
         store.write_bytes_atomic(store.path("logs", stage, f"{unit}.log"), text.encode())
-    except Exception:
-        pass
 
 
 def _attempts(store: Store, stage: str, unit: str) -> int:
@@ -869,7 +869,7 @@ def _attempts(store: Store, stage: str, unit: str) -> int:
 
 
 def _now() -> datetime:
-    return datetime.now(timezone.utc)
+    return datetime.now(UTC)
 
 
 def _write_status(store: Store, stage: str, unit: str, state: str, *, key: str, attempts: int,

@@ -22,10 +22,18 @@ import pyarrow as pa
 
 from vsi_wild import schema
 from vsi_wild.config import Config
-from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.export import (Export, add_text_bias, assemble, concat_video, drop_text_biased, ffconcat_list,
-                                   image_export_path, write_export)
+from vsi_wild.schema import VIEWS_FILE
+from vsi_wild.stages.export import (
+    Export,
+    add_text_bias,
+    assemble,
+    concat_video,
+    drop_text_biased,
+    ffconcat_list,
+    image_export_path,
+    write_export,
+)
 from vsi_wild.stages.ledger import Ledger
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.common import question_id

@@ -17,16 +17,16 @@ from __future__ import annotations
 
 import hashlib
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import cv2
 import numpy as np
 
 from vsi_wild import ids, schema
-from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.config import Config
 from vsi_wild.errors import Skip, UnitError
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.stages import candidates as cand
 from vsi_wild.stages import detect as det
 from vsi_wild.stages import fixes as fx
@@ -241,7 +241,7 @@ def run_segment(job: Job) -> None:
         with tempfile.TemporaryDirectory(prefix="vsi-clip-") as tmp:
 
             def jpeg_files(rgbs: Iterator[np.ndarray]) -> seg.JpegFrames:  # a whole clip stays on disk, not in memory
-                paths = []
+                paths: list[Path] = []
                 for rgb in rgbs:
                     path = Path(tmp) / f"{len(paths):05d}.jpg"
                     cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
@@ -306,6 +306,13 @@ SEGMENT = Stage(
 
 
 # ------------------------------------------------------------------------------ pose
+def _view_feed(path: Path, view: str, p: po.PoseParams) -> Callable[[], Iterator[tuple[int, float, int, np.ndarray]]]:
+    """A view's frames at 2 FPS, opened fresh on each call; a chunk's frames are decoded (by a thread
+    named for the view) while the estimator runs on the previous chunk."""
+    return lambda: prefetched(sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width), depth=p.chunk_frames,
+                              name=f"feed-{view}")
+
+
 def run_pose(job: Job) -> None:
     p: po.PoseParams = job.config.pose
     views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
@@ -315,10 +322,7 @@ def run_pose(job: Job) -> None:
     inputs = {
         v: po.ViewInput(views[v]["video_id"], float(views[v]["yaw_deg"]), float(views[v]["hfov_deg"]),
                         float(views[v]["fps"]), int(views[v]["width"]),
-                        # a chunk's frames are decoded while the estimator runs on the previous chunk
-                        lambda path=job.file("project", views[v]["path"]):
-                            prefetched(sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width),
-                                       depth=p.chunk_frames, name=f"feed-{v}"))
+                        _view_feed(job.file("project", views[v]["path"]), v, p))
         for v in wanted}
     fused, tracks = po.estimate_source(
         inputs,
@@ -474,6 +478,7 @@ def run_metadata(job: Job) -> None:
     job.out.write_table("motion_samples.parquet", schema.table(schema.MOTION_SAMPLES, inputs.motion_samples))
     job.out.write_table("view_agreement.parquet", schema.table(schema.VIEW_AGREEMENT, agreement_rows))
     job.out.write_table("fixes_applied.parquet", schema.table(schema.FIXES_APPLIED, derived.applied))
+    assert inputs.poses is not None and inputs.image_size is not None  # auto_metadata sets both
     job.out.write_table("visibility.parquet", schema.table(schema.VISIBILITY, vis.visibility_columns(
         vid, derived.instances, derived.observations, inputs.poses, inputs.image_size,
         inputs.params.visibility_min_consistency)))

@@ -4,9 +4,9 @@ face-blur audit trail faces.parquet (one unit per source)."""
 from __future__ import annotations
 
 from vsi_wild import schema
-from vsi_wild.schema import VIEWS_FILE
-from vsi_wild.errors import UnitError
 from vsi_wild.config import Config
+from vsi_wild.errors import UnitError
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.stages.faces import FaceDetector, FaceParams, make_detector, with_weights_dir
 from vsi_wild.stages.project import ProjectParams, project_source
 from vsi_wild.tasks.engine import BackendUse, Job, Stage

@@ -12,12 +12,11 @@ from __future__ import annotations
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from vsi_wild import schema, __version__, ids
-from vsi_wild.schema import VIEWS_FILE
+from vsi_wild import __version__, ids, schema
 from vsi_wild.errors import UnitError
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.stages.faces import image_blurrer
-from vsi_wild.stages.qa import QAParams
-from vsi_wild.stages.qa import provisional
+from vsi_wild.stages.qa import QAParams, provisional
 from vsi_wild.stages.qa.build import plan_video, render_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo, question_id, skipped_table
 from vsi_wild.tasks.engine import Job, Stage
@@ -70,7 +69,7 @@ def _drop_rejected(questions: pa.Table, skipped: pa.Table, reviews: list[dict]) 
     keep = [question_id(q) not in rejected for q in rows]
     gone = [{"video_id": q["video_id"], "task_type": q["task_type"], "item": q["item"],
              "reason": f"rejected by a person: {rejected[question_id(q)]['reason']}"}
-            for q, k in zip(rows, keep) if not k]
+            for q, k in zip(rows, keep, strict=True) if not k]
     return questions.filter(pa.array(keep, type=pa.bool_())), skipped_table(skipped.to_pylist() + gone)
 
 

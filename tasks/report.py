@@ -21,11 +21,17 @@ from vsi_wild.config import Config
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import leak_probe, report_diff
-from vsi_wild.stages.report import build_report, readings_summary, render_markdown, visibility_summary
-from vsi_wild.stages.segment import SAMPLE_STEP
-from vsi_wild.stages.report import answer_controls, text_probe_summary
+from vsi_wild.stages.report import (
+    answer_controls,
+    build_report,
+    readings_summary,
+    render_markdown,
+    text_probe_summary,
+    visibility_summary,
+)
 from vsi_wild.stages.report_html import build_cards, render_html
 from vsi_wild.stages.report_plots import all_plots
+from vsi_wild.stages.segment import SAMPLE_STEP
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import ALL, Job, Plan, Stage
 from vsi_wild.tasks.export import LEDGER_FILE, TEXT_DEBIAS_FILE
@@ -279,7 +285,8 @@ def compare_with(config: Config, store: Store, other: Store) -> tuple[str, str]:
     inputs, missing = plan.inputs_of(REPORT, ALL)
     if missing is not None:
         raise UnitError(f"the report cannot be made: {missing}")
-    rep, _, page = compose(Job(REPORT, ALL, "", config, store, inputs, out=None), latest_build(other))
+    job = Job(REPORT, ALL, "", config, store, inputs, out=None)  # type: ignore[arg-type]  # compose only reads
+    rep, _, page = compose(job, latest_build(other))
     html_path, md_path = store.path(COMPARE_HTML), store.path(COMPARE_MD)
     store.write_bytes_atomic(html_path, page.encode())
     store.write_bytes_atomic(md_path, render_markdown(rep).encode())

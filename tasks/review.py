@@ -19,7 +19,7 @@ import dataclasses
 import hashlib
 import os
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -117,7 +117,7 @@ def export_review(config: Config, store: Store, out_dir: str | os.PathLike[str] 
         raise UnitError(f"the data root {store.url} is not a local folder: give the export an --out folder",
                         kind="bad_input", retryable=False)
     if out_dir is None:
-        stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+        stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         out = store.local_root() / "review" / f"export-{stamp}"
     else:
         out = Path(out_dir)
@@ -183,8 +183,10 @@ def apply_decisions(store: Store, file: str | os.PathLike[str], *, default_revie
         raise rv.ReviewError(str(p), 0, f"not UTF-8 text: {e}") from None
     known = store.registry()["source_id"].to_pylist()
     parsed = rv.parse_decisions(text, known, file=str(p), default_reviewer=default_reviewer)
-    now = now or datetime.now(timezone.utc)
-    kept, rejected, changed = [], [], []
+    now = now or datetime.now(UTC)
+    kept: list[Any] = []
+    rejected: list[Any] = []
+    changed: list[Any] = []
     for d in parsed.decisions:
         old = read_decision(store, d.source_id)
         if old is not None and (old["decision"], old["reason"]) != (d.decision, d.reason):

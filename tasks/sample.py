@@ -12,8 +12,8 @@ import json
 import pyarrow as pa
 
 from vsi_wild import schema
-from vsi_wild.stages.sample import SampleParams
 from vsi_wild.errors import UnitError
+from vsi_wild.stages.sample import SampleParams
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks.engine import Job, Plan, Stage
 
@@ -36,6 +36,7 @@ def run(job: Job) -> None:
     from vsi_wild.stages.sample import generate_sample  # numba compiles at import: only when needed
 
     params = job.config.sample
+    assert params is not None  # the stage has a unit only when the config has a sample (_units)
     truth = generate_sample(params, job.out.path(VIDEO), progress=lambda d, t: job.progress(d, t, "frames"))
     for name, fname in TRUTH_FILES.items():
         job.out.write_table(fname, getattr(truth, name))

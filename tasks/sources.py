@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from vsi_wild import ids
 from vsi_wild.store import Store
@@ -40,7 +41,7 @@ def register_local(store: Store, paths: list[str]) -> list[str]:
 
 
 def _local_row(sid: str, path: Path) -> dict:
-    row = {name: None for name in ("url", "title", "channel", "license", "upload_date", "query", "category",
+    row: dict[str, Any] = {name: None for name in ("url", "title", "channel", "license", "upload_date", "query", "category",
                                    "language", "crawl_time", "ytdlp_version", "projection", "duration_s",
                                    "width", "height", "fps", "n_frames", "size_bytes", "content_sha256", "codec")}
     row.update(source_id=sid, origin="local", path=str(path), title=path.name,

@@ -3,6 +3,7 @@ config for the pipeline's current stages, artifact digests, and process hygiene.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
@@ -87,7 +88,5 @@ def processes_with_env(name: str, value: str) -> list[psutil.Process]:
 
 def kill_all(procs: list[psutil.Process]) -> None:
     for p in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             p.kill()
-        except psutil.Error:
-            pass

@@ -10,6 +10,7 @@ import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+
 class Hub:
     def __init__(self):
         self.files, self.tags, self.requests, self.repos, self.validated = {}, {}, [], [], []
@@ -18,18 +19,25 @@ class Hub:
             def log_message(self, *a): pass
             def _send(self, obj, code=200):
                 data = json.dumps(obj).encode()
-                self.send_response(code); self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data))); self.end_headers(); self.wfile.write(data)
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
             def do_GET(self):
-                hub.requests.append(("GET", self.path)); self._send({"error": "not here"}, 404)
+                hub.requests.append(("GET", self.path))
+                self._send({"error": "not here"}, 404)
             def do_HEAD(self):
-                hub.requests.append(("HEAD", self.path)); self.send_response(404); self.end_headers()
+                hub.requests.append(("HEAD", self.path))
+                self.send_response(404)
+                self.end_headers()
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 hub.requests.append(("POST", self.path))
                 p = self.path.split("?")[0]
                 if p == "/api/repos/create":
-                    req = json.loads(body); hub.repos.append(req)
+                    req = json.loads(body)
+                    hub.repos.append(req)
                     return self._send({"url": f"{hub.url}/datasets/{req.get('organization')}/{req['name']}"})
                 if p == "/api/validate-yaml":
                     req = json.loads(body)
@@ -47,7 +55,8 @@ class Hub:
                     return self._send({"commitUrl": hub.url + "/datasets/me/vsi/commit/0123456789abcdef0123456789abcdef01234567",
                                        "commitOid": "0123456789abcdef0123456789abcdef01234567", "pullRequestUrl": None})
                 if "/tag/" in p:
-                    hub.tags[p] = json.loads(body or b"{}"); return self._send({})
+                    hub.tags[p] = json.loads(body or b"{}")
+                    return self._send({})
                 self._send({"error": p}, 404)
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"

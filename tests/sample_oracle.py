@@ -73,7 +73,7 @@ def stable_voo_sets(truth, view, config, which: str) -> tuple[dict[str, float], 
         for times in per_reading:
             if any(c not in times for c in s) or sorted(s, key=lambda c: (times[c], c)) != order:
                 return False
-            if any(times[b] - times[a] < qa.voo_min_gap_s - 1e-9 for a, b in zip(order, order[1:])):
+            if any(times[b] - times[a] < qa.voo_min_gap_s - 1e-9 for a, b in zip(order, order[1:], strict=False)):
                 return False
         return True
 

@@ -88,7 +88,7 @@ def test_yolo_world_detects_through_our_adapter(weights, one_torch_thread) -> No
         ref = _reference(d, clip, frames, concepts)
         assert len(got) == 2
         assert sum(len(g.labels) for g in got) > 0, "the random model must produce boxes for the test to bite"
-        for g, (boxes, scores, labels) in zip(got, ref):
+        for g, (boxes, scores, labels) in zip(got, ref, strict=True):
             assert g.boxes.shape == (len(g.labels), 4) and g.boxes.dtype == np.float32
             assert g.scores.shape == (len(g.labels),)
             assert set(g.labels) <= set(concepts) and (g.scores >= CONF).all()
@@ -100,7 +100,7 @@ def test_yolo_world_detects_through_our_adapter(weights, one_torch_thread) -> No
     # the adapter converts RGB to BGR: on RGB input as-is ultralytics would see other colours
     rgb_as_is = _reference(d, clip, frames, ["bus", "chair"], bgr=False)
     got = det.detect(batch, ["bus", "chair"])
-    assert any(len(g.labels) != len(r[2]) or not np.allclose(g.scores, r[1]) for g, r in zip(got, rgb_as_is))
+    assert any(len(g.labels) != len(r[2]) or not np.allclose(g.scores, r[1]) for g, r in zip(got, rgb_as_is, strict=True))
     # empty prompts and empty batches
     assert [len(g.labels) for g in det.detect(batch, [])] == [0, 0]
     assert det.detect(FrameBatch("v", [], [], [], [], 30.0), ["chair"]) == []

@@ -118,7 +118,7 @@ def test_window_starts_cover_with_overlap() -> None:
         for window, overlap in [(8, 3), (5, 1), (64, 8), (2, 1)]:
             starts = window_starts(n, window, overlap)
             covered = set()
-            for a, b in zip(starts, starts[1:]):
+            for a, b in zip(starts, starts[1:], strict=False):
                 assert a < b and (a + window) - b >= overlap
             for s in starts:
                 covered |= set(range(s, min(n, s + window)))

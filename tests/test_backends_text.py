@@ -30,7 +30,7 @@ def test_minilm_real_embeddings_rank_synonyms_first() -> None:
     e = emb.embed(names)
     assert e.shape == (len(names), 384) and e.dtype == np.float32
     np.testing.assert_allclose(np.linalg.norm(e, axis=1), 1.0, atol=1e-5)
-    v = dict(zip(names, e))
+    v = dict(zip(names, e, strict=True))
     assert _cos(v["trash can"], v["garbage bin"]) > _cos(v["trash can"], v["traffic light"]) + 0.2
     assert _cos(v["sofa"], v["couch"]) > _cos(v["sofa"], v["bicycle"]) + 0.2
     # the recommended CPU threshold merges clear synonyms and keeps neighbours apart

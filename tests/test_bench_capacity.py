@@ -11,7 +11,6 @@ import sys
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import REPO, make_video
 
 # production settings but small views, so that the test takes seconds

@@ -9,8 +9,8 @@ from __future__ import annotations
 import shutil
 
 import pytest
-
 from conftest import load_bench
+
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry
 

@@ -5,6 +5,7 @@ split's instances leaves no split."""
 from __future__ import annotations
 
 from conftest import REPO, copy_root, load_bench
+
 from vsi_wild.config import load_config
 from vsi_wild.store import Store
 from vsi_wild.verify.review import Review

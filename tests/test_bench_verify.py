@@ -6,8 +6,8 @@ read reconcile's merge_decisions.parquet, which the synthetic store did not have
 from __future__ import annotations
 
 import pytest
-
 from conftest import load_bench
+
 from vsi_wild import schema
 from vsi_wild.store import Store, UnitRef
 

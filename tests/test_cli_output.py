@@ -4,12 +4,12 @@ narrow the terminal ($COLUMNS) is. Runs the installed `vsi-wild` as a separate p
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-
 from conftest import vsi_wild
+
 from vsi_wild import schema
 from vsi_wild.store import Store
 
@@ -28,7 +28,7 @@ def root(tmp_path: Path) -> Path:
         row = {n: None for n in schema.SOURCE.names}
         row.update(source_id=sid, origin="local", path=f"/nonexistent/{sid}.mp4")
         store.register_source(row)
-    t = datetime(2025, 1, 2, 3, 4, 5, tzinfo=timezone.utc)
+    t = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
     for stage, unit, state, error in (("probe", GOOD, "running", None), ("probe", BAD, "failed", LONG_ERROR),
                                       ("review", GOOD, "done", None)):
         store.write_status({"stage": stage, "unit": unit, "state": state, "key": "k" * 32, "fingerprint": None,
@@ -75,7 +75,7 @@ def test_stages_json_is_one_object_per_stage_into_a_narrow_pipe():
     assert r.returncode == 0, r.stderr
     rows = [json.loads(line) for line in r.stdout.splitlines()]
     assert [x["stage"] for x in rows] == [s.name for s in registry.STAGES]
-    assert all(x["description"] == s.description for x, s in zip(rows, registry.STAGES))
+    assert all(x["description"] == s.description for x, s in zip(rows, registry.STAGES, strict=True))
 
 
 # A native teardown that aborts after Python has finalised, as Arrow's thread pool now and then did

@@ -11,9 +11,9 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 import yaml
+import ytdlp_offline as off
 from typer.testing import CliRunner
 
-import ytdlp_offline as off
 from vsi_wild.config import load_config
 from vsi_wild.stages import crawl
 from vsi_wild.store import Store, UnitRef
@@ -42,7 +42,7 @@ def env(tmp_path, media):
     fx = tmp_path / "fixtures"
     work = tmp_path / "work"  # media the fixtures point at: tests delete it to prove nothing is fetched
     work.mkdir()
-    for k, p in media.items():
+    for _k, p in media.items():
         shutil.copy(p, work / p.name)
     queries = tmp_path / "queries.yaml"
     queries.write_text(yaml.safe_dump({"languages": {"en": {"cues": ["360°"], "categories": {
@@ -262,7 +262,7 @@ def test_each_failure_class_is_a_status_row_and_reruns_retry_only_what_can_succe
         assert report[0].startswith("source_id,state,error_class,retryable") and len(report) == 1 + len(FAILURES)
 
         again = tc.run_crawl(cfg, store)
-        for u, (kind, retryable) in FAILURES.items():
+        for u, (_kind, retryable) in FAILURES.items():
             row = store.read_status("download", u)
             assert row["attempts"] == (2 if retryable else 1), u
         assert all("not retried" in o.error for o in again.outcomes if not FAILURES[o.unit][1])

@@ -3,6 +3,7 @@ started with the commands of README.md, "Run on a cluster") gives byte-identical
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shlex
 import signal
@@ -11,8 +12,16 @@ import time
 import uuid
 
 import pytest
-from deploy_support import (BIN, artifact_digests, doc_block, free_port, kill_all, processes_with_env,
-                            small_sample_yaml, status_rows)
+from deploy_support import (
+    BIN,
+    artifact_digests,
+    doc_block,
+    free_port,
+    kill_all,
+    processes_with_env,
+    small_sample_yaml,
+    status_rows,
+)
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200)]
 
@@ -47,9 +56,9 @@ def test_dask_cluster_gives_the_sequential_artifacts(tmp_path):
     client = None
     try:
         for line in (scheduler_line, worker_line):
-            log = open(tmp_path / f"{line.split()[1]}.log", "wb")
-            procs.append(subprocess.Popen(shlex.split(line.removesuffix("&").strip()), cwd=work, env=env,
-                                          stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+            with open(tmp_path / f"{line.split()[1]}.log", "wb") as log:
+                procs.append(subprocess.Popen(shlex.split(line.removesuffix("&").strip()), cwd=work, env=env,
+                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
         from distributed import Client
 
         address = f"tcp://127.0.0.1:{port}"
@@ -83,10 +92,8 @@ def test_dask_cluster_gives_the_sequential_artifacts(tmp_path):
         if client is not None:
             client.close()
         for p in reversed(procs):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
         for p in procs:
             try:
                 p.wait(timeout=30)

@@ -16,8 +16,17 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-from deploy_support import (BIN, artifact_digests, copy_project, doc_block, free_port, kill_all, processes_with_env,
-                            small_sample_yaml, status_rows)
+from deploy_support import (
+    BIN,
+    artifact_digests,
+    copy_project,
+    doc_block,
+    free_port,
+    kill_all,
+    processes_with_env,
+    small_sample_yaml,
+    status_rows,
+)
 
 from vsi_wild import deploy
 from vsi_wild.tasks import registry

@@ -29,9 +29,9 @@ BUCKET = "vsi-wild-test"
 def s3(tmp_path_factory):
     """A local S3 server; yields the environment that points fsspec/botocore at it."""
     port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "wb")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    with open(tmp_path_factory.mktemp("moto") / "moto.log", "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
            "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
     saved = {k: os.environ.get(k) for k in env}
@@ -44,7 +44,7 @@ def s3(tmp_path_factory):
                 break
             except OSError:
                 if proc.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("the local S3 server did not start")
+                    raise RuntimeError("the local S3 server did not start") from None
                 time.sleep(0.5)
         s3fs.S3FileSystem(skip_instance_cache=True).mkdir(BUCKET)
         yield env
@@ -62,7 +62,7 @@ def _root() -> str:
     return f"s3://{BUCKET}/{uuid.uuid4().hex[:8]}"
 
 
-def _other_client() -> "s3fs.S3FileSystem":
+def _other_client() -> s3fs.S3FileSystem:
     """Another process's view of the bucket: its own connection and caches."""
     return s3fs.S3FileSystem(skip_instance_cache=True)
 
@@ -80,10 +80,9 @@ def test_output_is_complete_only_with_its_manifest(s3, tmp_path, monkeypatch):
         return real_put(lpath, rpath, **kw)
 
     monkeypatch.setattr(store.fs, "put_file", put_then_die)
-    with pytest.raises(ConnectionError):
-        with store.writer(ref) as w:
-            w.write_table("a.parquet", pa.table({"x": [1]}))
-            w.path("b.bin").write_bytes(b"b" * 1000)
+    with pytest.raises(ConnectionError), store.writer(ref) as w:
+        w.write_table("a.parquet", pa.table({"x": [1]}))
+        w.path("b.bin").write_bytes(b"b" * 1000)
     monkeypatch.undo()
     other = _other_client()
     unit_dir = store.unit_dir(ref)

@@ -9,10 +9,8 @@ import json
 import random
 from pathlib import Path
 
-import pyarrow as pa
-import pytest
-
 from conftest import vsi_wild
+
 from vsi_wild import schema
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import leak_probe as lp

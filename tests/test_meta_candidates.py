@@ -88,8 +88,8 @@ def test_keyframe_times_spread_over_the_video():
 
 def test_normalisation_with_the_packaged_embedder():
     """all-MiniLM-L6-v2 from its PyPI wheel (the CPU backend), at the configured threshold."""
-    from vsi_wild.stages.backends import base
     import vsi_wild.stages.backends  # noqa: F401  (registers the backends)
+    from vsi_wild.stages.backends import base
 
     p = cand.CandidatesParams(embedder="minilm", seeds=["sofa", "car", "chair", "television", "bicycle", "table"])
     emb = base.create("text_embedder", "minilm")

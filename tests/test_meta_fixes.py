@@ -158,7 +158,7 @@ def test_bad_fixes_name_file_line_and_field(body, line, field, why):
     (f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    state: none\n    angle_deg: 30\n", 6, "angle_deg"),
     (f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    angle_deg: 180\n", 5, "angle_deg"),
     (f"video_id: {VID}\nfixes:\n  - op: set_appearance\n    instance: 1\n    first_time: 5\n    last_time: 2\n", 6, "last_time"),
-    (f"video_id: other_front\nfixes: []\n", 1, "video_id"),
+    ("video_id: other_front\nfixes: []\n", 1, "video_id"),
     (f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1\n", None, None),
     (f"video_id: {VID}\nextra: 1\nfixes: []\n", 2, "extra"),
 ])

@@ -6,8 +6,10 @@ import numpy as np
 
 from vsi_wild import schema
 from vsi_wild.stages import segment as seg
-from vsi_wild.stages.backends import base
-from vsi_wild.stages.backends import groundtruth  # noqa: F401  (registers "groundtruth")
+from vsi_wild.stages.backends import (
+    base,
+    groundtruth,  # noqa: F401  (registers "groundtruth")
+)
 from vsi_wild.stages.backends.base import FrameBatch
 
 

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import pyarrow.parquet as pq
 import pytest
-
 from sample_oracle import reviewed_voc
+
 from vsi_wild import ids
 from vsi_wild.config import Config
 from vsi_wild.stages.backends.params import ModelsParams
@@ -192,7 +192,10 @@ def test_fix_file_changes_metadata_and_recomputes_only_that_video(built, tmp_pat
     assert recomputed == [("metadata", vid)]
     assert all(o.state == "cached" for k, o in out.items() if k != ("metadata", vid))
     after = table(store, plan2, "metadata", vid, "instances.parquet")
-    count = lambda rows, c: sum(r["concept"] == c for r in rows)  # noqa: E731
+
+    def count(rows: list[dict], c: str) -> int:
+        return sum(r["concept"] == c for r in rows)
+
     assert count(after, "bench") == count(before, "bench") - 1
     assert count(after, "cone") == count(before, "traffic cone") and count(after, "traffic cone") == 0
     motion = {m["clip_index"]: m for m in table(store, plan2, "metadata", vid, "motion.parquet")}

@@ -6,12 +6,14 @@ import math
 
 import numpy as np
 import pytest
-
 from synthetic_world import Room, walk
+
 from vsi_wild.stages import geometry
 from vsi_wild.stages import pose as po
-from vsi_wild.stages.backends import base
-from vsi_wild.stages.backends import twoview  # noqa: F401  (registers "twoview")
+from vsi_wild.stages.backends import (
+    base,
+    twoview,  # noqa: F401  (registers "twoview")
+)
 from vsi_wild.stages.backends.base import PoseResult
 
 CV = np.array([[1.0, 0, 0], [0, 0, -1.0], [0, 1.0, 0]])  # (right, forward, up) -> OpenCV axes

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 import pycocotools.mask as mask_utils
 import pytest
 
-from vsi_wild import schema
-from vsi_wild.stages import geometry
 from vsi_wild.stages import metadata as md
 from vsi_wild.stages import pose as po
 from vsi_wild.stages import segment as seg

@@ -5,7 +5,6 @@ with the encoder left to its automatic count, the two processes disagree, so the
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess

@@ -14,7 +14,7 @@ from py360convert import utils as p3u
 
 from vsi_wild import ids
 from vsi_wild.stages import geometry
-from vsi_wild.stages.project import ProjectParams, Projector, build_yuv_maps, equirect_coords, render_view
+from vsi_wild.stages.project import Projector, ProjectParams, build_yuv_maps, equirect_coords, render_view
 
 PW, PH = 2048, 1024  # panorama
 VW, VH = 1280, 720  # view

@@ -47,7 +47,7 @@ def test_sampler_maps_t_k_to_the_nearest_frame(tmp_path, times):
     got = list(sample_frames(src, fps=2.0))
     want = expected(times)
     assert [(k, t, i) for k, t, i, _, _ in got] == want
-    for k, t, i, ft, rgb in got:
+    for _k, _t, i, ft, rgb in got:
         assert ft == pytest.approx(times[i], abs=1e-6)
         assert decode_index(rgb) == i
         assert rgb.shape == (64, 128, 3) and rgb.dtype == np.uint8

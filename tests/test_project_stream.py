@@ -94,7 +94,7 @@ def test_one_decode_feeds_four_outputs(tmp_path, detector):
         try:
             result["views"], _ = project_source(fifo, tmp_path / "out", SMALL, detector, face_params=FACES,
                                                 source_id="local-fifo")
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:  # noqa: BLE001 - handed to the test's thread
             result["error"] = e
 
     worker = threading.Thread(target=run, daemon=True)

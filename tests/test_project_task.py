@@ -8,15 +8,15 @@ from project_media import ffmpeg
 
 from vsi_wild import schema
 from vsi_wild.config import Config, ReviewSection
+from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.project import ProjectParams
 from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks import engine
 from vsi_wild.tasks.engine import Plan
 from vsi_wild.tasks.probe import PROBE
-from vsi_wild.tasks.review import REVIEW
-from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.tasks.project import FACES, PROJECT
+from vsi_wild.tasks.review import REVIEW
 
 
 class ProjectConfig(Config):

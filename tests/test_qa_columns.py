@@ -58,3 +58,24 @@ def test_a_task_cannot_fill_a_column_it_does_not_declare():
     bad = dataclasses.replace(vmr, name="BAD", order=99, release_rank=99, export_columns=registry.copied("seed"))
     with pytest.raises(ValueError, match="not task columns"):
         registry.register_task(bad)
+
+
+def test_the_type_checkers_question_is_the_dataclass():
+    """common.py writes Question's fields out for the type checker (under TYPE_CHECKING: mypy cannot
+    follow make_dataclass); they are the runtime dataclass's, in order, with the same types and defaults."""
+    import ast
+    import inspect
+
+    tree = ast.parse(inspect.getsource(common))
+    guard = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
+                 and any(isinstance(c, ast.ClassDef) and c.name == "Question" for c in n.body))
+    stub = next(c for c in guard.body if isinstance(c, ast.ClassDef) and c.name == "Question")
+    written = [(a.target.id, ast.unparse(a.annotation), a.value is not None and ast.unparse(a.value))
+               for a in stub.body if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)]
+
+    def annotation(t):
+        return t.__name__ if isinstance(t, type) else repr(t).replace("typing.", "")
+
+    made = [(f.name, annotation(f.type), "None" if f.default is None else False)
+            for f in dataclasses.fields(common.Question)]
+    assert written == made

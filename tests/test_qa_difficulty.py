@@ -57,7 +57,7 @@ def test_voo_gaps_are_those_between_the_ordered_appearances(planned):
         for c in q.concepts:  # straight from the world's sightings, not the instances table
             ts = [s["time"] for s in w.visibility if s["view"] == v.view and s["category"] == c]
             times.append(min(ts) if q.subtype == "first" else max(ts))
-        want = [b - a for a, b in zip(sorted(times), sorted(times)[1:])]
+        want = [b - a for a, b in zip(sorted(times), sorted(times)[1:], strict=False)]
         assert q.gaps_s == pytest.approx(want)
         assert q.difficulty_s == pytest.approx(min(want))
         assert q.difficulty_bin == expected_bin(min(want), PARAMS.voo_gap_bins_s)
@@ -67,10 +67,10 @@ def test_voo_gaps_are_those_between_the_ordered_appearances(planned):
 def test_vpo_gaps_are_those_between_the_anchors(planned):
     questions = asked(planned, "VPO")
     assert len(questions) >= 16
-    for w, v, q in questions:
+    for w, _v, q in questions:
         frames = sorted(int(f) for f in q.item.removeprefix("frames ").split(","))
         times = [f / w.fps for f in frames]  # the world's pose samples sit on frames
-        want = [b - a for a, b in zip(times, times[1:])]
+        want = [b - a for a, b in zip(times, times[1:], strict=False)]
         assert q.gaps_s == pytest.approx(want)
         assert q.difficulty_bin == expected_bin(min(want), PARAMS.vpo_gap_bins_s)
         assert q.horizon_bin == expected_horizon(times[-1], w.duration, PARAMS.horizon_edges)
@@ -117,7 +117,7 @@ def test_vmr_time_since_the_last_turn_or_stop():
 def test_vmr_questions_record_it(planned):
     questions = asked(planned, "VMR")
     assert len(questions) >= 40
-    for w, v, q in questions:
+    for _w, _v, q in questions:
         assert q.since_s is not None and 0 <= q.since_s[0] <= q.frame_times[0] + 1e-9
         assert q.difficulty_bin == expected_bin(q.since_s[0], PARAMS.vmr_since_turn_bins_s)
 
@@ -129,7 +129,7 @@ def test_voo_sets_are_stratified():
 
     def stratum(s):
         ts = sorted(times[c] for c in s)
-        return (expected_bin(min(b - a for a, b in zip(ts, ts[1:])), edges), expected_horizon(ts[-1], duration, horizon))
+        return (expected_bin(min(b - a for a, b in zip(ts, ts[1:], strict=False)), edges), expected_horizon(ts[-1], duration, horizon))
 
     valid = [s for s in itertools.combinations(sorted(times, key=times.get), 4)]
     strata = {stratum(s) for s in valid}
@@ -148,7 +148,7 @@ def test_stratified_pick_cycles_over_strata():
 
 
 def test_vpo_anchor_sets_spread_over_strata(planned):
-    for w, v, qs in planned:
+    for _w, v, qs in planned:
         strata = [(q.difficulty_bin, q.horizon_bin) for q in qs if q.task_type == "VPO" and q.subtype == "rotated"]
         assert len(strata) == PARAMS.vpo_per_video
         assert len(set(strata)) >= 2, (v.video_id, strata)
@@ -156,11 +156,11 @@ def test_vpo_anchor_sets_spread_over_strata(planned):
 
 def test_evaluate_breaks_scores_down_by_difficulty_and_horizon():
     rows = []
-    for i, (d, h, right) in enumerate([("near", "early", False), ("near", "late", False), ("far", "late", True),
+    for i, (d, h, _right) in enumerate([("near", "early", False), ("near", "late", False), ("far", "late", True),
                                         ("far", "late", True), ("medium", "early", True)]):
         rows.append({"doc_id": f"d{i}", "task_type": "VOO", "subtype": "first", "answer": "A", "duration_s": 600.0,
                      "difficulty_bin": d, "horizon_bin": h})
-    preds = {r["doc_id"]: ("A" if right else "B") for r, right in zip(rows, [False, False, True, True, True])}
+    preds = {r["doc_id"]: ("A" if right else "B") for r, right in zip(rows, [False, False, True, True, True], strict=True)}
     got = ev.evaluate(rows, preds)
     assert got["VOO~difficulty:near"] == {"score": 0.0, "n": 2}
     assert got["VOO~difficulty:far"] == {"score": 1.0, "n": 2}

@@ -120,7 +120,10 @@ def test_voc_counts_are_spread_over_the_task_and_per_concept_with_their_streams(
     assert shares(totals, lambda r: r["answers"][-1])["4"] >= 0.55
     out = ex.assemble(pool, PARAMS)
     kept = out.split_rows("release")
-    cap = lambda n: max(1, math.ceil(PARAMS.voc_max_answer_share * n))  # noqa: E731
+
+    def cap(n):
+        return max(1, math.ceil(PARAMS.voc_max_answer_share * n))
+
     c = Counter(r["answer"] for r in kept)
     assert max(c.values()) <= cap(len(kept))
     by_concept = defaultdict(Counter)

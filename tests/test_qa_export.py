@@ -102,7 +102,7 @@ def test_option_text_alone_does_not_give_the_answer(export):
             orders = [o[3:].split(" → ") for o in r["options"]]
             score = [sum(kendall(a, b) for b in orders) for a in orders]
             medoid += "ABCD"[score.index(min(score))] == r["answer"]
-            same = [sum(sum(x == y for x, y in zip(a, b)) for b in orders) for a in orders]
+            same = [sum(sum(x == y for x, y in zip(a, b, strict=True)) for b in orders) for a in orders]
             centre += "ABCD"[same.index(max(same))] == r["answer"]
         assert medoid / len(rows) < 0.36 and centre / len(rows) < 0.36, (task, medoid, centre, len(rows))
 
@@ -167,7 +167,7 @@ def _shape(row: dict) -> dict:
 def test_release_file_has_the_public_shape(tmp_path, export, reference):
     ref_rows = [json.loads(line) for line in reference]
     # the public file's own conventions, measured (so this test notices if the reference differs)
-    assert all(json.dumps(r, ensure_ascii=False, separators=(",", ":")) == line for r, line in zip(ref_rows, reference))
+    assert all(json.dumps(r, ensure_ascii=False, separators=(",", ":")) == line for r, line in zip(ref_rows, reference, strict=True))
     ref_shapes = {}
     for r in ref_rows:
         ref_shapes.setdefault(r["task_type"], []).append(_shape(r))

@@ -13,7 +13,16 @@ from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages import export as ex
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.common import Provenance, Question, base_fields, interval
-from vsi_wild.stages.qa.registry import NUMBER, QATask, TaskQuestions, VideoInputs, copied, register_task, tasks, unregister_task
+from vsi_wild.stages.qa.registry import (
+    NUMBER,
+    QATask,
+    TaskQuestions,
+    VideoInputs,
+    copied,
+    register_task,
+    tasks,
+    unregister_task,
+)
 from vsi_wild.stages.report import build_report, render_markdown
 
 BUILTIN = ["VMR", "VPO", "VOO", "VOC"]

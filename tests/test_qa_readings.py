@@ -14,14 +14,14 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-
 from qa_world import instances_table, make_world, motion_samples_table, motion_table, poses_table, views_table
+
 from vsi_wild import schema
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import plan_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo, ordering_text
-from vsi_wild.stages.qa.readings import sector_margin, seen_under
 from vsi_wild.stages.qa.params import Sighting
+from vsi_wild.stages.qa.readings import sector_margin, seen_under
 from vsi_wild.stages.qa.vmr import vmr_questions
 from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import voo_questions
@@ -82,9 +82,10 @@ def test_sightings_under_each_reading():
 
 # ----------------------------------------------------------------------------- VOC
 CLEAR = 400
+VOC_PARAMS = QAParams(clip_seconds=20.0)
 
 
-def _voc(seen, params=QAParams(clip_seconds=20.0)):
+def _voc(seen, params=VOC_PARAMS):
     instances, visibility = _metadata(seen)
     questions, skipped = voc_questions(instances, _video(), params, PROV, visibility)
     return {(q.concepts[0], q.subtype): q for q in questions}, skipped
@@ -127,7 +128,10 @@ def test_a_checkpoint_the_readings_disagree_on_moves():
 
 
 # ----------------------------------------------------------------------------- VOO
-def _voo_last(seen, params=QAParams(voo_first=0, voo_last=1)):
+VOO_LAST_PARAMS = QAParams(voo_first=0, voo_last=1)
+
+
+def _voo_last(seen, params=VOO_LAST_PARAMS):
     instances, visibility = _metadata(seen, duration=160.0)
     questions, skipped = voo_questions(instances, _video(160.0), params, PROV, visibility)
     return questions, skipped
@@ -295,7 +299,7 @@ def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_v
 
     def interleaved(q) -> bool:
         spans = sorted(_visits(w, t, radius) for t in q.frame_times)
-        return any(a[1] >= b[0] for a, b in zip(spans, spans[1:]))
+        return any(a[1] >= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
     def rotated(params: QAParams):
         res = plan_video(video, instances_table(w, "front"), motion_table(w, "front", 60.0), poses_table(w, "front"),

@@ -9,7 +9,6 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-
 from qa_world import (
     VIEW_YAW,
     instances_table,
@@ -21,6 +20,7 @@ from qa_world import (
     truth_order,
     views_table,
 )
+
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import plan_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
@@ -147,7 +147,7 @@ def test_voc_stream_and_total_match_truth(worlds):
                     assert q.split == "voc_stream"
                 else:
                     assert q.query_times == [w.duration] and q.split == "release"
-                for qt, ans, ev in zip(q.query_times, q.answers, q.evidence):
+                for qt, ans, ev in zip(q.query_times, q.answers, q.evidence, strict=True):
                     assert int(ans) == truth_count(w, view, cat, qt)
                     assert all(iv["end"] <= qt for iv in ev)
                     n += 1
@@ -174,7 +174,7 @@ def test_no_answer_depends_on_the_future():
         s1 = {q.concepts[0]: q for q in q1 if q.task_type == "VOC" and q.subtype == "stream"}
         s2 = {q.concepts[0]: q for q in q2 if q.task_type == "VOC" and q.subtype == "stream"}
         for cat, q in s1.items():
-            for qt, a1, a2 in zip(q.query_times, q.answers, s2[cat].answers):
+            for qt, a1, a2 in zip(q.query_times, q.answers, s2[cat].answers, strict=True):
                 if qt <= T:
                     assert a1 == a2, (view, cat, qt)
         for q in q1:
@@ -228,7 +228,7 @@ def test_voo_gap_is_enforced_when_concepts_crowd():
 
 # ----------------------------------------------------------------------------- VPO
 def _extent(points):
-    xs, ys, zs = zip(*points)
+    xs, ys, zs = zip(*points, strict=True)
     return math.dist((min(xs), min(ys), min(zs)), (max(xs), max(ys), max(zs)))
 
 
@@ -253,7 +253,7 @@ def test_vpo_gaps_order_and_offsets(worlds):
                 order = sorted(range(4), key=lambda i: times[i])
                 assert q.correct == " → ".join(f"Frame {i + 1}" for i in order)
                 assert len({q.correct, *q.distractors}) == 4
-                for off, yaw in zip(q.render_offset_deg, q.render_yaw_deg):
+                for off, yaw in zip(q.render_offset_deg, q.render_yaw_deg, strict=True):
                     assert 30.0 <= abs(off) <= 60.0
                     assert ((yaw - (VIEW_YAW[view] + off)) + 180) % 360 - 180 == pytest.approx(0, abs=1e-9)
                 assert q.query_times[0] == pytest.approx(max(times))
@@ -269,7 +269,7 @@ def test_vpo_position_gap_on_a_back_and_forth_walk():
     """A walk that shuttles between two spots: anchors far apart in time but at the same place must
     not be paired."""
     w = make_world(5, duration=400.0)
-    for k, p in enumerate(w.poses):
+    for _k, p in enumerate(w.poses):
         phase = (p["time"] % 80.0) / 80.0  # 0 -> 40 m -> 0 every 80 s
         p["x"], p["y"] = 40.0 * (1 - abs(2 * phase - 1)), 0.0
     # every place is visited again every 80 s: no order is the same under every reading (a frame read as

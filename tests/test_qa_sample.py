@@ -21,10 +21,17 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import REPO
-from sample_oracle import (VIEW_YAW, appearance_times, kept, min_pixels, reading_pixels, reviewed_voc,
-                           stable_voo_sets, visible)
+from sample_oracle import (
+    VIEW_YAW,
+    appearance_times,
+    kept,
+    min_pixels,
+    reading_pixels,
+    reviewed_voc,
+    stable_voo_sets,
+    visible,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -64,7 +71,7 @@ def _oracle_metadata(truth, params, view: str, clip_s: float):
     for c in range(n_clips):
         lo, hi = c * clip_s, min(params.duration_s, (c + 1) * clip_s)
         best = None
-        for k, t, f in samples:  # steadiest moving moment: same direction over +- 2 s, away from the edges
+        for _k, t, f in samples:  # steadiest moving moment: same direction over +- 2 s, away from the edges
             if not (lo + 2 <= t <= hi - 2):
                 continue
             rel = [_rel_angle(frames, samples, t + d, view) for d in (-1.5, -0.5, 0.5, 1.5)]
@@ -122,7 +129,7 @@ def qa_on_truth(tmp_path_factory):
                           params.fps, n, params.duration_s)
         instances, poses, motion = _oracle_metadata(truth, params, view, qa.clip_seconds)
 
-        def dest(rel, view=view):
+        def dest(rel, view=view, video=video):
             p = tmp / "images" / view / rel
             p.parent.mkdir(parents=True, exist_ok=True)
             images[(video.video_id, rel)] = p
@@ -210,7 +217,7 @@ def _voc_wrong(truth, r, min_px: float) -> bool:
     """A VOC row's answers differ from the truth's (as ``_check_rows`` derives them)."""
     vis = visible(truth, r["view"], min_px)
     return any(int(ans) != len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0]
-                                and v["time"] <= qt + 1e-9}) for qt, ans in zip(r["query_times"], r["answers"]))
+                                and v["time"] <= qt + 1e-9}) for qt, ans in zip(r["query_times"], r["answers"], strict=True))
 
 
 def test_reconciled_counts_equal_the_truth_in_every_view(built, sample_config):
@@ -358,7 +365,7 @@ def _check_rows(truths, rows, min_pixels: float, min_visible_s: float = 0.0):
         task = r["task_type"]
         if task == "VOC":
             vis = visible(truth, view, min_pixels)
-            for qt, ans in zip(r["query_times"], r["answers"]):
+            for qt, ans in zip(r["query_times"], r["answers"], strict=True):
                 expect = len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0] and v["time"] <= qt + 1e-9})
                 assert int(ans) == expect, (r["doc_id"], qt)
         elif task == "VOO":

@@ -16,7 +16,16 @@ import pyarrow.parquet as pq
 import pytest
 from conftest import make_video
 from project_media import write_video
-from qa_world import instances_table, make_world, motion_samples_table, motion_table, poses_table, views_table, truth_count
+from qa_world import (
+    instances_table,
+    make_world,
+    motion_samples_table,
+    motion_table,
+    poses_table,
+    truth_count,
+    views_table,
+)
+from test_qa_vpo_render import pano_frame
 
 from vsi_wild import schema
 from vsi_wild.config import Config
@@ -27,7 +36,6 @@ from vsi_wild.tasks import engine
 from vsi_wild.tasks.engine import Plan, Stage
 from vsi_wild.tasks.export import EXPORT, summary_line
 from vsi_wild.tasks.qa import QA
-from test_qa_vpo_render import pano_frame
 
 ANY_OUTPUT = (schema.Artifact("*"),)  # these test stages write whatever they test
 
@@ -168,7 +176,7 @@ def test_answers_match_the_worlds(built):
         if r["task_type"] != "VOC" or r["split"] == "voc_repeat":
             continue
         w = world(r["source_id"])
-        for qt, a in zip(r["query_times"], r["answers"]):
+        for qt, a in zip(r["query_times"], r["answers"], strict=True):
             assert int(a) == truth_count(w, r["view"], r["concepts"][0], qt)
 
 

@@ -92,7 +92,7 @@ def test_rendered_views_match_py360convert_at_the_recorded_yaw(tmp_path, pano, c
     for q in vpo:
         assert q.frame_times == pytest.approx([frames[f][0] for f in q.frame_indices])
         assert q.query_times == [max(q.frame_times)]
-        for f, file, yaw, off in zip(q.frame_indices, q.image_files, q.render_yaw_deg, q.render_offset_deg):
+        for f, file, yaw, off in zip(q.frame_indices, q.image_files, q.render_yaw_deg, q.render_offset_deg, strict=True):
             img = read_image(written[file])
             assert img.shape == (72, 128, 3)
             ref = py360convert.e2p(frames[f][1], fov_deg=(90.0, video.vfov_deg), u_deg=yaw, v_deg=0.0, out_hw=(72, 128))

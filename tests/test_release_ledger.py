@@ -184,7 +184,7 @@ def _min_moves(counts: list[int]) -> int:
     best = None
     for target in itertools.product(window, repeat=k):
         if sum(target) == n and max(target) - min(target) <= allowed_spread(n):
-            moves = sum(max(0, c - t) for c, t in zip(counts, target))
+            moves = sum(max(0, c - t) for c, t in zip(counts, target, strict=True))
             best = moves if best is None else min(best, moves)
     return best
 

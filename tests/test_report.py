@@ -7,7 +7,7 @@ from vsi_wild.stages.report import build_report, render_markdown
 
 def _row(task, answer, split="release", subtype="x", video="a_front.mp4", text="t", times=None):
     return {"doc_id": f"{video}|{task}|{answer}|{text}", "video_name": video, "task_type": task, "question": "q",
-            "answer": answer, "options": None if task == "VOC" else [f"{l}) {t}" for l, t in zip("ABCD", "wxyz")],
+            "answer": answer, "options": None if task == "VOC" else [f"{letter}) {t}" for letter, t in zip("ABCD", "wxyz", strict=True)],
             "split": split, "subtype": subtype, "answer_text": text, "frame_times": times, "duration_s": 90.0,
             "source_id": video.split("_")[0], "concepts": ["cone"] if task == "VOC" else None}
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
+from conftest import small_sample_config
 from typer.testing import CliRunner
 
-from conftest import small_sample_config
 from vsi_wild.config import load_config
 from vsi_wild.stages import evaluate as ev
 from vsi_wild.stages.qa.registry import tasks
@@ -179,7 +179,7 @@ def test_the_build_diff_lists_exactly_the_voc_questions_a_merge_changed(copy_of,
     table = page[page.index('id="changed-questions"'):]
     table = table[:table.index("</table>")]
     assert len(re.findall("<tr><td>VOC</td>", table)) == len(expected)
-    for _, q, b, a in expected:
+    for _, _q, b, a in expected:
         assert f"<td class=before>{b}</td><td class=after>{a}</td>" in table
     assert len((root / HISTORY).read_text().split()) == 2
 
@@ -193,7 +193,7 @@ def test_the_build_diff_lists_exactly_the_voc_questions_a_merge_changed(copy_of,
     out = CliRunner().invoke(app, ["report", "-c", str(cfg), "--compare", str(built[1])], catch_exceptions=False)
     assert out.exit_code == 0, out.output
     compared = (root / "report_compare.html").read_text()
-    for _, q, b, a in expected:
+    for _, _q, b, a in expected:
         assert f"<td class=before>{b}</td><td class=after>{a}</td>" in compared
     (root / "report.html").unlink()
     out = CliRunner().invoke(app, ["report", "-c", str(cfg)], catch_exceptions=False)

@@ -12,14 +12,14 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import typer
+import ytdlp_offline as off
 from typer.testing import CliRunner
 
-import ytdlp_offline as off
+from vsi_wild import schema
 from vsi_wild.config import load_config
 from vsi_wild.stages import review as rv
 from vsi_wild.store import Store
 from vsi_wild.tasks import review as tr
-from vsi_wild import schema
 from vsi_wild.tasks.engine import Plan, Stage, run_inline, run_stages
 from vsi_wild.tasks.probe import PROBE
 from vsi_wild.tasks.sources import register_local

@@ -19,7 +19,6 @@ from collections import Counter
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
-
 from conftest import REPO
 from sample_oracle import VIEW_YAW, instances_seen, reviewed_voc, stable_voo_sets
 
@@ -95,7 +94,7 @@ def test_voc_answers_agree_with_the_truth_unless_provisional_and_after_review(or
     want = _truth_counts(truth, config)
     first = {(view, c): seen for view in VIEW_YAW for c, seen in instances_seen(truth, view, config).items()}
     stream = [r for r in _rows(rows, "VOC", "voc_stream") if not r["provisional"]]
-    got = {(r["view"], r["concepts"][0], t): int(a) for r in stream for t, a in zip(r["query_times"], r["answers"])}
+    got = {(r["view"], r["concepts"][0], t): int(a) for r in stream for t, a in zip(r["query_times"], r["answers"], strict=True)}
     expect = {(v, c, t): sum(s <= t + 1e-9 for s in first[(v, c)].values()) for v, c, t in got}
     wrong = {k: (expect[k], n) for k, n in got.items() if expect[k] != n}
     assert got and len(wrong) <= 0.02 * len(got), wrong
@@ -105,9 +104,9 @@ def test_voc_answers_agree_with_the_truth_unless_provisional_and_after_review(or
         for (v, c), counts in want.items():
             if v == view:
                 got = reviewed[c]
-                right += sum(x == y for x, y in zip(got, counts))
+                right += sum(x == y for x, y in zip(got, counts, strict=True))
                 total += len(counts)
-                assert all(0 <= x - y <= 2 for x, y in zip(got, counts)), (view, c, got, counts)
+                assert all(0 <= x - y <= 2 for x, y in zip(got, counts, strict=True)), (view, c, got, counts)
     assert right >= 0.95 * total, (right, total)
 
 

@@ -116,7 +116,7 @@ def test_route_motion_requirements(full):
 
 def place_visits(poses):
     visits, cur, start = [], None, 0.0
-    for t, pl in zip(poses["time"], poses["place"]):
+    for t, pl in zip(poses["time"], poses["place"], strict=True):
         if pl != cur:
             if cur is not None:
                 visits.append((cur, start, t))
@@ -138,15 +138,15 @@ def test_route_revisits_a_place_with_objects_seen_on_both_visits(full):
     assert revisited, visits
     pl, first, second = revisited[0]
     vis = full.visibility.to_pydict()
-    seen1 = {i for i, t in zip(vis["instance_id"], vis["time"]) if first[0] <= t < first[1]}
-    seen2 = {i for i, t in zip(vis["instance_id"], vis["time"]) if second[0] <= t <= second[1]}
+    seen1 = {i for i, t in zip(vis["instance_id"], vis["time"], strict=True) if first[0] <= t < first[1]}
+    seen2 = {i for i, t in zip(vis["instance_id"], vis["time"], strict=True) if second[0] <= t <= second[1]}
     objs = full.objects.to_pydict()
-    in_place = {i for i, q in zip(objs["instance_id"], objs["place"]) if q == pl}
+    in_place = {i for i, q in zip(objs["instance_id"], objs["place"], strict=True) if q == pl}
     both = seen1 & seen2 & in_place
     assert len(both) >= 3, (pl, both)
     # several views and several timestamps per instance
     per = {}
-    for i, v, k in zip(vis["instance_id"], vis["view"], vis["sample_index"]):
+    for i, v, k in zip(vis["instance_id"], vis["view"], vis["sample_index"], strict=True):
         per.setdefault(i, set()).add((v, k))
     assert sum(len({v for v, _ in s}) >= 2 and len({k for _, k in s}) >= 4 for s in per.values()) >= 10
 
@@ -176,13 +176,13 @@ def test_objects_table(full):
     # the default layout's counts per category, each object in its zone
     assert cats == {c: sum(n for _, n in zones) for c, zones in DEFAULT_LAYOUT.items()}
     zones = [z for c in CATEGORIES for z, n in DEFAULT_LAYOUT[c.name] for _ in range(n)]  # placement order
-    for i, zone in zip(o["instance_id"], zones):
+    for i, zone in zip(o["instance_id"], zones, strict=True):
         place, x0, y0, x1, y1 = ZONES[zone]
         assert o["place"][i] == place and x0 <= o["x"][i] <= x1 and y0 <= o["y"][i] <= y1, (i, zone)
     assert sorted(o["instance_id"]) == list(range(len(o["instance_id"])))
     places = full.places.to_pydict()
     assert set(places["place"]) == {"plaza", "street", "hall", "corridor"}
-    for x, y, pl in zip(o["x"], o["y"], o["place"]):
+    for x, y, pl in zip(o["x"], o["y"], o["place"], strict=True):
         i = places["place"].index(pl)
         assert places["x_min"][i] <= x <= places["x_max"][i] and places["y_min"][i] <= y <= places["y_max"][i]
 
@@ -248,18 +248,18 @@ def outside_frustum(local, tx, ty):
 def test_visibility_agrees_with_independent_geometry(full):
     p = FULL
     w = build_world(p.seed, p.route, p.n_per_category, p.faces)
-    boxes = np.array([_aabb(t, g) for t, g in zip(w.ptype, w.pgeo)])
+    boxes = np.array([_aabb(t, g) for t, g in zip(w.ptype, w.pgeo, strict=True)])
     solid_box = (w.ptype == BOX) & (w.plabel < 0)  # walls, buildings, ceilings: exact convex occluders
     inst_prim = {i.instance_id: i.prim for i in w.instances}
     poses = full.poses.to_pydict()
     vis = full.visibility.to_pydict()
     rows = {}
-    for i, r in enumerate(zip(vis["sample_index"], vis["view"], vis["instance_id"])):
+    for i, r in enumerate(zip(vis["sample_index"], vis["view"], vis["instance_id"], strict=True)):
         rows[r] = i
     vw, vh, hfov = p.truth_view_width, p.truth_view_height, p.truth_hfov_deg
     tx = math.tan(math.radians(hfov) / 2)
     ty = math.tan(math.radians(geometry.vfov_deg(hfov, vw, vh)) / 2)
-    samples = sorted(set(zip(vis["sample_index"], vis["frame"])))
+    samples = sorted(set(zip(vis["sample_index"], vis["frame"], strict=True)))
     all_k = range(int(p.duration_s * 2))
     counts = {"visible": 0, "frustum": 0, "occluded": 0}
     problems = []
@@ -334,9 +334,9 @@ def test_visibility_rows_are_consistent(full):
     vis = full.visibility
     assert vis.schema.equals(schema.TRUTH_VISIBILITY, check_metadata=False)
     d = vis.to_pydict()
-    assert len(set(zip(d["sample_index"], d["view"], d["instance_id"]))) == vis.num_rows
+    assert len(set(zip(d["sample_index"], d["view"], d["instance_id"], strict=True))) == vis.num_rows
     assert set(d["view"]) == set(VIEWS)
-    assert max(d["sample_index"]) == 239 and all(t == k / 2 for t, k in zip(d["time"], d["sample_index"]))
+    assert max(d["sample_index"]) == 239 and all(t == k / 2 for t, k in zip(d["time"], d["sample_index"], strict=True))
     for i in range(0, vis.num_rows, 7):
         rle = {"size": [d["image_height"][i], d["image_width"][i]], "counts": d["mask_rle"][i].encode()}
         m = mask_utils.decode(rle)
@@ -356,7 +356,7 @@ def test_faces_agree_with_projected_face_region(full):
     poses = full.poses.to_pydict()
     f = full.faces.to_pydict()
     assert full.faces.schema.equals(schema.TRUTH_FACES, check_metadata=False)
-    listed = {(k, v): i for i, (k, v) in enumerate(zip(f["sample_index"], f["view"]))}
+    listed = {(k, v): i for i, (k, v) in enumerate(zip(f["sample_index"], f["view"], strict=True))}
     vw, vh, hfov = FULL.truth_view_width, FULL.truth_view_height, FULL.truth_hfov_deg
     n_clear = 0
     for k in range(240):

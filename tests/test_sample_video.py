@@ -91,8 +91,8 @@ def test_instance_pixels_in_the_video_have_their_category_colour(tmp_path):
 
 
 def _digest(truth) -> dict[str, str]:
-    import pyarrow.ipc as ipc
     import pyarrow as pa
+    import pyarrow.ipc as ipc
 
     out = {}
     for name in ("poses", "objects", "visibility", "faces", "places"):

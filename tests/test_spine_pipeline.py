@@ -11,9 +11,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import make_video, small_sample_config
 from typer.testing import CliRunner
 
-from conftest import make_video, small_sample_config
 from vsi_wild.cli import app
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry

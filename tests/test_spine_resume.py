@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 
 import pytest
-
 from conftest import small_sample_config
+
 from vsi_wild.store import Store, UnitRef
 
 pytestmark = pytest.mark.slow

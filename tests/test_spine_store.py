@@ -40,10 +40,9 @@ def test_committed_output_has_manifest_with_real_hashes(tmp_path):
 def test_failed_writer_leaves_nothing_trusted(tmp_path):
     store = Store(tmp_path)
     ref = UnitRef("s", "u", "k1")
-    with pytest.raises(RuntimeError):
-        with store.writer(ref) as w:
-            w.write_table("a.parquet", _table(3))
-            raise RuntimeError("boom")
+    with pytest.raises(RuntimeError), store.writer(ref) as w:
+        w.write_table("a.parquet", _table(3))
+        raise RuntimeError("boom")
     assert not store.is_complete(ref)
     assert not os.path.exists(store.unit_dir(ref))
 
@@ -53,7 +52,7 @@ def test_output_without_manifest_is_replaced(tmp_path):
     ref = UnitRef("s", "u", "k1")
     d = store.unit_dir(ref)
     os.makedirs(d)
-    open(os.path.join(d, "stale.bin"), "wb").write(b"half")  # a crash between rename and manifest
+    Path(d, "stale.bin").write_bytes(b"half")  # a crash between rename and manifest
     assert not store.is_complete(ref)
     with store.writer(ref) as w:
         w.path("fresh.bin").write_bytes(b"ok")
@@ -74,9 +73,8 @@ def test_fingerprint_depends_on_content_only(tmp_path):
 
 def test_bad_output_names_are_refused(tmp_path):
     store = Store(tmp_path)
-    with pytest.raises(Exception, match="bad output file name"):
-        with store.writer(UnitRef("s", "u", "k")) as w:
-            w.path("../escape.bin")
+    with pytest.raises(Exception, match="bad output file name"), store.writer(UnitRef("s", "u", "k")) as w:
+        w.path("../escape.bin")
 
 
 def test_status_and_registry_tables(tmp_path):

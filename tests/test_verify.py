@@ -22,12 +22,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 import uvicorn
+from conftest import REPO, copy_root
 from playwright.sync_api import Page, expect
 from pycocotools import mask as mask_utils
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from conftest import REPO, copy_root
 from vsi_wild.config import load_config
 from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app
@@ -355,7 +355,7 @@ def test_rename_and_draw_a_missed_instance(page: Page, live, root):
     seek(page, 42.0)  # between the keyframes the page shows the interpolated box, as the stage lays it
     expect(page.locator("#draw-keys")).to_contain_text("keyframes: 0:40.0")
     shown = page.evaluate("S.player.extra[0].box")
-    expected = [a + (b - a) * 4 / 9 for a, b in zip(DRAWN["frames"][0]["box"], DRAWN["frames"][1]["box"])]
+    expected = [a + (b - a) * 4 / 9 for a, b in zip(DRAWN["frames"][0]["box"], DRAWN["frames"][1]["box"], strict=True)]
     assert np.allclose(shown, expected, atol=0.01)
     page.click("#add-add")
     expect(page.locator("#pending li")).to_have_count(6)  # 4 saved, 2 pending

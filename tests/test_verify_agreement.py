@@ -5,12 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
+from conftest import REPO, copy_root
 from typer.testing import CliRunner
 
-from conftest import REPO, copy_root
+from vsi_wild.store import Store
 from vsi_wild.verify import agreement as ag
 from vsi_wild.verify import progress
-from vsi_wild.store import Store
 
 VID = "sample-walk_right"
 

@@ -8,11 +8,11 @@ import xml.etree.ElementTree as ET
 
 import numpy as np
 import pytest
+from conftest import REPO, copy_root
 from pycocotools import mask as mask_utils
 from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
-from conftest import REPO, copy_root
 from vsi_wild.verify import exchange
 
 VID = "sample-walk_front"
@@ -81,7 +81,7 @@ def test_export_edit_as_cvat_would_import_gives_the_edit(root, tmp_path):
     mid = len(shapes) // 2
     s = shapes[mid]
     new_box = [float(s.attrib[a]) + 12 for a in ("xtl", "ytl", "xbr", "ybr")]
-    for a, v in zip(("xtl", "ytl", "xbr", "ybr"), new_box):
+    for a, v in zip(("xtl", "ytl", "xbr", "ybr"), new_box, strict=True):
         s.attrib[a] = f"{v:.2f}"
     doc.remove(by_id[gone])
     for shape in list(by_id[into]):  # merge: the other track's shapes join the first (keeping their attributes)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from playwright.sync_api import Page, expect
-
 from conftest import REPO, copy_root
+from playwright.sync_api import Page, expect
 from test_verify import TOKEN, _current, serve
+
 from vsi_wild.config import load_config
 from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app
@@ -164,7 +164,7 @@ def test_spatial_pivot_is_snapped_visibly_and_the_grey_arrow_is_the_estimate_at_
     # the grey arrow: the estimate at the pivot, wherever the playhead is
     samples = page.evaluate("M.info.motion_samples")
     at_pivot = samples["angle_deg"][round(pivot * 2)]
-    far = next(t for t, a in zip(samples["time"], samples["angle_deg"])
+    far = next(t for t, a in zip(samples["time"], samples["angle_deg"], strict=True)
                if a is not None and abs((a - at_pivot + 180) % 360 - 180) > 60)
     page.evaluate(f"document.getElementById('video').currentTime = {far}")
     page.wait_for_function(f"Math.abs(document.getElementById('video').currentTime - {far}) < 0.01")

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import REPO, copy_root
 from playwright.sync_api import Page, expect
 from ruamel.yaml import YAML
-
-from conftest import REPO, copy_root
 from test_verify import TOKEN, _current, serve
+
 from vsi_wild.config import load_config
 from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app

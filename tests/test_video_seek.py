@@ -15,8 +15,8 @@ import pytest
 from conftest import make_video
 from project_media import write_video
 
-from vsi_wild.stages import video_io
 from vsi_wild.errors import UnitError
+from vsi_wild.stages import video_io
 from vsi_wild.stages.video_io import VideoReader, frame_batches, frames_at, sample_frames, sampled_frames
 
 RANGES = [(0.0, 3.0), (2.5, 7.0), (5.25, None), (None, 4.0), (10.9, 20.0), (11.5, 11.6), (40.0, 50.0)]
@@ -41,7 +41,7 @@ def _check_frames_at(path):
         got = list(frames_at(path, wanted))
         want = [whole[i] for i in sorted(set(wanted))]
         assert [g[:2] for g in got] == [w[:2] for w in want], (path.name, wanted)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert np.array_equal(g[2], w[2]), (path.name, wanted, g[0])
 
 
@@ -51,7 +51,7 @@ def _check(path):
         want = _full(path, start, end)
         got = list(sample_frames(path, 2.0, start=start, end=end))
         assert [g[:4] for g in got] == [w[:4] for w in want], (path.name, start, end)
-        for g, w in zip(got, want):
+        for g, w in zip(got, want, strict=True):
             assert np.array_equal(g[4], w[4]), (path.name, start, end, g[0])
 
 
@@ -101,14 +101,14 @@ def test_frame_batches_are_the_sampled_frames_in_consecutive_batches(tmp_path):
             for k, t, i, _ft, rgb in sample_frames(path, 2.0)]
     got = list(sampled_frames(path, 2.0, max_width=64))
     assert [g[:3] for g in got] == [w[:3] for w in want]
-    assert all(np.array_equal(g[3], w[3]) for g, w in zip(got, want))
+    assert all(np.array_equal(g[3], w[3]) for g, w in zip(got, want, strict=True))
 
     batches = list(frame_batches(path, "v_front", 25.0, 5, max_width=64))
     assert [len(b.images) for b in batches] == [5, 5, 5, 5, 4]  # 12 s at 2 FPS: 24 frames
     assert all(b.video_id == "v_front" and b.fps == 25.0 for b in batches)
-    flat = [(k, t, i) for b in batches for k, t, i in zip(b.sample_indices, b.times, b.frame_indices)]
+    flat = [(k, t, i) for b in batches for k, t, i in zip(b.sample_indices, b.times, b.frame_indices, strict=True)]
     assert flat == [w[:3] for w in want]
-    assert all(np.array_equal(a, w[3]) for a, w in zip((a for b in batches for a in b.images), want))
+    assert all(np.array_equal(a, w[3]) for a, w in zip((a for b in batches for a in b.images), want, strict=True))
 
     # one batch of a whole range, its images made as the frames stream (the segment stage's JPEG files)
     streamed = []

@@ -57,7 +57,7 @@ def _obs(i: int, concept: str, k: int, box: tuple[float, float, float, float] | 
 
 
 def _states(cols: dict[str, list], instance_id: int) -> list[str]:
-    return [s for i, s in zip(cols["instance_id"], cols["state"]) if i == instance_id]
+    return [s for i, s in zip(cols["instance_id"], cols["state"], strict=True) if i == instance_id]
 
 
 def test_states_follow_the_walk():
@@ -87,7 +87,7 @@ def test_states_follow_the_walk():
     assert _states(cols, 2)[18:20] == [vz.OUT_OF_VIEW] * 2  # out of the frame sideways before it is passed (20)
     assert _states(cols, 3) == [vz.VISIBLE] * 3 + [vz.NOT_SEEN] * (n - 3)
     assert _states(cols, 4) == [vz.VISIBLE] * 3 + [vz.NOT_SEEN] * (n - 3)
-    geometric = dict(zip(cols["instance_id"], cols["geometric"]))
+    geometric = dict(zip(cols["instance_id"], cols["geometric"], strict=True))
     assert geometric == {1: True, 2: True, 3: False, 4: False}
 
 
@@ -147,10 +147,11 @@ def _truth_ids(observations: list[dict], truth_vis: list[dict], scale: float) ->
 
 @pytest.fixture(scope="module")
 def sample_tracks(sample_root):
+    from conftest import REPO
+
     from vsi_wild.config import load_config
     from vsi_wild.store import Store, UnitRef
     from vsi_wild.tasks.sample import load_truth
-    from conftest import REPO
 
     root, _ = sample_root
     store = Store(root)

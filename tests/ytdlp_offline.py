@@ -134,7 +134,7 @@ def make_video(path: Path, width: int = 256, height: int = 128, seconds: float =
     elif kind in ("scroll", "static"):
         # A fixed random-looking texture (cellular automaton), scaled up: rich for optical flow.
         src = ["-f", "lavfi", "-i", f"cellauto=size={width // 4}x{height // 4}:rate={fps}:rule=110:random_seed=7:scroll=0:full=1"]
-        chain = [f"trim=start_frame=40:end_frame=41", "loop=loop=-1:size=1", f"scale={width}:{height}:flags=neighbor",
+        chain = ["trim=start_frame=40:end_frame=41", "loop=loop=-1:size=1", f"scale={width}:{height}:flags=neighbor",
                  "format=yuv420p", f"setpts=N/{fps}/TB"]
         if kind == "scroll":
             chain.append(f"scroll=horizontal={scroll}")

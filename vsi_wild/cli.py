@@ -11,13 +11,16 @@ import os
 import sys
 import threading
 from pathlib import Path
-from typing import Any, NoReturn, Optional
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import typer
 from rich.console import Console
 from rich.table import Table
 
 from vsi_wild.process_exit import exit_process
+
+if TYPE_CHECKING:
+    from prefect.states import State
 
 # Into a pipe or a file, rich would fold lines and squeeze tables to $COLUMNS or to the width of
 # whatever terminal stdin is attached to: `vsi-wild status | grep` and `... --json | jq` broke.
@@ -86,11 +89,11 @@ def _parse_sets(values: list[str] | None) -> dict[str, Any]:
     return overrides
 
 
-def _split(value: Optional[str]) -> list[str] | None:
+def _split(value: str | None) -> list[str] | None:
     return [x.strip() for x in value.split(",") if x.strip()] if value else None
 
 
-def _store(config: Optional[Path], data_root: Optional[str]):
+def _store(config: Path | None, data_root: str | None):
     from vsi_wild.config import ConfigError, load_config
     from vsi_wild.store import Store
 
@@ -104,14 +107,14 @@ def _store(config: Optional[Path], data_root: Optional[str]):
 
 @app.command()
 def run(
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    only: Optional[str] = typer.Option(None, "--only", help="Run only these stages (comma-separated), e.g. `metadata,qa`."),
-    from_stage: Optional[str] = typer.Option(None, "--from", help="Run this stage and every stage after it."),
-    videos: Optional[str] = typer.Option(None, "--videos", help="Restrict to these source or video ids (comma-separated)."),
-    force: bool = typer.Option(False, "--force", help="Recompute the selected stages even where cached."),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
-    set_: Optional[list[str]] = typer.Option(None, "--set", help="Override a config key: `--set run.workers=1` (repeatable)."),
-    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    only: Annotated[str | None, typer.Option("--only", help="Run only these stages (comma-separated), e.g. `metadata,qa`.")] = None,
+    from_stage: Annotated[str | None, typer.Option("--from", help="Run this stage and every stage after it.")] = None,
+    videos: Annotated[str | None, typer.Option("--videos", help="Restrict to these source or video ids (comma-separated).")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Recompute the selected stages even where cached.")] = False,
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
+    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config key: `--set run.workers=1` (repeatable).")] = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Run the pipeline (all stages, or the selected ones) and print a summary.
 
@@ -137,10 +140,11 @@ def run(
     try:
         if progress:
             progress.start()
-        state = build_vsi_wild(
+        # a sync flow: return_state gives its State (its Any return type reads as maybe async to mypy)
+        state = cast("State[Any]", build_vsi_wild(
             config=str(config), data_root=root, only=_split(only), from_stage=from_stage, videos=_split(videos),
             force=force, overrides=overrides, return_state=True,
-        )
+        ))
     finally:
         if progress:
             progress.stop()
@@ -229,8 +233,8 @@ class _Progress:
 
 @app.command()
 def stages(
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    as_json: bool = typer.Option(False, "--json", help="One JSON object per stage."),
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    as_json: Annotated[bool, typer.Option("--json", help="One JSON object per stage.")] = False,
 ) -> None:
     """The DAG's stages and their contracts, in order: unit, upstream stages, the config sections
     in their cache keys, the model backends the config chooses for them, GPU, and every output file
@@ -239,7 +243,7 @@ def stages(
     from vsi_wild.tasks import registry
 
     for st in registry.STAGES:
-        record = {
+        record: dict[str, Any] = {
             "stage": st.name, "version": st.version, "unit": st.unit_kind, "needs": list(st.needs),
             "sections": list(st.sections), "unkeyed_sections": list(st.unkeyed_sections),
             "backends": {u.selector: f"{u.kind}:{u.name(cfg)}" for u in st.backends},
@@ -270,10 +274,10 @@ def stages(
 
 @app.command()
 def status(
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
-    failed: bool = typer.Option(False, "--failed", help="Show only units with a failed stage, with the errors."),
-    as_json: bool = typer.Option(False, "--json", help="Print the status rows as JSON lines."),
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
+    failed: Annotated[bool, typer.Option("--failed", help="Show only units with a failed stage, with the errors.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the status rows as JSON lines.")] = False,
 ) -> None:
     """Show the state of every unit: units (rows) x stages (columns).
 
@@ -332,9 +336,9 @@ def status(
 
 @app.command()
 def add(
-    paths: list[str] = typer.Argument(..., help="Video files, or folders whose video files to add."),
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    paths: Annotated[list[str], typer.Argument(help="Video files, or folders whose video files to add.")],
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
     """Register local 360° videos as sources; the next `vsi-wild run` probes and processes them."""
     _, store = _store(config, data_root)
@@ -350,12 +354,12 @@ def add(
 
 @app.command()
 def remove(
-    source_ids: list[str] = typer.Argument(..., help="Source ids to unregister (see `vsi-wild sources`)."),
-    reason: Optional[str] = typer.Option(None, "--reason", help="Why (kept with the removal)."),
-    undo: bool = typer.Option(False, "--undo", help="Take removals back: the next run registers the "
-                              "sources again (a crawled or sample source from its cached output)."),
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    source_ids: Annotated[list[str], typer.Argument(help="Source ids to unregister (see `vsi-wild sources`).")],
+    reason: Annotated[str | None, typer.Option("--reason", help="Why (kept with the removal).")] = None,
+    undo: Annotated[bool, typer.Option("--undo", help="Take removals back: the next run registers the "
+                              "sources again (a crawled or sample source from its cached output).")] = False,
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
     """Unregister sources, for good: a later crawl or sample run does not register them again
     (`--undo` takes it back; `vsi-wild add` of a local file does too). Their cached outputs stay
@@ -379,8 +383,8 @@ def remove(
 
 @app.command()
 def sources(
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
     """List the registered sources with what the probe measured."""
     _, store = _store(config, data_root)
@@ -411,12 +415,12 @@ def sources(
 
 @app.command()
 def sample(
-    out_dir: Path = typer.Option(Path("data/sample"), "--out", help="Folder for sample.mp4 and the truth tables."),
-    seed: int = typer.Option(0, help="Seed: the same seed gives the same bytes."),
-    duration: float = typer.Option(120.0, help="Length of the walk in seconds."),
-    width: int = typer.Option(1280, help="Panorama width (height = width / 2)."),
-    fps: float = typer.Option(8.0, help="Frame rate."),
-    route: str = typer.Option("loop", help="Named route: loop (revisits a place) or short."),
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for sample.mp4 and the truth tables.")] = Path("data/sample"),
+    seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same bytes.")] = 0,
+    duration: Annotated[float, typer.Option(help="Length of the walk in seconds.")] = 120.0,
+    width: Annotated[int, typer.Option(help="Panorama width (height = width / 2).")] = 1280,
+    fps: Annotated[float, typer.Option(help="Frame rate.")] = 8.0,
+    route: Annotated[str, typer.Option(help="Named route: loop (revisits a place) or short.")] = "loop",
 ) -> None:
     """Generate a synthetic 360° walk with complete ground truth (video + parquet tables)."""
     from vsi_wild.stages.sample import SampleParams, generate_sample
@@ -437,15 +441,12 @@ def sample(
 
 @app.command()
 def evaluate(
-    qa: Path = typer.Option(Path("data/out/exports/qa.parquet"), "--qa",
-                            help="The questions: exports/qa.parquet (rich: per-bin results) or a release-format .jsonl."),
-    predictions: Optional[Path] = typer.Option(None, "--predictions", "-p",
-                                               help='JSONL of {"doc_id": ..., "prediction": ...}; a letter for MC, a number for VOC.'),
-    blind: bool = typer.Option(False, "--blind", help="Score the blind baselines (no video: the rule priors and "
-                               "the learned text probe) and flag leaking tasks."),
-    blind_json: bool = typer.Option(False, "--json", help="With --blind: one JSON object per baseline and task."),
-    write_shuffle24: Optional[Path] = typer.Option(None, "--write-shuffle24",
-                                                   help="Write every MC question in its 24 option orders (for Shuffle24) to this JSONL."),
+    qa: Annotated[Path, typer.Option("--qa", help="The questions: exports/qa.parquet (rich: per-bin results) or a release-format .jsonl.")] = Path("data/out/exports/qa.parquet"),
+    predictions: Annotated[Path | None, typer.Option("--predictions", "-p", help='JSONL of {"doc_id": ..., "prediction": ...}; a letter for MC, a number for VOC.')] = None,
+    blind: Annotated[bool, typer.Option("--blind", help="Score the blind baselines (no video: the rule priors and "
+                               "the learned text probe) and flag leaking tasks.")] = False,
+    blind_json: Annotated[bool, typer.Option("--json", help="With --blind: one JSON object per baseline and task.")] = False,
+    write_shuffle24: Annotated[Path | None, typer.Option("--write-shuffle24", help="Write every MC question in its 24 option orders (for Shuffle24) to this JSONL.")] = None,
 ) -> None:
     """Score predictions on the benchmark (accuracy for MC, MRA for VOC; per task, subtype and
     duration bin), run the blind baselines, or write the Shuffle24 variant of the questions.
@@ -476,12 +477,12 @@ def evaluate(
         _print_blind(ev.blind_report(rows), ev.text_probe_report(rows), metrics, counts, blind_json)
     if predictions:
         preds = {p["doc_id"]: p.get("prediction") for p in ev.load_jsonl(predictions)}
-        t = Table(title=f"scores ({len(rows)} questions)")
-        for c in ("group", "score", "n"):
-            t.add_column(c)
+        scores = Table(title=f"scores ({len(rows)} questions)")
+        for column in ("group", "score", "n"):
+            scores.add_column(column)
         for g, v in ev.evaluate(rows, preds).items():
-            t.add_row(g, f"{v['score']:.4f}", str(v["n"]))
-        out.print(t)
+            scores.add_row(g, f"{v['score']:.4f}", str(v["n"]))
+        out.print(scores)
         if any(k.endswith("|perm00") for k in preds):
             out.print_json(json.dumps(ev.shuffle24_metrics(rows, preds)))
     if not (blind or predictions or write_shuffle24):
@@ -527,16 +528,16 @@ def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dic
 
 @app.command()
 def release(
-    version: str = typer.Argument(..., help="The release's version, e.g. v1.0: its folder releases/<version>/."),
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
-    license_id: str = typer.Option("cc-by-4.0", "--license", help="The dataset card's licence id (of the questions "
-                                   "and metadata; each video keeps its own, listed in videos.jsonl)."),
-    include_videos: bool = typer.Option(False, "--include-videos", help="Copy the view videos into the release "
-                                        "(default: videos.jsonl lists them with their sha256 and source)."),
-    push_to: Optional[str] = typer.Option(None, "--push", metavar="REPO_ID", help="Upload the release to this Hugging "
-                                          "Face dataset repository and tag it with the version (reads HF_TOKEN)."),
-    private: bool = typer.Option(False, "--private", help="With --push: create the repository private."),
+    version: Annotated[str, typer.Argument(help="The release's version, e.g. v1.0: its folder releases/<version>/.")],
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
+    license_id: Annotated[str, typer.Option("--license", help="The dataset card's licence id (of the questions "
+                                   "and metadata; each video keeps its own, listed in videos.jsonl).")] = "cc-by-4.0",
+    include_videos: Annotated[bool, typer.Option("--include-videos", help="Copy the view videos into the release "
+                                        "(default: videos.jsonl lists them with their sha256 and source).")] = False,
+    push_to: Annotated[str | None, typer.Option("--push", metavar="REPO_ID", help="Upload the release to this Hugging "
+                                          "Face dataset repository and tag it with the version (reads HF_TOKEN).")] = None,
+    private: Annotated[bool, typer.Option("--private", help="With --push: create the repository private.")] = False,
 ) -> None:
     """Freeze the current export as `releases/VERSION/`: a Hugging Face dataset folder (README.md card,
     the release jsonl, qa.parquet, splits, images, the ledger, an lmms-eval task), a changelog against
@@ -580,6 +581,7 @@ def _mount_sources_commands() -> None:
 
 _mount_sources_commands()
 from vsi_wild.cli_report import report as _report  # noqa: E402 - `vsi-wild report`
+
 app.command("report")(_report)
 
 
@@ -592,6 +594,7 @@ def _mount_verify_commands() -> None:
 
 _mount_verify_commands()
 from vsi_wild.cli_weights import weights_app as _weights_app  # noqa: E402 - `vsi-wild weights`
+
 app.add_typer(_weights_app, name="weights")
 
 

@@ -8,13 +8,13 @@ report_compare.html / .md beside them: this root's current build against the oth
 
 from __future__ import annotations
 
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
 from vsi_wild.cli_sources import ConfigOpt, DataRootOpt, _fail, _open
 
-CompareOpt = Annotated[Optional[str], typer.Option(
+CompareOpt = Annotated[str | None, typer.Option(
     "--compare", help="Another data root: report what changed from its current build to this one's.")]
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Annotated, Any, Optional
+from typing import Annotated, Any
 
 import typer
 
@@ -21,12 +21,12 @@ from vsi_wild.errors import UnitError
 from vsi_wild.store import Store
 
 ConfigOpt = Annotated[
-    Optional[Path],
+    Path | None,
     typer.Option("--config", "-c", help="YAML config (e.g. configs/crawl-example.yaml); defaults apply without one.",
                  dir_okay=False),
 ]
 DataRootOpt = Annotated[
-    Optional[str],
+    str | None,
     typer.Option("--data-root", "-d",
                  help="where outputs, the registry and decisions live (a folder or s3://...); "
                       "default: the config's run.data_root"),
@@ -58,19 +58,19 @@ def _open(config: Path | None, data_root: str | None, overrides: dict[str, Any] 
 def crawl(
     config: ConfigOpt = None,
     data_root: DataRootOpt = None,
-    from_release: Annotated[Optional[Path], typer.Option(
+    from_release: Annotated[Path | None, typer.Option(
         "--from-release", dir_okay=False,
         help="a release QA file (jsonl, video_name = <id>_<view>.mp4): download exactly its YouTube ids, "
              "no search, and report which can no longer be had")] = None,
-    ids: Annotated[Optional[str], typer.Option(
+    ids: Annotated[str | None, typer.Option(
         "--ids", help="comma-separated YouTube ids to download (no search)")] = None,
-    max_results: Annotated[Optional[int], typer.Option(
+    max_results: Annotated[int | None, typer.Option(
         "--max-results", min=1, help="results per query (crawl.search.results_per_query)")] = None,
-    max_queries: Annotated[Optional[int], typer.Option(
+    max_queries: Annotated[int | None, typer.Option(
         "--max-queries", min=1, help="ask at most this many queries (a trial run)")] = None,
-    languages: Annotated[Optional[str], typer.Option(
+    languages: Annotated[str | None, typer.Option(
         "--languages", help="comma-separated languages of the query table, or '*' (crawl.search.languages)")] = None,
-    cookies: Annotated[Optional[Path], typer.Option(
+    cookies: Annotated[Path | None, typer.Option(
         "--cookies", dir_okay=False,
         help="Netscape cookies.txt for gated videos and bot checks (crawl.net.cookies_file)")] = None,
     dry_run: Annotated[bool, typer.Option(
@@ -190,7 +190,7 @@ review_app = typer.Typer(
 def review_export(
     config: ConfigOpt = None,
     data_root: DataRootOpt = None,
-    out: Annotated[Optional[Path], typer.Option(
+    out: Annotated[Path | None, typer.Option(
         "--out", "-o", file_okay=False, help="folder to write (default: review/export-<time>/ under the data root)")] = None,
     all_: Annotated[bool, typer.Option("--all", help="also sources already decided or kept automatically")] = False,
 ) -> None:
@@ -230,7 +230,7 @@ def review_apply(
     file: Annotated[Path, typer.Argument(dir_okay=False, help="the filled decisions.csv")],
     config: ConfigOpt = None,
     data_root: DataRootOpt = None,
-    reviewer: Annotated[Optional[str], typer.Option(
+    reviewer: Annotated[str | None, typer.Option(
         "--reviewer", help="reviewer name for rows that leave the column empty")] = None,
 ) -> None:
     """Record the decisions of a filled decision file.

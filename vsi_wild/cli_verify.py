@@ -11,7 +11,7 @@ from __future__ import annotations
 import secrets
 import socket
 from pathlib import Path
-from typing import Optional
+from typing import Annotated
 
 import typer
 
@@ -21,7 +21,7 @@ DATA_ROOT_HELP = "Data root (a local folder); default: the config's run.data_roo
 fixes_app = typer.Typer(help="Human fix files of the metadata (docs/fixes.md).", no_args_is_help=True)
 
 
-def _review(config: Path, data_root: Optional[str]):
+def _review(config: Path, data_root: str | None):
     from vsi_wild.config import ConfigError, load_config
     from vsi_wild.store import Store
     from vsi_wild.verify.review import Review
@@ -40,14 +40,14 @@ def _review(config: Path, data_root: Optional[str]):
 
 
 def verify(
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
-    host: str = typer.Option("127.0.0.1", "--host", help="Address to bind; anything but loopback needs a token."),
-    port: int = typer.Option(8765, "--port"),
-    token: Optional[str] = typer.Option(None, "--token", help="The session token (default: generated and printed "
-                                        "when binding beyond loopback)."),
-    reviewer: Optional[str] = typer.Option(None, "--reviewer", help="The name fixes are recorded under when a page "
-                                           "names none (default: your login name); each page can set its own."),
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
+    host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback needs a token.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port")] = 8765,
+    token: Annotated[str | None, typer.Option("--token", help="The session token (default: generated and printed "
+                                        "when binding beyond loopback).")] = None,
+    reviewer: Annotated[str | None, typer.Option("--reviewer", help="The name fixes are recorded under when a page "
+                                           "names none (default: your login name); each page can set its own.")] = None,
 ) -> None:
     """Serve the verification app: people check and correct each video's metadata and questions
     in a browser; it writes the fix files the pipeline consumes (docs/verify.md)."""
@@ -71,9 +71,9 @@ def verify(
 
 @fixes_app.command("check")
 def check(
-    videos: Optional[list[str]] = typer.Argument(None, help="Video ids (default: every video with a fix file)."),
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    videos: Annotated[list[str] | None, typer.Argument(help="Video ids (default: every video with a fix file).")] = None,
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
     """Validate fix files without running anything: each is applied (dry run) to its video's
     automatic metadata by the metadata stage's own code. Exits 1 if any has a problem."""
@@ -111,10 +111,10 @@ def check(
 
 @fixes_app.command("agreement")
 def agreement(
-    videos: Optional[list[str]] = typer.Argument(None, help="Video ids (default: every video with a fix file)."),
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
-    as_json: bool = typer.Option(False, "--json", help="Print the report as one JSON object."),
+    videos: Annotated[list[str] | None, typer.Argument(help="Video ids (default: every video with a fix file).")] = None,
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
 ) -> None:
     """How consistently reviewers decided the same items: review pairs (merge or apart), VMR
     directions (the answer sector, or none) and question verdicts, from the fixes each recorded
@@ -158,13 +158,13 @@ def agreement(
 
 @fixes_app.command("export-cvat")
 def export_cvat(
-    video: str = typer.Argument(..., help="The view video (e.g. sample-walk_front)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="File to write (default: <video>.xml, or "
-                                          "<video>.json with --format coco)."),
-    fmt: str = typer.Option("cvat", "--format", help="cvat: CVAT for video 1.1 XML (tracks with boxes and masks); "
-                            "coco: YouTube-VIS JSON with COCO RLE masks."),
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    video: Annotated[str, typer.Argument(help="The view video (e.g. sample-walk_front).")],
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: <video>.xml, or "
+                                          "<video>.json with --format coco).")] = None,
+    fmt: Annotated[str, typer.Option("--format", help="cvat: CVAT for video 1.1 XML (tracks with boxes and masks); "
+                            "coco: YouTube-VIS JSON with COCO RLE masks.")] = "cvat",
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
     """Write a video's metadata (its current instances, as tracks with boxes and masks) in the
     format annotation tools read: CVAT for video 1.1, or COCO-RLE / YouTube-VIS. Edit it in CVAT
@@ -192,14 +192,14 @@ def export_cvat(
 
 @fixes_app.command("import-cvat")
 def import_cvat(
-    file: Path = typer.Argument(..., help="A CVAT for video 1.1 XML file exported by export-cvat and edited in CVAT."),
-    video: Optional[str] = typer.Option(None, "--video", help="The video (default: the file's task name)."),
-    reviewer: Optional[str] = typer.Option(None, "--reviewer", help="Recorded as who made the fixes "
-                                           "(default: your login name)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the fix ops, save nothing."),
-    as_json: bool = typer.Option(False, "--json", help="Print the fix ops (and what did not apply) as JSON."),
-    config: Path = typer.Option(Path("configs/sample.yaml"), "--config", "-c", help=CONFIG_HELP),
-    data_root: Optional[str] = typer.Option(None, "--data-root", help=DATA_ROOT_HELP),
+    file: Annotated[Path, typer.Argument(help="A CVAT for video 1.1 XML file exported by export-cvat and edited in CVAT.")],
+    video: Annotated[str | None, typer.Option("--video", help="The video (default: the file's task name).")] = None,
+    reviewer: Annotated[str | None, typer.Option("--reviewer", help="Recorded as who made the fixes "
+                                           "(default: your login name).")] = None,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the fix ops, save nothing.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the fix ops (and what did not apply) as JSON.")] = False,
+    config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
+    data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
     """Turn a CVAT job's corrections into fix ops (relabel -> rename_concept, moved boxes ->
     set_box, merged tracks -> merge, split tracks -> split_at, deleted tracks -> remove_instance,

@@ -8,7 +8,7 @@ requirement check (``backend_problems``); ``fetch`` is the only place anything i
 from __future__ import annotations
 
 import json
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -17,7 +17,7 @@ from vsi_wild.cli_sources import ConfigOpt, _config, _fail
 weights_app = typer.Typer(help="Model weights: list where they come from, check them, fetch them.",
                           no_args_is_help=True)
 
-OnlyOpt = Annotated[Optional[list[str]], typer.Option(
+OnlyOpt = Annotated[list[str] | None, typer.Option(
     "--only", help="Only this config key, e.g. models.sam3_checkpoint or sam3_checkpoint (repeatable).")]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per weight.")]
 

@@ -17,24 +17,24 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic_core import to_jsonable_python
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic_core import to_jsonable_python
 
 from vsi_wild.stages.backends.params import ModelsParams
-from vsi_wild.stages.model_errors import ModelErrorParams
 from vsi_wild.stages.candidates import CandidatesParams
+from vsi_wild.stages.crawl import CrawlParams
 from vsi_wild.stages.detect import DetectParams
+from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.metadata import MetadataParams
+from vsi_wild.stages.model_errors import ModelErrorParams
 from vsi_wild.stages.pose import PoseParams
+from vsi_wild.stages.project import ProjectParams
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.reconcile import ReconcileParams
 from vsi_wild.stages.report import ReportParams
-from vsi_wild.stages.segment import SegmentParams
-from vsi_wild.stages.crawl import CrawlParams
-from vsi_wild.stages.faces import FaceParams
-from vsi_wild.stages.project import ProjectParams
 from vsi_wild.stages.review import ReviewExportParams
 from vsi_wild.stages.sample import SampleParams
+from vsi_wild.stages.segment import SegmentParams
 
 
 class Section(BaseModel):

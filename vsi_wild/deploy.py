@@ -18,6 +18,7 @@ deployments; a test checks that the committed file is current.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
@@ -157,12 +158,12 @@ class Deployment:
 
     def _spawn(self, name: str, argv: list[str], env: dict[str, str], state: dict[str, Any]) -> int:
         self.logs.mkdir(parents=True, exist_ok=True)
-        log = open(self.logs / f"{name}.log", "ab")
         # Own session: SIGINT at its default (prefect stops on the SIGTERM we send) and one
-        # process group to signal, however the caller (make, a test, a shell) was started.
-        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                cwd=project_dir(), start_new_session=True)
-        log.close()
+        # process group to signal, however the caller (make, a test, a shell) was started. The
+        # child keeps its own copy of the log's descriptor.
+        with open(self.logs / f"{name}.log", "ab") as log:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env,
+                                    cwd=project_dir(), start_new_session=True)
         state["processes"][name] = proc.pid
         self._save(state)
         return proc.pid
@@ -229,16 +230,16 @@ class Deployment:
 
         # No GPU: GPU stages run on CPU (the sample's backends), still one at a time.
         limit = max(1, gpus)
-        with temporary_settings(updates={PREFECT_API_URL: self.api_url, PREFECT_HOME: str(self.home)}):
-            with get_client(sync_client=True) as client:
-                template = ProcessWorker.get_default_base_job_template()
-                for pool, description in POOLS.items():
-                    try:
-                        client.create_work_pool(WorkPoolCreate(name=pool, type="process", description=description,
-                                                               base_job_template=template))
-                    except ObjectAlreadyExists:
-                        client.update_work_pool(pool, WorkPoolUpdate(description=description))
-                client.create_concurrency_limit(tag=GPU_TAG, concurrency_limit=limit)
+        settings = {PREFECT_API_URL: self.api_url, PREFECT_HOME: str(self.home)}
+        with temporary_settings(updates=settings), get_client(sync_client=True) as client:
+            template = ProcessWorker.get_default_base_job_template()
+            for pool, description in POOLS.items():
+                try:
+                    client.create_work_pool(WorkPoolCreate(name=pool, type="process", description=description,
+                                                           base_job_template=template))
+                except ObjectAlreadyExists:
+                    client.update_work_pool(pool, WorkPoolUpdate(description=description))
+            client.create_concurrency_limit(tag=GPU_TAG, concurrency_limit=limit)
         say(f"work pools cpu and gpu (process); concurrency limit of tag '{GPU_TAG}' = {limit}")
 
     def _workers(self, state: dict[str, Any], env: dict[str, str], gpus: int, say: Any) -> None:
@@ -282,14 +283,14 @@ class Deployment:
                 continue
             say(f"stopping {name} (pid {pid})")
             _signal_group(pid, signal.SIGTERM)
-            if not _wait_gone(lambda: _group_alive(pid), timeout_s):
+            if not _wait_gone(lambda pid=pid: _group_alive(pid), timeout_s):  # called in this iteration
                 _signal_group(pid, signal.SIGKILL)
                 killed.append(pid)
         # Processes that left their group (flow runs start in their own sessions) carry the marker.
         for pid in marked_processes(state["id"]):
             say(f"stopping leftover pid {pid}")
             _signal_pid(pid, signal.SIGTERM)
-            if not _wait_gone(lambda: _pid_alive(pid), 10):
+            if not _wait_gone(lambda pid=pid: _pid_alive(pid), 10):  # called in this iteration
                 _signal_pid(pid, signal.SIGKILL)
                 killed.append(pid)
         state["processes"] = {}
@@ -385,17 +386,13 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _signal_pid(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _wait_gone(alive: Any, timeout_s: float) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import sys
 import threading
@@ -25,8 +26,6 @@ def exit_process(code: int | str | None) -> NoReturn:
     threading._shutdown()  # type: ignore[attr-defined]  # what Py_Finalize does first
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(BrokenPipeError, ValueError):  # the reader left (`| head`), or the stream is closed
             stream.flush()
-        except (BrokenPipeError, ValueError):  # the reader left (`| head`), or the stream is closed
-            pass
     os._exit(code)

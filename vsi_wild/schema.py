@@ -904,9 +904,9 @@ def table(schema: pa.Schema, rows: Iterable[Mapping[str, Any]] | Mapping[str, It
     else:
         rows = list(rows)
         cols = {name: [r[name] if name in r else _missing(name, i) for i, r in enumerate(rows)] for name in schema.names}
-        extra = set().union(*(r.keys() for r in rows)) - set(schema.names) if rows else set()
-        if extra:
-            raise KeyError(f"fields not in schema {schema.metadata.get(b'doc', b'')[:40]!r}: {sorted(extra)}")
+        unknown = set().union(*(r.keys() for r in rows)) - set(schema.names) if rows else set()
+        if unknown:
+            raise KeyError(f"fields not in schema {schema.metadata.get(b'doc', b'')[:40]!r}: {sorted(unknown)}")
     missing = [n for n in schema.names if n not in cols]
     extra = [n for n in cols if n not in schema.names]
     if missing or extra:
@@ -964,10 +964,10 @@ def schema_difference(actual: pa.Schema, expected: pa.Schema) -> str | None:
         return f"columns missing {missing}, unexpected {extra}"
     if actual.names != expected.names:
         return f"column order {actual.names} != {expected.names}"
-    for a, e in zip(actual, expected):  # a wrong type says more than a nullability flag
+    for a, e in zip(actual, expected, strict=True):  # a wrong type says more than a nullability flag
         if not a.type.equals(e.type):
             return f"column {e.name!r}: type {a.type} != {e.type}"
-    for a, e in zip(actual, expected):
+    for a, e in zip(actual, expected, strict=True):
         if a.nullable != e.nullable:
             return f"column {e.name!r}: nullable {a.nullable} != {e.nullable}"
     return "schemas differ"

@@ -20,6 +20,7 @@ which no reader trusts and the next writer replaces.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -30,6 +31,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import UTC
 from pathlib import Path
 from typing import Any
 
@@ -48,7 +50,7 @@ STATUS_INDEX = "_index.parquet"  # under status/: the compacted status rows (Sto
 
 def manifest_fingerprint(manifest: pa.Table) -> str:
     h = hashlib.sha256()
-    for name, digest in sorted(zip(manifest["file"].to_pylist(), manifest["sha256"].to_pylist())):
+    for name, digest in sorted(zip(manifest["file"].to_pylist(), manifest["sha256"].to_pylist(), strict=True)):
         h.update(f"{name}\0{digest}\n".encode())
     return h.hexdigest()
 
@@ -172,7 +174,7 @@ class Store:
             return None
         m = self.manifest(ref)
         name = "/".join(parts[4:])
-        for f, digest in zip(m["file"].to_pylist(), m["sha256"].to_pylist()):
+        for f, digest in zip(m["file"].to_pylist(), m["sha256"].to_pylist(), strict=True):
             if f == name:
                 return digest
         return None
@@ -262,7 +264,7 @@ class Store:
             fresh = True
         if fresh or len(known) != len(files):
             index = [{**r, "file": os.path.relpath(p, base), "file_mtime_ns": st.st_mtime_ns, "file_bytes": st.st_size}
-                     for r, (p, st) in zip(rows, files)]
+                     for r, (p, st) in zip(rows, files, strict=True)]
             self.write_table_atomic(index_path, schema.table(schema.STATUS_INDEX, index))
         return schema.table(schema.STATUS, rows)
 
@@ -302,9 +304,9 @@ class Store:
     def remove_source(self, source_id: str, reason: str | None = None) -> bool:
         """Unregister a source and leave a tombstone, so that nothing registers it again (a cached
         crawl download or sample is published on every run). True if it was registered."""
-        from datetime import datetime, timezone
+        from datetime import datetime
 
-        row = {"source_id": source_id, "removed_at": datetime.now(timezone.utc), "reason": reason}
+        row = {"source_id": source_id, "removed_at": datetime.now(UTC), "reason": reason}
         self.write_table_atomic(self._removed_path(source_id), schema.table(schema.REMOVED_SOURCE, [row]))
         return self.unregister_source(source_id)
 
@@ -381,10 +383,9 @@ class UnitWriter:
         attempt left under other names stay, unlisted, and no reader looks at them."""
         st = self.store
         manifest_path = f"{final}/{MANIFEST_NAME}"
-        try:
+        # a first commit, or another worker's commit removed it just now
+        with contextlib.suppress(FileNotFoundError):
             st.fs.rm(manifest_path)
-        except FileNotFoundError:  # a first commit, or another worker's commit removed it just now
-            pass
         for p in files:
             st.fs.put_file(str(p), f"{final}/{p.relative_to(self.scratch).as_posix()}")
         st.write_table_atomic(manifest_path, manifest)

@@ -110,7 +110,7 @@ def fetch(weight: NeededWeight, weights_dir: Path, progress: Callable[[str], Non
 def _gated_message(key: str, src: WeightSource, status: int | None) -> str:
     token = "HF_TOKEN is set, but its account has no access" if os.environ.get("HF_TOKEN") else "HF_TOKEN is not set"
     return (f"`{key}`: {src.repo_id} is gated ({'HTTP ' + str(status) if status else 'no access'}; {token}). "
-            f"Request access: log in at huggingface.co, open {src.page or 'https://huggingface.co/' + src.repo_id}, "
+            f"Request access: log in at huggingface.co, open {src.page or f'https://huggingface.co/{src.repo_id}'}, "
             f"accept its license ({src.license or 'see the model card'}) and wait for approval; then create a "
             f"read token at {TOKEN_URL} and `export HF_TOKEN=hf_...` before `vsi-wild weights fetch --only {key}`.")
 
@@ -132,6 +132,8 @@ def _fetch_hub(key: str, src: WeightSource, path: Path, progress: Callable[[str]
 
     if constants.HF_HUB_OFFLINE:
         raise FetchError(f"`{key}`: HF_HUB_OFFLINE is set; unset it to download {src.repo_id}")
+    if src.repo_id is None:
+        raise FetchError(f"`{key}`: its source names no Hugging Face repository")
     folder = len(src.files) > 1
     local_dir = path if folder else path.parent
     for name in src.files:

@@ -6,5 +6,5 @@ sam3, depth-anything-3); CPU backends serve the embedded sample and CI. See ``ba
 """
 
 # Production backends register themselves on import; their heavy packages load in constructors.
-from vsi_wild.stages.backends import detect, groundtruth, pose, segment, text, twoview  # noqa: E402,F401
-from vsi_wild.stages.backends.params import ModelsParams  # noqa: E402,F401
+from vsi_wild.stages.backends import detect, groundtruth, pose, segment, text, twoview  # noqa: F401  imported to register
+from vsi_wild.stages.backends.params import ModelsParams  # noqa: F401  re-exported

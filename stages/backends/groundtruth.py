@@ -57,7 +57,7 @@ class GroundTruthDetector:
     def detect(self, batch: FrameBatch, concepts: Sequence[str]) -> list[Detections]:
         wanted = set(concepts)
         out = []
-        for img, k in zip(batch.images, batch.sample_indices):
+        for img, k in zip(batch.images, batch.sample_indices, strict=True):
             rows = [r for r in self._index.at(batch.video_id, k) if r["category"] in wanted]
             boxes = []
             for r in rows:

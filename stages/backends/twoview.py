@@ -23,6 +23,9 @@ import numpy as np
 from vsi_wild.stages import geometry
 from vsi_wild.stages.backends.base import BackendContext, FrameBatch, PoseResult, register
 
+# an image's keypoints (n, 2) and their descriptors (None when it has none)
+Features = tuple[np.ndarray, np.ndarray | None]
+
 
 def _kabsch(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """Rotation R minimising sum |R a_i - b_i|^2 (rows are unit vectors)."""
@@ -68,10 +71,10 @@ class TwoViewPoseEstimator:
         self.last_bearings: list[tuple[np.ndarray, np.ndarray] | None] | None = None
         self._pair: tuple[np.ndarray, np.ndarray] | None = None
         if features == "sift":
-            self._det = cv2.SIFT_create(nfeatures=self.n_features)
+            self._det: cv2.Feature2D = cv2.SIFT.create(nfeatures=self.n_features)
             self._norm = cv2.NORM_L2
         else:
-            self._det = cv2.ORB_create(nfeatures=self.n_features, fastThreshold=5)
+            self._det = cv2.ORB.create(nfeatures=self.n_features, fastThreshold=5)
             self._norm = cv2.NORM_HAMMING
         self._matcher = cv2.BFMatcher(self._norm)
 
@@ -84,12 +87,12 @@ class TwoViewPoseEstimator:
             gray = cv2.resize(gray, (round(w * s), round(h * s)), interpolation=cv2.INTER_AREA)
         return gray, s
 
-    def _features(self, gray: np.ndarray):
-        kp, desc = self._det.detectAndCompute(gray, None)
+    def _features(self, gray: np.ndarray) -> Features:
+        kp, desc = self._det.detectAndCompute(gray, None)  # type: ignore[call-overload]  # cv2 stubs: mask is optional (None: no mask)
         pts = np.array([k.pt for k in kp], dtype=np.float64).reshape(-1, 2)
         return pts, desc
 
-    def _match(self, f1, f2) -> tuple[np.ndarray, np.ndarray]:
+    def _match(self, f1: Features, f2: Features) -> tuple[np.ndarray, np.ndarray]:
         (p1, d1), (p2, d2) = f1, f2
         if d1 is None or d2 is None or len(p1) < 2 or len(p2) < 2:
             return np.zeros((0, 2)), np.zeros((0, 2))
@@ -106,7 +109,7 @@ class TwoViewPoseEstimator:
         return p1[i1], p2[i2]
 
     # ------------------------------------------------------------------ one pair
-    def relative(self, f1, f2, K: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
+    def relative(self, f1: Features, f2: Features, K: np.ndarray) -> tuple[np.ndarray, np.ndarray, bool]:
         """Motion from frame 1 to frame 2: (R, c, ok) with x2 = R (x1 - c), i.e. ``R`` rotates
         camera-1 coordinates into camera 2 and ``c`` is camera 2's centre in camera-1 coordinates
         (length = baseline / typical depth; zero when the camera only turned)."""
@@ -138,7 +141,7 @@ class TwoViewPoseEstimator:
         inl = pmask.ravel() > 0
         if n < self.min_matches:
             return np.eye(3), np.zeros(3), False
-        t = t.ravel() / max(np.linalg.norm(t), 1e-12)
+        t = t.ravel() / max(float(np.linalg.norm(t)), 1e-12)
         c = -R.T @ t  # camera 2's centre in camera-1 coordinates (unit length)
         # Parallax of each inlier after removing the rotation, and its angle to the motion.
         rotated = b1[inl] @ R.T
@@ -276,7 +279,7 @@ def rig_rotation(est: TwoViewPoseEstimator, before: dict[str, np.ndarray], after
     Returns (R, inliers) with ``x_after = R x_before`` in the rig's camera axes, or None."""
     from vsi_wild.stages.pose import yaw_matrix
 
-    def prep(images):
+    def prep(images: dict[str, np.ndarray]) -> dict[str, tuple[Features, np.ndarray]]:
         out = {}
         for v, img in images.items():
             gray, _ = est._prepare(img)

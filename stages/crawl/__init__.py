@@ -29,15 +29,49 @@ rest of yt-dlp (format selection, file:// download, archive, errors) runs for re
 from __future__ import annotations
 
 from vsi_wild.stages.crawl.cache import JsonCache, in_archive
-from vsi_wild.stages.crawl.client import (SESSION, Downloaded, Session, Ytdlp, format_selector, jitter, watch_url,
-    ytdlp_version)
+from vsi_wild.stages.crawl.client import (
+    SESSION,
+    Downloaded,
+    Session,
+    Ytdlp,
+    format_selector,
+    jitter,
+    watch_url,
+    ytdlp_version,
+)
 from vsi_wild.stages.crawl.errors import ERROR_KINDS, classify_error, clean_message
-from vsi_wild.stages.crawl.filters import (Projection, best_video_format, detect_projection, is_live, is_short,
-    prefilter, reject_reason, video_formats)
-from vsi_wild.stages.crawl.params import (HOME_ENV, SCENE_CATEGORIES, CrawlParams, DownloadParams, NetParams,
-    SearchParams, project_home, resolve_path)
-from vsi_wild.stages.crawl.queries import (LanguageQueries, Query, QueryExpander, QueryTable, QueryTableError,
-    build_queries, expand_queries, load_expander, load_query_table, queries_for)
+from vsi_wild.stages.crawl.filters import (
+    Projection,
+    best_video_format,
+    detect_projection,
+    is_live,
+    is_short,
+    prefilter,
+    reject_reason,
+    video_formats,
+)
+from vsi_wild.stages.crawl.params import (
+    HOME_ENV,
+    SCENE_CATEGORIES,
+    CrawlParams,
+    DownloadParams,
+    NetParams,
+    SearchParams,
+    project_home,
+    resolve_path,
+)
+from vsi_wild.stages.crawl.queries import (
+    LanguageQueries,
+    Query,
+    QueryExpander,
+    QueryTable,
+    QueryTableError,
+    build_queries,
+    expand_queries,
+    load_expander,
+    load_query_table,
+    queries_for,
+)
 from vsi_wild.stages.crawl.release import release_ids
 from vsi_wild.stages.crawl.rows import candidate_row, source_row
 from vsi_wild.stages.crawl.search import SearchResult, search_candidates

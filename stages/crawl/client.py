@@ -151,7 +151,10 @@ class Ytdlp:
     # ------------------------------------------------------------------ params
     def params(self, **extra: Any) -> dict[str, Any]:
         net = self.net
-        backoff = lambda n: min(net.backoff_s * 2 ** n, net.max_backoff_s)  # noqa: E731
+
+        def backoff(n: int) -> float:
+            return min(net.backoff_s * 2 ** n, net.max_backoff_s)
+
         p: dict[str, Any] = {
             "quiet": True,
             "noprogress": True,

@@ -40,7 +40,7 @@ def search_candidates(client: Ytdlp, queries: Sequence[Query], params: SearchPar
     total = len(queries)
     stopped = False
     for qi, q in enumerate(queries):
-        row = {"query": q.text, "category": q.category, "language": q.language, "cue": q.cue, "term": q.term,
+        row: dict[str, Any] = {"query": q.text, "category": q.category, "language": q.language, "cue": q.cue, "term": q.term,
                "origin": q.origin, "results": None, "error_class": None, "error": None}
         query_rows.append(row)
         if stopped:

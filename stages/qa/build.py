@@ -13,8 +13,15 @@ import numpy as np
 import pyarrow as pa
 
 from vsi_wild import schema
-
-from vsi_wild.stages.qa.common import Provenance, Question, RenderJob, VideoInfo, check_distinct_options, questions_table, skipped_table
+from vsi_wild.stages.qa.common import (
+    Provenance,
+    Question,
+    RenderJob,
+    VideoInfo,
+    check_distinct_options,
+    questions_table,
+    skipped_table,
+)
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.registry import MC, RELEASE, QATask, VideoInputs, tasks
 from vsi_wild.stages.qa.vpo import render_jobs
@@ -46,7 +53,7 @@ def _check(task: QATask, q: Question) -> None:
         check_distinct_options(q.correct, q.distractors or [])
     if len(q.query_times) != len(q.answers) or len(q.evidence) != len(q.query_times):
         raise ValueError(f"{where}: query times, answers and evidence differ in length")
-    for qt, ev in zip(q.query_times, q.evidence):
+    for qt, ev in zip(q.query_times, q.evidence, strict=True):
         if any(iv["end"] > qt + 1e-9 for iv in ev):  # the streaming rule
             raise ValueError(f"{where}: evidence after its query time {qt}")
 

@@ -11,9 +11,10 @@ import hashlib
 import itertools
 import math
 import random
-from collections.abc import Iterable, Sequence
+import types
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field, make_dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pyarrow as pa
 
@@ -150,7 +151,7 @@ class VideoInfo:
 def _python_type(t: pa.DataType) -> Any:
     """The annotation of a QA_QUESTIONS column's values."""
     if pa.types.is_list(t):
-        return list[_python_type(t.value_type)]
+        return types.GenericAlias(list, (_python_type(t.value_type),))  # list[...] of a computed type
     if pa.types.is_struct(t):
         return dict[str, float]
     if pa.types.is_string(t):
@@ -174,9 +175,53 @@ def _question_fields(columns: Iterable[schema.QuestionColumn] = schema.QUESTION_
 
 
 # One row of ``schema.QA_QUESTIONS``: made from the declaration, so that it cannot drift from it.
-Question = make_dataclass("Question", _question_fields())
-Question.__module__ = __name__
-Question.__doc__ = "One row of ``schema.QA_QUESTIONS`` (fields from ``schema.QUESTION_COLUMNS``)."
+# The type checker cannot follow make_dataclass: it reads the same fields, written out below (a test,
+# tests/test_qa_columns.py, checks that they are _question_fields()' own, in order, with their types).
+if TYPE_CHECKING:
+
+    @dataclass
+    class Question:
+        video_id: str
+        source_id: str
+        view: str
+        video_name: str
+        task_type: str
+        subtype: str
+        split: str
+        index: int
+        item: str
+        question: str
+        query_times: list[float]
+        answers: list[str]
+        evidence: list[list[dict[str, float]]]
+        fps: float
+        duration_s: float
+        seed: int
+        metadata_fingerprint: str
+        pipeline_version: str
+        correct: str | None = None
+        distractors: list[str] | None = None
+        frame_indices: list[int] | None = None
+        frame_times: list[float] | None = None
+        image_files: list[str] | None = None
+        render_yaw_deg: list[float] | None = None
+        render_offset_deg: list[float] | None = None
+        render_pitch_deg: float | None = None
+        render_hfov_deg: float | None = None
+        concepts: list[str] | None = None
+        angle_deg: float | None = None
+        gaps_s: list[float] | None = None
+        since_s: list[float] | None = None
+        difficulty_s: float | None = None
+        difficulty_bin: str | None = None
+        horizon_bin: str | None = None
+        provisional: bool | None = None
+        provisional_reason: str | None = None
+
+else:
+    Question = make_dataclass("Question", _question_fields())
+    Question.__module__ = __name__
+    Question.__doc__ = "One row of ``schema.QA_QUESTIONS`` (fields from ``schema.QUESTION_COLUMNS``)."
 
 
 @dataclass(frozen=True)
@@ -221,7 +266,7 @@ def questions_table(questions: Sequence[Question]) -> pa.Table:
     return schema.table(schema.QA_QUESTIONS, rows)
 
 
-def skipped_table(rows: Sequence[dict[str, str | None]]) -> pa.Table:
+def skipped_table(rows: Sequence[Mapping[str, str | None]]) -> pa.Table:
     """QA_SKIPPED rows; a row without ``reading`` was not asked for another reason (null)."""
     return schema.table(schema.QA_SKIPPED, [{"reading": None, **r} for r in rows])
 

@@ -47,7 +47,7 @@ def horizon_bin(query_time: float, duration_s: float, edges: Sequence[float]) ->
 def gaps(times: Sequence[float]) -> list[float]:
     """The gaps between consecutive times, in time order."""
     s = sorted(float(t) for t in times)
-    return [b - a for a, b in zip(s, s[1:])]
+    return [b - a for a, b in zip(s, s[1:], strict=False)]
 
 
 def since_last(events: Sequence[float], query_time: float, origin: float = 0.0) -> float:

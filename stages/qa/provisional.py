@@ -29,7 +29,7 @@ def mark(questions: pa.Table, pending: Iterable[dict]) -> pa.Table:
     for d in pending:
         by_concept.setdefault(d["concept"], []).append(d)
     flags, reasons = [], []
-    for task, concepts in zip(questions["task_type"].to_pylist(), questions["concepts"].to_pylist()):
+    for task, concepts in zip(questions["task_type"].to_pylist(), questions["concepts"].to_pylist(), strict=True):
         items = [d for c in (concepts or []) for d in by_concept.get(c, [])] if task in ("VOC", "VOO") else []
         flags.append(bool(items))
         reasons.append(_describe(items) if items else None)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.common import (
     VMR_QUESTION,
     Provenance,
@@ -31,7 +32,6 @@ from vsi_wild.stages.qa.common import (
     finite,
     interval,
 )
-from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, since_last_turn, stamp
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.readings import circular_mean, sector_margin

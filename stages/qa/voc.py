@@ -22,8 +22,6 @@ from typing import Any
 import pyarrow as pa
 
 from vsi_wild.stages.evaluate import MRA
-from vsi_wild.stages.segment import SAMPLE_STEP
-
 from vsi_wild.stages.qa.common import (
     VOC_STREAM_QUESTION,
     VOC_TOTAL_QUESTION,
@@ -38,6 +36,7 @@ from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, since_last, stamp
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.readings import Disagreement, Seen, by_concept, count_at, count_disagreement, seen_under
 from vsi_wild.stages.qa.registry import NUMBER, QATask, Split, TaskQuestions, VideoInputs, copied
+from vsi_wild.stages.segment import SAMPLE_STEP
 
 
 def checkpoints(duration_s: float, every_s: float) -> list[float]:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 
 import pyarrow as pa
 
+from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.common import (
     Provenance,
     Question,
@@ -32,7 +33,6 @@ from vsi_wild.stages.qa.common import (
     permutation_distractors,
     voo_question,
 )
-from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, difficulty_bin, gaps, horizon_bin, stamp, stratified_pick
 from vsi_wild.stages.qa.params import QAParams
 from vsi_wild.stages.qa.readings import Seen, seen_under
@@ -55,7 +55,7 @@ def concept_times(seen: dict[int, Seen], which: str) -> dict[str, float]:
 
 def is_separated(times: list[float], gap: float) -> bool:
     s = sorted(times)
-    return all(b - a >= gap and b > a for a, b in zip(s, s[1:]))
+    return all(b - a >= gap and b > a for a, b in zip(s, s[1:], strict=False))
 
 
 def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng,
@@ -134,8 +134,10 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
         sets = choose_sets(times, count, params.voo_min_gap_s, rng(), stratum)
         unstable = {s: d for s in sets if (d := disagreement(s, per_reading, params.voo_min_gap_s)) is not None}
         if unstable:  # choose again among the sets every reading orders alike
-            sets = choose_sets(times, count, params.voo_min_gap_s, rng(), stratum,
-                               admissible=lambda s, pr=per_reading: disagreement(s, pr, params.voo_min_gap_s) is None)
+            def admissible(s: tuple[str, ...], pr: list[tuple[str, dict[str, float]]] = per_reading) -> bool:
+                return disagreement(s, pr, params.voo_min_gap_s) is None
+
+            sets = choose_sets(times, count, params.voo_min_gap_s, rng(), stratum, admissible=admissible)
             for s, (reading, what) in unstable.items():
                 order = tuple(sorted(s, key=lambda c: (times[c], c)))
                 skipped.append({

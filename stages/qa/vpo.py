@@ -22,9 +22,10 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any, cast
 
 import cv2
 import numpy as np
@@ -105,7 +106,7 @@ def ground_positions(rows: Sequence[dict]) -> dict[int, tuple[float, float, floa
     down = track_from_rows(rows).down()  # zero when the rotations give no axis
     if not np.isfinite(down).all():
         down = np.zeros(3)
-    return {k: tuple(map(float, c - (c @ down) * down)) for k, c in centres.items()}
+    return {k: cast(tuple[float, float, float], tuple(map(float, c - (c @ down) * down))) for k, c in centres.items()}
 
 
 def trajectory_extent(cands: Sequence[Candidate]) -> float:
@@ -347,6 +348,7 @@ def refine_times(questions: Sequence[Question], frame_time: dict[int, float], pa
     """Replace the VPO questions' sample times by the shown frames' own decoded times (and the
     difficulty derived from them)."""
     for q in questions:
+        assert q.frame_indices is not None  # every VPO question shows its frames
         q.frame_times = [float(frame_time[f]) for f in q.frame_indices]
         ts = sorted(q.frame_times)
         q.query_times = [ts[-1]]
@@ -360,17 +362,17 @@ def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuest
     return TaskQuestions(questions, skipped, jobs)
 
 
-def _image_paths(q: dict) -> list[str] | None:
+def _image_paths(q: Mapping[str, Any]) -> list[str] | None:
     return [image_export_path(q["video_id"], f) for f in q["image_files"]] if q["image_files"] else None
 
 
-def _anchor_gap(rows: Sequence[dict]) -> dict:
-    gaps = [min(b - a for a, b in zip(sorted(r["frame_times"]), sorted(r["frame_times"])[1:]))
+def _anchor_gap(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    gaps = [min(b - a for a, b in zip(sorted(r["frame_times"]), sorted(r["frame_times"])[1:], strict=False))
             for r in rows if r.get("frame_times")]
     return {"min_anchor_gap_s": min(gaps) if gaps else None}
 
 
-def _report_section(entry: dict) -> list[str]:
+def _report_section(entry: Mapping[str, Any]) -> list[str]:
     if entry.get("min_anchor_gap_s") is None:
         return []
     return [f"VPO: the closest two anchors of any question are {entry['min_anchor_gap_s']:.1f} s apart."]

@@ -24,17 +24,18 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages.pose import Track
-from vsi_wild.stages.reconcile.answers import AnswerRules
 from vsi_wild.stages.reconcile import associate as asc
+from vsi_wild.stages.reconcile import locate as loc
+from vsi_wild.stages.reconcile.answers import AnswerRules
 from vsi_wild.stages.reconcile.associate import ASSOCIATE_PARAMS
 from vsi_wild.stages.reconcile.instances import ClipInstance, Obs, load_clip_instances, mark_occluded_bottoms
 from vsi_wild.stages.reconcile.layout import align_clips
-from vsi_wild.stages.reconcile import locate as loc
 from vsi_wild.stages.reconcile.locate import Location, ground_basis, locate_instances
 from vsi_wild.stages.segment import SAMPLE_STEP, ClipSpan
 
@@ -95,7 +96,7 @@ class Reconciled:
 def walked_distance(poses: Track) -> Callable[[int, int], float]:
     """distance(k0, k1): path length of the camera between two samples (pose units)."""
     rows = poses.valid_rows()
-    cum = np.concatenate([[0.0], np.cumsum([np.linalg.norm(poses.C[b] - poses.C[a]) for a, b in zip(rows, rows[1:])])])
+    cum = np.concatenate([[0.0], np.cumsum([np.linalg.norm(poses.C[b] - poses.C[a]) for a, b in zip(rows, rows[1:], strict=False)])])
     idx = np.array([int(poses.sample_indices[i]) for i in rows])
 
     def distance(k0: int, k1: int) -> float:
@@ -112,7 +113,9 @@ def global_instances(video_id: str, groups: Iterable[Sequence[ClipInstance]], po
     """Number the groups by first appearance: their members, merged observations and positions."""
     ordered = sorted((list(g) for g in groups),
                      key=lambda g: (min(c.first_time for c in g), g[0].concept, min(c.key for c in g)))
-    members, observations, positions = [], [], {}
+    members: list[dict[str, Any]] = []
+    observations: list[dict[str, Any]] = []
+    positions: dict[int, tuple[float, float, float]] = {}
     for gid, g in enumerate(ordered, start=1):
         merged_samples: dict[int, Obs] = {}
         for ci in sorted(g, key=lambda c: c.key):
@@ -130,7 +133,7 @@ def global_instances(video_id: str, groups: Iterable[Sequence[ClipInstance]], po
         if poses is not None:
             found = loc.locate(merged_samples, poses, camera_height, params.min_ray_spread_deg, params.level_views)
             if found is not None:
-                positions[gid] = tuple(float(x) for x in found[0])
+                positions[gid] = cast(tuple[float, float, float], tuple(float(x) for x in found[0]))  # a 3-vector
     return members, observations, positions
 
 

@@ -32,6 +32,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
 
@@ -43,6 +44,30 @@ from vsi_wild.stages.segment import bhattacharyya
 
 ASSOCIATE_PARAMS = ("position_scale", "position_tail", "drift_per_distance", "prior_log_odds",
                     "same_clip_log_odds", "continuity_weight", "appearance_weight", "review_expected_errors")
+
+
+class AssociateParams(Protocol):
+    """What ``score`` and ``associate`` read (``ASSOCIATE_PARAMS``): ``ReconcileParams``, or the
+    bench's fitted parameters."""
+
+    @property
+    def position_scale(self) -> float: ...
+    @property
+    def position_tail(self) -> float: ...
+    @property
+    def drift_per_distance(self) -> float: ...
+    @property
+    def prior_log_odds(self) -> float: ...
+    @property
+    def same_clip_log_odds(self) -> float: ...
+    @property
+    def continuity_weight(self) -> float: ...
+    @property
+    def appearance_weight(self) -> float: ...
+    @property
+    def review_expected_errors(self) -> float: ...
+
+
 TERMS = ("llr_position", "llr_prior", "llr_continuity", "llr_appearance")
 TERM_WORDS = {"llr_position": "position", "llr_prior": "look-alike prior", "llr_continuity": "continuity",
               "llr_appearance": "appearance"}
@@ -107,11 +132,13 @@ def evidence(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int]
         for c in items:
             in_clip[c.clip] = in_clip.get(c.clip, 0) + 1
 
-        def crowd(x: ClipInstance) -> int:
+        def crowd(x: ClipInstance, in_clip: dict[int, int] = in_clip,
+                  per_clip: dict[int, list[ClipInstance]] = per_clip) -> int:
             """Look-alikes around x: within the radius of its place, or its whole clip's without one."""
             if radius <= 0 or x.where is None:
                 return in_clip[x.clip]
-            return sum(1 for o in per_clip.get(x.clip, ()) if np.linalg.norm(o.where.xy - x.where.xy) <= radius)
+            return sum(1 for o in per_clip.get(x.clip, ())
+                       if o.where is not None and np.linalg.norm(o.where.xy - x.where.xy) <= radius)
 
         for i, x in enumerate(items):
             for y in items[i + 1:]:
@@ -127,11 +154,11 @@ def evidence(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int]
                 if a.where is not None and b.where is not None:
                     key = (min(a.clip, b.clip), max(a.clip, b.clip))
                     al = alignments.get(key)
-                    first, second = (a, b) if a.clip == key[0] else (b, a)
+                    first, second = (a.where, b.where) if a.clip == key[0] else (b.where, a.where)
                     if al is not None and a.clip != b.clip:
                         J = al.jacobian
-                        d = al.apply(first.where.xy) - second.where.xy
-                        cov = J @ first.where.cov @ J.T + second.where.cov + al.cov_at(first.where.xy)
+                        d = al.apply(first.xy) - second.xy
+                        cov = J @ first.cov @ J.T + second.cov + al.cov_at(first.xy)
                         aligned = True
                     else:
                         d = a.where.xy - b.where.xy
@@ -168,14 +195,17 @@ class EvidenceArrays:
         for i, e in enumerate(ev):
             if e.d is not None:
                 d[i], cov[i] = e.d, e.cov
-        f = lambda v: np.nan if v is None else float(v)  # noqa: E731
+
+        def f(v: float | None) -> float:
+            return np.nan if v is None else float(v)
+
         return cls(d, cov, np.array([e.walked for e in ev], dtype=float), np.array([e.aligned for e in ev], dtype=bool),
                    np.array([e.density for e in ev], dtype=float), np.array([e.alikes for e in ev], dtype=float),
                    np.array([e.same_clip for e in ev], dtype=bool),
                    np.array([f(e.box_iou) for e in ev]), np.array([f(e.appearance) for e in ev]))
 
 
-def score(p, ev: EvidenceArrays) -> dict[str, np.ndarray]:
+def score(p: AssociateParams, ev: EvidenceArrays) -> dict[str, np.ndarray]:
     """The named terms of every pair (nan where a term does not apply) under the parameters ``p``
     (an object with the ``ASSOCIATE_PARAMS`` attributes); their nan-sum is the log odds."""
     kappa2, nu = p.position_scale ** 2, p.position_tail
@@ -237,7 +267,7 @@ class Decided:
 
 
 def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int], Alignment],
-              walked: Callable[[int, int], float] | None, params, rules: ans.AnswerRules,
+              walked: Callable[[int, int], float] | None, params: AssociateParams, rules: ans.AnswerRules,
               exact_max: int = 40, min_posterior: float = 1e-3) -> tuple[list[list[ClipInstance]], list[Decided]]:
     """The global instances (each a list of clip instances) and the decided pairs.
 
@@ -257,7 +287,7 @@ def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int
     items = sorted(instances, key=lambda c: c.key)
     index = {c.key: i for i, c in enumerate(items)}
     weight = {}
-    for e, w in zip(ev, lo):
+    for e, w in zip(ev, lo, strict=True):
         i, j = sorted((index[e.a.key], index[e.b.key]))
         weight[(i, j)] = float(w)
     cannot = [(i, j) for i in range(len(items)) for j in range(i + 1, len(items))
@@ -300,7 +330,7 @@ def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int
             flipped_groups = concept_groups(flipped, e.a.concept, touched)
         new_voc = ans.voc_answers(flipped_groups, rules).get(e.a.concept, [])
         old_voc = voc[e.a.concept]
-        impact = sum(x != y for x, y in zip(old_voc, new_voc)) + (old_voc[-1] != new_voc[-1] if new_voc else 1)
+        impact = sum(x != y for x, y in zip(old_voc, new_voc, strict=False)) + (old_voc[-1] != new_voc[-1] if new_voc else 1)
         impact += ans.order_flips(times, e.a.concept, ans.concept_times(flipped_groups, rules).get(e.a.concept))
         decided.append(Decided(e, {t: (None if math.isnan(terms[t][k]) else float(terms[t][k])) for t in TERMS},
                                float(lo[k]), post, merged,

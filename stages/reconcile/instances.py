@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import numpy as np
+
+if TYPE_CHECKING:  # locate imports this module
+    from vsi_wild.stages.reconcile.locate import Located
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class ClipInstance:
     appearance: np.ndarray
     mean_area: float = 0.0
     samples: dict[int, Obs] = field(default_factory=dict)  # sample index -> observation
-    where: object | None = None  # ``locate.Located`` once located
+    where: Located | None = None  # once located
 
     @property
     def key(self) -> tuple[int, int]:
@@ -105,7 +109,7 @@ def mark_occluded_bottoms(sightings: Iterable[dict[int, Obs]], margin: float = 2
                 per_instance[i][k] = replace(o, occluder_bottom=occluder)
 
 
-def box_iou(a, b) -> float:
+def box_iou(a: Sequence[float] | np.ndarray, b: Sequence[float] | np.ndarray) -> float:
     ix = max(0.0, min(a[2], b[2]) - max(a[0], b[0]))
     iy = max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
     inter = ix * iy

@@ -26,11 +26,15 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import gammaln
 
 from vsi_wild.stages.reconcile.instances import ClipInstance
+
+if TYPE_CHECKING:
+    from vsi_wild.stages.reconcile.locate import Located
 
 _CHUNK = 2048  # proposals scored at once (memory: chunk x n_a x n_b floats)
 
@@ -69,12 +73,18 @@ def _located(instances: Sequence[ClipInstance]) -> list[ClipInstance]:
     return [c for c in instances if c.where is not None and c.where.how != "ray"]
 
 
+def _place(c: ClipInstance) -> Located:
+    """Where a layout's instance is (a layout holds only ``_located`` instances)."""
+    assert c.where is not None
+    return c.where
+
+
 def _hypotheses(A: list[ClipInstance], B: list[ClipInstance], fixed: int) -> list[tuple[int, ...]]:
     """Proposals from ``fixed`` same-concept correspondences: one (a shift) or two (a similarity)."""
-    corr = [(i, j) for i, a in enumerate(A) for j, b in enumerate(B) if a.concept == b.concept]
+    corr: list[tuple[int, ...]] = [(i, j) for i, a in enumerate(A) for j, b in enumerate(B) if a.concept == b.concept]
     if fixed == 1:
         return corr
-    out = []
+    out: list[tuple[int, ...]] = []
     for x in range(len(corr)):
         for y in range(x + 1, len(corr)):
             (i1, j1), (i2, j2) = corr[x], corr[y]
@@ -86,7 +96,7 @@ def _hypotheses(A: list[ClipInstance], B: list[ClipInstance], fixed: int) -> lis
 def _area(zb: np.ndarray, B: list[ClipInstance]) -> float:
     """The area the second layout's objects spread over: their bounding box, widened on every side
     by the objects' mean location uncertainty (a layout of two objects still covers some ground)."""
-    sig = float(np.mean([math.sqrt(max(np.trace(b.where.cov) / 2.0, 0.0)) for b in B]))
+    sig = float(np.mean([math.sqrt(max(np.trace(_place(b).cov) / 2.0, 0.0)) for b in B]))
     w = zb.real.max() - zb.real.min() + 2 * sig
     h = zb.imag.max() - zb.imag.min() + 2 * sig
     return max(w * h, 1e-9)
@@ -96,8 +106,8 @@ def _best(A: list[ClipInstance], B: list[ClipInstance], hyps: list[tuple[int, ..
           log10_tests: float) -> tuple[float, tuple[int, ...], int] | None:
     """(log10 NFA, proposal, k) of the proposal with the fewest false alarms, of proposals from
     ``fixed`` correspondences (1: a shift; 2: a similarity); None without one."""
-    za = np.array([complex(*c.where.xy) for c in A])
-    zb = np.array([complex(*c.where.xy) for c in B])
+    za = np.array([complex(*_place(c).xy) for c in A])
+    zb = np.array([complex(*_place(c).xy) for c in B])
     n = len(A)
     if n < fixed + 1 or not hyps:
         return None
@@ -178,8 +188,8 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
         if found is None or found[0][0] >= math.log10(max_false_alarms):
             continue
         (log10_nfa, h, k), fixed = found
-        za = np.array([complex(*c.where.xy) for c in A])
-        zb = np.array([complex(*c.where.xy) for c in B])
+        za = np.array([complex(*_place(c).xy) for c in A])
+        zb = np.array([complex(*_place(c).xy) for c in B])
         own = [(h[c], h[c + 1]) for c in range(0, 2 * fixed, 2)]
         if fixed == 1:
             m0, t0 = 1.0 + 0j, zb[own[0][1]] - za[own[0][0]]
@@ -189,8 +199,8 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
         # the proposal's k best-explained objects, one-to-one with their nearest look-alikes
         pairs_ij = list(own)
         used_a, used_b = {a for a, _ in own}, {b for _, b in own}
-        cand = sorted(((abs(m0 * za[a] + t0 - zb[b]), a, b) for a in range(len(A)) for b in range(len(B))
-                       if A[a].concept == B[b].concept and a not in used_a and b not in used_b))
+        cand = sorted((abs(m0 * za[a] + t0 - zb[b]), a, b) for a in range(len(A)) for b in range(len(B))
+                       if A[a].concept == B[b].concept and a not in used_a and b not in used_b)
         for _, a, b in cand:
             if len(pairs_ij) >= k + fixed:
                 break
@@ -204,7 +214,7 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
         m, t = _fit(sa, sb, shift_only=fixed == 1)
         res = np.abs(m * sa + t - sb) ** 2
         dof = max(2 * len(pairs_ij) - 2 * fixed, 1)
-        own_var = float(np.mean([np.trace(A[a].where.cov) / 2 + np.trace(B[b].where.cov) / 2 for a, b in pairs_ij]))
+        own_var = float(np.mean([np.trace(_place(A[a]).cov) / 2 + np.trace(_place(B[b]).cov) / 2 for a, b in pairs_ij]))
         centre = complex(sa.mean())
         spread = float((np.abs(sa - centre) ** 2).sum()) if fixed == 2 else math.inf  # a shift has no lever
         out[(i, j)] = Alignment((i, j), m, t, tuple((A[a].key, B[b].key) for a, b in pairs_ij), log10_nfa,

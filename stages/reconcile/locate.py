@@ -95,7 +95,7 @@ def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: f
     ranges = [float(np.linalg.norm(X - c)) for c, _ in rays]
     errs = np.broadcast_to(np.asarray(angle_errors, dtype=np.float64), (len(rays),))
     # a ray off by e radians misses by range x e: weigh each ray's projector by it
-    W = sum((np.eye(3) - np.outer(d, d)) / max(r * e, 1e-9) ** 2 for (_, d), r, e in zip(rays, ranges, errs))
+    W = sum((np.eye(3) - np.outer(d, d)) / max(r * e, 1e-9) ** 2 for (_, d), r, e in zip(rays, ranges, errs, strict=True))
     misses = [float(np.linalg.norm((np.eye(3) - np.outer(d, d)) @ (X - c))) for c, d in rays]
     try:
         geometric = np.linalg.inv(W) if errs.max() > 0 else np.zeros((3, 3))

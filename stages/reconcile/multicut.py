@@ -58,10 +58,10 @@ def _exact(items: list[int], weight: dict[tuple[int, int], float], cannot: set[t
         cons = []
         if rows:
             data, ri, ci = [], [], []
-            for r, (a, b, m) in enumerate(rows):
+            for r, (ka, kb, km) in enumerate(rows):
                 data += [1.0, 1.0, -1.0]
                 ri += [r, r, r]
-                ci += [a, b, m]
+                ci += [ka, kb, km]
             A = coo_matrix((data, (ri, ci)), shape=(len(rows), len(pairs))).tocsr()
             cons = [LinearConstraint(A, -np.inf, 1.0)]
         res = milp(c, integrality=np.ones(len(pairs)), bounds=Bounds(lb, ub), constraints=cons)
@@ -88,9 +88,9 @@ def _exact(items: list[int], weight: dict[tuple[int, int], float], cannot: set[t
 
     for (i, j), k in index.items():
         if x[k]:
-            ri, rj = find(i), find(j)
-            if ri != rj:
-                parent[max(ri, rj)] = min(ri, rj)
+            root_i, root_j = find(i), find(j)
+            if root_i != root_j:
+                parent[max(root_i, root_j)] = min(root_i, root_j)
     groups: dict[int, list[int]] = {}
     for i in items:
         groups.setdefault(find(i), []).append(i)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
@@ -141,6 +142,7 @@ def _generate(params: SampleParams, world: World, video_path: Path, progress: Ca
         proc = subprocess.Popen(_ffmpeg_cmd(params, tmp), stdin=subprocess.PIPE, stderr=subprocess.PIPE)
     except OSError as e:
         raise UnitError(f"cannot start ffmpeg to write {video_path}: {e}") from e
+    assert proc.stdin is not None and proc.stderr is not None  # both PIPE
     render_s = 0.0
     truth_s = 0.0
     try:
@@ -148,6 +150,7 @@ def _generate(params: SampleParams, world: World, video_path: Path, progress: Ca
             x, y, z, yaw = frame_pose(world, params, fr)
             t0 = time.perf_counter()
             rgb, _ = renderer.render(pano, x, y, z, yaw)
+            assert rgb is not None  # want_rgb
             if ss > 1:
                 rgb = rgb.reshape(params.height, ss, params.width, ss, 3).mean(axis=(1, 3)).round().astype(np.uint8)
             render_s += time.perf_counter() - t0
@@ -177,10 +180,8 @@ def _generate(params: SampleParams, world: World, video_path: Path, progress: Ca
                 truth_s += time.perf_counter() - t1
             if progress is not None:
                 progress(fr + 1, nf)
-        try:
+        with contextlib.suppress(BrokenPipeError):  # ffmpeg died: its message follows
             proc.stdin.close()
-        except BrokenPipeError:  # ffmpeg died: its message follows
-            pass
         err = proc.stderr.read().decode(errors="replace")
         rc = proc.wait()
     except BaseException:

@@ -31,7 +31,7 @@ SKY_DIST = 1e9
 
 
 @njit(cache=True, inline="always", error_model="numpy")
-def _hash01(ix, iy, seed):
+def _hash01(ix: int | np.int64, iy: int | np.int64, seed: int | np.int64) -> float | np.floating:
     h = (ix * 374761393 + iy * 668265263 + seed * 1442695041) & 0xFFFFFFFF
     h = ((h ^ (h >> 13)) * 1274126177) & 0xFFFFFFFF
     h = h ^ (h >> 16)
@@ -39,7 +39,7 @@ def _hash01(ix, iy, seed):
 
 
 @njit(cache=True, error_model="numpy", fastmath=True)
-def _value_noise(u, v, seed):
+def _value_noise(u: float, v: float, seed: int | np.int64) -> float | np.floating:
     x0 = math.floor(u)
     y0 = math.floor(v)
     fx = u - x0
@@ -56,7 +56,8 @@ def _value_noise(u, v, seed):
 
 
 @njit(cache=True, error_model="numpy", fastmath=True)
-def _sample(texels, off, w, h, fu, fv, wrap, out):
+def _sample(texels: np.ndarray, off: int, w: int, h: int, fu: float, fv: float, wrap: bool,
+            out: np.ndarray) -> None:
     """Bilinear sample of one mip level at texture coordinates (fu, fv) (1 = one texture)."""
     x = fu * w - 0.5
     y = fv * h - 0.5
@@ -64,8 +65,8 @@ def _sample(texels, off, w, h, fu, fv, wrap, out):
     y0 = math.floor(y)
     fx = x - x0
     fy = y - y0
-    ix0 = np.int64(x0)
-    iy0 = np.int64(y0)
+    ix0: int | np.int64 = np.int64(x0)
+    iy0: int | np.int64 = np.int64(y0)
     ix1 = ix0 + 1
     iy1 = iy0 + 1
     if wrap:  # tiled textures are powers of two
@@ -89,12 +90,15 @@ def _sample(texels, off, w, h, fu, fv, wrap, out):
 
 
 @njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
-def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
-                   ptype, pgeo, pzr, pmat, plabel, pface, poff, face_uv,
-                   mtex, mscale, mtint, mnoise,
-                   floor_rects, floor_mats, floor_default,
-                   texels, toff, tw, th, tlev, sky, light,
-                   out_rgb, out_id):
+def render_columns(ox: float, oy: float, oz: float, yaw_rad: float, col_az: np.ndarray, tan_el: np.ndarray,
+                   pix_angle: float, want_rgb: bool,
+                   ptype: np.ndarray, pgeo: np.ndarray, pzr: np.ndarray, pmat: np.ndarray, plabel: np.ndarray,
+                   pface: np.ndarray, poff: np.ndarray, face_uv: np.ndarray,
+                   mtex: np.ndarray, mscale: np.ndarray, mtint: np.ndarray, mnoise: np.ndarray,
+                   floor_rects: np.ndarray, floor_mats: np.ndarray, floor_default: int | np.int64,
+                   texels: np.ndarray, toff: np.ndarray, tw: np.ndarray, th: np.ndarray, tlev: np.ndarray,
+                   sky: np.ndarray, light: np.ndarray,
+                   out_rgb: np.ndarray, out_id: np.ndarray) -> None:
     """Render columns ``i`` of an image into ``out_rgb[i, j]`` / ``out_id[i, j]`` (column-major).
 
     ``col_az[i]``: the column's azimuth in the camera frame (radians, + right of forward);
@@ -159,7 +163,7 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
                 s_in = lo
                 s_out = hi
                 aux = face
-            elif t == CYL or t == CONE or t == SPHERE:
+            elif t in (CYL, CONE, SPHERE):
                 r = pgeo[p, 3] if t == SPHERE else pgeo[p, 2]
                 dx = pgeo[p, 0] - ox
                 dy = pgeo[p, 1] - oy
@@ -231,19 +235,19 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
             T = tan_el[i, j]
             best_s = SKY_DIST
             best_p = -1  # -1 sky, -2 floor
-            best_face = 0
+            best_face: int | np.int64 = 0
             best_u = 0.0
             if T < -1e-12:
                 best_s = -oz / T
                 best_p = -2
-            for c in range(nc if T <= t_top else 0):
+            for c in range(nc if t_top >= T else 0):
                 if cin[c] >= best_s:
                     break
-                if T > chi[c] or T < clo[c]:
+                if chi[c] < T or clo[c] > T:
                     continue
                 p = cidx[c]
                 t = ptype[p]
-                if t == BOX or t == CYL:
+                if t in (BOX, CYL):
                     if t == BOX:
                         z0 = pgeo[p, 4]
                         z1 = pgeo[p, 5]
@@ -270,10 +274,7 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
                         continue
                     best_s = enter
                     best_p = p
-                    if cin[c] >= a:
-                        best_face = np.int64(caux[c]) if t == BOX else 0
-                    else:
-                        best_face = cap
+                    best_face = (np.int64(caux[c]) if t == BOX else 0) if cin[c] >= a else cap
                 elif t == QUAD:
                     z = oz + cin[c] * T
                     if z < pgeo[p, 5] or z > pgeo[p, 6]:
@@ -369,8 +370,8 @@ def render_columns(ox, oy, oz, yaw_rad, col_az, tan_el, pix_angle, want_rgb,
                 fy = y - y0
                 ix0 = np.int64(x0) % sky_w
                 ix1 = (ix0 + 1) % sky_w
-                iy0 = np.int64(y0)
-                iy1 = min(iy0 + 1, sky_h - 1)
+                iy0: int | np.int64 = np.int64(y0)
+                iy1: int | np.int64 = min(iy0 + 1, sky_h - 1)
                 for k in range(3):
                     v = ((sky[iy0, ix0, k] * (1 - fx) + sky[iy0, ix1, k] * fx) * (1 - fy)
                          + (sky[iy1, ix0, k] * (1 - fx) + sky[iy1, ix1, k] * fx) * fy)
@@ -499,7 +500,7 @@ class Camera:
         self.width, self.height = self.tan_el.shape
 
     @classmethod
-    def equirect(cls, width: int, height: int) -> "Camera":
+    def equirect(cls, width: int, height: int) -> Camera:
         u = np.arange(width, dtype=np.float64)
         v = np.arange(height, dtype=np.float64)
         lon, _ = geometry.equirect_to_lonlat(u, np.zeros_like(u), width, height)
@@ -508,7 +509,7 @@ class Camera:
         return cls(lon, tan_el, math.pi / height)
 
     @classmethod
-    def view(cls, width: int, height: int, hfov_deg: float, yaw_deg: float) -> "Camera":
+    def view(cls, width: int, height: int, hfov_deg: float, yaw_deg: float) -> Camera:
         d = geometry.view_rays(width, height, hfov_deg, yaw_deg)  # (h, w, 3) camera frame
         hor = np.hypot(d[..., 0], d[..., 1])
         az = np.arctan2(d[..., 0], d[..., 1])
@@ -525,7 +526,7 @@ class Renderer:
     def __init__(self, world: World):
         self.w = world
         a = world.atlas
-        zr = np.array([prim_z_range(t, g) for t, g in zip(world.ptype, world.pgeo)], float).reshape(-1, 2)
+        zr = np.array([prim_z_range(t, g) for t, g in zip(world.ptype, world.pgeo, strict=True)], float).reshape(-1, 2)
         self.args = (world.ptype, world.pgeo, zr, world.pmat, world.plabel, world.pface, world.poff, world.face_uv,
                      world.mtex, world.mscale, world.mtint, world.mnoise,
                      world.floor_rects, world.floor_mats, np.int64(world.floor_default),
@@ -544,4 +545,4 @@ class Renderer:
 
 def set_threads(n: int | None) -> None:
     if n:
-        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))
+        numba.set_num_threads(min(n, numba.config.NUMBA_NUM_THREADS))  # type: ignore[attr-defined]  # numba.config sets its settings through globals() at import: invisible to mypy

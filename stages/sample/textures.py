@@ -7,6 +7,7 @@ tracking stages must find and match many features between frames.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cv2
@@ -98,7 +99,9 @@ def _random_partition(rng: np.random.Generator, total: int, lo: int, hi: int) ->
     return parts
 
 
-def _slabs(rng, size, row_lo, row_hi, col_lo, col_hi, palette, grout, grout_px, stagger=True):
+def _slabs(rng: np.random.Generator, size: int, row_lo: int, row_hi: int, col_lo: int, col_hi: int,
+           palette: Sequence[tuple[float, float, float]], grout: tuple[float, float, float], grout_px: int,
+           stagger: bool = True) -> np.ndarray:
     """Rows of rectangles of random widths (bricks, paving slabs), tileable; returns RGB float."""
     img = np.zeros((size, size, 3))
     mask = np.ones((size, size), dtype=bool)  # grout
@@ -120,7 +123,7 @@ def _slabs(rng, size, row_lo, row_hi, col_lo, col_hi, palette, grout, grout_px, 
     return img
 
 
-def tex_paving(rng, size=1024):
+def tex_paving(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     img = _slabs(rng, size, 60, 140, 70, 200, [(168, 160, 148), (150, 146, 140), (182, 172, 156), (128, 126, 124)],
                  (70, 66, 62), 4)
     img *= (0.75 + 0.5 * fbm(rng, size, 8, 6))[..., None]
@@ -128,7 +131,7 @@ def tex_paving(rng, size=1024):
     return _u8(img)
 
 
-def tex_asphalt(rng, size=1024):
+def tex_asphalt(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     n = fbm(rng, size, 6, 7)
     img = np.stack([70 + 50 * n] * 3, axis=-1) + np.array([4.0, 2.0, 0.0])
     _speckle(rng, img, 3000, (1, 2), 0.6)
@@ -141,7 +144,7 @@ def tex_asphalt(rng, size=1024):
     return _u8(img)
 
 
-def tex_brick(rng, size=1024):
+def tex_brick(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     img = _slabs(rng, size, 30, 34, 56, 90, [(176, 164, 142), (160, 150, 136), (190, 178, 160), (140, 134, 124)],
                  (205, 200, 190), 4)
     img *= (0.8 + 0.4 * fbm(rng, size, 6, 6))[..., None]
@@ -149,7 +152,7 @@ def tex_brick(rng, size=1024):
     return _u8(img)
 
 
-def tex_facade(rng, size=1024):
+def tex_facade(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     """Four floors of four windows (12 m tile): every window differs (frame, curtains, light)."""
     wall = np.asarray([(196, 186, 168), (172, 170, 164), (188, 180, 176)][int(rng.integers(0, 3))], float)
     img = np.ones((size, size, 3)) * wall
@@ -182,7 +185,7 @@ def tex_facade(rng, size=1024):
     return _u8(img)
 
 
-def tex_plaster(rng, size=1024):
+def tex_plaster(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     base = np.asarray((206, 200, 188), float)
     img = np.ones((size, size, 3)) * base
     img *= (0.8 + 0.35 * fbm(rng, size, 5, 7))[..., None]
@@ -195,7 +198,7 @@ def tex_plaster(rng, size=1024):
     return _u8(img)
 
 
-def tex_floor_tiles(rng, size=1024):
+def tex_floor_tiles(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     """Square tiles (16 per tile edge) with random shades from a palette and marble veins."""
     n = 16
     t = size // n
@@ -212,7 +215,7 @@ def tex_floor_tiles(rng, size=1024):
     return _u8(img)
 
 
-def tex_linoleum(rng, size=1024):
+def tex_linoleum(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     img = np.ones((size, size, 3)) * np.asarray((150, 160, 152), float)
     img *= (0.8 + 0.4 * fbm(rng, size, 6, 6))[..., None]
     _speckle(rng, img, 5000, (1, 2), 0.5)
@@ -220,7 +223,7 @@ def tex_linoleum(rng, size=1024):
     return _u8(img)
 
 
-def tex_ceiling(rng, size=1024):
+def tex_ceiling(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     n = 8
     t = size // n
     img = np.ones((size, size, 3)) * 215.0
@@ -235,12 +238,12 @@ def tex_ceiling(rng, size=1024):
     return _u8(img)
 
 
-def tex_roof(rng, size=256):
+def tex_roof(rng: np.random.Generator, size: int = 256) -> np.ndarray:
     img = np.ones((size, size, 3)) * 110.0 * (0.7 + 0.6 * fbm(rng, size, 4, 5))[..., None]
     return _u8(img)
 
 
-def tex_grain(rng, size=256):
+def tex_grain(rng: np.random.Generator, size: int = 256) -> np.ndarray:
     """A neutral (mean ~1) texture that a material tints: object surfaces."""
     n = 0.8 + 0.3 * fbm(rng, size, 8, 5)
     img = np.stack([n, n, n], axis=-1) * 200.0
@@ -248,7 +251,7 @@ def tex_grain(rng, size=256):
     return _u8(img)
 
 
-def tex_wood(rng, size=256):
+def tex_wood(rng: np.random.Generator, size: int = 256) -> np.ndarray:
     y = np.arange(size)[:, None] / size
     n = fbm(rng, size, 4, 5)
     rings = 0.5 + 0.5 * np.sin(2 * np.pi * (12 * y + 2.5 * n))
@@ -257,7 +260,7 @@ def tex_wood(rng, size=256):
     return _u8(img)
 
 
-def tex_cone(rng, size=256):
+def tex_cone(rng: np.random.Generator, size: int = 256) -> np.ndarray:
     """Orange with two darker bands (v runs down the cone's height over 1 texture); the bands are
     not white so that the whole cone keeps the category's hue."""
     img = np.ones((size, size, 3)) * np.array([235.0, 105.0, 20.0]) * (0.85 + 0.25 * fbm(rng, size, 8, 4))[..., None]
@@ -266,7 +269,7 @@ def tex_cone(rng, size=256):
     return _u8(img)
 
 
-def tex_poster(rng, w=256, h=384):
+def tex_poster(rng: np.random.Generator, w: int = 256, h: int = 384) -> np.ndarray:
     """A unique poster: background, shapes, a headline and lines of pseudo-text."""
     k = w / 512.0  # the design is in units of a 512 px wide poster
     bg = (128.0 + 0.6 * (rng.integers(40, 230, 3) - 128.0)).astype(np.float32)
@@ -283,7 +286,7 @@ def tex_poster(rng, w=256, h=384):
             sub = img[y0:y1, x0:x1]
             sub[(xx - cx) ** 2 + (yy - cy) ** 2 < r * r] = col
         else:
-            x0, y0 = int(rng.integers(0, w - 60 * k)), int(rng.integers(0, h // 2))
+            x0, y0 = int(rng.integers(0, int(w - 60 * k))), int(rng.integers(0, h // 2))
             img[y0:y0 + int(rng.integers(20, 200) * k), x0:x0 + int(rng.integers(40, 300) * k)] = col
     ink = 255.0 - bg if bg.mean() < 128 else np.array([20.0, 20.0, 20.0], np.float32)
     y = int(h * 0.62)
@@ -310,7 +313,7 @@ def tex_poster(rng, w=256, h=384):
     return _u8(img)
 
 
-def tex_vending(rng, size=512):
+def tex_vending(rng: np.random.Generator, size: int = 512) -> np.ndarray:
     """A vending machine's front: a bright panel tinted by the material, product slots, buttons."""
     img = np.ones((size, size, 3)) * 210.0 * (0.9 + 0.15 * fbm(rng, size, 8, 4))[..., None]
     for r in range(5):
@@ -323,7 +326,7 @@ def tex_vending(rng, size=512):
     return _u8(img)
 
 
-def tex_sky(rng, w=1024, h=256):
+def tex_sky(rng: np.random.Generator, w: int = 1024, h: int = 256) -> np.ndarray:
     """Upper hemisphere, rows from the zenith (row 0) to the horizon (the renderer indexes rows by
     1 / (1 + tan(elevation))): gradient + clouds."""
     v = (np.arange(h)[:, None] + 0.5) / h
@@ -337,7 +340,7 @@ def tex_sky(rng, w=1024, h=256):
     return _u8(img)
 
 
-def astronaut_photo(size=512) -> np.ndarray:
+def astronaut_photo(size: int = 512) -> np.ndarray:
     from skimage import data
 
     r0, r1, c0, c1 = ASTRONAUT_CROP

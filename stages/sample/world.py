@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from vsi_wild.stages.sample import textures as tx
-from vsi_wild.stages.sample.route import RAMP_S, Arc, Goto, Move, Pause, Route, Turn
+from vsi_wild.stages.sample.route import RAMP_S, Arc, Goto, Leg, Move, Pause, Route, Turn
 
 BOX, CYL, CONE, SPHERE, QUAD = 0, 1, 2, 3, 4
 SHAPES = {BOX: "box", CYL: "cylinder", CONE: "cone", SPHERE: "sphere", QUAD: "quad"}
@@ -161,7 +162,7 @@ class _Builder:
         self.materials.append(m)
         return self.mat_names[name]
 
-    def _add(self, t: int, geo: list[float], mats, label: int = NO_LABEL, face: int = -1) -> int:
+    def _add(self, t: int, geo: list[float], mats: int | Sequence[int], label: int = NO_LABEL, face: int = -1) -> int:
         if isinstance(mats, int):
             mats = [mats] * 6
         self.ptype.append(t)
@@ -172,19 +173,24 @@ class _Builder:
         self.poff.append((float(self.rng.random()), float(self.rng.random())))
         return len(self.ptype) - 1
 
-    def box(self, x0, x1, y0, y1, z0, z1, mats, label=NO_LABEL) -> int:
+    def box(self, x0: float, x1: float, y0: float, y1: float, z0: float, z1: float, mats: int | Sequence[int],
+            label: int = NO_LABEL) -> int:
         return self._add(BOX, [x0, x1, y0, y1, z0, z1], mats, label)
 
-    def cylinder(self, cx, cy, r, z0, z1, mats, label=NO_LABEL) -> int:
+    def cylinder(self, cx: float, cy: float, r: float, z0: float, z1: float, mats: int | Sequence[int],
+                 label: int = NO_LABEL) -> int:
         return self._add(CYL, [cx, cy, r, z0, z1], mats, label)
 
-    def cone(self, cx, cy, r, z0, z1, mats, label=NO_LABEL) -> int:
+    def cone(self, cx: float, cy: float, r: float, z0: float, z1: float, mats: int | Sequence[int],
+             label: int = NO_LABEL) -> int:
         return self._add(CONE, [cx, cy, r, z0, z1], mats, label)
 
-    def sphere(self, cx, cy, cz, r, mats, label=NO_LABEL) -> int:
+    def sphere(self, cx: float, cy: float, cz: float, r: float, mats: int | Sequence[int],
+               label: int = NO_LABEL) -> int:
         return self._add(SPHERE, [cx, cy, cz, r], mats, label)
 
-    def quad(self, cx, cy, nx, ny, width, z0, z1, mat, face=-1) -> int:
+    def quad(self, cx: float, cy: float, nx: float, ny: float, width: float, z0: float, z1: float, mat: int,
+             face: int = -1) -> int:
         """A vertical one-sided quad facing the unit normal (nx, ny); u runs left to right as seen
         from the front, along e = (-ny, nx)."""
         return self._add(QUAD, [cx, cy, -ny, nx, width / 2.0, z0, z1], mat, NO_LABEL, face)
@@ -231,7 +237,7 @@ def loop_route() -> Route:
     Headings: 0 = north, 90 = east.
     """
     d = math.sqrt(2.0)
-    legs = [
+    legs: list[Leg] = [
         _move(5.0, 0.0, 1.25),  # plaza, heading north: forward to (14, 8)
         _move(8.0 * d, -45.0, 1.4),  # forward-left to (6, 16)
         _move(7.5, 0.0, 1.25),  # forward into the street, (6, 23.5)
@@ -269,7 +275,7 @@ def loop_route() -> Route:
 def short_route() -> Route:
     """A 56 s closed walk for quick runs: plaza -> street -> plaza (back after > 20 s), a pause, turns."""
     d = math.sqrt(2.0)
-    legs = [
+    legs: list[Leg] = [
         _move(5.0, 0.0, 1.25),  # forward (north) to (14, 8)
         _move(8.0 * d, -45.0, 1.4),  # forward-left to (6, 16)
         _move(14.0, 0.0, 1.3),  # forward into the street to (6, 30)
@@ -418,7 +424,7 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
     poster_mats = [M(f"poster{i}", Material(T(f"poster{i}"), 0.0, 0.0)) for i in range(len(POSTER_SLOTS))]
     cat_mats = {}
     for c in CATEGORIES:
-        tint = (1.0, 1.0, 1.0) if c.texture == "cone" else tuple(v / 200.0 for v in c.colour)
+        tint = (1.0, 1.0, 1.0) if c.texture == "cone" else (c.colour[0] / 200.0, c.colour[1] / 200.0, c.colour[2] / 200.0)
         if c.shape == BOX:
             su, sv = max(c.size[0], c.size[1]), c.size[2]
         elif c.shape == SPHERE:
@@ -428,7 +434,7 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
         cat_mats[c.name] = M(c.name, Material(T(c.texture), su, sv, tint, noise=0.08))
 
     # ---- scenery -------------------------------------------------------------------------
-    def mats(default, **faces):
+    def mats(default: int, **faces: int) -> list[int]:
         m = [default] * 6
         for k, v in faces.items():
             m[["nx", "px", "ny", "py", "nz", "pz"].index(k)] = v
@@ -507,7 +513,7 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
     instances: list[Instance] = []
     placed: list[tuple[float, float, float]] = []  # x, y, radius
     iid = 0
-    for ci, cat in enumerate(CATEGORIES):
+    for cat in CATEGORIES:
         for k, zone in enumerate(_category_zones(cat.name, n_per_category, rng)):
             pname, zx0, zy0, zx1, zy1 = ZONES[zone]
             pl = places[pname]

@@ -35,6 +35,7 @@ def decisions(video_id: str, fixes: list[dict[str, Any]], verified_by: dict[int,
         if not who:
             continue
         op = f.get("op")
+        item: tuple[Any, ...]
         if op == "review_pair":
             item = (video_id, "pair", f["clip_a"], f["local_a"], f["clip_b"], f["local_b"])
             out["merges"][item][who] = f["decision"]

@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from vsi_wild import ids, schema
+from vsi_wild import schema
 from vsi_wild.config import Config
 from vsi_wild.stages.metadata import motion_clips
 from vsi_wild.stages.qa.common import question_id

@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -69,7 +69,7 @@ def read(store: Store, video_id: str, reviewer: str) -> Draft:
 
 
 def write(store: Store, draft: Draft) -> Draft:
-    draft = draft.model_copy(update={"updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+    draft = draft.model_copy(update={"updated_at": datetime.now(UTC).isoformat(timespec="seconds")})
     store.write_bytes_atomic(path(store, draft.video_id, draft.reviewer),
                              json.dumps(draft.model_dump(), indent=1).encode())
     return draft

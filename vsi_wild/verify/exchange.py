@@ -36,7 +36,7 @@ import json
 import math
 import xml.etree.ElementTree as ET
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +144,7 @@ def export_cvat(review: Review, masks: MaskServer, video_id: str) -> tuple[bytes
     size = ET.SubElement(task, "original_size")
     ET.SubElement(size, "width").text = str(w)
     ET.SubElement(size, "height").text = str(h)
-    ET.SubElement(meta, "dumped").text = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    ET.SubElement(meta, "dumped").text = datetime.now(UTC).isoformat(timespec="seconds")
     n_tracks = n_boxes = n_masks = 0
     for inst in cur["instances"]:
         iid, rows = inst["instance_id"], [o for o in cur["observations"].get(inst["instance_id"], []) if o["x0"] is not None]
@@ -166,19 +166,22 @@ def export_cvat(review: Review, masks: MaskServer, video_id: str) -> tuple[bytes
                     n_tracks += 1
                 if last_k is not None and k > last_k + 1:  # a gap: out of view after the last one
                     _outside(track, kind, _frame_of((last_k + 1) * SAMPLE_STEP, fps), iid)
-                attrs = {"frame": str(o["frame"]), "keyframe": "1", "outside": "0", "occluded": "0"}
+                shape_attrs = {"frame": str(o["frame"]), "keyframe": "1", "outside": "0", "occluded": "0"}
                 if kind == "box":
-                    attrs.update(xtl=f"{o['x0']:.2f}", ytl=f"{o['y0']:.2f}", xbr=f"{o['x1']:.2f}", ybr=f"{o['y1']:.2f}")
+                    shape_attrs.update(xtl=f"{o['x0']:.2f}", ytl=f"{o['y0']:.2f}", xbr=f"{o['x1']:.2f}",
+                                       ybr=f"{o['y1']:.2f}")
                     n_boxes += 1
                 else:
+                    assert code is not None  # a mask row without a mask was skipped above
                     runs, left, top, mw, mh = code
-                    attrs.update(rle=", ".join(map(str, runs)), left=str(left), top=str(top), width=str(mw), height=str(mh))
+                    shape_attrs.update(rle=", ".join(map(str, runs)), left=str(left), top=str(top), width=str(mw),
+                                       height=str(mh))
                     n_masks += 1
-                attrs["z_order"] = "0"
-                shape = ET.SubElement(track, kind, attrs)
+                shape_attrs["z_order"] = "0"
+                shape = ET.SubElement(track, kind, shape_attrs)
                 ET.SubElement(shape, "attribute", {"name": ATTRIBUTE}).text = str(iid)
                 last_k = k
-            if track is not None and _frame_of((last_k + 1) * SAMPLE_STEP, fps) < n_frames:
+            if track is not None and last_k is not None and _frame_of((last_k + 1) * SAMPLE_STEP, fps) < n_frames:
                 _outside(track, kind, _frame_of((last_k + 1) * SAMPLE_STEP, fps), iid)
     ET.indent(root, "  ")
     data = b'<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="utf-8") + b"\n"
@@ -203,7 +206,7 @@ def read_cvat(path: Path) -> dict[str, Any]:
     name = (root.findtext("meta/task/name") or root.findtext("meta/job/name") or "").strip()
     tracks = []
     for t in root.iter("track"):
-        shapes = []
+        shapes: list[dict[str, Any]] = []
         for s in t:
             if s.tag != "box":
                 continue
@@ -286,7 +289,7 @@ def _box_edits(track: dict[str, Any], ours: dict[tuple[int, int], tuple], fps: f
         if s["outside"]:
             if mine is not None:  # made out of view where the metadata sees it
                 edited.append(j)
-        elif mine is None or max(abs(a - b) for a, b in zip(s["box"], mine)) > MOVED_PX:
+        elif mine is None or max(abs(a - b) for a, b in zip(s["box"], mine, strict=True)) > MOVED_PX:
             edited.append(j)
     runs: list[list[int]] = []
     for j in edited:
@@ -297,7 +300,7 @@ def _box_edits(track: dict[str, Any], ours: dict[tuple[int, int], tuple], fps: f
             runs.append(span)
     out = []
     for run in runs:
-        frames = []
+        frames: list[dict[str, Any]] = []
         for x in run:
             s = keys[x]
             if s["outside"] and not frames:
@@ -321,7 +324,9 @@ def export_ytvis(review: Review, masks: MaskServer, video_id: str) -> tuple[byte
     annotations, n_masks = [], 0
     for inst in cur["instances"]:
         iid = inst["instance_id"]
-        segs, bboxes, areas = [None] * n, [None] * n, [None] * n
+        segs: list[Any] = [None] * n
+        bboxes: list[Any] = [None] * n
+        areas: list[Any] = [None] * n
         for o in cur["observations"].get(iid, []):
             k = o["sample_index"]
             if not 0 <= k < n or o["x0"] is None:
@@ -340,7 +345,7 @@ def export_ytvis(review: Review, masks: MaskServer, video_id: str) -> tuple[byte
                                 "width": w, "height": h, "length": 1, "segmentations": segs, "bboxes": bboxes,
                                 "areas": areas})
     doc = {"info": {"description": f"vsi-wild metadata of {video_id}", "version": "1.0",
-                    "date_created": datetime.now(timezone.utc).isoformat(timespec="seconds")},
+                    "date_created": datetime.now(UTC).isoformat(timespec="seconds")},
            "licenses": [],
            "videos": [{"id": 1, "name": video_id, "width": w, "height": h, "length": n,
                        "file_names": [f"{video_id}/{_frame_of(k * SAMPLE_STEP, fps):06d}.jpg" for k in range(n)]}],

@@ -142,7 +142,8 @@ def render(existing: bytes | None, video_id: str, fixes: Sequence[dict[str, Any]
             doc["video_id"] = video_id
     old = doc.get(key)
     pool = list(enumerate(old)) if isinstance(old, CommentedSeq) else []
-    items, comments = [], {}
+    items: list[Any] = []
+    comments: dict[int, Any] = {}
     for fix in fixes:
         same = next((p for p in pool if plain(p[1]) == fix), None)
         if same is not None:
@@ -208,7 +209,7 @@ def save(path: Path, video_id: str, fixes: Sequence[dict[str, Any]], loaded_sha2
 
 
 def save_edits(path: Path, video_id: str, edits: Sequence[dict[str, Any]],
-               validate: Callable[[str], None]) -> tuple[str, list[tuple[dict[str, Any], fx.FixError]]]:
+               validate: Callable[[str], object]) -> tuple[str, list[tuple[dict[str, Any], fx.FixError]]]:
     """Apply ``edits`` to the fix file as it is now and write it; returns the new sha256 and the
     edits that did not apply, each with the pipeline's error. All at once when the result
     validates; else one by one, keeping each edit that still validates (a rebase). Writes nothing

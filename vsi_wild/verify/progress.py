@@ -7,7 +7,7 @@ the reviewer's marks only; the corrections themselves are in the fix files.
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -50,7 +50,7 @@ def write(store: Store, video_id: str, progress: Progress, reviewer: str | None 
             by[f"clip:{c}"] = reviewer
         progress = progress.model_copy(update={"by": by})
     progress = progress.model_copy(update={"clips_verified": sorted(set(progress.clips_verified)),
-                                           "updated_at": datetime.now(timezone.utc).isoformat(timespec="seconds")})
+                                           "updated_at": datetime.now(UTC).isoformat(timespec="seconds")})
     store.write_bytes_atomic(path(store, video_id), json.dumps(progress.model_dump(), indent=1).encode())
     return progress
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +24,9 @@ from vsi_wild.config import Config
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
-from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.params import Sighting
 from vsi_wild.stages.qa.readings import seen_under
+from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import concept_times
 from vsi_wild.store import Store
 from vsi_wild.tasks import registry
@@ -196,7 +196,8 @@ class Review:
         with self._lock:
             held = self._auto.get(video_id)
             if held is None or held[0] != key:
-                fix_inputs, _ = auto_metadata(Job(stage, video_id, "", self.config, self.store, inputs, None))
+                job = Job(stage, video_id, "", self.config, self.store, inputs, None)  # type: ignore[arg-type]  # reads only
+                fix_inputs, _ = auto_metadata(job)
                 self._auto[video_id] = (key, fix_inputs)
                 while len(self._auto) > AUTO_KEPT:
                     self._auto.popitem(last=False)
@@ -305,7 +306,7 @@ class Review:
         with drafts.lock():
             draft = drafts.read(self.store, video_id, reviewer)
             own = edits is None
-            todo = draft.plain_edits() if own else [{**e, "fix": stamp(e["fix"], reviewer) if e["kind"] == "add"
+            todo = draft.plain_edits() if edits is None else [{**e, "fix": stamp(e["fix"], reviewer) if e["kind"] == "add"
                                                      else e["fix"]} for e in edits]
             _, failed = fixfile.save_edits(path, video_id, todo,
                                            self.check_vocabulary if vocabulary else self.validator(video_id))
@@ -342,7 +343,7 @@ class Review:
         """The vocabulary's text checked as the metadata stage would use it: parsed, and applied
         before the fix file of every video that has one (a video's rename of a name the vocabulary
         changes would fail there: the error names that file)."""
-        vocab = self.vocabulary(text)
+        vocab = fx.parse_vocabulary_text(text, str(self.vocabulary_path()))
         folder = self.fixes_dir()
         views = self.catalog.views()
         for path in sorted(folder.glob("*.yaml")) if folder.is_dir() else []:
@@ -463,7 +464,7 @@ class Review:
 
 def stamp(fix: dict[str, Any], reviewer: str) -> dict[str, Any]:
     """A fix with who made it and when (kept when it has them already)."""
-    at = datetime.now(timezone.utc).isoformat(timespec="seconds").replace("+00:00", "Z")
+    at = datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z")
     return {**fix, "by": fix.get("by") or reviewer, "at": fix.get("at") or at}
 
 

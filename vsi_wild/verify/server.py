@@ -100,7 +100,8 @@ class Rederive:
             if busy is not None:
                 raise RuntimeError(f"a re-derive of {busy['video_id']} is running: wait for it")
             total = 0  # counted from the plan when it starts
-            job = {"id": uuid.uuid4().hex[:12], "video_id": ", ".join(videos), "videos": videos, "state": "running",
+            job: dict[str, Any] = {"id": uuid.uuid4().hex[:12], "video_id": ", ".join(videos), "videos": videos,
+                                   "state": "running",
                    "events": [], "summary": None, "total": total}
             self.jobs[job["id"]] = job
         threading.Thread(target=self._run, args=(job,), daemon=True, name=f"rederive-{video_id}").start()
