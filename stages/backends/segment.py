@@ -61,7 +61,7 @@ import copy
 import hashlib
 import inspect
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
