@@ -15,7 +15,7 @@ export HF_HUB_OFFLINE ?= 1
 export YOLO_OFFLINE ?= 1
 PIP_INSTALL = $(BIN)/pip install -q --no-cache-dir
 
-.PHONY: setup run test lint lint-tree lint-imports test-fast bench gpu-check deploy deploy-stop clean help
+.PHONY: setup run test lint lint-tree lint-imports test-fast bench gpu-check gpu-kit deploy deploy-stop clean help
 
 help:            ## list the targets
 	@grep -E '^[a-z-]+:.*##' Makefile | sed 's/:.*##/\t/'
@@ -70,6 +70,16 @@ bench: setup     ## speed and memory ratios, each measured in one run (prints `n
 GPU_CHECK_ARGS ?=
 gpu-check: $(SETUP) ## GPU speed/memory of each production backend (bench/gpu_check.py; build/gpu_check.json)
 	YOLO_CONFIG_DIR=$${YOLO_CONFIG_DIR:-$(CURDIR)/build/yolo-config} $(BIN)/python bench/gpu_check.py $(GPU_CHECK_ARGS)
+
+# The lent GPU machine has Python 3.12 and torch but none of our packages and no network: this puts
+# the wheels bench/gpu_check_device.sh installs there into .whl/ (~10 MB; carry .whl with the call).
+GPU_KIT_PLATFORMS = $(foreach p,manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64,--platform $(p))
+gpu-kit: $(SETUP) ## wheels for `make gpu-check` on the lent GPU machine (.whl/; then: bash bench/gpu_check_device.sh there)
+	mkdir -p .whl
+	grep -v '^#' bench/gpu_kit.txt | grep -v '^iopath' | grep . | xargs $(BIN)/pip download -q --no-deps --only-binary=:all: \
+		--python-version 3.12 --implementation cp $(GPU_KIT_PLATFORMS) -d .whl
+	grep '^iopath' bench/gpu_kit.txt | xargs $(BIN)/pip download -q --no-deps --no-binary=:all: -d .whl
+	@du -sh .whl
 
 deploy: $(SETUP) ## Prefect server on 127.0.0.1, work pools cpu/gpu, deployments, workers (docs/cluster.md)
 	$(BIN)/python -m vsi_wild.deploy up --dir $(DEPLOY_DIR) --port $(DEPLOY_PORT)

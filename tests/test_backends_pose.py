@@ -80,3 +80,31 @@ def test_da3_rejects_frames_of_mixed_sizes(da3_dir) -> None:
     frames = [_frames(1)[0], np.zeros((40, 80, 3), np.uint8)]
     with pytest.raises(UnitError, match="vid_left"):
         est.estimate(FrameBatch("vid_left", frames, [0.0, 0.5], [0, 15], [0, 1], 30.0))
+
+
+def test_da3_windows_batched_across_views_equal_one_at_a_time(da3_dir) -> None:
+    """A source's views' windows in one forward pass (DA3's batch dimension) give each view the
+    poses it gets alone: batching is a speed choice, not an output one. Tolerance: the same fp32
+    arithmetic per batch element, reordered by the batched kernels (measured here: well below it)."""
+    est = create("pose_estimator", "da3", device="cpu", da3_model_dir=str(da3_dir), da3_process_res=112,
+                 da3_window=3, da3_overlap=1)
+    rng = np.random.default_rng(7)
+    views = []
+    for v in range(3):
+        frames = [(rng.random((H, W, 3)) * 255).astype(np.uint8) for _ in range(5)]
+        views.append(FrameBatch(f"src_{v}", frames, [k / 2 for k in range(5)], [15 * k for k in range(5)],
+                                list(range(5)), 30.0))
+    short = FrameBatch("src_short", views[0].images[:2], [0.0, 0.5], [0, 15], [0, 1], 30.0)  # fewer windows
+    alone = [est.estimate(b) for b in views + [short]]
+    calls = []
+    real = est.run_windows
+    est.run_windows = lambda ws: (calls.append(len(ws)), real(ws))[1]
+    try:
+        together = est.estimate_many(views + [short])
+    finally:
+        del est.run_windows
+    assert calls == [4, 3]  # window 0 of all four videos, then window 1 of the three long ones
+    for a, b in zip(alone, together):
+        assert np.array_equal(a.valid, b.valid)
+        np.testing.assert_allclose(b.extrinsics, a.extrinsics, atol=1e-4)
+        np.testing.assert_allclose(b.intrinsics, a.intrinsics, rtol=1e-4)

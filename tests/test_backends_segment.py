@@ -2,6 +2,9 @@
 saved as the state dict the production loader reads (facebook/sam3 ``sam3.pt`` layout:
 ``detector.*`` + ``tracker.*``), loaded from the configured path, run on CPU (our CUDA->CPU shim)
 on two tiny frames (sam3 resizes every frame to 1008 x 1008 internally: the cost is per frame).
+The shared-backbone path (one image-encoder pass per frame for all concepts) is checked against
+the per-concept path on the same frames: the same records, bit for bit, and the encoder's calls
+counted per frame by a spy on sam3's own encoder.
 
 Heavy: ~6 GB RSS and minutes of CPU. Run alone: ``pytest -m models tests/test_backends_segment.py``.
 """
@@ -49,9 +52,10 @@ def sam3_checkpoint(tmp_path_factory: pytest.TempPathFactory):
 N_DETECTIONS = 3
 
 
-def _detector_scores(seg, batch: FrameBatch, concept: str) -> np.ndarray:
-    """sam3's detection scores on the batch's frames, as its detector computes them (before NMS)."""
-    return _scores_while(seg, lambda: seg.segment(batch, [concept]))
+def _detector_scores(seg, batch: FrameBatch, concept: str | list[str]) -> np.ndarray:
+    """sam3's detection scores on the batch's frames, as its detector computes them (before NMS),
+    for one concept or several."""
+    return _scores_while(seg, lambda: seg.segment(batch, [concept] if isinstance(concept, str) else concept))
 
 
 def _scores_while(seg, run) -> np.ndarray:
@@ -210,3 +214,91 @@ def test_sam3_segments_drawn_boxes_through_its_box_prompt(sam3_checkpoint) -> No
     for r in records:
         assert r.local_id in (0, 1) and r.frame_pos == prompts[r.local_id].frame_pos
         assert r.mask.shape == (H, W) and r.mask.any()
+
+
+def _two_frames() -> FrameBatch:
+    """Two frames that differ in one pixel: the second's scores hardly differ from the first's, so
+    detections stay few, and an encoder call can still tell which frame it was given."""
+    rng = np.random.default_rng(0)
+    frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
+    other = frame.copy()
+    other[H // 2, W // 2] = 255 - other[H // 2, W // 2]
+    return FrameBatch("vid_front", [frame, other], [0.0, 0.5], [0, 15], [0, 1], 30.0)
+
+
+def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_frame(sam3_checkpoint) -> None:
+    import collections
+
+    path, _ = sam3_checkpoint
+    batch = _two_frames()
+    # a threshold a few detections pass, over all three concepts' scores on the first frame (each
+    # concept scores differently: one concept's threshold can let 200 of another's through). On one
+    # frame the shared path calls the detector once per concept, in order: scores per concept.
+    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=1.0,
+                   sam3_new_det_threshold=1.0, sam3_shared_backbone=True)
+    first = FrameBatch("vid_front", batch.images[:1], [0.0], [0], [0], 30.0)
+    names = ["chair", "person", "table"]
+    scores = _detector_scores(probe, first, names)
+    assert scores.size % len(names) == 0 and scores.size // len(names) == 200  # sam3's 200 queries, per concept
+    scores = scores.reshape(len(names), -1)
+    threshold = _threshold_after(scores.ravel(), N_DETECTIONS)
+    # the per-concept run takes the concept with the best score (so that it has masks) and one more;
+    # the shared run all three
+    best = names[int(scores.max(axis=1).argmax())]
+    concepts = [best] + [c for c in names if c != best]
+
+    def run(shared: bool, concepts: list[str]):
+        seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=threshold,
+                     sam3_new_det_threshold=threshold, sam3_shared_backbone=shared)
+        encoder = seg.model.detector.backbone
+        real = encoder.forward_image
+        calls: collections.Counter = collections.Counter()
+
+        def counting(x):
+            calls[float(x.double().sum())] += 1  # which frame (the two differ in a pixel)
+            return real(x)
+
+        encoder.forward_image = counting
+        try:
+            records = seg.segment(batch, concepts)
+        finally:
+            del encoder.forward_image
+        return records, calls, seg
+
+    old, old_calls, _ = run(False, concepts[:2])
+    # a third concept costs the shared path no encoder pass; its session is independent of the others'
+    new, new_calls, seg = run(True, concepts)
+    assert old, "the random model must produce masks for the comparison to bite"
+    # the per-concept path encodes every frame once per concept; the shared path once, for all three
+    assert len(old_calls) == 2 and sorted(old_calls.values()) == [2, 2]
+    assert len(new_calls) == 2 and sorted(new_calls.values()) == [1, 1]
+    assert seg.last_shared.encoder_calls == {0: 1, 1: 1}
+    # the same arithmetic: the two concepts' records bit for bit, in the same order, the same ids
+    same = [r for r in new if r.concept != concepts[2]]
+    assert len(same) == len(old)
+    for a, b in zip(old, same):
+        assert (a.frame_pos, a.concept, a.local_id, a.box, a.score, a.extra) == \
+            (b.frame_pos, b.concept, b.local_id, b.box, b.score, b.extra)
+        assert np.array_equal(a.mask, b.mask)
+    assert [r.concept for r in new[len(same):]] == [concepts[2]] * (len(new) - len(same))  # the third's come last
+
+
+def test_a_changed_sam3_is_one_clear_error_before_any_unit(monkeypatch) -> None:
+    from vsi_wild.stages.backends import base
+    from vsi_wild.stages.backends import segment as S
+    from vsi_wild.stages.backends.params import ModelsParams, backend_problems
+
+    spec = base.spec("segmenter", "sam3")
+    assert S.sam3_problems() == []  # the installed sam3 is the verified one
+    assert not any("internals" in p for p in backend_problems(spec, ModelsParams()))
+    name = "sam3.model.sam3_image:Sam3Image._get_img_feats"
+    monkeypatch.setitem(S.SAM3_INTERNALS, name, "0" * 16)
+    problems = backend_problems(spec, ModelsParams())
+    changed = [p for p in problems if name in p]
+    assert len(changed) == 1 and "tests/test_backends_segment.py" in changed[0]
+    with pytest.raises(UnitError, match="_get_img_feats") as e:  # before the weights are even looked at
+        create("segmenter", "sam3", device="cpu", sam3_checkpoint="/nonexistent/sam3.pt")
+    assert e.value.retryable is False
+    monkeypatch.setattr("vsi_wild.stages.backends.params.package_version", lambda name: "9.9.9")
+    assert any("sam3 9.9.9 is installed" in p and "sam3==0.1.4" in p for p in S.sam3_problems())
+

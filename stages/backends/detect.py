@@ -7,6 +7,11 @@ we do what it does with open_clip instead: encode the names with the CLIP ViT-B/
 (``models.open_clip_weights``, the same encoder YOLO-World-v2 was trained against), L2-normalise,
 and set ``txt_feats`` (1, n, 512), the head's ``nc`` and the names, then drop the cached predictor
 (mirrors ``WorldModel.set_classes`` + ``YOLOWorld.set_classes`` in ultralytics 8.4).
+
+Frames go to the model ``models.yolo_world_batch_size`` at a time (one forward pass per batch:
+ultralytics stacks a list of same-sized images into one tensor), in fp32, or in fp16 on a GPU
+with ``models.yolo_world_half`` (ultralytics' ``quantize=16``, which it applies on CUDA only;
+off by default until `make gpu-check` has compared its boxes with fp32's on the same frames).
 """
 
 from __future__ import annotations
@@ -96,6 +101,7 @@ class YoloWorldDetector:
                     conf=p.yolo_world_conf,
                     iou=p.yolo_world_iou,
                     max_det=p.yolo_world_max_det,
+                    quantize=16 if p.yolo_world_half else 32,  # fp16 or fp32; ultralytics runs fp32 on a CPU
                     device=self._loaded.device,
                     verbose=False,
                 )
@@ -114,7 +120,7 @@ class YoloWorldDetector:
 
 @register("open_vocab_detector", "yolo_world",
           fields=("yolo_world_weights", "yolo_world_imgsz", "yolo_world_conf", "yolo_world_iou", "yolo_world_max_det",
-                  *OPEN_CLIP_FIELDS),
+                  "yolo_world_half", *OPEN_CLIP_FIELDS),
           weights=("yolo_world_weights", "open_clip_weights"),
           sources={"yolo_world_weights": W.YOLOV8X_WORLDV2, "open_clip_weights": W.OPENAI_CLIP_VIT_B_32},
           packages=(("ultralytics", "ultralytics"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True)

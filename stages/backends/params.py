@@ -75,6 +75,9 @@ class ModelsParams(BaseModel):
     yolo_world_iou: float = Field(0.7, ge=0, le=1, description="NMS IoU")
     yolo_world_max_det: int = Field(300, ge=1)
     yolo_world_batch_size: int = Field(16, ge=1, description="frames per forward pass")
+    yolo_world_half: bool = Field(
+        False, description="on a GPU: fp16 inference (ultralytics' quantize=16); the CPU runs fp32. Off until "
+        "`make gpu-check` has shown fp16's boxes hold against fp32's on the same frames (unmeasured: no GPU yet)")
 
     # -- SAM3 (instances)
     sam3_checkpoint: str = Field("sam3/sam3.pt", description="facebook/sam3 sam3.pt")
@@ -83,6 +86,11 @@ class ModelsParams(BaseModel):
     sam3_offload_video_to_cpu: bool = Field(
         False, description="keep the clip's frames in host memory (long clips on small GPUs)"
     )
+    sam3_shared_backbone: bool = Field(
+        True, description="one image-encoder pass per frame for all of a clip's concepts (false: the "
+        "per-concept path, one propagation per concept; same records, C times the encoder work)")
+    sam3_precision: Literal["bf16", "fp32"] = Field(
+        "bf16", description="on a GPU: bf16 autocast (sam3's own choice) or fp32; the CPU runs fp32")
 
     # -- Depth Anything 3 (camera poses)
     da3_model_dir: str = Field(
@@ -93,6 +101,9 @@ class ModelsParams(BaseModel):
     da3_overlap: int = Field(8, ge=1, description="frames shared by consecutive windows")
     da3_ref_view_strategy: Literal["first", "middle", "saddle_balanced", "saddle_sim_range"] = "saddle_balanced"
     da3_use_ray_pose: bool = False
+    da3_precision: Literal["bf16", "fp32"] = Field(
+        "bf16", description="on a GPU: DA3's own forward (bf16 autocast, fp16 where bf16 is unsupported) or "
+        "fp32; the CPU runs fp32")
 
     def model_post_init(self, __context: Any) -> None:
         if self.da3_overlap >= self.da3_window:
@@ -185,6 +196,8 @@ def backend_problems(spec: Any, models: ModelsParams, section: Any = None) -> li
             found = False
         if not found:
             problems.append(f"backend {spec.name!r} needs the package {dist!r}: pip install 'vsi-wild[models]'")
+    if not problems and spec.checks is not None:  # the packages are there: is each the verified one?
+        problems += [f"backend {spec.name!r}: {p}" for p in spec.checks()]
     for status in weight_statuses(spec, models, section):
         if status.state == "unset":
             problems.append(f"backend {spec.name!r} needs `{status.key}` set to its weight file")

@@ -18,7 +18,9 @@ resizes frames so the longest side is ``da3_process_res`` (each side then rounde
 ``fx_in = fx / sx``, ``cx_in = cx / sx - 1/2`` with ``sx = w / W_in`` (same for y).
 
 On CPU the model runs in fp32: DA3's ``forward`` autocasts to fp16 whenever bf16 CUDA is missing,
-which on CPU is ~3x slower; on CUDA we call DA3's own ``forward`` (bf16/fp16 autocast).
+which on CPU is ~3x slower; on CUDA we call DA3's own ``forward`` (bf16/fp16 autocast) unless
+``models.da3_precision`` is ``fp32``. ``run_windows`` runs several windows (the same window of the
+4 views) as one batch; `make gpu-check` measures both against fp32 and one-at-a-time.
 """
 
 from __future__ import annotations
@@ -220,40 +222,89 @@ class DA3PoseEstimator:
     def run_window(self, images: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int]]:
         """One DA3 call: (extrinsics (m,3,4), intrinsics (m,3,3) of the processed frames, depth
         (m,h,w), processed (w, h))."""
+        return self.run_windows([images])[0]
+
+    def run_windows(self, windows: Sequence[Sequence[np.ndarray]]
+                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int]]]:
+        """Several windows (of the same frame count and size: e.g. the same window of each view of
+        a source) in one forward pass, as DA3's batch dimension (B, N, 3, H, W); each window's
+        result is what ``run_window`` gives it alone (its own reference view and scale). Windows of
+        different shapes run one after the other."""
         import torch
 
         da3, p = self._loaded.model, self.params
+        out: list = [None] * len(windows)
         with self._loaded.lock, torch.inference_mode():
-            imgs_cpu, _, _ = da3._preprocess_inputs(list(images), None, None, p.da3_process_res, "upper_bound_resize")
-            imgs, _, _ = da3._prepare_model_inputs(imgs_cpu, None, None)
-            args = (imgs, None, None, [], False, p.da3_use_ray_pose, p.da3_ref_view_strategy)
-            raw = da3.forward(*args) if imgs.device.type == "cuda" else da3.model(*args)
-            pred = da3._convert_to_prediction(raw)
-        h, w = imgs_cpu.shape[-2:]
-        ext = np.asarray(pred.extrinsics, np.float64)[:, :3, :4]
-        return ext, np.asarray(pred.intrinsics, np.float64), pred.depth, (int(w), int(h))
+            cpu = [da3._preprocess_inputs(list(w), None, None, p.da3_process_res, "upper_bound_resize")[0]
+                   for w in windows]
+            groups: dict[tuple[int, ...], list[int]] = {}
+            for i, x in enumerate(cpu):
+                groups.setdefault(tuple(x.shape), []).append(i)
+            for members in groups.values():
+                if len(members) == 1:
+                    imgs, _, _ = da3._prepare_model_inputs(cpu[members[0]], None, None)
+                else:
+                    imgs = torch.stack([cpu[i] for i in members]).to(da3._get_model_device()).float()
+                args = (imgs, None, None, [], False, p.da3_use_ray_pose, p.da3_ref_view_strategy)
+                own_precision = imgs.device.type == "cuda" and p.da3_precision == "bf16"
+                raw = da3.forward(*args) if own_precision else da3.model(*args)
+                for b, i in enumerate(members):
+                    pred = da3._convert_to_prediction(_batch_item(raw, b, len(members)))
+                    h, w = cpu[i].shape[-2:]
+                    out[i] = (np.asarray(pred.extrinsics, np.float64)[:, :3, :4], np.asarray(pred.intrinsics, np.float64),
+                              pred.depth, (int(w), int(h)))
+        return out
 
     def estimate(self, batch: FrameBatch) -> PoseResult:
-        n = len(batch.images)
-        if n == 0:
-            return PoseResult(np.zeros((0, 3, 4)), np.zeros((0, 3, 3)), np.zeros((0,), bool))
-        check_rgb_frames(batch)
-        sizes = {img.shape[:2] for img in batch.images}
-        if len(sizes) != 1:
-            raise UnitError(f"video {batch.video_id}: frames of different sizes: {sorted(sizes)}")
-        (in_h, in_w), = sizes
+        return self.estimate_many([batch])[0]
+
+    def estimate_many(self, batches: Sequence[FrameBatch]) -> list[PoseResult]:
+        """``estimate`` of several videos' frames (a source's views), their windows batched: the
+        k-th window of every video goes through DA3 in one forward pass where the videos' frame
+        counts and sizes agree. Each result is the one ``estimate`` gives that video alone."""
+        out: list[PoseResult | None] = [None] * len(batches)
+        todo = []
+        for i, batch in enumerate(batches):
+            n = len(batch.images)
+            if n == 0:
+                out[i] = PoseResult(np.zeros((0, 3, 4)), np.zeros((0, 3, 3)), np.zeros((0,), bool))
+                continue
+            check_rgb_frames(batch)
+            sizes = {img.shape[:2] for img in batch.images}
+            if len(sizes) != 1:
+                raise UnitError(f"video {batch.video_id}: frames of different sizes: {sorted(sizes)}")
+            todo.append(i)
         p = self.params
-        windows = []
-        for start in window_starts(n, p.da3_window, p.da3_overlap):
-            ext, k, depth, wh = self.run_window(batch.images[start : start + p.da3_window])
-            windows.append(WindowPoses(start, ext, intrinsics_to_input(k, wh, (in_w, in_h)), depth))
-        ext, ixt, valid = chain_windows(n, windows)
-        return PoseResult(extrinsics=ext, intrinsics=ixt, valid=valid & pose_validity(ext, ixt))
+        starts = {i: window_starts(len(batches[i].images), p.da3_window, p.da3_overlap) for i in todo}
+        windows: dict[int, list[WindowPoses]] = {i: [] for i in todo}
+        for k in range(max((len(v) for v in starts.values()), default=0)):
+            live = [i for i in todo if k < len(starts[i])]
+            results = self.run_windows([batches[i].images[starts[i][k] : starts[i][k] + p.da3_window] for i in live])
+            for i, (ext, K, depth, wh) in zip(live, results):
+                in_h, in_w = batches[i].images[0].shape[:2]
+                windows[i].append(WindowPoses(starts[i][k], ext, intrinsics_to_input(K, wh, (in_w, in_h)), depth))
+        for i in todo:
+            ext, ixt, valid = chain_windows(len(batches[i].images), windows[i])
+            out[i] = PoseResult(extrinsics=ext, intrinsics=ixt, valid=valid & pose_validity(ext, ixt))
+        return out  # type: ignore[return-value]
+
+
+def _batch_item(raw: Any, b: int, n: int) -> Any:
+    """Element ``b`` of a DA3 output of batch size ``n``, as a batch of one (what DA3's output
+    processor reads)."""
+    import torch
+
+    if n == 1:
+        return raw
+    part = type(raw)()
+    for k, v in raw.items():
+        part[k] = v[b : b + 1] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v
+    return part
 
 
 @register("pose_estimator", "da3",
           fields=("da3_model_dir", "da3_process_res", "da3_window", "da3_overlap", "da3_ref_view_strategy",
-                  "da3_use_ray_pose"),
+                  "da3_use_ray_pose", "da3_precision"),
           weights=("da3_model_dir",), sources={"da3_model_dir": W.DA3_LARGE}, packages=(("depth_anything_3", "depth-anything-3"), ("torch", "torch")), gpu=True)
 def make_da3(ctx: BackendContext) -> DA3PoseEstimator:
     return DA3PoseEstimator(as_params(ctx.models, ctx.options))

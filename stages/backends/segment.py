@@ -1,9 +1,9 @@
 """Segmenters (kind ``segmenter``).
 
-``sam3``: SAM3 (PyPI ``sam3`` 0.1.4) video model, text prompts. For each kept concept the clip's
-2 FPS frames are prompted with the concept's name on frame 0 and propagated forward; SAM3 detects
-on every frame and tracks, so objects appearing later get ids too. Track ids are clip-local and
-stable across the clip; we renumber them so that ids are unique across concepts in one clip
+``sam3``: SAM3 (PyPI ``sam3`` 0.1.4, pinned) video model, text prompts. Each kept concept prompts
+the clip's 2 FPS frames with its name on frame 0 and propagates forward; SAM3 detects on every
+frame and tracks, so objects appearing later get ids too. Track ids are clip-local and stable
+across the clip; we renumber them so that ids are unique across concepts in one clip
 (``local_id``), keeping SAM3's own id in ``extra["sam3_obj_id"]``.
 
 How it is loaded: ``build_sam3_video_model(checkpoint_path=None, load_from_HF=False)`` (never the
@@ -15,13 +15,40 @@ which calls ``.cuda()`` and keeps a global session table. A clip's frames go in 
 JPEGs the segment stage writes (sam3 decodes them one at a time), or as PIL images when they are
 arrays (``sam3_frames``).
 
+**One image-encoder pass per frame for all concepts** (``models.sam3_shared_backbone``, the
+default). A frame's vision-backbone output (``detector.backbone.forward_image``: the SAM3 and the
+tracker's feature pyramids) does not depend on the text prompt, but sam3 computes it inside each
+session's detector call, and ``add_prompt`` resets a session, so prompting concept after concept
+ran the encoder once per frame and concept. Here every concept gets its own session (``init_state``
+once, then copies sharing the clip's image tensor), the sessions are stepped through the clip
+together, and each frame's backbone output is computed once (``SharedImageFeatures``) and handed to
+every session's detector in ``backbone_out``, the way sam3's own image API reuses ``set_image``'s
+features for each text prompt: ``Sam3Image._get_img_feats`` takes precomputed ``backbone_fpn``
+with an ``id_mapping`` instead of running the encoder. The tracker reads the features from its
+session's ``feature_cache``, which the detector fills, so it never runs the encoder either. A frame's
+features are dropped once every session has used them (sam3's hotstart delay keeps the sessions
+~16 frames apart at most). Same arithmetic, same results: on the CPU with random weights the
+records equal the per-concept path's exactly (tests/test_backends_segment.py).
+``models.sam3_shared_backbone: false`` is the per-concept path (one session, re-prompted).
+
+These rest on sam3 internals, not only its public API, so they are pinned: the installed version
+and a digest of the source of every sam3 function the shared path relies on are checked before
+any unit runs (``sam3_problems``, the backend's requirement check): a changed package is one clear
+error naming what changed, never a silently different result.
+
+Precision: sam3's tracker enters a process-wide ``torch.autocast("cuda", bfloat16)`` when it is
+built (and leaves it entered), so on a GPU SAM3 ran in bf16 only in the thread that built it, and
+every model used later in that thread did too. We leave that context right after the build and run
+SAM3 under our own: ``models.sam3_precision`` ``bf16`` (sam3's own choice, the default) or ``fp32``.
+
 On CPU (tests, no GPU) sam3 0.1.4 hard-codes CUDA in places (``device="cuda"`` in
 position_encoding/decoder, ``.cuda()``, ``pin_memory()``, bf16 casts); ``cpu_shim()`` is a
 TorchFunctionMode that maps those to CPU / fp32 without editing the library, and the CPU
 connected-components fallback, which crashes on an empty batch (zero detections), is wrapped.
+Precision there is always fp32.
 
-Cost: one propagation per concept (``add_prompt`` resets the session, so the image backbone runs
-again per concept): GPU time ~ frames x concepts.
+Cost: per frame, one image-encoder pass plus, per concept, the detector's fusion, decoder and
+mask heads and the tracker (the per-concept path: everything per concept).
 
 Boxes are xyxy in pixel-edge coordinates of the frame (a full-frame box is (0, 0, W, H)), like
 ultralytics' boxes: the mask's pixel bounds, max + 1.
@@ -30,6 +57,9 @@ ultralytics' boxes: the mask's pixel bounds, max + 1.
 from __future__ import annotations
 
 import contextlib
+import copy
+import hashlib
+import inspect
 import os
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -44,6 +74,80 @@ from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params
 from vsi_wild.stages.backends import weights as W
 
 SAM3_IMAGE_SIZE = 1008  # the only resolution sam3 0.1.4 accepts
+SAM3_VERSION = "0.1.4"  # pinned in pyproject.toml; the internals below are this version's
+
+# The sam3 functions whose behaviour the adapter relies on beyond the public API (the shared
+# backbone path and the precision fix): sha256 of each one's source in sam3 0.1.4. A different
+# digest means the package changed under us: re-run tests/test_backends_segment.py (the shared
+# path's records against the per-concept path's) before updating a digest here.
+SAM3_INTERNALS = {
+    # the state a session is, copied per concept with the clip's image tensor shared
+    "sam3.model.sam3_video_inference:Sam3VideoInference.init_state": "38b2eb4622ce1812",
+    "sam3.model.sam3_video_inference:Sam3VideoInference._construct_initial_input_batch": "b78505cebe2a74cd",
+    "sam3.model.sam3_video_inference:Sam3VideoInference.reset_state": "0ff430b6a2c58447",
+    "sam3.model.sam3_video_inference:Sam3VideoInference.add_prompt": "81656e97f01d6482",
+    "sam3.model.sam3_video_inference:Sam3VideoInference.propagate_in_video": "e1e6500c9e830ce3",
+    "sam3.model.sam3_video_inference:Sam3VideoInferenceWithInstanceInteractivity.add_prompt": "4175a6dcbfdfbb9c",
+    "sam3.model.sam3_video_inference:Sam3VideoInferenceWithInstanceInteractivity.propagate_in_video": "90b94231000976f3",
+    # cached_frame_outputs: written per frame, read only by interactive refinement (dropped per frame)
+    "sam3.model.sam3_video_inference:Sam3VideoInference._run_single_frame_inference": "a2564334e6845a63",
+    "sam3.model.sam3_video_inference:Sam3VideoInference._cache_frame_outputs": "edfbe8f53cc7dc77",
+    "sam3.model.sam3_video_inference:Sam3VideoInference._build_tracker_output": "26f94d3aab5e86e1",
+    # backbone_out = {img_batch_all_stages, text features} handed to the detector per frame
+    "sam3.model.sam3_video_base:Sam3VideoBase.run_backbone_and_detection": "be1933b22dce85d5",
+    "sam3.model.sam3_image:Sam3ImageOnVideoMultiGPU.forward_video_grounding_multigpu": "7f5b5afa8d701277",
+    "sam3.model.sam3_image:Sam3ImageOnVideoMultiGPU._build_multigpu_buffer_next_chunk": "62e665008e1af0ae",
+    # precomputed backbone_fpn + id_mapping are used instead of running the encoder
+    "sam3.model.sam3_image:Sam3Image.forward_grounding": "9a836f6407107f21",
+    "sam3.model.sam3_image:Sam3Image._encode_prompt": "0091c6f4517a20ae",
+    "sam3.model.sam3_image:Sam3Image._get_img_feats": "d476a6d048d19d36",
+    "sam3.model.vl_combiner:SAM3VLBackbone.forward_image": "aaab744e548943df",
+    "sam3.model.vl_combiner:SAM3VLBackbone._forward_image_no_act_ckpt": "58284ff977f4c8a6",
+    # the tracker reads features from the session's feature_cache only (no backbone of its own)
+    "sam3.model.sam3_tracking_predictor:Sam3TrackerPredictor._get_image_feature": "3b040fe3fa9fb130",
+    # the autocast context entered at build (left by build_sam3_video)
+    "sam3.model.sam3_tracking_predictor:Sam3TrackerPredictor.__init__": "ac418f0e5315af3e",
+}
+
+
+def _source_digest(qualified: str) -> str:
+    import importlib
+
+    module, _, path = qualified.partition(":")
+    obj: Any = importlib.import_module(module)
+    for part in path.split("."):
+        obj = getattr(obj, part)
+    return hashlib.sha256(inspect.getsource(obj).encode()).hexdigest()[:16]
+
+
+def sam3_problems() -> list[str]:
+    """Why the installed sam3 is not the one this adapter was written and verified against: its
+    version, and each relied-upon function whose source differs or is gone. Empty when all is as
+    pinned. Checked before any unit (the backend's requirement check) and when the model loads."""
+    from vsi_wild.stages.backends.params import package_version
+
+    installed = package_version("sam3")
+    if installed == "absent":
+        return []  # the missing package is reported by the package check
+    problems = []
+    if installed != SAM3_VERSION:
+        problems.append(f"sam3 {installed} is installed; the adapter is pinned to sam3=={SAM3_VERSION} "
+                        f"(pip install sam3=={SAM3_VERSION})")
+    changed = []
+    for name, digest in SAM3_INTERNALS.items():
+        try:
+            found = _source_digest(name)
+        except Exception as e:  # noqa: BLE001 - gone or unreadable: either way not what was verified
+            changed.append(f"{name} ({type(e).__name__}: {e})")
+            continue
+        if found != digest:
+            changed.append(f"{name} (source digest {found}, verified {digest})")
+    if changed:
+        problems.append("sam3's internals that the segmenter relies on differ from the verified sam3 "
+                        f"{SAM3_VERSION}: " + "; ".join(changed)
+                        + ". Re-verify with tests/test_backends_segment.py and update SAM3_INTERNALS "
+                        "in stages/backends/segment.py")
+    return problems
 
 
 def bpe_path() -> str:
@@ -151,9 +255,22 @@ def build_sam3_video(device: str, init_weights: bool = True) -> Any:
     from sam3.model_builder import build_sam3_video_model
 
     with cpu_shim(device), (contextlib.nullcontext() if init_weights else skip_random_init()):
-        return build_sam3_video_model(
+        model = build_sam3_video_model(
             checkpoint_path=None, load_from_HF=False, bpe_path=bpe_path(), device="cpu"
         )
+    leave_build_autocast(model)
+    return model
+
+
+def leave_build_autocast(model: Any) -> None:
+    """sam3's tracker enters ``torch.autocast("cuda", bfloat16)`` in its constructor and never
+    leaves it: from then on everything in the building thread (other models included) ran under
+    bf16 autocast on a GPU, and nothing in other threads did. Leave it (same thread as the build,
+    right after it); ``Sam3Segmenter`` runs SAM3 under the precision it is configured with."""
+    ctx = getattr(getattr(model, "tracker", None), "bf16_context", None)
+    if ctx is not None and not getattr(model.tracker, "_vsi_left_autocast", False):
+        ctx.__exit__(None, None, None)
+        model.tracker._vsi_left_autocast = True
 
 
 def load_sam3_video(path: Path, device: str) -> Any:
@@ -239,6 +356,89 @@ def sam3_frames(batch: FrameBatch) -> str | list[Any]:
     return [Image.fromarray(img) for img in batch.images]
 
 
+class SharedImageFeatures:
+    """A clip's per-frame image-encoder outputs, computed once and handed to every concept
+    session's detector (the encoder call sam3 makes in ``Sam3Image._get_img_feats``, with the
+    same input preparation, moved in front of the sessions).
+
+    ``install(detector)`` wraps the detector's ``forward_grounding`` for the duration: a call
+    whose ``backbone_out`` carries no image features gets this frame's (computed on first use)
+    together with the ``id_mapping`` that makes ``_get_img_feats`` index them instead of running
+    the encoder. ``session`` names the session being stepped; a frame's features are dropped once
+    every session has used them. ``encoder_calls`` counts encoder passes per frame."""
+
+    def __init__(self, detector: Any, n_sessions: int):
+        self.detector = detector
+        self.n_sessions = n_sessions
+        self.session = 0
+        self._frames: dict[int, tuple[dict[str, Any], set[int]]] = {}
+        self.encoder_calls: dict[int, int] = {}
+        self.peak_frames = 0  # the most frames whose features were held at once
+
+    def _features(self, backbone_out: dict[str, Any], frame: int) -> dict[str, Any]:
+        import torch
+
+        hit = self._frames.get(frame)
+        if hit is None:
+            img_batch = backbone_out["img_batch_all_stages"]
+            device = self.detector.device
+            # as _get_img_feats prepares one frame: frames may be stored in fp16 and on the CPU
+            image = img_batch[frame].unsqueeze(0).to(dtype=torch.float32, device=device)
+            feats = self.detector.backbone.forward_image(image)
+            self.encoder_calls[frame] = self.encoder_calls.get(frame, 0) + 1
+            id_mapping = torch.full((len(img_batch),), -1, dtype=torch.long, device=device)
+            id_mapping[frame] = 0
+            hit = self._frames[frame] = ({**feats, "id_mapping": id_mapping}, set())
+            self.peak_frames = max(self.peak_frames, len(self._frames))
+        feats, used = hit
+        used.add(self.session)
+        if len(used) >= self.n_sessions:
+            del self._frames[frame]
+        # each caller gets its own dict and lists (the tensors are shared and only read)
+        out = {k: (list(v) if isinstance(v, list) else v) for k, v in feats.items()}
+        if isinstance(out.get("sam2_backbone_out"), dict):
+            out["sam2_backbone_out"] = {k: (list(v) if isinstance(v, list) else v)
+                                        for k, v in out["sam2_backbone_out"].items()}
+        return out
+
+    @contextlib.contextmanager
+    def install(self) -> Iterator[None]:
+        det = self.detector
+        had_own = "forward_grounding" in vars(det)
+        inner = det.forward_grounding
+
+        def forward_grounding(backbone_out: dict[str, Any], find_input: Any, find_target: Any = None,
+                              geometric_prompt: Any = None, **kwargs: Any) -> Any:
+            if "backbone_fpn" not in backbone_out and "img_batch_all_stages" in backbone_out:
+                img_ids = find_input.img_ids
+                if img_ids.numel() != 1:
+                    raise RuntimeError(f"sam3 asked for the features of {img_ids.numel()} frames at once; "
+                                       "the shared-backbone path serves one frame per detector call")
+                backbone_out = {**backbone_out, **self._features(backbone_out, int(img_ids.item()))}
+            return inner(backbone_out, find_input, find_target, geometric_prompt, **kwargs)
+
+        det.forward_grounding = forward_grounding
+        try:
+            yield
+        finally:
+            if had_own:
+                det.forward_grounding = inner
+            else:
+                del det.forward_grounding
+            self._frames.clear()
+
+
+def copy_session(template: dict[str, Any]) -> dict[str, Any]:
+    """A fresh session like ``template`` (an ``init_state`` result not yet prompted) that shares
+    its frames: everything is copied except the image tensor(s) and the read-only constants."""
+    batch = template["input_batch"]
+    shared: list[Any] = [batch.img_batch, template.get("constants")]
+    if isinstance(batch.img_batch, (list, tuple)):
+        shared += list(batch.img_batch)
+    memo = {id(x): x for x in shared if x is not None}
+    return copy.deepcopy(template, memo)
+
+
 class Sam3Segmenter:
     name = "sam3"
 
@@ -246,11 +446,16 @@ class Sam3Segmenter:
         self.params = params
         require("sam3", "sam3", self.name)
         require("torch", "torch", self.name)
+        problems = sam3_problems()
+        if problems:
+            raise UnitError("; ".join(problems), kind="missing_dependency", retryable=False)
         path = params.weight_path("sam3_checkpoint", hint="facebook/sam3 sam3.pt")
         device = params.torch_device()
         self._loaded: LoadedModel = load_once(
             ("sam3_video", str(path.resolve()), device), lambda: (load_sam3_video(path, device), device)
         )
+
+        self.last_shared: SharedImageFeatures | None = None  # the last clip's (shared path)
 
     @property
     def model(self) -> Any:
@@ -263,61 +468,98 @@ class Sam3Segmenter:
         self._loaded.model.new_det_thresh = self.params.sam3_new_det_threshold
 
     def iter_segments(self, batch: FrameBatch, concepts: Sequence[str]) -> Iterator[SegmentRecord]:
-        """The clip's instance masks, concept by concept, frame by frame. Stream them: a 5-minute
-        clip at 1080p holds gigabytes of full-frame masks. The model is locked until the iterator
-        is exhausted or closed."""
+        """The clip's instance masks, streamed (a 5-minute clip at 1080p holds gigabytes of
+        full-frame masks). Shared-backbone path: frame by frame, each frame's concepts in turn;
+        per-concept path: concept by concept, frame by frame. ``local_id`` is unique per
+        (concept, SAM3 track) in the clip, numbered in order of first appearance in the stream;
+        ``segment`` gives both paths' records in one canonical order and numbering. The model is
+        locked until the iterator is exhausted or closed."""
         concepts = list(dict.fromkeys(str(c) for c in concepts))
-        n = len(batch.images)
-        if not concepts or n == 0:
+        if not concepts or len(batch.images) == 0:
             return
         images = sam3_frames(batch)
-        model, p = self._loaded.model, self.params
-        next_id = 0
         with self._loaded.lock:
+            if self.params.sam3_shared_backbone:
+                yield from self._iter_shared(images, len(batch.images), concepts)
+            else:
+                yield from self._iter_per_concept(images, len(batch.images), concepts)
+
+    def _start(self, images: str | list[Any]) -> dict[str, Any]:
+        model, p = self._loaded.model, self.params
+        with self._context():
+            self._set_thresholds()
+            return model.init_state(resource_path=images, offload_video_to_cpu=p.sam3_offload_video_to_cpu)
+
+    def _steps(self, state: dict[str, Any], frames: Iterator[Any]) -> Iterator[tuple[int, dict[str, Any]]]:
+        """sam3's propagation generator stepped inside our contexts, which are left before each
+        yield: the shim, inference mode and autocast must not leak into the caller's code. A
+        frame's entry in the session's ``cached_frame_outputs`` (its masks at video resolution, kept
+        for interactive refinement, which full propagation never reads) is dropped once the frame
+        is out: otherwise it holds every frame of the clip, per concept session."""
+        while True:
             with self._context():
-                self._set_thresholds()
-                state = model.init_state(resource_path=images, offload_video_to_cpu=p.sam3_offload_video_to_cpu)
-            for concept in concepts:
+                item = next(frames, None)
+            if item is None:
+                return
+            state["cached_frame_outputs"].pop(item[0], None)
+            if item[1] is not None:
+                yield item
+
+    def _iter_per_concept(self, images: str | list[Any], n: int, concepts: list[str]) -> Iterator[SegmentRecord]:
+        """One session, prompted concept after concept (``add_prompt`` resets it): the image
+        encoder runs once per frame and concept."""
+        model = self._loaded.model
+        state = self._start(images)
+        ids: dict[tuple[str, int], int] = {}
+        for concept in concepts:
+            with self._context():
+                model.add_prompt(state, frame_idx=0, text_str=concept)  # resets the session
+            frames = model.propagate_in_video(state, start_frame_idx=0, max_frame_num_to_track=n, reverse=False)
+            for frame_idx, out in self._steps(state, frames):
+                yield from _records(frame_idx, out, concept, ids)
+
+    def _iter_shared(self, images: str | list[Any], n: int, concepts: list[str]) -> Iterator[SegmentRecord]:
+        """One session per concept, sharing the clip's frames and each frame's image-encoder
+        output (``SharedImageFeatures``), stepped through the clip together."""
+        model = self._loaded.model
+        template = self._start(images)
+        with self._context():
+            sessions = [template] + [copy_session(template) for _ in concepts[1:]]
+        shared = SharedImageFeatures(model.detector, len(sessions))
+        self.last_shared = shared  # for the bench and tests: encoder calls, frames held
+        ids: dict[tuple[str, int], int] = {}
+        with shared.install():
+            for k, (state, concept) in enumerate(zip(sessions, concepts)):
+                shared.session = k
                 with self._context():
-                    model.add_prompt(state, frame_idx=0, text_str=concept)  # resets the session
-                frames = model.propagate_in_video(state, start_frame_idx=0, max_frame_num_to_track=n, reverse=False)
-                ids: dict[int, int] = {}
-                while True:
-                    # step sam3's generator inside our contexts, and leave them before yielding:
-                    # the shim and inference mode must not leak into the caller's code
-                    with self._context():
-                        item = next(frames, None)
+                    model.add_prompt(state, frame_idx=0, text_str=concept)
+            steps = [self._steps(state, model.propagate_in_video(state, start_frame_idx=0, max_frame_num_to_track=n,
+                                                                 reverse=False)) for state in sessions]
+            live = list(range(len(sessions)))
+            while live:
+                for k in list(live):
+                    shared.session = k
+                    item = next(steps[k], None)
                     if item is None:
-                        break
-                    frame_idx, out = item
-                    if out is None:
+                        live.remove(k)
                         continue
-                    masks = np.asarray(out["out_binary_masks"], dtype=bool)
-                    for k, obj_id in enumerate(out["out_obj_ids"].tolist()):
-                        mask = masks[k]
-                        if not mask.any():
-                            continue
-                        local = ids.setdefault(int(obj_id), next_id + len(ids))
-                        yield SegmentRecord(
-                            frame_pos=int(frame_idx),
-                            concept=concept,
-                            local_id=local,
-                            box=mask_box(mask),
-                            score=float(out["out_probs"][k]),
-                            mask=mask,
-                            extra={"sam3_obj_id": int(obj_id)},
-                        )
-                next_id += len(ids)
+                    yield from _records(item[0], item[1], concepts[k], ids)
 
     @contextlib.contextmanager
     def _context(self) -> Iterator[None]:
         import torch
 
-        with cpu_shim(self._loaded.device), torch.inference_mode():
+        device = self._loaded.device
+        bf16 = device.startswith("cuda") and self.params.sam3_precision == "bf16"
+        with cpu_shim(device), torch.inference_mode(), \
+                torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
             yield
 
     def segment(self, batch: FrameBatch, concepts: Sequence[str]) -> list[SegmentRecord]:
-        return list(self.iter_segments(batch, concepts))
+        """Every record of the clip in one order whichever path made them: by concept (in the
+        order given), then as streamed (frame by frame); ``local_id`` numbered in that order."""
+        concepts = list(dict.fromkeys(str(c) for c in concepts))
+        return canonical_records(list(self.iter_segments(batch, concepts)), concepts)
 
     def segment_boxes(self, batch: FrameBatch, prompts: Sequence[BoxPrompt]) -> list[SegmentRecord]:
         """A mask for each box a reviewer drew: SAM3's prompt on that frame with the box as a
@@ -361,9 +603,44 @@ def _box_iou(a: Sequence[float], b: Sequence[float]) -> float:
     return ix * iy / union if union > 0 else 0.0
 
 
-@register("segmenter", "sam3", fields=("sam3_checkpoint", "sam3_score_threshold", "sam3_new_det_threshold"),
-          weights=("sam3_checkpoint",), sources={"sam3_checkpoint": W.SAM3},
-          packages=(("sam3", "sam3"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True)
+def _records(frame_idx: int, out: dict[str, Any], concept: str, ids: dict[tuple[str, int], int]
+             ) -> Iterator[SegmentRecord]:
+    """One frame's output of one concept's session as records; ``ids`` numbers (concept, SAM3
+    track) pairs in order of first appearance."""
+    masks = np.asarray(out["out_binary_masks"], dtype=bool)
+    for k, obj_id in enumerate(out["out_obj_ids"].tolist()):
+        mask = masks[k]
+        if not mask.any():
+            continue
+        local = ids.setdefault((concept, int(obj_id)), len(ids))
+        yield SegmentRecord(
+            frame_pos=int(frame_idx),
+            concept=concept,
+            local_id=local,
+            box=mask_box(mask),
+            score=float(out["out_probs"][k]),
+            mask=mask,
+            extra={"sam3_obj_id": int(obj_id)},
+        )
+
+
+def canonical_records(records: list[SegmentRecord], concepts: Sequence[str]) -> list[SegmentRecord]:
+    """Records ordered by concept (stable: each concept's records keep their streamed order),
+    ``local_id`` renumbered by first appearance in that order: the per-concept path's own
+    order and numbering, which the shared path's records take too."""
+    rank = {c: i for i, c in enumerate(concepts)}
+    out = sorted(records, key=lambda r: rank[r.concept])
+    ids: dict[tuple[str, int], int] = {}
+    for r in out:
+        r.local_id = ids.setdefault((r.concept, int(r.extra["sam3_obj_id"])), len(ids))
+    return out
+
+
+@register("segmenter", "sam3",
+          fields=("sam3_checkpoint", "sam3_score_threshold", "sam3_new_det_threshold", "sam3_precision"),
+          weights=("sam3_checkpoint",), sources={"sam3_checkpoint": W.SAM3}, versions=("sam3",),
+          packages=(("sam3", "sam3"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True,
+          checks=sam3_problems)
 def make_sam3(ctx: BackendContext) -> Sam3Segmenter:
     return Sam3Segmenter(as_params(ctx.models, ctx.options))
 
