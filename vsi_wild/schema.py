@@ -646,7 +646,9 @@ INTERVAL = pa.struct([("start", pa.float64()), ("end", pa.float64())])
 # published rich export (QA_EXPORT), ``stages.qa.common.Question`` (one field per QA_QUESTIONS
 # column), the export's own columns (``stages.qa.registry.EXPORT_BASE_COLUMNS``) and a question's
 # content identity (``identity_fields``: the release ledger's key) are all derived from it. A new
-# column is one entry here: where it goes in the list is where it goes in both tables.
+# column is one entry here: where it goes in the list is where it goes in both tables. (A column of
+# QA_QUESTIONS also needs its line in the type checker's copy of ``Question``, under TYPE_CHECKING in
+# stages/qa/common.py: mypy cannot read a made dataclass; tests/test_qa_columns.py fails until it is.)
 
 QUESTIONS = "questions"  # QA_QUESTIONS only
 EXPORT = "export"  # QA_EXPORT only
