@@ -302,3 +302,35 @@ def test_a_changed_sam3_is_one_clear_error_before_any_unit(monkeypatch) -> None:
     monkeypatch.setattr("vsi_wild.stages.backends.params.package_version", lambda name: "9.9.9")
     assert any("sam3 9.9.9 is installed" in p and "sam3==0.1.4" in p for p in S.sam3_problems())
 
+
+def test_the_gpu_check_segment_part_runs_in_its_reduced_form(sam3_checkpoint, tmp_path, capsys) -> None:
+    """`bench/gpu_check.py --cpu --tiny --stages segment` on this module's random checkpoint (the
+    model loaded above, not another build): both paths run, the encoder's calls per frame are
+    printed for each, the shared path's records are the per-concept path's, the JSON is written.
+    Last in the module: the check empties the load-once cache when it is done."""
+    import json
+
+    from conftest import load_bench
+
+    path, _ = sam3_checkpoint
+    gpu_check = load_bench("gpu_check")
+    out = tmp_path / "gpu_check.json"
+    report = gpu_check.main(["--cpu", "--tiny", "--stages", "segment", "--sam3-checkpoint", str(path),
+                             "--out", str(out), "--budget-s", "1e9"])
+    assert report["errors"] == {}
+    assert json.loads(out.read_text()) == report
+    rows = {r["variant"]: r for r in report["stages"]}
+    old, new = rows["per-concept (old)"], rows["shared encoder (new)"]
+    concepts = old["extra"]["concepts"]
+    assert concepts == new["extra"]["concepts"] >= 2 and old["frames"] == new["frames"] >= 2
+    assert old["extra"]["encoder_calls_per_frame"] == concepts and new["extra"]["encoder_calls_per_frame"] == 1.0
+    assert old["extra"]["distinct_frames_encoded"] == new["extra"]["distinct_frames_encoded"] == new["frames"]
+    assert new["production"] and not old["production"]  # the pipeline runs the shared path
+    checks = {c["what"]: c for c in report["comparisons"] if c["stage"] == "segment"}
+    same = checks["shared encoder vs per-concept (same precision)"]
+    assert same["ok"] is True and same["measures"]["identical"] == same["measures"]["records_ref"] > 0
+    assert checks["bf16 vs fp32 (shared encoder)"]["ok"] is None  # the CPU runs fp32 only: unmeasured
+    printed = capsys.readouterr().out
+    assert f"segment_encoder_calls_per_frame: {concepts:.2f}  (per-concept (old)" in printed
+    assert "segment_encoder_calls_per_frame: 1.00  (shared encoder (new)" in printed
+    assert "check segment: bf16 vs fp32 (shared encoder): UNMEASURED" in printed
