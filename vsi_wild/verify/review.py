@@ -56,9 +56,9 @@ def voc_counts(instances: pa.Table, video: VideoInfo, config: Config) -> dict[st
     """The cumulative count per concept at every VOC checkpoint, as the qa stage would ask it."""
     params = config.qa
     questions, _ = voc_questions(instances, video, params, Provenance(params.seed, "", ""))
-    stream = [q for q in questions if q.subtype == "stream" and q.concepts]  # a VOC question has its concept
+    stream = [q for q in questions if q.subtype == "stream"]
     return {"checkpoints": stream[0].query_times if stream else [],
-            "counts": {q.concepts[0]: [int(a) for a in q.answers] for q in stream}}
+            "counts": {q.concepts[0]: [int(a) for a in q.answers] for q in stream if q.concepts}}
 
 
 TERMS = ("llr_position", "llr_appearance", "llr_continuity", "llr_prior")
