@@ -517,6 +517,7 @@ def check_segment(ctx: Context) -> list[Result]:
             r.extra["cost_model"] = model
             if per_frame > 0:
                 r.extra[f"video_hours_per_gpu_hour_at_{c}_concepts"] = 1.0 / (per_frame * s.views * 2.0)
+    tolerance = f"matched share >= {MASK_MATCHED_MIN}, mean mask IoU >= {MASK_IOU_MIN}"
     if ctx.device != "cpu" and ctx.budget.allows(1.5 * results[1].seconds + 30):
         seg32 = make(sam3_shared_backbone=True, sam3_precision="fp32")
         dt, peak, recs32 = ctx.meter(lambda: seg32.segment(batch, concepts))
@@ -526,12 +527,11 @@ def check_segment(ctx: Context) -> list[Result]:
         m = compare_segments(recs32, new)
         ok = None if m["matched_share"] is None else (m["matched_share"] >= MASK_MATCHED_MIN
                                                       and m["mean_mask_iou"] >= MASK_IOU_MIN)
-        ctx.comparisons.append(Comparison("segment", "bf16 vs fp32 (shared encoder)", m,
-                                          f"matched share >= {MASK_MATCHED_MIN}, mean mask IoU >= {MASK_IOU_MIN}", ok,
+        ctx.comparisons.append(Comparison("segment", "bf16 vs fp32 (shared encoder)", m, tolerance, ok,
                                           "random weights: scores ~1e-4 apart, so precision flips which pass"
                                           if kind != "real" else ""))
     else:
-        ctx.comparisons.append(Comparison("segment", "bf16 vs fp32 (shared encoder)", {}, "", None,
+        ctx.comparisons.append(Comparison("segment", "bf16 vs fp32 (shared encoder)", {}, tolerance, None,
                                           UNMEASURED_CPU if ctx.device == "cpu" else "skipped: out of --budget-s"))
     return results
 
