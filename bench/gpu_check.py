@@ -267,7 +267,7 @@ def compare_detections(ref: list, other: list) -> dict[str, float | None]:
     the mean best IoU, the largest score difference of partners."""
     n_ref = n_other = kept_ref = kept_other = 0
     ious, score_diff = [], []
-    for a, b in zip(ref, other):
+    for a, b in zip(ref, other, strict=True):  # one detection list per frame, the same frames
         for label in set(a.labels) | set(b.labels):
             ia = [i for i, x in enumerate(a.labels) if x == label]
             ib = [i for i, x in enumerate(b.labels) if x == label]
@@ -317,7 +317,7 @@ def compare_segments(ref: list, other: list) -> dict[str, float | None]:
             used_b.add(j)
             matched += 1
             ious.append(iou)
-    identical = sum(1 for x, y in zip(ref, other)
+    identical = sum(1 for x, y in zip(ref, other, strict=False)  # the records in order, however many each path has
                     if (x.frame_pos, x.concept, x.local_id, x.box, x.score) == (y.frame_pos, y.concept, y.local_id, y.box, y.score)
                     and np.array_equal(x.mask, y.mask))
     if not ref and not other:
@@ -381,7 +381,7 @@ def check_detect(ctx: Context) -> list[Result]:
         det = create("open_vocab_detector", "yolo_world", device=ctx.device, yolo_world_weights=yolo,
                      open_clip_weights=clip, **{**opts, "yolo_world_half": half})
         det.detect(_batch(frames[:2]), concepts)  # warm-up (model load, cudnn autotune)
-        dt, peak, dets = ctx.meter(lambda: det.detect(_batch(frames), concepts))
+        dt, peak, dets = ctx.meter(lambda det=det: det.detect(_batch(frames), concepts))  # called here
         runs[half] = dets
         r = Result("detect", "yolo_world", kind, ctx.device, f"{'fp16' if half else 'fp32'}, batch {batch_size}",
                    len(frames), dt, peak_gpu_mib=peak, production=half == opts.get("yolo_world_half", False))
@@ -390,7 +390,7 @@ def check_detect(ctx: Context) -> list[Result]:
             single = create("open_vocab_detector", "yolo_world", device=ctx.device, yolo_world_weights=yolo,
                             open_clip_weights=clip, **{**opts, "yolo_world_half": half, "yolo_world_batch_size": 1})
             few = frames[: max(2, len(frames) // 4)]
-            dt1, peak1, _ = ctx.meter(lambda: single.detect(_batch(few), concepts))
+            dt1, peak1, _ = ctx.meter(lambda single=single, few=few: single.detect(_batch(few), concepts))  # called here
             r1 = Result("detect", "yolo_world", kind, ctx.device, "fp16, batch 1", len(few), dt1,
                         peak_gpu_mib=peak1, production=False)
             out.append(_rate(r1, s, 2.0))
@@ -488,7 +488,7 @@ def check_segment(ctx: Context) -> list[Result]:
 
         encoder.forward_image = counting
         try:
-            dt, peak, recs = ctx.meter(lambda: seg.segment(batch, concepts))
+            dt, peak, recs = ctx.meter(lambda seg=seg: seg.segment(batch, concepts))  # called here
         finally:
             del encoder.forward_image
         records[variant] = recs
@@ -510,7 +510,7 @@ def check_segment(ctx: Context) -> list[Result]:
                                       "identical records (same arithmetic)", ok if old or new else None))
     model = segment_cost_model(results[0].seconds, results[1].seconds, len(frames), len(concepts))
     if model:
-        for r, shared in zip(results, (False, True)):
+        for r, shared in zip(results, (False, True), strict=True):
             c = PLANNED_CONCEPTS
             per_frame = c * (model["encoder_s_per_frame"] + model["per_concept_s_per_frame"]) if not shared else \
                 model["encoder_s_per_frame"] + c * model["per_concept_s_per_frame"]
@@ -566,7 +566,7 @@ def check_pose(ctx: Context) -> list[Result]:
                production=False, notes=[note, "DA3PoseEstimator.estimate_many: the pose stage does not call it yet"])
     out.append(_rate(r, s, 2.0))
     worst = _worst_rotation([rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid)
-                             for a, b in zip(alone, together)])
+                             for a, b in zip(alone, together, strict=True)])
     ctx.comparisons.append(Comparison("pose", "views batched vs one at a time", worst,
                                       f"largest orientation difference <= {POSE_DEG_MAX} deg",
                                       None if worst["max_deg"] is None else worst["max_deg"] <= POSE_DEG_MAX))
@@ -577,7 +577,7 @@ def check_pose(ctx: Context) -> list[Result]:
                    production=False, notes=[note])
         out.append(_rate(r, s, 2.0))
         worst = _worst_rotation([rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid)
-                                 for a, b in zip(ref, together)])
+                                 for a, b in zip(ref, together, strict=True)])
         ctx.comparisons.append(Comparison("pose", f"{precision} vs fp32", worst,
                                           f"largest orientation difference <= {POSE_DEG_MAX} deg",
                                           None if worst["max_deg"] is None or ctx.device == "cpu"

@@ -104,7 +104,7 @@ def test_da3_windows_batched_across_views_equal_one_at_a_time(da3_dir) -> None:
     finally:
         del est.run_windows
     assert calls == [4, 3]  # window 0 of all four videos, then window 1 of the three long ones
-    for a, b in zip(alone, together):
+    for a, b in zip(alone, together, strict=True):
         assert np.array_equal(a.valid, b.valid)
         np.testing.assert_allclose(b.extrinsics, a.extrinsics, atol=1e-4)
         np.testing.assert_allclose(b.intrinsics, a.intrinsics, rtol=1e-4)

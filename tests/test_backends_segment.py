@@ -137,7 +137,7 @@ def test_sam3_segments_through_our_adapter(sam3_checkpoint, tmp_path) -> None:
     from vsi_wild.stages.segment import JpegFrames
 
     paths = [tmp_path / f"{i:05d}.jpg" for i in range(2)]
-    for p, img in zip(paths, batch.images):
+    for p, img in zip(paths, batch.images, strict=True):
         cv2.imwrite(str(p), cv2.cvtColor(img, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 100])
     seen = []
     real_init = seg.model.init_state
@@ -276,7 +276,7 @@ def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_
     # the same arithmetic: the two concepts' records bit for bit, in the same order, the same ids
     same = [r for r in new if r.concept != concepts[2]]
     assert len(same) == len(old)
-    for a, b in zip(old, same):
+    for a, b in zip(old, same, strict=True):
         assert (a.frame_pos, a.concept, a.local_id, a.box, a.score, a.extra) == \
             (b.frame_pos, b.concept, b.local_id, b.box, b.score, b.extra)
         assert np.array_equal(a.mask, b.mask)

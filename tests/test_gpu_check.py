@@ -9,7 +9,6 @@ import json
 
 import numpy as np
 import pytest
-
 from conftest import load_bench
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]

@@ -23,9 +23,9 @@ from typing import Any
 import numpy as np
 
 from vsi_wild.errors import UnitError
+from vsi_wild.stages.backends import weights as W
 from vsi_wild.stages.backends.base import BackendContext, Detections, FrameBatch, register
 from vsi_wild.stages.backends.params import OPEN_CLIP_FIELDS, LoadedModel, ModelsParams, as_params, load_once, require
-from vsi_wild.stages.backends import weights as W
 from vsi_wild.stages.backends.text import OpenClipTextEmbedder
 
 

@@ -33,10 +33,10 @@ from typing import Any
 import numpy as np
 
 from vsi_wild.errors import UnitError
+from vsi_wild.stages.backends import weights as W
 from vsi_wild.stages.backends.base import BackendContext, FrameBatch, PoseResult, register
 from vsi_wild.stages.backends.detect import check_rgb_frames
 from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
-from vsi_wild.stages.backends import weights as W
 
 
 # ------------------------------------------------------------------ pure geometry (tested alone)
@@ -182,9 +182,8 @@ def pose_validity(ext: np.ndarray, ixt: np.ndarray, tol: float = 1e-3) -> np.nda
 # -------------------------------------------------------------------------------- the model
 def load_da3(path: Path, device: str) -> Any:
     require("depth_anything_3", "depth-anything-3", "da3")
-    from depth_anything_3.api import DepthAnything3
-
     import torch
+    from depth_anything_3.api import DepthAnything3
 
     model = DepthAnything3.from_pretrained(str(path))
     model = model.to(device).eval()
@@ -245,7 +244,7 @@ class DA3PoseEstimator:
                     imgs, _, _ = da3._prepare_model_inputs(cpu[members[0]], None, None)
                 else:
                     imgs = torch.stack([cpu[i] for i in members]).to(da3._get_model_device()).float()
-                args = (imgs, None, None, [], False, p.da3_use_ray_pose, p.da3_ref_view_strategy)
+                args: tuple[Any, ...] = (imgs, None, None, [], False, p.da3_use_ray_pose, p.da3_ref_view_strategy)
                 own_precision = imgs.device.type == "cuda" and p.da3_precision == "bf16"
                 raw = da3.forward(*args) if own_precision else da3.model(*args)
                 for b, i in enumerate(members):
@@ -280,7 +279,7 @@ class DA3PoseEstimator:
         for k in range(max((len(v) for v in starts.values()), default=0)):
             live = [i for i in todo if k < len(starts[i])]
             results = self.run_windows([batches[i].images[starts[i][k] : starts[i][k] + p.da3_window] for i in live])
-            for i, (ext, K, depth, wh) in zip(live, results):
+            for i, (ext, K, depth, wh) in zip(live, results, strict=True):
                 in_h, in_w = batches[i].images[0].shape[:2]
                 windows[i].append(WindowPoses(starts[i][k], ext, intrinsics_to_input(K, wh, (in_w, in_h)), depth))
         for i in todo:

@@ -68,10 +68,10 @@ from typing import Any
 import numpy as np
 
 from vsi_wild.errors import UnitError
+from vsi_wild.stages.backends import weights as W
 from vsi_wild.stages.backends.base import BackendContext, BoxPrompt, FrameBatch, SegmentRecord, register
 from vsi_wild.stages.backends.detect import check_rgb_frames
 from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
-from vsi_wild.stages.backends import weights as W
 
 SAM3_IMAGE_SIZE = 1008  # the only resolution sam3 0.1.4 accepts
 SAM3_VERSION = "0.1.4"  # pinned in pyproject.toml; the internals below are this version's
@@ -350,9 +350,9 @@ def sam3_frames(batch: FrameBatch) -> str | list[Any]:
             raise UnitError(f"video {batch.video_id}: frames of different sizes in one clip: {sorted(sizes)}")
         return str(folder)
     check_rgb_frames(batch)
-    sizes = {img.shape[:2] for img in batch.images}
-    if len(sizes) != 1:
-        raise UnitError(f"video {batch.video_id}: frames of different sizes in one clip: {sorted(sizes)}")
+    shapes = {img.shape[:2] for img in batch.images}
+    if len(shapes) != 1:
+        raise UnitError(f"video {batch.video_id}: frames of different sizes in one clip: {sorted(shapes)}")
     return [Image.fromarray(img) for img in batch.images]
 
 
@@ -396,9 +396,8 @@ class SharedImageFeatures:
             del self._frames[frame]
         # each caller gets its own dict and lists (the tensors are shared and only read)
         out = {k: (list(v) if isinstance(v, list) else v) for k, v in feats.items()}
-        if isinstance(out.get("sam2_backbone_out"), dict):
-            out["sam2_backbone_out"] = {k: (list(v) if isinstance(v, list) else v)
-                                        for k, v in out["sam2_backbone_out"].items()}
+        if isinstance(sam2 := out.get("sam2_backbone_out"), dict):
+            out["sam2_backbone_out"] = {k: (list(v) if isinstance(v, list) else v) for k, v in sam2.items()}
         return out
 
     @contextlib.contextmanager
@@ -529,7 +528,7 @@ class Sam3Segmenter:
         self.last_shared = shared  # for the bench and tests: encoder calls, frames held
         ids: dict[tuple[str, int], int] = {}
         with shared.install():
-            for k, (state, concept) in enumerate(zip(sessions, concepts)):
+            for k, (state, concept) in enumerate(zip(sessions, concepts, strict=True)):
                 shared.session = k
                 with self._context():
                     model.add_prompt(state, frame_idx=0, text_str=concept)
@@ -577,7 +576,7 @@ class Sam3Segmenter:
                 self._set_thresholds()
                 state = model.init_state(resource_path=images, offload_video_to_cpu=p.sam3_offload_video_to_cpu)
             for n, prompt in enumerate(prompts):
-                x0, y0, x1, y1 = (min(max(v, 0.0), lim) for v, lim in zip(prompt.box, (w, h, w, h)))
+                x0, y0, x1, y1 = (min(max(v, 0.0), lim) for v, lim in zip(prompt.box, (w, h, w, h), strict=True))
                 if x1 - x0 < 1 or y1 - y0 < 1:
                     continue
                 with self._context():
