@@ -63,8 +63,16 @@ os.environ.setdefault("YOLO_OFFLINE", "1")
 
 TASKS = ("VMR", "VPO", "VOO", "VOC")
 VIEW_YAW = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
-DIRECTIONS = {"forward": 0, "forward-right": 45, "right": 90, "backward-right": 135, "backward": 180,
-              "backward-left": 225, "left": 270, "forward-left": 315}
+DIRECTIONS = {
+    "forward": 0,
+    "forward-right": 45,
+    "right": 90,
+    "backward-right": 135,
+    "backward": 180,
+    "backward-left": 225,
+    "left": 270,
+    "forward-left": 315,
+}
 
 # (name, sample parameters over configs/sample.yaml's): chosen before the rules, never changed after.
 HELD_OUT = (
@@ -79,8 +87,15 @@ def build(root: Path, overrides: dict, stable: bool) -> list[dict]:
     cached after the first run), then qa and export again (forced: the code as it is now), each
     export without a previous ledger; the exported rows."""
     sets = [f"sample.{k}={v}" for k, v in overrides.items()] + [f"qa.stable_answers={str(stable).lower()}"]
-    cmd = [str(Path(sys.executable).with_name("vsi-wild")), "run", "-c", str(REPO / "configs" / "sample.yaml"),
-           "--data-root", str(root), "-q"]
+    cmd = [
+        str(Path(sys.executable).with_name("vsi-wild")),
+        "run",
+        "-c",
+        str(REPO / "configs" / "sample.yaml"),
+        "--data-root",
+        str(root),
+        "-q",
+    ]
     for s in sets:
         cmd += ["--set", s]
     for extra in ([], ["--only", "qa,export", "--force"]):
@@ -182,8 +197,9 @@ def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool]]:
             orders = set()
             for rd in p.voo_readings:
                 times = {c: truth.appearance(view, c, r["subtype"], rd) for c in r["concepts"]}
-                orders.add(None if None in times.values() else
-                           " → ".join(sorted(r["concepts"], key=lambda c: (times[c], c))))
+                orders.add(
+                    None if None in times.values() else " → ".join(sorted(r["concepts"], key=lambda c: (times[c], c)))
+                )
             out.append((task, len(orders) > 1, r["answer_text"] not in orders))
         elif task == "VMR":
             t, w = r["frame_times"][0], p.vmr_evidence_s
@@ -192,7 +208,9 @@ def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool]]:
             labels = set()
             for k in range(math.ceil(lo * 2 - 1e-9), math.floor(hi * 2 + 1e-9) + 1):
                 a = truth.direction(view, k / 2)
-                labels |= {None} if a is None else {label(a + d) for d in (-p.vmr_judgement_deg, 0.0, p.vmr_judgement_deg)}
+                labels |= (
+                    {None} if a is None else {label(a + d) for d in (-p.vmr_judgement_deg, 0.0, p.vmr_judgement_deg)}
+                )
             out.append((task, len(labels) > 1, r["answer_text"] not in labels))
         elif task == "VPO":
             out.append((task, *vpo_item(r, truth)))
@@ -217,8 +235,14 @@ def vpo_item(r: dict, truth: Truth) -> tuple[bool, bool]:
             hi += 1
         readings.append([t] + [p["time"] for j, p in enumerate(truth.poses) if near[j] and not lo <= j <= hi])
     truth_answer = " → ".join(f"Frame {i + 1}" for i in sorted(range(4), key=lambda i: times[i]))
-    ambiguous = any((times[a] < times[b]) != (x < y) for a in range(4) for b in range(4) if a != b
-                    for x in readings[a] for y in (times[b],))
+    ambiguous = any(
+        (times[a] < times[b]) != (x < y)
+        for a in range(4)
+        for b in range(4)
+        if a != b
+        for x in readings[a]
+        for y in (times[b],)
+    )
     return ambiguous, r["answer_text"] != truth_answer
 
 
@@ -266,8 +290,16 @@ def main() -> int:
         print(f"readings_dropped_{name}: {json.dumps(skipped, sort_keys=True)}", flush=True)
     for task in TASKS:
         f = totals[task]
-        for k in ("ambiguous_items", "items", "questions", "wrong_items", "ambiguous_items_unchecked",
-                  "items_unchecked", "questions_unchecked", "wrong_items_unchecked"):
+        for k in (
+            "ambiguous_items",
+            "items",
+            "questions",
+            "wrong_items",
+            "ambiguous_items_unchecked",
+            "items_unchecked",
+            "questions_unchecked",
+            "wrong_items_unchecked",
+        ):
             print(f"{k}_{task}: {f[k]}")
         ratio = f["questions"] / f["questions_unchecked"] if f["questions_unchecked"] else float("nan")
         print(f"questions_ratio_{task}: {ratio:.2f}")

@@ -94,8 +94,9 @@ class Source:
         from vsi_wild.stages.probe import probe_video
 
         info = probe_video(path)
-        return cls(Path(path), info["width"], info["height"], info["fps"], info["duration_s"],
-                   rendered_width or info["width"])
+        return cls(
+            Path(path), info["width"], info["height"], info["fps"], info["duration_s"], rendered_width or info["width"]
+        )
 
 
 def _ffmpeg(*args: str) -> None:
@@ -109,7 +110,9 @@ def prepare_source(cache: Path, seconds: float, fps: float, source_width: int, s
 
     sample_width = min(sample_width, source_width)
     sp = SampleParams(duration_s=seconds, fps=fps, width=sample_width)
-    key = hashlib.sha256(json.dumps([sp.model_dump(mode="json"), source_width], sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(json.dumps([sp.model_dump(mode="json"), source_width], sort_keys=True).encode()).hexdigest()[
+        :12
+    ]
     d = cache / key
     src = d / f"source_{source_width}.mp4"
     if not src.exists():
@@ -122,9 +125,23 @@ def prepare_source(cache: Path, seconds: float, fps: float, source_width: int, s
             if source_width == sample_width:
                 shutil.copyfile(rendered, part)
             else:  # x264 at the sample's own quality; decode cost follows the bitrate a little
-                _ffmpeg("-i", str(rendered), "-vf", f"scale={source_width}:{source_width // 2}:flags=lanczos",
-                        "-c:v", "libx264", "-preset", sp.x264_preset, "-crf", str(sp.crf), "-pix_fmt", "yuv420p",
-                        "-g", str(int(round(sp.gop_s * fps))), str(part))
+                _ffmpeg(
+                    "-i",
+                    str(rendered),
+                    "-vf",
+                    f"scale={source_width}:{source_width // 2}:flags=lanczos",
+                    "-c:v",
+                    "libx264",
+                    "-preset",
+                    sp.x264_preset,
+                    "-crf",
+                    str(sp.crf),
+                    "-pix_fmt",
+                    "yuv420p",
+                    "-g",
+                    str(int(round(sp.gop_s * fps))),
+                    str(part),
+                )
             part.rename(src)
     return Source.of(src, sample_width)
 
@@ -135,8 +152,9 @@ def production_settings(config_path: Path):
     from vsi_wild.config import load_config
 
     cfg = load_config(config_path)
-    faces = cfg.faces.model_copy(update={"backend": "centerface", "scrfd_weights": None,
-                                         "onnx_providers": ["CPUExecutionProvider"]})
+    faces = cfg.faces.model_copy(
+        update={"backend": "centerface", "scrfd_weights": None, "onnx_providers": ["CPUExecutionProvider"]}
+    )
     return cfg.project, faces, cfg.pose, cfg.qa
 
 
@@ -180,13 +198,20 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
     # set-up outside the clock: the detector's session, the projection's maps (cached per geometry)
     detector = make_detector(faces_p)
     warm = Projector(src.width, src.height, project_p)
-    warm.project(np.zeros((src.height, src.width), np.uint8), np.zeros((src.height // 2, src.width // 2), np.uint8),
-                 np.zeros((src.height // 2, src.width // 2), np.uint8))
+    warm.project(
+        np.zeros((src.height, src.width), np.uint8),
+        np.zeros((src.height // 2, src.width // 2), np.uint8),
+        np.zeros((src.height // 2, src.width // 2), np.uint8),
+    )
     warm.close()
     views_dir = work / "views"
     stats: dict[str, Any] = {}
-    views, faces = timed("project", lambda: project_source(src.path, views_dir, project_p, detector, face_params=faces_p,
-                                                           source_id="local-capacity", stats=stats))
+    views, faces = timed(
+        "project",
+        lambda: project_source(
+            src.path, views_dir, project_p, detector, face_params=faces_p, source_id="local-capacity", stats=stats
+        ),
+    )
     cpu["projection"], cpu["face_detection"] = stats["project_cpu_s"], stats["detect_cpu_s"]
     cpu["project_cpu_side"] = cpu["project"] - cpu["face_detection"]
     cpu["encode"] = cpu["project"] - cpu["decode"] - cpu["projection"] - cpu["face_detection"]
@@ -200,21 +225,41 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
 
     rows = {r["view"]: r for r in view_rows}
     inputs = {
-        v: po.ViewInput(rows[v]["video_id"], float(rows[v]["yaw_deg"]), float(rows[v]["hfov_deg"]), float(rows[v]["fps"]),
-                        int(rows[v]["width"]),
-                        lambda path=view_files[v]: sampled_frames(path, SAMPLE_FPS, max_width=pose_p.frame_max_width))
-        for v in pose_p.views if v in rows}
-    timed("pose_cpu", lambda: po.estimate_source(
-        inputs, lambda vi: base.create("pose_estimator", "twoview", hfov_deg=vi.hfov_deg, features=pose_p.twoview_features,
-                                       camera_height=pose_p.camera_height), pose_p))
+        v: po.ViewInput(
+            rows[v]["video_id"],
+            float(rows[v]["yaw_deg"]),
+            float(rows[v]["hfov_deg"]),
+            float(rows[v]["fps"]),
+            int(rows[v]["width"]),
+            lambda path=view_files[v]: sampled_frames(path, SAMPLE_FPS, max_width=pose_p.frame_max_width),
+        )
+        for v in pose_p.views
+        if v in rows
+    }
+    timed(
+        "pose_cpu",
+        lambda: po.estimate_source(
+            inputs,
+            lambda vi: base.create(
+                "pose_estimator",
+                "twoview",
+                hfov_deg=vi.hfov_deg,
+                features=pose_p.twoview_features,
+                camera_height=pose_p.camera_height,
+            ),
+            pose_p,
+        ),
+    )
 
     # QA's VPO images: the panorama decoded around each anchor (seeking), then render + blur + JPEG
     anchors = [int((k + 0.5) * n_frames / qa_images) for k in range(qa_images)]
     frames = timed("qa_decode", lambda: list(iter_frames(src.path, anchors)))
     video = VideoInfo.from_row(view_rows[0])
     blur = image_blurrer(detector, faces_p)
-    jobs = [RenderJob(a, float(k * 360.0 / qa_images), qa_p.vpo_pitch_deg, f"images/capacity_{k}.{qa_p.image_format}")
-            for k, a in enumerate(anchors)]
+    jobs = [
+        RenderJob(a, float(k * 360.0 / qa_images), qa_p.vpo_pitch_deg, f"images/capacity_{k}.{qa_p.image_format}")
+        for k, a in enumerate(anchors)
+    ]
     (work / "images").mkdir(exist_ok=True)
     timed("qa_images", lambda: render_jobs(src.path, jobs, lambda f: work / f, video, qa_p, blur, frames=frames))
     image_bytes = sum((work / j.file).stat().st_size for j in jobs) / qa_images
@@ -232,24 +277,49 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
     at_production = {}
     if abs(pixels_ratio - 1.0) > 1e-9:  # decoding follows the source's pixels; probe only demuxes
         at_production["decode"] = per_s["decode"] * pixels_ratio
-        at_production["qa_render"] = n_views * (anchors_per_view * pixels_ratio * per_anchor
-                                                + images_per_view * per_image) / video_s
+        at_production["qa_render"] = (
+            n_views * (anchors_per_view * pixels_ratio * per_anchor + images_per_view * per_image) / video_s
+        )
     view_bytes = sum(p.stat().st_size for p in view_files.values())
     return {
-        "source": {"width": src.width, "height": src.height, "fps": src.fps, "seconds": secs, "frames": n_frames,
-                   "rendered_width": src.rendered_width, "bytes": src.path.stat().st_size,
-                   "bitrate_mbit_s": src.path.stat().st_size * 8 / secs / 1e6},
+        "source": {
+            "width": src.width,
+            "height": src.height,
+            "fps": src.fps,
+            "seconds": secs,
+            "frames": n_frames,
+            "rendered_width": src.rendered_width,
+            "bytes": src.path.stat().st_size,
+            "bitrate_mbit_s": src.path.stat().st_size * 8 / secs / 1e6,
+        },
         "production_source": list(PRODUCTION_SOURCE),
         "pixels_ratio_to_production": pixels_ratio,
-        "views": {"n": n_views, "width": project_p.width, "height": project_p.height, "preset": project_p.preset,
-                  "crf": project_p.crf, "bytes_per_source_s": view_bytes / secs},
-        "faces": {"backend": faces_p.backend, "detect_width": stats["detect_width"], "detect_every": stats["detect_every"],
-                  "detector_runs_per_view_frame": (stats["detector_calls"] + stats["crop_calls"]) / max(1, n_views * n_frames),
-                  "face_rows": faces.num_rows},
+        "views": {
+            "n": n_views,
+            "width": project_p.width,
+            "height": project_p.height,
+            "preset": project_p.preset,
+            "crf": project_p.crf,
+            "bytes_per_source_s": view_bytes / secs,
+        },
+        "faces": {
+            "backend": faces_p.backend,
+            "detect_width": stats["detect_width"],
+            "detect_every": stats["detect_every"],
+            "detector_runs_per_view_frame": (stats["detector_calls"] + stats["crop_calls"])
+            / max(1, n_views * n_frames),
+            "face_rows": faces.num_rows,
+        },
         "feed_frames": n_feed,
-        "qa": {"images_per_view": images_per_view, "anchors_per_view": anchors_per_view, "cpu_s_per_image": per_image,
-               "cpu_s_per_anchor_decode": per_anchor, "keyframe_interval_s": _keyframe_interval(src.path),
-               "bytes_per_image": image_bytes, "mean_video_min": MEAN_VIDEO_MIN},
+        "qa": {
+            "images_per_view": images_per_view,
+            "anchors_per_view": anchors_per_view,
+            "cpu_s_per_image": per_image,
+            "cpu_s_per_anchor_decode": per_anchor,
+            "keyframe_interval_s": _keyframe_interval(src.path),
+            "bytes_per_image": image_bytes,
+            "mean_video_min": MEAN_VIDEO_MIN,
+        },
         "cpu_s": cpu,
         "wall_s": wall,
         "core_h_per_video_h": per_s,
@@ -302,29 +372,39 @@ def lines(res: dict[str, Any]) -> list[str]:
 
 def _cpu_lines(res: dict[str, Any]) -> list[str]:
     s = res["source"]
-    out = [f"capacity_measured_at: {s['width']}x{s['height']} {s['fps']:g} fps, {s['seconds']:.1f} s "
-           f"(the sample's {s['rendered_width']}x{s['rendered_width'] // 2} panorama"
-           f"{', upscaled' if s['width'] != s['rendered_width'] else ''}; {s['bitrate_mbit_s']:.1f} Mbit/s)",
-           f"capacity_pixels_ratio_to_production: {res['pixels_ratio_to_production']:.3f}  "
-           f"(production source {PRODUCTION_SOURCE[0]}x{PRODUCTION_SOURCE[1]})"]
+    out = [
+        f"capacity_measured_at: {s['width']}x{s['height']} {s['fps']:g} fps, {s['seconds']:.1f} s "
+        f"(the sample's {s['rendered_width']}x{s['rendered_width'] // 2} panorama"
+        f"{', upscaled' if s['width'] != s['rendered_width'] else ''}; {s['bitrate_mbit_s']:.1f} Mbit/s)",
+        f"capacity_pixels_ratio_to_production: {res['pixels_ratio_to_production']:.3f}  "
+        f"(production source {PRODUCTION_SOURCE[0]}x{PRODUCTION_SOURCE[1]})",
+    ]
     for name, v in res["core_h_per_video_h"].items():
         out.append(f"capacity_{name}_core_h_per_video_h: {v:.3f}")
     for name, v in res["core_h_per_video_h_at_production"].items():
         out.append(f"capacity_{name}_core_h_per_video_h_at_production: {v:.3f}  (scaled by the pixel ratio)")
     f = res["faces"]
-    out.append(f"capacity_face_detector_runs_per_view_frame: {f['detector_runs_per_view_frame']:.4f}  "
-               f"({f['backend']} at {f['detect_width']} px, every {f['detect_every']} frames + bisection; "
-               "the paper: 1)")
-    out.append(f"capacity_view_bytes_per_source_s: {res['views']['bytes_per_source_s']:.0f}  "
-               f"({res['views']['n']} x {res['views']['width']}x{res['views']['height']} x264 {res['views']['preset']} "
-               f"CRF {res['views']['crf']})")
+    out.append(
+        f"capacity_face_detector_runs_per_view_frame: {f['detector_runs_per_view_frame']:.4f}  "
+        f"({f['backend']} at {f['detect_width']} px, every {f['detect_every']} frames + bisection; "
+        "the paper: 1)"
+    )
+    out.append(
+        f"capacity_view_bytes_per_source_s: {res['views']['bytes_per_source_s']:.0f}  "
+        f"({res['views']['n']} x {res['views']['width']}x{res['views']['height']} x264 {res['views']['preset']} "
+        f"CRF {res['views']['crf']})"
+    )
     q = res["qa"]
-    out.append(f"capacity_qa_image_bytes: {q['bytes_per_image']:.0f}  ({q['images_per_view']} VPO images per view video, "
-               f"{res['views']['width']}x{res['views']['height']})")
+    out.append(
+        f"capacity_qa_image_bytes: {q['bytes_per_image']:.0f}  ({q['images_per_view']} VPO images per view video, "
+        f"{res['views']['width']}x{res['views']['height']})"
+    )
     gop = q["keyframe_interval_s"]
-    out.append(f"capacity_qa_cpu_s_per_anchor: {q['cpu_s_per_anchor_decode']:.3f}  (seek + decode up to one anchor, "
-               f"keyframes every {'?' if gop is None else f'{gop:.1f}'} s here; {q['anchors_per_view']} anchors "
-               "per view video)")
+    out.append(
+        f"capacity_qa_cpu_s_per_anchor: {q['cpu_s_per_anchor_decode']:.3f}  (seek + decode up to one anchor, "
+        f"keyframes every {'?' if gop is None else f'{gop:.1f}'} s here; {q['anchors_per_view']} anchors "
+        "per view video)"
+    )
     return out
 
 

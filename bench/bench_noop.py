@@ -52,8 +52,14 @@ TARGET_SECONDS = 60.0
 TARGET_MS_PER_UNIT = 10.0
 # Every weight file the production config names (relative to models.weights_dir); the backends'
 # fingerprints stat them on every run, as they would real weights.
-WEIGHT_FILES = ("clip/ViT-B-32.pt", "yolo_world/yolov8x-worldv2.pt", "sam3/sam3.pt",
-                "da3/DA3-LARGE/config.json", "da3/DA3-LARGE/model.safetensors", "scrfd/scrfd_10g_bnkps.onnx")
+WEIGHT_FILES = (
+    "clip/ViT-B-32.pt",
+    "yolo_world/yolov8x-worldv2.pt",
+    "sam3/sam3.pt",
+    "da3/DA3-LARGE/config.json",
+    "da3/DA3-LARGE/model.safetensors",
+    "scrfd/scrfd_10g_bnkps.onnx",
+)
 # One video in this many has a human fix file and a proposals file (raw inputs read on every run).
 HUMAN_INPUT_EVERY = 10
 STAMP = datetime(2025, 1, 1, tzinfo=UTC)
@@ -130,7 +136,10 @@ def build_root(base: Path, n_sources: int, total_clips: int) -> tuple[Path, Path
     views = list(config.project.views)
     clip_s = config.segment.clip_seconds
     # a video of n clips ends 20% into its last clip
-    durations = {sid: clip_s * (n - 0.2) for sid, n in zip(sources, clips_per_view(n_sources, total_clips, len(views)), strict=True)}
+    durations = {
+        sid: clip_s * (n - 0.2)
+        for sid, n in zip(sources, clips_per_view(n_sources, total_clips, len(views)), strict=True)
+    }
     _human_inputs(store, config, sources, views)
     first_probed = registry.STAGES.index(registry.stage("probe"))
     crawl_stages, rest = registry.STAGES[:first_probed], registry.STAGES[first_probed:]
@@ -218,12 +227,28 @@ def _download(u: _Unit) -> None:
     u.out.path(f"{sid}.info.json").write_text(json.dumps({"id": sid, "title": f"noop {sid}"}))
     duration = u.durations[sid]
     row = {
-        "source_id": sid, "origin": "youtube", "path": f"artifacts/{u.stage}/{sid}/{u.key}/{media}",
-        "url": f"https://www.youtube.com/watch?v={sid}", "title": f"noop {sid}", "channel": "noop",
-        "license": "youtube", "upload_date": "20240101", "query": None, "category": None, "language": None,
-        "crawl_time": STAMP, "ytdlp_version": "noop", "projection": "equirectangular", "duration_s": duration,
-        "width": 3840, "height": 1920, "fps": 30.0, "n_frames": int(duration * 30), "size_bytes": len(data),
-        "content_sha256": hashlib.sha256(data).hexdigest(), "codec": "h264",
+        "source_id": sid,
+        "origin": "youtube",
+        "path": f"artifacts/{u.stage}/{sid}/{u.key}/{media}",
+        "url": f"https://www.youtube.com/watch?v={sid}",
+        "title": f"noop {sid}",
+        "channel": "noop",
+        "license": "youtube",
+        "upload_date": "20240101",
+        "query": None,
+        "category": None,
+        "language": None,
+        "crawl_time": STAMP,
+        "ytdlp_version": "noop",
+        "projection": "equirectangular",
+        "duration_s": duration,
+        "width": 3840,
+        "height": 1920,
+        "fps": 30.0,
+        "n_frames": int(duration * 30),
+        "size_bytes": len(data),
+        "content_sha256": hashlib.sha256(data).hexdigest(),
+        "codec": "h264",
         "provenance": json.dumps({"requested_by": "ids"}),
     }
     u.out.write_table("registration.parquet", schema.table(schema.SOURCE, [row]))
@@ -252,10 +277,24 @@ def _project(u: _Unit) -> None:
         vid = ids.video_id(u.unit, view)
         data = f"noop view {vid}".encode()
         u.out.path(f"{vid}.mp4").write_bytes(data)
-        rows.append({"video_id": vid, "source_id": u.unit, "view": view, "yaw_deg": ids.VIEWS[view], "pitch_deg": 0.0,
-                     "hfov_deg": 90.0, "vfov_deg": 60.0, "width": p.width, "height": p.height, "fps": 30.0,
-                     "n_frames": int(duration * 30), "duration_s": duration, "path": f"{vid}.mp4",
-                     "sha256": hashlib.sha256(data).hexdigest()})
+        rows.append(
+            {
+                "video_id": vid,
+                "source_id": u.unit,
+                "view": view,
+                "yaw_deg": ids.VIEWS[view],
+                "pitch_deg": 0.0,
+                "hfov_deg": 90.0,
+                "vfov_deg": 60.0,
+                "width": p.width,
+                "height": p.height,
+                "fps": 30.0,
+                "n_frames": int(duration * 30),
+                "duration_s": duration,
+                "path": f"{vid}.mp4",
+                "sha256": hashlib.sha256(data).hexdigest(),
+            }
+        )
     u.out.write_table("views.parquet", schema.table(schema.VIEWS_TABLE, rows))
 
 
@@ -269,8 +308,9 @@ def _export(u: _Unit) -> None:
     for ref in u.inputs["project"].values():
         for r in u.store.read_table(ref, "views.parquet").to_pylist():
             links[f"videos/{r['video_id']}.mp4"] = f"artifacts/{ref.stage}/{ref.unit}/{ref.key}/{r['path']}"
-    u.out.write_table("links.parquet", schema.table(schema.EXPORT_LINKS, {"path": list(links),
-                                                                       "target": list(links.values())}))
+    u.out.write_table(
+        "links.parquet", schema.table(schema.EXPORT_LINKS, {"path": list(links), "target": list(links.values())})
+    )
 
 
 TINY_OUTPUTS: dict[str, Callable[[_Unit], None]] = {
@@ -308,8 +348,13 @@ def noop_cli(config: Path, root: Path, expected_units: int) -> float:
     exe = Path(sys.executable).with_name("vsi-wild")
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "YOLO_OFFLINE": "1"}
     t0 = time.perf_counter()
-    r = subprocess.run([str(exe), "run", "--config", str(config), "--data-root", str(root), "-q"], cwd=REPO,
-                       capture_output=True, text=True, env=env)
+    r = subprocess.run(
+        [str(exe), "run", "--config", str(config), "--data-root", str(root), "-q"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     seconds = time.perf_counter() - t0
     if r.returncode != 0:
         raise RuntimeError(f"vsi-wild run exited {r.returncode}: {(r.stdout + r.stderr)[-3000:]}")
@@ -321,8 +366,9 @@ def _refuse(stage: Any, prepared: Any) -> Callable[[], Any]:
     raise RuntimeError(f"a no-op run would compute {stage.name}:{prepared.unit}")
 
 
-def noop_in_process(config_path: Path, root: Path, expected_units: int,
-                    profile: cProfile.Profile | None = None) -> float:
+def noop_in_process(
+    config_path: Path, root: Path, expected_units: int, profile: cProfile.Profile | None = None
+) -> float:
     """Seconds of the engine's plan loop on a cached root (what the flow does, without Prefect)."""
     from vsi_wild.config import load_config
     from vsi_wild.store import Store
@@ -339,8 +385,9 @@ def noop_in_process(config_path: Path, root: Path, expected_units: int,
     if profile is not None:
         profile.disable()
     seconds = time.perf_counter() - t0
-    check_noop({s["stage"]: [s["computed"], s["cached"], s["skipped"], s["failed"]] for s in summary["stages"]},
-               expected_units)
+    check_noop(
+        {s["stage"]: [s["computed"], s["cached"], s["skipped"], s["failed"]] for s in summary["stages"]}, expected_units
+    )
     return seconds
 
 

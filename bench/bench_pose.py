@@ -37,14 +37,18 @@ def prepare(cache: Path, fps: float, view_w: int) -> tuple[Path, Path]:
     sp = SampleParams(fps=fps)
     pp = ProjectParams(width=view_w, height=view_w * 9 // 16 // 2 * 2)
     fp = FaceParams(detect_every=8)
-    key = hashlib.sha256(json.dumps([sp.model_dump(mode="json"), pp.model_dump(mode="json")], sort_keys=True).encode()).hexdigest()[:12]
+    key = hashlib.sha256(
+        json.dumps([sp.model_dump(mode="json"), pp.model_dump(mode="json")], sort_keys=True).encode()
+    ).hexdigest()[:12]
     d = cache / key
     if not (d / "done").exists():
         shutil.rmtree(d, ignore_errors=True)
         d.mkdir(parents=True)
         truth = generate_sample(sp, d / "video.mp4")
         pq.write_table(truth.poses, d / "truth_poses.parquet")
-        views, _ = project_source(d / "video.mp4", d / "views", pp, make_detector(fp), face_params=fp, source_id=sp.source_id)
+        views, _ = project_source(
+            d / "video.mp4", d / "views", pp, make_detector(fp), face_params=fp, source_id=sp.source_id
+        )
         pq.write_table(views, d / "views.parquet")
         (d / "done").write_text("ok\n")
     return d, d / "views"
@@ -91,14 +95,22 @@ def main() -> int:
     views = pq.read_table(d / "views.parquet").to_pylist()
     params = po.PoseParams(backend="twoview")
     inputs = {
-        row["view"]: po.ViewInput(row["video_id"], row["yaw_deg"], row["hfov_deg"], row["fps"], row["width"],
-                                  lambda path=views_dir / row["path"]: (
-                                      (k, t, idx, rgb) for k, t, idx, _ft, rgb in sample_frames(path, 2.0)))
-        for row in views}
+        row["view"]: po.ViewInput(
+            row["video_id"],
+            row["yaw_deg"],
+            row["hfov_deg"],
+            row["fps"],
+            row["width"],
+            lambda path=views_dir / row["path"]: ((k, t, idx, rgb) for k, t, idx, _ft, rgb in sample_frames(path, 2.0)),
+        )
+        for row in views
+    }
     cpu0 = time.process_time()
     fused, tracks = po.estimate_source(
-        inputs, lambda vi: base.create("pose_estimator", "twoview", hfov_deg=vi.hfov_deg,
-                                       camera_height=params.camera_height), params)
+        inputs,
+        lambda vi: base.create("pose_estimator", "twoview", hfov_deg=vi.hfov_deg, camera_height=params.camera_height),
+        params,
+    )
     cpu = time.process_time() - cpu0
     yaws = {v: vi.yaw_deg for v, vi in inputs.items()}
     n_frames = sum(len(t.sample_indices) for t in tracks.values())

@@ -74,8 +74,24 @@ def texture(path: Path) -> None:
     """A 3840x1920 mosaic of natural photographs (scikit-image's samples; two have faces)."""
     from skimage import data
 
-    names = ["astronaut", "coffee", "chelsea", "rocket", "hubble_deep_field", "immunohistochemistry", "retina",
-             "colorwheel", "coins", "camera", "page", "text", "brick", "grass", "gravel", "cell"]
+    names = [
+        "astronaut",
+        "coffee",
+        "chelsea",
+        "rocket",
+        "hubble_deep_field",
+        "immunohistochemistry",
+        "retina",
+        "colorwheel",
+        "coins",
+        "camera",
+        "page",
+        "text",
+        "brick",
+        "grass",
+        "gravel",
+        "cell",
+    ]
     imgs = []
     for n in names:
         fn = getattr(data, n, None)
@@ -108,14 +124,42 @@ def make_sources(work: Path) -> tuple[Path, Path, Path, Path]:
     texture(tex)
     src = work / "source_3840.mp4"
     # the camera turns slowly (the panorama scrolls) and the sensor is a little noisy
-    ffmpeg("-loop", "1", "-i", str(tex), "-vf", "scroll=horizontal=0.0007,noise=alls=3:allf=t,format=yuv420p",
-           "-t", str(CLIP_S), "-r", str(FPS), "-c:v", "libx264", "-preset", "veryfast", "-crf", "18", str(src))
+    ffmpeg(
+        "-loop",
+        "1",
+        "-i",
+        str(tex),
+        "-vf",
+        "scroll=horizontal=0.0007,noise=alls=3:allf=t,format=yuv420p",
+        "-t",
+        str(CLIP_S),
+        "-r",
+        str(FPS),
+        "-c:v",
+        "libx264",
+        "-preset",
+        "veryfast",
+        "-crf",
+        "18",
+        str(src),
+    )
     raw = work / "frames.yuv"
     ffmpeg("-i", str(src), "-frames:v", str(PROJ_FRAMES), "-f", "rawvideo", "-pix_fmt", "yuv420p", str(raw))
     mem1, mem10 = work / "mem_1min.mp4", work / "mem_10min.mp4"
     for p, seconds in ((mem1, 60), (mem10, 600)):
-        ffmpeg("-f", "lavfi", "-i", f"testsrc2=size={MEM_W}x{MEM_H}:rate={MEM_FPS}:duration={seconds}",
-               "-c:v", "libx264", "-preset", "veryfast", "-pix_fmt", "yuv420p", str(p))
+        ffmpeg(
+            "-f",
+            "lavfi",
+            "-i",
+            f"testsrc2=size={MEM_W}x{MEM_H}:rate={MEM_FPS}:duration={seconds}",
+            "-c:v",
+            "libx264",
+            "-preset",
+            "veryfast",
+            "-pix_fmt",
+            "yuv420p",
+            str(p),
+        )
     return src, raw, mem1, mem10
 
 
@@ -152,7 +196,10 @@ def bench_projection(raw: Path) -> dict[str, float]:
     res = {}
     for name, fn in (
         ("ours", lambda i: proj.project(*frames[i][1:])),
-        ("py360convert", lambda i: [py360convert.e2p(rgbs[i], (p.hfov_deg, vf), y, 0.0, (p.height, p.width)) for y in yaws]),
+        (
+            "py360convert",
+            lambda i: [py360convert.e2p(rgbs[i], (p.hfov_deg, vf), y, 0.0, (p.height, p.width)) for y in yaws],
+        ),
         ("ours_rgb", lambda i: [render_view(rgbs[i], y, 0.0, p.hfov_deg, p.width, p.height) for y in yaws]),
     ):
         c0, t0 = time.process_time(), time.time()
@@ -185,15 +232,32 @@ def bench_v360(raw: Path, work: Path) -> float:
         for k, view in enumerate(p.views):
             yaw = ids.VIEWS[view]
             yaw = yaw - 360 if yaw > 180 else yaw
-            filt = (f"v360=input=e:output=flat:yaw={yaw}:h_fov={p.hfov_deg}:v_fov={vf:.4f}:w={p.width}:h={p.height}"
-                    ":interp=linear") if with_v360 else "null"
+            filt = (
+                (
+                    f"v360=input=e:output=flat:yaw={yaw}:h_fov={p.hfov_deg}:v_fov={vf:.4f}:w={p.width}:h={p.height}"
+                    ":interp=linear"
+                )
+                if with_v360
+                else "null"
+            )
             parts.append(f"[s{k}]{filt}[o{k}]")
             outs += ["-map", f"[o{k}]", "-f", "null", "-"]
         return ["-filter_complex", ";".join(parts), *outs]
 
     def cpu(path: Path, with_v360: bool) -> float:
-        c, _ = ffmpeg("-f", "rawvideo", "-pix_fmt", "yuv420p", "-s", f"{SRC_W}x{SRC_H}", "-r", str(FPS),
-                      "-i", str(path), *graph(with_v360))
+        c, _ = ffmpeg(
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "yuv420p",
+            "-s",
+            f"{SRC_W}x{SRC_H}",
+            "-r",
+            str(FPS),
+            "-i",
+            str(path),
+            *graph(with_v360),
+        )
         return c
 
     v = (cpu(raw, True) - cpu(short, True)) - (cpu(raw, False) - cpu(short, False))
@@ -220,8 +284,9 @@ print(json.dumps({"cpu": r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, 
 
 
 def bench_stage(src: Path, work: Path, width: int = 0, height: int = 0) -> dict:
-    cpu, wall, rss, out = run_child([sys.executable, "-c", STAGE_CHILD, str(src), str(work / f"views_{width}"),
-                                     str(width), str(height)])
+    cpu, wall, rss, out = run_child(
+        [sys.executable, "-c", STAGE_CHILD, str(src), str(work / f"views_{width}"), str(width), str(height)]
+    )
     res = json.loads(out.strip().splitlines()[-1])
     res.update(process_cpu=cpu, process_wall=wall, rss_kib=rss)
     return res
@@ -237,12 +302,36 @@ def bench_floor(src: Path, work: Path, views: list[Path]) -> tuple[float, float]
     p = ProjectParams()
     cpu, wall = ffmpeg("-i", str(src), "-map", "0:v", "-f", "null", "-")
     for k, view in enumerate(views):
-        feeder = subprocess.Popen(["ffmpeg", "-v", "error", "-i", str(view), "-f", "rawvideo", "-pix_fmt", "yuv420p", "-"],
-                                  stdout=subprocess.PIPE)
-        enc = ["ffmpeg", "-v", "error", "-y", "-f", "rawvideo", "-pix_fmt", "yuv420p", "-s", f"{p.width}x{p.height}",
-               "-r", str(FPS), "-i", "-", "-c:v", p.codec, "-preset", p.preset, "-crf", str(p.crf), "-an",
-               *(["-threads", str(p.encoder_threads)] if p.encoder_threads else []),
-               *(["-movflags", "+faststart"] if p.faststart else []), str(work / f"floor_{k}.mp4")]
+        feeder = subprocess.Popen(
+            ["ffmpeg", "-v", "error", "-i", str(view), "-f", "rawvideo", "-pix_fmt", "yuv420p", "-"],
+            stdout=subprocess.PIPE,
+        )
+        enc = [
+            "ffmpeg",
+            "-v",
+            "error",
+            "-y",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "yuv420p",
+            "-s",
+            f"{p.width}x{p.height}",
+            "-r",
+            str(FPS),
+            "-i",
+            "-",
+            "-c:v",
+            p.codec,
+            "-preset",
+            p.preset,
+            "-crf",
+            str(p.crf),
+            "-an",
+            *(["-threads", str(p.encoder_threads)] if p.encoder_threads else []),
+            *(["-movflags", "+faststart"] if p.faststart else []),
+            str(work / f"floor_{k}.mp4"),
+        ]
         t0 = time.time()
         proc = subprocess.Popen(enc, stdin=feeder.stdout, stderr=subprocess.PIPE)
         feeder.stdout.close()
@@ -268,8 +357,19 @@ def bench_crop_floor(src: Path, work: Path) -> tuple[float, float]:
         cx = int(((0.5 + ids.VIEWS[view] / 360.0) % 1.0) * SRC_W)
         x = min(max(0, cx - p.width // 2), SRC_W - p.width)
         parts.append(f"[s{k}]crop={p.width}:{p.height}:{x}:{(SRC_H - p.height) // 2}[o{k}]")
-        outs += ["-map", f"[o{k}]", "-c:v", p.codec, "-preset", p.preset, "-crf", str(p.crf), "-an",
-                 *(["-movflags", "+faststart"] if p.faststart else []), str(work / f"crop_{k}.mp4")]
+        outs += [
+            "-map",
+            f"[o{k}]",
+            "-c:v",
+            p.codec,
+            "-preset",
+            p.preset,
+            "-crf",
+            str(p.crf),
+            "-an",
+            *(["-movflags", "+faststart"] if p.faststart else []),
+            str(work / f"crop_{k}.mp4"),
+        ]
     return ffmpeg("-i", str(src), "-filter_complex", ";".join(parts), *outs)
 
 
@@ -278,18 +378,22 @@ def main() -> int:
         work = Path(tmp)
         t0 = time.time()
         src, raw, mem1, mem10 = make_sources(work)
-        log(f"inputs made in {time.time() - t0:.0f} s: {SRC_W}x{SRC_H} {FPS} fps {CLIP_S:.0f} s clip; "
-            f"{PROJ_FRAMES} raw frames; {MEM_W}x{MEM_H} {MEM_FPS} fps 1 and 10 min sources")
+        log(
+            f"inputs made in {time.time() - t0:.0f} s: {SRC_W}x{SRC_H} {FPS} fps {CLIP_S:.0f} s clip; "
+            f"{PROJ_FRAMES} raw frames; {MEM_W}x{MEM_H} {MEM_FPS} fps 1 and 10 min sources"
+        )
 
         rounds = []
         for r in range(ROUNDS):
             proj = bench_projection(raw)
             v360 = bench_v360(raw, work)
             rounds.append((proj["py360convert"] / proj["ours"], v360 / proj["ours"]))
-            log(f"round {r + 1}: projection, CPU-ms per source frame (4 views 1920x1080): ours (YUV planes) "
+            log(
+                f"round {r + 1}: projection, CPU-ms per source frame (4 views 1920x1080): ours (YUV planes) "
                 f"{proj['ours'] * 1e3:.1f}, ours (RGB, render_view) {proj['ours_rgb'] * 1e3:.1f}, py360convert.e2p "
                 f"{proj['py360convert'] * 1e3:.1f}, ffmpeg v360 {v360 * 1e3:.1f}; wall-ms per frame: ours "
-                f"{proj['ours_wall'] * 1e3:.1f}, py360convert {proj['py360convert_wall'] * 1e3:.1f}")
+                f"{proj['ours_wall'] * 1e3:.1f}, py360convert {proj['py360convert_wall'] * 1e3:.1f}"
+            )
 
         stage_ratios = []
         for r in range(ROUNDS):
@@ -298,24 +402,32 @@ def main() -> int:
             floor_cpu, floor_wall = bench_floor(src, work, view_files)
             stage_ratios.append(stage["cpu"] / floor_cpu)
             n = stage["view_frames"][0]
-            log(f"round {r + 1}: stage {n} frames x 4 views, project_source CPU {stage['cpu']:.1f} s "
+            log(
+                f"round {r + 1}: stage {n} frames x 4 views, project_source CPU {stage['cpu']:.1f} s "
                 f"({stage['cpu'] / n * 1e3:.0f} ms/frame), wall {stage['wall']:.1f} s; floor (ffmpeg: decode the source "
                 f"+ encode the same 4 streams, no projection) CPU {floor_cpu:.1f} s ({floor_cpu / n * 1e3:.0f} ms/frame); "
-                f"ratio {stage_ratios[-1]:.3f}")
-            log(f"round {r + 1}: stage breakdown: projection {stage['project_cpu_s'] / n * 1e3:.0f} CPU-ms/frame; face "
+                f"ratio {stage_ratios[-1]:.3f}"
+            )
+            log(
+                f"round {r + 1}: stage breakdown: projection {stage['project_cpu_s'] / n * 1e3:.0f} CPU-ms/frame; face "
                 f"detection {stage['detect_cpu_s'] / n * 1e3:.0f} CPU-ms/frame ({stage['detector_calls']} detector runs on "
                 f"whole views at {stage['detect_width']} px wide, every {stage['detect_every']} frames, and "
                 f"{stage['crop_calls']} on crops around fast faces); without face detection (e.g. SCRFD on a GPU) the "
-                f"stage would be {(stage['cpu'] - stage['detect_cpu_s']) / floor_cpu:.3f} x the floor")
+                f"stage would be {(stage['cpu'] - stage['detect_cpu_s']) / floor_cpu:.3f} x the floor"
+            )
         crop_cpu, _ = bench_crop_floor(src, work)
-        log(f"context: one ffmpeg decoding and encoding 4 crops of the panorama instead of the views: CPU {crop_cpu:.1f} s "
-            f"({crop_cpu / n * 1e3:.0f} ms/frame, last stage / it {stage['cpu'] / crop_cpu:.3f}); face rows {stage['face_rows']}")
+        log(
+            f"context: one ffmpeg decoding and encoding 4 crops of the panorama instead of the views: CPU {crop_cpu:.1f} s "
+            f"({crop_cpu / n * 1e3:.0f} ms/frame, last stage / it {stage['cpu'] / crop_cpu:.3f}); face rows {stage['face_rows']}"
+        )
 
         m1 = bench_stage(mem1, work, *MEM_VIEW)
         m10 = bench_stage(mem10, work, *MEM_VIEW)
-        log(f"peak RSS (VmHWM): 1 min ({m1['view_frames'][0]} frames) {m1['hwm_kib'] / 1024:.0f} MiB, "
+        log(
+            f"peak RSS (VmHWM): 1 min ({m1['view_frames'][0]} frames) {m1['hwm_kib'] / 1024:.0f} MiB, "
             f"10 min ({m10['view_frames'][0]} frames) {m10['hwm_kib'] / 1024:.0f} MiB; stage at 3840: "
-            f"{stage['hwm_kib'] / 1024:.0f} MiB")
+            f"{stage['hwm_kib'] / 1024:.0f} MiB"
+        )
 
         print(f"projection_vs_py360convert: {statistics.median(r[0] for r in rounds):.3f}")
         print(f"projection_vs_ffmpeg_v360: {statistics.median(r[1] for r in rounds):.3f}")

@@ -87,9 +87,15 @@ def bench_config(seed: int, n_per_category: int, width: int, reconcile: dict | N
     from vsi_wild.stages.segment import SegmentParams
 
     return Config(
-        sample=SampleParams(source_id=f"sample-bench-s{seed}-n{n_per_category or 'layout'}-w{width}", seed=seed,
-                            n_per_category=n_per_category or None, width=width,
-                            fps=2.0, truth_view_width=320, truth_view_height=180),
+        sample=SampleParams(
+            source_id=f"sample-bench-s{seed}-n{n_per_category or 'layout'}-w{width}",
+            seed=seed,
+            n_per_category=n_per_category or None,
+            width=width,
+            fps=2.0,
+            truth_view_width=320,
+            truth_view_height=180,
+        ),
         project=ProjectParams(width=320, height=180, preset="ultrafast"),
         faces=FaceParams(detect_every=8),
         models=ModelsParams(device="cpu"),
@@ -110,8 +116,9 @@ def _iou(a, b) -> float:
     return ix * iy / union if union > 0 else 0.0
 
 
-def truth_of_clip_instances(segments: list[dict], visibility: list[dict], view: str,
-                            min_iou: float = 0.3) -> dict[tuple[int, int], int]:
+def truth_of_clip_instances(
+    segments: list[dict], visibility: list[dict], view: str, min_iou: float = 0.3
+) -> dict[tuple[int, int], int]:
     """(clip, local id) -> truth object: the object whose truth box (rescaled) its boxes overlap
     most (at least ``min_iou``: a shrunk, jittered box still finds its object), by majority over its
     sightings; an instance that overlaps none (a false track) gets an id of its own below FALSE_TRACK."""
@@ -215,10 +222,21 @@ def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) ->
             segments += store.read_table(done("segment", unit), "segments.parquet").to_pylist()
             clip_rows += store.read_table(done("segment", unit), "instances.parquet").to_pylist()
         track = po.track_from_rows([r for r in poses if r["video_id"] == vid])
-        out.append(ViewInputs(view, vid, row, segments, clip_rows, clips, track,
-                              truth_track(track, truth_poses, float(row["yaw_deg"])),
-                              truth_of_clip_instances(segments, visibility, view), objects,
-                              [r for r in visibility if r["view"] == view]))
+        out.append(
+            ViewInputs(
+                view,
+                vid,
+                row,
+                segments,
+                clip_rows,
+                clips,
+                track,
+                truth_track(track, truth_poses, float(row["yaw_deg"])),
+                truth_of_clip_instances(segments, visibility, view),
+                objects,
+                [r for r in visibility if r["view"] == view],
+            )
+        )
     return out
 
 
@@ -260,8 +278,9 @@ def errors_of(groups: list[list[tuple[int, int]]], truth_of: dict) -> tuple[int,
     return merges, sum(n - 1 for n in per_object.values())
 
 
-def reviewed(groups: list[list[tuple[int, int]]], items: list[tuple[tuple, tuple]], truth_of: dict
-             ) -> list[list[tuple[int, int]]]:
+def reviewed(
+    groups: list[list[tuple[int, int]]], items: list[tuple[tuple, tuple]], truth_of: dict
+) -> list[list[tuple[int, int]]]:
     """The global instances once an oracle reviewer has resolved every review item correctly: a
     pair of one object apart is merged (their instances joined), a pair of two objects merged is
     split (the second one's object leaves the instance)."""
@@ -377,8 +396,23 @@ def truth_answers(vi: ViewInputs, concepts: set[str], min_px: float, rules) -> t
 
 class Tally:
     def __init__(self):
-        self.v = dict.fromkeys(("merges", "splits", "silent_merges", "silent_splits", "review", "voc_auto",
-                                "voc_reviewed", "voc_total", "voo_auto", "voo_reviewed", "voo_total", "seconds"), 0.0)
+        self.v = dict.fromkeys(
+            (
+                "merges",
+                "splits",
+                "silent_merges",
+                "silent_splits",
+                "review",
+                "voc_auto",
+                "voc_reviewed",
+                "voc_total",
+                "voo_auto",
+                "voo_reviewed",
+                "voo_total",
+                "seconds",
+            ),
+            0.0,
+        )
 
     def add(self, other: dict) -> None:
         for k, x in other.items():
@@ -390,36 +424,54 @@ class Tally:
         def acc(a: float, n: float) -> str:
             return f"{a / n:.4f}" if n else "nan"
 
-        return [f"{prefix}false_merges: {v['merges']:.0f}", f"{prefix}false_splits: {v['splits']:.0f}",
-                f"{prefix}silent_false_merges: {v['silent_merges']:.0f}",
-                f"{prefix}silent_false_splits: {v['silent_splits']:.0f}",
-                f"{prefix}review_items: {v['review']:.0f}",
-                f"{prefix}review_items_per_view_minute: {v['review'] / view_minutes:.3f}",
-                f"{prefix}voc_accuracy_auto: {acc(v['voc_auto'], v['voc_total'])}",
-                f"{prefix}voc_accuracy_reviewed: {acc(v['voc_reviewed'], v['voc_total'])}",
-                f"{prefix}voo_accuracy_auto: {acc(v['voo_auto'], v['voo_total'])}",
-                f"{prefix}voo_accuracy_reviewed: {acc(v['voo_reviewed'], v['voo_total'])}",
-                f"{prefix}voc_answers: {v['voc_total']:.0f}", f"{prefix}voo_answers: {v['voo_total']:.0f}",
-                f"{prefix}seconds: {v['seconds']:.1f}"]
+        return [
+            f"{prefix}false_merges: {v['merges']:.0f}",
+            f"{prefix}false_splits: {v['splits']:.0f}",
+            f"{prefix}silent_false_merges: {v['silent_merges']:.0f}",
+            f"{prefix}silent_false_splits: {v['silent_splits']:.0f}",
+            f"{prefix}review_items: {v['review']:.0f}",
+            f"{prefix}review_items_per_view_minute: {v['review'] / view_minutes:.3f}",
+            f"{prefix}voc_accuracy_auto: {acc(v['voc_auto'], v['voc_total'])}",
+            f"{prefix}voc_accuracy_reviewed: {acc(v['voc_reviewed'], v['voc_total'])}",
+            f"{prefix}voo_accuracy_auto: {acc(v['voo_auto'], v['voo_total'])}",
+            f"{prefix}voo_accuracy_reviewed: {acc(v['voo_reviewed'], v['voo_total'])}",
+            f"{prefix}voc_answers: {v['voc_total']:.0f}",
+            f"{prefix}voo_answers: {v['voo_total']:.0f}",
+            f"{prefix}seconds: {v['seconds']:.1f}",
+        ]
 
 
-def measure(members: list[dict], decisions: list[dict], vi: ViewInputs, by_key: dict, rules, sets: list,
-            want: tuple[dict, dict]) -> dict:
+def measure(
+    members: list[dict], decisions: list[dict], vi: ViewInputs, by_key: dict, rules, sets: list, want: tuple[dict, dict]
+) -> dict:
     """One view's figures for one reconciler's members and decision rows."""
     groups_of: dict[int, list] = {}
     for m in members:
         groups_of.setdefault(m["instance_id"], []).append((int(m["clip_index"]), int(m["local_id"])))
     groups = [sorted(g) for _, g in sorted(groups_of.items())]
-    items = [((int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))) for d in decisions
-             if (d["review"] if "review" in d and d["review"] is not None else d["decision"] == "review")]
+    items = [
+        ((int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"])))
+        for d in decisions
+        if (d["review"] if "review" in d and d["review"] is not None else d["decision"] == "review")
+    ]
     after = reviewed(groups, items, vi.truth_of)
     merges, splits = errors_of(groups, vi.truth_of)
     silent_merges, silent_splits = errors_of(after, vi.truth_of)
     va, vt, oa, ot = compare(answers(groups, by_key, rules), want, sets)
     vr, _, orr, _ = compare(answers(after, by_key, rules), want, sets)
-    return {"merges": merges, "splits": splits, "silent_merges": silent_merges, "silent_splits": silent_splits,
-            "review": len(items), "voc_auto": va, "voc_reviewed": vr, "voc_total": vt, "voo_auto": oa,
-            "voo_reviewed": orr, "voo_total": ot}
+    return {
+        "merges": merges,
+        "splits": splits,
+        "silent_merges": silent_merges,
+        "silent_splits": silent_splits,
+        "review": len(items),
+        "voc_auto": va,
+        "voc_reviewed": vr,
+        "voc_total": vt,
+        "voo_auto": oa,
+        "voo_reviewed": orr,
+        "voo_total": ot,
+    }
 
 
 def load_v11(path: Path):
@@ -436,21 +488,36 @@ def load_v11(path: Path):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--noise", choices=("none", "moderate", "severe"), default="none",
-                    help="level of the simulated segmenter and pose errors (stages/model_errors.py)")
+    ap.add_argument(
+        "--noise",
+        choices=("none", "moderate", "severe"),
+        default="none",
+        help="level of the simulated segmenter and pose errors (stages/model_errors.py)",
+    )
     ap.add_argument("--seeds", type=int, nargs="+", default=list(BENCH_SEEDS))
-    ap.add_argument("--held-out", action="store_true",
-                    help=f"the held-out set: seeds {HELD_OUT_SEEDS[0]}-{HELD_OUT_SEEDS[-1]}, "
-                         f"{HELD_OUT_N_PER_CATEGORY} per category (measure once per model version)")
-    ap.add_argument("--n-per-category", type=int, default=TRAINING_N_PER_CATEGORY,
-                    help="uniform count per category; 0: the default sample's layout")
+    ap.add_argument(
+        "--held-out",
+        action="store_true",
+        help=f"the held-out set: seeds {HELD_OUT_SEEDS[0]}-{HELD_OUT_SEEDS[-1]}, "
+        f"{HELD_OUT_N_PER_CATEGORY} per category (measure once per model version)",
+    )
+    ap.add_argument(
+        "--n-per-category",
+        type=int,
+        default=TRAINING_N_PER_CATEGORY,
+        help="uniform count per category; 0: the default sample's layout",
+    )
     ap.add_argument("--truth-poses", action="store_true", help="the truth's camera poses instead of twoview's")
     ap.add_argument("--width", type=int, default=640, help="equirectangular width of the rendered samples")
     ap.add_argument("--root", type=Path, default=REPO / "build" / "bench_reconcile")
     ap.add_argument("--v11", type=Path, default=None, help="also measure reconcile v11 from this checkout of fcba453")
     ap.add_argument("--per-seed", action="store_true", help="print each seed's figures too")
-    ap.add_argument("--reconcile", type=json.loads, default={},
-                    help='reconcile parameters to measure instead of the defaults (JSON)')
+    ap.add_argument(
+        "--reconcile",
+        type=json.loads,
+        default={},
+        help="reconcile parameters to measure instead of the defaults (JSON)",
+    )
     args = ap.parse_args()
     if args.held_out:
         args.seeds, args.n_per_category = list(HELD_OUT_SEEDS), HELD_OUT_N_PER_CATEGORY
@@ -492,17 +559,34 @@ def main() -> int:
             if v11 is not None:
                 errs = config.model_errors
                 poses = me.perturb_track(track, errs.poses, me.rng_for(errs.seed, vi.video_id, "poses"))
-                old = [v11.ClipInstance(c.clip, c.local, c.concept, c.first_time, c.last_time, c.appearance,
-                                        c.mean_area, dict(c.samples)) for c in vi.instances()]
+                old = [
+                    v11.ClipInstance(
+                        c.clip,
+                        c.local,
+                        c.concept,
+                        c.first_time,
+                        c.last_time,
+                        c.appearance,
+                        c.mean_area,
+                        dict(c.samples),
+                    )
+                    for c in vi.instances()
+                ]
                 t0 = time.perf_counter()
-                res = v11.reconcile(vi.video_id, old, vi.clips, v11.ReconcileParams(), poses,
-                                    camera_height=config.pose.ground_height())
+                res = v11.reconcile(
+                    vi.video_id, old, vi.clips, v11.ReconcileParams(), poses, camera_height=config.pose.ground_height()
+                )
                 fig = measure(res.members, res.decisions, vi, by_key, rules, sets, want)
                 fig["seconds"] = time.perf_counter() - t0
                 seed_v11.add(fig)
         if args.per_seed:
-            print("\n".join(f"{line.split(':')[0]}_seed{seed}:{line.split(':', 1)[1]}"
-                            for line in seed_tally.lines("reconcile_", 8.0)[:6]), flush=True)
+            print(
+                "\n".join(
+                    f"{line.split(':')[0]}_seed{seed}:{line.split(':', 1)[1]}"
+                    for line in seed_tally.lines("reconcile_", 8.0)[:6]
+                ),
+                flush=True,
+            )
         totals.add(seed_tally.v)
         totals_v11.add(seed_v11.v)
     print("\n".join(totals.lines("reconcile_", max(view_minutes, 1e-9))))

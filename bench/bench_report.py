@@ -24,8 +24,7 @@ def _run(config_path: Path, root: Path, only: list[str] | None, force: bool) -> 
     from vsi_wild.tasks import engine, registry
 
     config = load_config(config_path, {"run.data_root": str(root)})
-    plan = engine.Plan.load(config, Store(root), registry.STAGES,
-                            force=frozenset(only or ()) if force else frozenset())
+    plan = engine.Plan.load(config, Store(root), registry.STAGES, force=frozenset(only or ()) if force else frozenset())
     t0 = time.perf_counter()
     engine.run_stages(plan, registry.select(only, None), engine.run_inline(plan))
     seconds = time.perf_counter() - t0

@@ -112,6 +112,7 @@ class Truth:
 
         def at(x):
             return min(self.poses, key=lambda p: abs(p["time"] - x))
+
         a, b = at(t - 1.0), at(t + 1.0)
         dx, dy = b["x"] - a["x"], b["y"] - a["y"]
         if math.hypot(dx, dy) < 1e-6:
@@ -152,8 +153,15 @@ def errors(review, truth: Truth) -> list[dict]:
         for i, c in by_inst.items():
             two = [o for o, n in c.items() if o is not None and n >= 2]
             if len(two) >= 2:
-                out.append({"video": vid, "kind": "merged", "instances": [i], "objects": sorted(two),
-                            "concept": concept.get(i)})
+                out.append(
+                    {
+                        "video": vid,
+                        "kind": "merged",
+                        "instances": [i],
+                        "objects": sorted(two),
+                        "concept": concept.get(i),
+                    }
+                )
         for m in derived.motion:
             if m["state"] == "ok" and m["pivot_time"] is not None:
                 want = truth.sector(view, m["pivot_time"])
@@ -172,8 +180,11 @@ def member_objects(review, truth: Truth, vid: str) -> dict[tuple[int, int], int 
         obs[o["instance_id"]].append(o)
     out = {}
     for m in members:
-        c = Counter(truth.object_of(view, o) for o in obs[m["instance_id"]]
-                    if m["clip_index"] * cs <= o["time"] < (m["clip_index"] + 1) * cs and o["x0"] is not None)
+        c = Counter(
+            truth.object_of(view, o)
+            for o in obs[m["instance_id"]]
+            if m["clip_index"] * cs <= o["time"] < (m["clip_index"] + 1) * cs and o["x0"] is not None
+        )
         out[(m["clip_index"], m["local_id"])] = c.most_common(1)[0][0] if c else None
     return out
 
@@ -233,8 +244,10 @@ def walk(base: str, review, truth: Truth) -> dict:
                         actions += 1
                         page.click(f'figure.inst[data-instance="{i}"]')
                     press("m")
-                    page.wait_for_function(f"Z.detail && !Z.busy && !Z.detail.instances.some(i => i.instance_id === {max(sorted(dup)[:2])})",
-                                           timeout=120_000)
+                    page.wait_for_function(
+                        f"Z.detail && !Z.busy && !Z.detail.instances.some(i => i.instance_id === {max(sorted(dup)[:2])})",
+                        timeout=120_000,
+                    )
                     per_fix.append(actions - before)
                     continue  # the same item again, one instance fewer
                 press("y")
@@ -242,8 +255,11 @@ def walk(base: str, review, truth: Truth) -> dict:
                 press("y")
             elif kind == "clip":
                 m = d["motion"]
-                want = truth.sector(review.catalog.video(vid)["view"], m["pivot_time"]) \
-                    if m["state"] == "ok" and m["pivot_time"] is not None else None
+                want = (
+                    truth.sector(review.catalog.video(vid)["view"], m["pivot_time"])
+                    if m["state"] == "ok" and m["pivot_time"] is not None
+                    else None
+                )
                 if want is not None and sector(m["angle_deg"]) != want:
                     press(str(SECTORS.index(want) + 1))
                     per_fix.append(1)
@@ -268,8 +284,11 @@ def serve(root: Path, config):
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
     s.close()
-    srv = uvicorn.Server(uvicorn.Config(create_app(config, Store(root), reviewer="bench"), host="127.0.0.1", port=port,
-                                        log_level="error"))
+    srv = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config, Store(root), reviewer="bench"), host="127.0.0.1", port=port, log_level="error"
+        )
+    )
     threading.Thread(target=srv.run, daemon=True).start()
     while not srv.started:
         time.sleep(0.05)
@@ -290,8 +309,19 @@ def main() -> int:
         if args.root:
             shutil.copytree(args.root, root, symlinks=True, copy_function=os.link)
         else:
-            run = subprocess.run([str(Path(sys.executable).with_name("vsi-wild")), "run", "-c", str(CONFIG),
-                                  "--data-root", str(root), "-q"], capture_output=True, text=True)
+            run = subprocess.run(
+                [
+                    str(Path(sys.executable).with_name("vsi-wild")),
+                    "run",
+                    "-c",
+                    str(CONFIG),
+                    "--data-root",
+                    str(root),
+                    "-q",
+                ],
+                capture_output=True,
+                text=True,
+            )
             if run.returncode != 0:
                 print(run.stdout[-2000:], run.stderr[-2000:], file=sys.stderr)
                 print("review_errors_found: error")
@@ -310,16 +340,26 @@ def main() -> int:
     key = lambda e: (e["video"], e["kind"], e.get("object"), tuple(e.get("objects", [])), e.get("clip"))  # noqa: E731
     left = Counter(key(e) for e in after)
     n_fixed = sum(max(0, n - left[k]) for k, n in Counter(key(e) for e in before).items())
-    print(f"review_errors_found: {len(before)}  # " + ", ".join(f"{k} {n}" for k, n in sorted(Counter(e['kind'] for e in before).items())))
+    print(
+        f"review_errors_found: {len(before)}  # "
+        + ", ".join(f"{k} {n}" for k, n in sorted(Counter(e["kind"] for e in before).items()))
+    )
     print(f"review_errors_reachable_fraction: {n_fixed / len(before) if before else 1.0:.3f}")
     print(f"review_actions_per_error: {sum(w['per_fix']) / len(w['per_fix']) if w['per_fix'] else 0.0:.2f}")
     print(f"review_actions_max_per_error: {max(w['per_fix'], default=0)}")
-    print(f"review_actions_per_video_minute: {w['actions'] / minutes:.1f}  # {w['actions']} actions "
-          f"(the page counted {w['page_actions']}) over {minutes:.0f} video minutes")
+    print(
+        f"review_actions_per_video_minute: {w['actions'] / minutes:.1f}  # {w['actions']} actions "
+        f"(the page counted {w['page_actions']}) over {minutes:.0f} video minutes"
+    )
     print(f"review_items: {w['items']}")
     print(f"review_walk_s: {w['walk_s']:.0f}")
     if after:
-        print("# left after the walk: " + "; ".join(f"{e['video']} {e['kind']} {e.get('instances') or e.get('clip') or e.get('object')}" for e in after))
+        print(
+            "# left after the walk: "
+            + "; ".join(
+                f"{e['video']} {e['kind']} {e.get('instances') or e.get('clip') or e.get('object')}" for e in after
+            )
+        )
     return 0  # a measurement: the figures say whether the targets are met
 
 

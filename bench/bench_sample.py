@@ -47,7 +47,9 @@ def main() -> int:
         # the default resolution over 20 s of the default route
         a = run({"duration_s": 20.0}, out)
         frames = a["frames"]
-        print(f"sample_render_cpu_ms_per_frame_1280: {1000 * a['cpu_self_s'] / frames:.0f}  (render + truth, this process)")
+        print(
+            f"sample_render_cpu_ms_per_frame_1280: {1000 * a['cpu_self_s'] / frames:.0f}  (render + truth, this process)"
+        )
         print(f"sample_encode_cpu_ms_per_frame_1280: {1000 * a['cpu_ffmpeg_s'] / frames:.0f}  (ffmpeg libx264)")
         print(f"sample_frames_rendered_per_s: {a['frames_rendered_per_s']:.1f}  (wall, loaded machine)")
         print(f"sample_speed_vs_realtime: {20.0 / a['wall_s']:.2f}  (video seconds per wall second)")

@@ -39,9 +39,28 @@ def main() -> None:
     path = cache / f"view_{seconds:g}s.mp4"
     if not path.exists():
         tmp = path.with_suffix(".part.mp4")
-        subprocess.run(["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i",
-                        f"testsrc2=size=640x360:rate=30:duration={seconds:g}", "-c:v", "libx264",
-                        "-preset", "ultrafast", "-g", "250", "-pix_fmt", "yuv420p", str(tmp)], check=True)
+        subprocess.run(
+            [
+                "ffmpeg",
+                "-v",
+                "error",
+                "-y",
+                "-f",
+                "lavfi",
+                "-i",
+                f"testsrc2=size=640x360:rate=30:duration={seconds:g}",
+                "-c:v",
+                "libx264",
+                "-preset",
+                "ultrafast",
+                "-g",
+                "250",
+                "-pix_fmt",
+                "yuv420p",
+                str(tmp),
+            ],
+            check=True,
+        )
         tmp.rename(path)
     start, end = seconds - args.clip_seconds, seconds
 
@@ -51,7 +70,9 @@ def main() -> None:
     t0 = time.perf_counter()
     seek = list(sample_frames(path, 2.0, start=start, end=end))
     t_seek = time.perf_counter() - t0
-    equal = [f[:4] for f in full] == [f[:4] for f in seek] and all(np.array_equal(a[4], b[4]) for a, b in zip(full, seek, strict=True))
+    equal = [f[:4] for f in full] == [f[:4] for f in seek] and all(
+        np.array_equal(a[4], b[4]) for a, b in zip(full, seek, strict=True)
+    )
     print(f"clip_sampling_full_decode_s: {t_full:.2f}")
     print(f"clip_sampling_seek_s: {t_seek:.2f}")
     print(f"clip_sampling_seek_vs_full_decode: {t_full / t_seek:.1f}")

@@ -46,9 +46,24 @@ def _status(store, stage: str, unit: str, key: str) -> None:
     from vsi_wild import __version__
 
     now = datetime.now(UTC)
-    store.write_status({"stage": stage, "unit": unit, "state": "done", "key": key, "fingerprint": key, "error": None,
-                        "error_class": None, "retryable": None, "attempts": 1, "started_at": now, "ended_at": now,
-                        "duration_s": 0.0, "host": "bench", "pipeline_version": __version__})
+    store.write_status(
+        {
+            "stage": stage,
+            "unit": unit,
+            "state": "done",
+            "key": key,
+            "fingerprint": key,
+            "error": None,
+            "error_class": None,
+            "retryable": None,
+            "attempts": 1,
+            "started_at": now,
+            "ended_at": now,
+            "duration_s": 0.0,
+            "host": "bench",
+            "pipeline_version": __version__,
+        }
+    )
 
 
 def _output(store, stage: str, unit: str, tables: dict) -> None:
@@ -58,8 +73,11 @@ def _output(store, stage: str, unit: str, tables: dict) -> None:
     ref = UnitRef(stage, unit, "bench")
     # the stage's other declared tables, which the app does not read, empty: a store the stage could
     # have written (tests/test_bench_verify.py checks it, so a new output the app reads is noticed)
-    declared = {a.name: a.schema.empty_table() for a in schema.ARTIFACTS[stage]
-                if a.schema is not None and not (a.optional or a.is_pattern)}
+    declared = {
+        a.name: a.schema.empty_table()
+        for a in schema.ARTIFACTS[stage]
+        if a.schema is not None and not (a.optional or a.is_pattern)
+    }
     tables = {**declared, **tables}
     with store.writer(ref) as w:
         for name, table in tables.items():
@@ -79,19 +97,44 @@ def build(root: Path, n_samples: int, n_instances: int, n_obs: int) -> None:
     store = Store(root)
     duration = n_samples * SAMPLE_STEP
     fps = 30.0
-    _output(store, "project", SID, {"views.parquet": schema.table(schema.VIEWS_TABLE, [{
-        "video_id": VID, "source_id": SID, "view": "front", "yaw_deg": 0.0, "pitch_deg": 0.0, "hfov_deg": 90.0,
-        "vfov_deg": 58.7, "width": W, "height": H, "fps": fps, "n_frames": int(duration * fps),
-        "duration_s": duration, "path": f"{VID}.mp4", "sha256": ""}])})
+    _output(
+        store,
+        "project",
+        SID,
+        {
+            "views.parquet": schema.table(
+                schema.VIEWS_TABLE,
+                [
+                    {
+                        "video_id": VID,
+                        "source_id": SID,
+                        "view": "front",
+                        "yaw_deg": 0.0,
+                        "pitch_deg": 0.0,
+                        "hfov_deg": 90.0,
+                        "vfov_deg": 58.7,
+                        "width": W,
+                        "height": H,
+                        "fps": fps,
+                        "n_frames": int(duration * fps),
+                        "duration_s": duration,
+                        "path": f"{VID}.mp4",
+                        "sha256": "",
+                    }
+                ],
+            )
+        },
+    )
     rng = np.random.default_rng(0)
     templates = []  # a few masks (boxes) the observations reuse: encoding 300,000 masks would dominate
     for _ in range(50):
         w, h = int(rng.integers(20, 120)), int(rng.integers(20, 120))
         x, y = int(rng.integers(0, W - w)), int(rng.integers(0, H - h))
         m = np.zeros((H, W), np.uint8, order="F")
-        m[y:y + h, x:x + w] = 1
-        templates.append(((float(x), float(y), float(x + w), float(y + h)), w * h,
-                          mask_utils.encode(m)["counts"].decode()))
+        m[y : y + h, x : x + w] = 1
+        templates.append(
+            ((float(x), float(y), float(x + w), float(y + h)), w * h, mask_utils.encode(m)["counts"].decode())
+        )
     per = n_obs // n_instances
     starts = np.linspace(0, n_samples - per, n_instances).astype(int)
     inst = np.repeat(np.arange(1, n_instances + 1), per)
@@ -103,55 +146,187 @@ def build(root: Path, n_samples: int, n_instances: int, n_obs: int) -> None:
     clip = (k * SAMPLE_STEP // CLIP_S).astype(int)
     times = k * SAMPLE_STEP
     n = len(k)
-    obs = {"video_id": [VID] * n, "instance_id": inst, "concept": concepts, "sample_index": k, "time": times,
-           "frame": np.round(times * fps).astype(int), "fps": np.full(n, fps), "x0": box[:, 0], "y0": box[:, 1],
-           "x1": box[:, 2], "y1": box[:, 3], "area": area, "origin": ["auto"] * n}
-    rows_inst = [{"video_id": VID, "concept": f"concept{(i - 1) % 20:02d}", "instance_id": i,
-                  "first_time": float(starts[i - 1] * SAMPLE_STEP), "last_time": float((starts[i - 1] + per - 1) * SAMPLE_STEP),
-                  "first_frame": 0, "last_frame": 0, "fps": fps, "n_observations": per,
-                  "spans": [{"start": float(starts[i - 1] * SAMPLE_STEP), "end": float((starts[i - 1] + per - 1) * SAMPLE_STEP)}],
-                  "x": None, "y": None, "z": None, "origin": "auto"} for i in range(1, n_instances + 1)]
+    obs = {
+        "video_id": [VID] * n,
+        "instance_id": inst,
+        "concept": concepts,
+        "sample_index": k,
+        "time": times,
+        "frame": np.round(times * fps).astype(int),
+        "fps": np.full(n, fps),
+        "x0": box[:, 0],
+        "y0": box[:, 1],
+        "x1": box[:, 2],
+        "y1": box[:, 3],
+        "area": area,
+        "origin": ["auto"] * n,
+    }
+    rows_inst = [
+        {
+            "video_id": VID,
+            "concept": f"concept{(i - 1) % 20:02d}",
+            "instance_id": i,
+            "first_time": float(starts[i - 1] * SAMPLE_STEP),
+            "last_time": float((starts[i - 1] + per - 1) * SAMPLE_STEP),
+            "first_frame": 0,
+            "last_frame": 0,
+            "fps": fps,
+            "n_observations": per,
+            "spans": [
+                {"start": float(starts[i - 1] * SAMPLE_STEP), "end": float((starts[i - 1] + per - 1) * SAMPLE_STEP)}
+            ],
+            "x": None,
+            "y": None,
+            "z": None,
+            "origin": "auto",
+        }
+        for i in range(1, n_instances + 1)
+    ]
     n_clips = math.ceil(duration / CLIP_S)
-    motion = [{"video_id": VID, "clip_index": c, "clip_start": c * CLIP_S, "clip_end": min((c + 1) * CLIP_S, duration),
-               "state": "ok", "pivot_time": c * CLIP_S + 10, "pivot_frame": 0, "fps": fps, "angle_deg": 0.0,
-               "speed": 1.0, "stability": 1.0, "views_consistent": True, "reason": "bench", "origin": "auto"}
-              for c in range(n_clips)]
+    motion = [
+        {
+            "video_id": VID,
+            "clip_index": c,
+            "clip_start": c * CLIP_S,
+            "clip_end": min((c + 1) * CLIP_S, duration),
+            "state": "ok",
+            "pivot_time": c * CLIP_S + 10,
+            "pivot_frame": 0,
+            "fps": fps,
+            "angle_deg": 0.0,
+            "speed": 1.0,
+            "stability": 1.0,
+            "views_consistent": True,
+            "reason": "bench",
+            "origin": "auto",
+        }
+        for c in range(n_clips)
+    ]
     ks = np.arange(n_samples)
-    samples = {"video_id": [VID] * n_samples, "sample_index": ks, "time": ks * SAMPLE_STEP,
-               "frame": np.round(ks * SAMPLE_STEP * fps).astype(int), "fps": np.full(n_samples, fps),
-               "clip_index": (ks * SAMPLE_STEP // CLIP_S).astype(int), "angle_deg": np.zeros(n_samples),
-               "speed": np.ones(n_samples), "stability": np.ones(n_samples), "moving": np.ones(n_samples, bool),
-               "candidate": np.zeros(n_samples, bool)}
-    _output(store, "metadata", VID, {
-        "instances.parquet": schema.table(schema.INSTANCES, rows_inst),
-        "observations.parquet": schema.table(schema.OBSERVATIONS, obs),
-        "motion.parquet": schema.table(schema.MOTION, motion),
-        "motion_samples.parquet": schema.table(schema.MOTION_SAMPLES, samples)})
-    _output(store, "reconcile", VID, {
-        "clips.parquet": schema.table(schema.CLIP_SPANS, [
-            {"video_id": VID, "clip_index": c, "start": c * CLIP_S, "end": min((c + 1) * CLIP_S, duration),
-             "first_sample": int(c * CLIP_S / SAMPLE_STEP), "n_samples": int(CLIP_S / SAMPLE_STEP)} for c in range(n_clips)]),
-        # pairs of look-alikes reconciliation compared (one per instance and its next of the concept),
-        # left apart, a third of them review items: the temporal page lists those
-        "merge_decisions.parquet": schema.table(schema.MERGE_DECISIONS, [
-            {"video_id": VID, "concept": f"concept{(i - 1) % 20:02d}", "clip_a": 0, "local_a": i, "clip_b": 0,
-             "local_b": i + 20, "decision": "apart", "review": i % 3 == 0, "log_odds": -0.4, "posterior": 0.4,
-             "llr_position": -1.2, "llr_appearance": None, "llr_continuity": None, "llr_prior": 0.8,
-             "answer_impact": 2, "reason": "position -1.2, look-alike prior +0.8: left apart", "boundary": False,
-             "box_iou": None, "appearance": 0.9, "distance": 0.3} for i in range(1, n_instances - 19)]),
-        "members.parquet": schema.table(schema.INSTANCE_MEMBERS, [
-            {"video_id": VID, "instance_id": r["instance_id"], "concept": r["concept"], "clip_index": 0,
-             "local_id": r["instance_id"], "first_time": r["first_time"], "last_time": r["last_time"]} for r in rows_inst])})
+    samples = {
+        "video_id": [VID] * n_samples,
+        "sample_index": ks,
+        "time": ks * SAMPLE_STEP,
+        "frame": np.round(ks * SAMPLE_STEP * fps).astype(int),
+        "fps": np.full(n_samples, fps),
+        "clip_index": (ks * SAMPLE_STEP // CLIP_S).astype(int),
+        "angle_deg": np.zeros(n_samples),
+        "speed": np.ones(n_samples),
+        "stability": np.ones(n_samples),
+        "moving": np.ones(n_samples, bool),
+        "candidate": np.zeros(n_samples, bool),
+    }
+    _output(
+        store,
+        "metadata",
+        VID,
+        {
+            "instances.parquet": schema.table(schema.INSTANCES, rows_inst),
+            "observations.parquet": schema.table(schema.OBSERVATIONS, obs),
+            "motion.parquet": schema.table(schema.MOTION, motion),
+            "motion_samples.parquet": schema.table(schema.MOTION_SAMPLES, samples),
+        },
+    )
+    _output(
+        store,
+        "reconcile",
+        VID,
+        {
+            "clips.parquet": schema.table(
+                schema.CLIP_SPANS,
+                [
+                    {
+                        "video_id": VID,
+                        "clip_index": c,
+                        "start": c * CLIP_S,
+                        "end": min((c + 1) * CLIP_S, duration),
+                        "first_sample": int(c * CLIP_S / SAMPLE_STEP),
+                        "n_samples": int(CLIP_S / SAMPLE_STEP),
+                    }
+                    for c in range(n_clips)
+                ],
+            ),
+            # pairs of look-alikes reconciliation compared (one per instance and its next of the concept),
+            # left apart, a third of them review items: the temporal page lists those
+            "merge_decisions.parquet": schema.table(
+                schema.MERGE_DECISIONS,
+                [
+                    {
+                        "video_id": VID,
+                        "concept": f"concept{(i - 1) % 20:02d}",
+                        "clip_a": 0,
+                        "local_a": i,
+                        "clip_b": 0,
+                        "local_b": i + 20,
+                        "decision": "apart",
+                        "review": i % 3 == 0,
+                        "log_odds": -0.4,
+                        "posterior": 0.4,
+                        "llr_position": -1.2,
+                        "llr_appearance": None,
+                        "llr_continuity": None,
+                        "llr_prior": 0.8,
+                        "answer_impact": 2,
+                        "reason": "position -1.2, look-alike prior +0.8: left apart",
+                        "boundary": False,
+                        "box_iou": None,
+                        "appearance": 0.9,
+                        "distance": 0.3,
+                    }
+                    for i in range(1, n_instances - 19)
+                ],
+            ),
+            "members.parquet": schema.table(
+                schema.INSTANCE_MEMBERS,
+                [
+                    {
+                        "video_id": VID,
+                        "instance_id": r["instance_id"],
+                        "concept": r["concept"],
+                        "clip_index": 0,
+                        "local_id": r["instance_id"],
+                        "first_time": r["first_time"],
+                        "last_time": r["last_time"],
+                    }
+                    for r in rows_inst
+                ],
+            ),
+        },
+    )
     rle = np.array([t[2] for t in templates], dtype=object)[tmpl]
     for c in range(n_clips):
         sel = clip == c
         m = int(sel.sum())
-        _output(store, "segment", ids.clip_id(VID, c), {"segments.parquet": schema.table(schema.CLIP_SEGMENTS, {
-            "video_id": [VID] * m, "clip_index": np.full(m, c), "sample_index": k[sel], "time": times[sel],
-            "frame": obs["frame"][sel], "fps": np.full(m, fps), "concept": concepts[sel], "local_id": inst[sel],
-            "x0": box[sel, 0], "y0": box[sel, 1], "x1": box[sel, 2], "y1": box[sel, 3], "area": area[sel],
-            "score": np.ones(m), "image_width": np.full(m, W), "image_height": np.full(m, H),
-            "mask_rle": pa.array(list(rle[sel]), pa.string()), "backend": ["bench"] * m})})
+        _output(
+            store,
+            "segment",
+            ids.clip_id(VID, c),
+            {
+                "segments.parquet": schema.table(
+                    schema.CLIP_SEGMENTS,
+                    {
+                        "video_id": [VID] * m,
+                        "clip_index": np.full(m, c),
+                        "sample_index": k[sel],
+                        "time": times[sel],
+                        "frame": obs["frame"][sel],
+                        "fps": np.full(m, fps),
+                        "concept": concepts[sel],
+                        "local_id": inst[sel],
+                        "x0": box[sel, 0],
+                        "y0": box[sel, 1],
+                        "x1": box[sel, 2],
+                        "y1": box[sel, 3],
+                        "area": area[sel],
+                        "score": np.ones(m),
+                        "image_width": np.full(m, W),
+                        "image_height": np.full(m, H),
+                        "mask_rle": pa.array(list(rle[sel]), pa.string()),
+                        "backend": ["bench"] * m,
+                    },
+                )
+            },
+        )
 
 
 def _app(root: Path):
@@ -249,12 +424,15 @@ def main() -> None:
     print(f"verify_masks_budget_ratio: {np.percentile(ms, 95) / budget:.3f}")
     import pyarrow.parquet as pq
 
-    one_clip = pq.ParquetFile(next((big / "artifacts" / "segment").glob("*@0001/bench/segments.parquet"))).metadata.num_rows
+    one_clip = pq.ParquetFile(
+        next((big / "artifacts" / "segment").glob("*@0001/bench/segments.parquet"))
+    ).metadata.num_rows
     print(f"verify_masks_rows_read_fraction: {one_clip / 300_000:.4f}")
     rss = {}
     for name, root, n in (("long", big, big_n), ("sample", small, small_n)):
-        out = subprocess.run([sys.executable, __file__, "--child", str(root), str(n)], capture_output=True, text=True,
-                             check=True)
+        out = subprocess.run(
+            [sys.executable, __file__, "--child", str(root), str(n)], capture_output=True, text=True, check=True
+        )
         rss[name] = int(out.stdout.split()[-1])
     print(f"verify_memory_ratio: {rss['long'] / rss['sample']:.3f}")
     try:

@@ -34,11 +34,24 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_reconcile as br  # noqa: E402  the bench folder goes on sys.path first
 
-FITTED = ("position_scale", "position_tail", "drift_per_distance", "prior_log_odds", "same_clip_log_odds",
-          "continuity_weight", "appearance_weight")
-BOUNDS = {"position_scale": (0.05, 50.0), "position_tail": (0.3, 200.0), "drift_per_distance": (0.0, 1.0),
-          "prior_log_odds": (-30.0, 30.0), "same_clip_log_odds": (-30.0, 0.0), "continuity_weight": (0.0, 50.0),
-          "appearance_weight": (0.0, 100.0)}
+FITTED = (
+    "position_scale",
+    "position_tail",
+    "drift_per_distance",
+    "prior_log_odds",
+    "same_clip_log_odds",
+    "continuity_weight",
+    "appearance_weight",
+)
+BOUNDS = {
+    "position_scale": (0.05, 50.0),
+    "position_tail": (0.3, 200.0),
+    "drift_per_distance": (0.0, 1.0),
+    "prior_log_odds": (-30.0, 30.0),
+    "same_clip_log_odds": (-30.0, 0.0),
+    "continuity_weight": (0.0, 50.0),
+    "appearance_weight": (0.0, 100.0),
+}
 
 
 THRESHOLDS = tuple(float(x) for x in np.geomspace(0.02, 4.0, 24))
@@ -69,12 +82,18 @@ def main() -> int:
     ap.add_argument("--noise", nargs="+", default=["none", "moderate"], choices=("none", "moderate", "severe"))
     ap.add_argument("--seeds", type=int, nargs="+", default=list(br.TRAINING_SEEDS))
     ap.add_argument("--root", type=Path, default=br.REPO / "build" / "bench_reconcile")
-    ap.add_argument("--v11", type=Path, required=True, help="a checkout of commit fcba453 (reconcile v11): its review "
-                    "items per view-minute set the budget")
+    ap.add_argument(
+        "--v11",
+        type=Path,
+        required=True,
+        help="a checkout of commit fcba453 (reconcile v11): its review items per view-minute set the budget",
+    )
     args = ap.parse_args()
     if not set(args.seeds) <= set(br.TRAINING_SEEDS):
-        raise SystemExit(f"fit on training seeds only ({br.TRAINING_SEEDS[0]}-{br.TRAINING_SEEDS[-1]}), "
-                         f"not {sorted(set(args.seeds) - set(br.TRAINING_SEEDS))}")
+        raise SystemExit(
+            f"fit on training seeds only ({br.TRAINING_SEEDS[0]}-{br.TRAINING_SEEDS[-1]}), "
+            f"not {sorted(set(args.seeds) - set(br.TRAINING_SEEDS))}"
+        )
 
     from scipy.optimize import minimize
 
@@ -130,10 +149,15 @@ def main() -> int:
         views_out.append((level, vi, result, by_key, rules, br.voo_sets(want[1], config.qa.voo_min_gap_s), want))
         if level == "none":
             minutes += float(vi.row["duration_s"]) / 60.0
-            old = [v11.ClipInstance(c.clip, c.local, c.concept, c.first_time, c.last_time, c.appearance, c.mean_area,
-                                    dict(c.samples)) for c in vi.instances()]
-            res = v11.reconcile(vi.video_id, old, vi.clips, v11.ReconcileParams(), poses,
-                                camera_height=config.pose.ground_height())
+            old = [
+                v11.ClipInstance(
+                    c.clip, c.local, c.concept, c.first_time, c.last_time, c.appearance, c.mean_area, dict(c.samples)
+                )
+                for c in vi.instances()
+            ]
+            res = v11.reconcile(
+                vi.video_id, old, vi.clips, v11.ReconcileParams(), poses, camera_height=config.pose.ground_height()
+            )
             v11_items += sum(d["decision"] == "review" for d in res.decisions)
     if minutes == 0:
         raise SystemExit("the review threshold is fitted at noise none: include it in --noise")
@@ -143,15 +167,19 @@ def main() -> int:
     for c in THRESHOLDS:
         tallies = {level: br.Tally() for level in args.noise}
         for level, vi, result, by_key, rules, sets, want in views_out:
-            decisions = [{**d, "review": min(d["posterior"], 1 - d["posterior"]) * d["answer_impact"] >= c}
-                         for d in result.decisions]
+            decisions = [
+                {**d, "review": min(d["posterior"], 1 - d["posterior"]) * d["answer_impact"] >= c}
+                for d in result.decisions
+            ]
             tallies[level].add(br.measure(result.members, decisions, vi, by_key, rules, sets, want))
         line = []
         for level, t in tallies.items():
             v = t.v
-            line.append(f"{level}: review items {v['review']:.0f}, silent false merges {v['silent_merges']:.0f}, "
-                        f"silent false splits {v['silent_splits']:.0f}, VOC auto {v['voc_auto'] / v['voc_total']:.4f} "
-                        f"reviewed {v['voc_reviewed'] / v['voc_total']:.4f}")
+            line.append(
+                f"{level}: review items {v['review']:.0f}, silent false merges {v['silent_merges']:.0f}, "
+                f"silent false splits {v['silent_splits']:.0f}, VOC auto {v['voc_auto'] / v['voc_total']:.4f} "
+                f"reviewed {v['voc_reviewed'] / v['voc_total']:.4f}"
+            )
         print(f"# review threshold {c:.3f}: " + "; ".join(line), flush=True)
         if chosen is None and tallies["none"].v["review"] / minutes <= budget:
             chosen = c

@@ -82,9 +82,18 @@ class Setting:
     text_names: int = 2048
 
 
-TINY = Setting(views=4, view_w=96, view_h=64, frames=4, sam3_frames=2, concepts=2,
-               yolo_architecture="yolov8s-worldv2.yaml", da3_architecture="da3-small", da3_process_res=112,
-               text_names=16)
+TINY = Setting(
+    views=4,
+    view_w=96,
+    view_h=64,
+    frames=4,
+    sam3_frames=2,
+    concepts=2,
+    yolo_architecture="yolov8s-worldv2.yaml",
+    da3_architecture="da3-small",
+    da3_process_res=112,
+    text_names=16,
+)
 
 
 @dataclass
@@ -187,8 +196,9 @@ def _rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def _weight(config, backend: tuple[str, str], key: str, build: Callable[[Path], None], tmp: Path,
-            name: str) -> tuple[str, str]:
+def _weight(
+    config, backend: tuple[str, str], key: str, build: Callable[[Path], None], tmp: Path, name: str
+) -> tuple[str, str]:
     """The configured weight's path when present and usable (the check `vsi-wild weights check`
     runs), else a random-weight file built by ``build`` under ``tmp``: (path, "real" | "random ...")."""
     from vsi_wild.stages.backends import base
@@ -215,8 +225,10 @@ def load_sections(path: Path) -> Any:
     from vsi_wild.stages.faces import FaceParams
 
     data = yaml.safe_load(Path(path).read_text()) or {}
-    return SimpleNamespace(models=ModelsParams.model_validate(data.get("models") or {}),
-                           faces=FaceParams.model_validate(data.get("faces") or {}))
+    return SimpleNamespace(
+        models=ModelsParams.model_validate(data.get("models") or {}),
+        faces=FaceParams.model_validate(data.get("faces") or {}),
+    )
 
 
 RANDOM = "random (speed and memory only)"
@@ -283,9 +295,13 @@ def compare_detections(ref: list, other: list) -> dict[str, float | None]:
     if n_ref + n_other == 0:
         return {"boxes_ref": 0, "boxes_other": 0, "kept_share": None, "mean_best_iou": None, "max_score_diff": None}
     share = min(kept_ref / n_ref if n_ref else 1.0, kept_other / n_other if n_other else 1.0)
-    return {"boxes_ref": n_ref, "boxes_other": n_other, "kept_share": share,
-            "mean_best_iou": float(np.mean(ious)) if ious else 0.0,
-            "max_score_diff": float(np.max(score_diff)) if score_diff else None}
+    return {
+        "boxes_ref": n_ref,
+        "boxes_other": n_other,
+        "kept_share": share,
+        "mean_best_iou": float(np.mean(ious)) if ious else 0.0,
+        "max_score_diff": float(np.max(score_diff)) if score_diff else None,
+    }
 
 
 def mask_iou(a: np.ndarray, b: np.ndarray) -> float:
@@ -297,6 +313,7 @@ def compare_segments(ref: list, other: list) -> dict[str, float | None]:
     """Records of two runs on the same clip: matched per (frame, concept) greedily by mask IoU
     (>= 0.5); the share matched (the lower of the two directions), the mean IoU of the matches,
     and how many records are identical (same ids, box, score and mask)."""
+
     def by_key(recs):
         out: dict[tuple[int, str], list] = {}
         for r in recs:
@@ -307,8 +324,9 @@ def compare_segments(ref: list, other: list) -> dict[str, float | None]:
     matched, ious = 0, []
     for key in set(ka) | set(kb):
         pa, pb = ka.get(key, []), kb.get(key, [])
-        pairs = sorted(((mask_iou(x.mask, y.mask), i, j) for i, x in enumerate(pa) for j, y in enumerate(pb)),
-                       reverse=True)
+        pairs = sorted(
+            ((mask_iou(x.mask, y.mask), i, j) for i, x in enumerate(pa) for j, y in enumerate(pb)), reverse=True
+        )
         used_a, used_b = set(), set()
         for iou, i, j in pairs:
             if iou < 0.5 or i in used_a or j in used_b:
@@ -317,17 +335,27 @@ def compare_segments(ref: list, other: list) -> dict[str, float | None]:
             used_b.add(j)
             matched += 1
             ious.append(iou)
-    identical = sum(1 for x, y in zip(ref, other, strict=False)  # the records in order, however many each path has
-                    if (x.frame_pos, x.concept, x.local_id, x.box, x.score) == (y.frame_pos, y.concept, y.local_id, y.box, y.score)
-                    and np.array_equal(x.mask, y.mask))
+    identical = sum(
+        1
+        for x, y in zip(ref, other, strict=False)  # the records in order, however many each path has
+        if (x.frame_pos, x.concept, x.local_id, x.box, x.score) == (y.frame_pos, y.concept, y.local_id, y.box, y.score)
+        and np.array_equal(x.mask, y.mask)
+    )
     if not ref and not other:
         return {"records_ref": 0, "records_other": 0, "matched_share": None, "mean_mask_iou": None, "identical": 0}
     share = min(matched / len(ref) if ref else 1.0, matched / len(other) if other else 1.0)
-    return {"records_ref": len(ref), "records_other": len(other), "matched_share": share,
-            "mean_mask_iou": float(np.mean(ious)) if ious else 0.0, "identical": identical}
+    return {
+        "records_ref": len(ref),
+        "records_other": len(other),
+        "matched_share": share,
+        "mean_mask_iou": float(np.mean(ious)) if ious else 0.0,
+        "identical": identical,
+    }
 
 
-def rotation_error_deg(ext_a: np.ndarray, ext_b: np.ndarray, valid: np.ndarray | None = None) -> dict[str, float | None]:
+def rotation_error_deg(
+    ext_a: np.ndarray, ext_b: np.ndarray, valid: np.ndarray | None = None
+) -> dict[str, float | None]:
     """Camera orientations of the same frames from two runs (world = each run's first camera):
     the angle of R_a R_b^T per frame, its mean and largest (degrees)."""
     ra, rb = np.asarray(ext_a)[:, :3, :3], np.asarray(ext_b)[:, :3, :3]
@@ -347,8 +375,9 @@ def check_text(ctx: Context) -> list[Result]:
     from vsi_wild.stages.backends.base import create
 
     rw = _random_weights()
-    path, kind = _weight(ctx.config, ("text_embedder", "open_clip"), "models.open_clip_weights", rw.clip_state_dict,
-                         ctx.tmp, "clip.pt")
+    path, kind = _weight(
+        ctx.config, ("text_embedder", "open_clip"), "models.open_clip_weights", rw.clip_state_dict, ctx.tmp, "clip.pt"
+    )
     emb = create("text_embedder", "open_clip", device=ctx.device, open_clip_weights=path)
     names = [f"object number {k}" for k in range(ctx.s.text_names)]
     emb.embed(names[:8])  # warm-up
@@ -367,8 +396,14 @@ def check_detect(ctx: Context) -> list[Result]:
     s, rw = ctx.s, _random_weights()
     detector = ("open_vocab_detector", "yolo_world")
     clip, _ = _weight(ctx.config, detector, "models.open_clip_weights", rw.clip_state_dict, ctx.tmp, "clip.pt")
-    yolo, kind = _weight(ctx.config, detector, "models.yolo_world_weights",
-                         lambda p: rw.yolo_world(p, s.yolo_architecture), ctx.tmp, "yolo_world.pt")
+    yolo, kind = _weight(
+        ctx.config,
+        detector,
+        "models.yolo_world_weights",
+        lambda p: rw.yolo_world(p, s.yolo_architecture),
+        ctx.tmp,
+        "yolo_world.pt",
+    )
     opts = _models_overrides(ctx.config, "yolo_world_")
     batch_size = opts.get("yolo_world_batch_size", 16)
     # frames of the 4 views interleaved, as a source's 2 FPS frames come
@@ -378,27 +413,66 @@ def check_detect(ctx: Context) -> list[Result]:
     out: list[Result] = []
     runs: dict[bool, list] = {}
     for half in (True, False):
-        det = create("open_vocab_detector", "yolo_world", device=ctx.device, yolo_world_weights=yolo,
-                     open_clip_weights=clip, **{**opts, "yolo_world_half": half})
+        det = create(
+            "open_vocab_detector",
+            "yolo_world",
+            device=ctx.device,
+            yolo_world_weights=yolo,
+            open_clip_weights=clip,
+            **{**opts, "yolo_world_half": half},
+        )
         det.detect(_batch(frames[:2]), concepts)  # warm-up (model load, cudnn autotune)
         dt, peak, dets = ctx.meter(lambda det=det: det.detect(_batch(frames), concepts))  # called here
         runs[half] = dets
-        r = Result("detect", "yolo_world", kind, ctx.device, f"{'fp16' if half else 'fp32'}, batch {batch_size}",
-                   len(frames), dt, peak_gpu_mib=peak, production=half == opts.get("yolo_world_half", False))
+        r = Result(
+            "detect",
+            "yolo_world",
+            kind,
+            ctx.device,
+            f"{'fp16' if half else 'fp32'}, batch {batch_size}",
+            len(frames),
+            dt,
+            peak_gpu_mib=peak,
+            production=half == opts.get("yolo_world_half", False),
+        )
         out.append(_rate(r, s, 2.0))
         if half and ctx.budget.allows(4 * dt):
-            single = create("open_vocab_detector", "yolo_world", device=ctx.device, yolo_world_weights=yolo,
-                            open_clip_weights=clip, **{**opts, "yolo_world_half": half, "yolo_world_batch_size": 1})
+            single = create(
+                "open_vocab_detector",
+                "yolo_world",
+                device=ctx.device,
+                yolo_world_weights=yolo,
+                open_clip_weights=clip,
+                **{**opts, "yolo_world_half": half, "yolo_world_batch_size": 1},
+            )
             few = frames[: max(2, len(frames) // 4)]
-            dt1, peak1, _ = ctx.meter(lambda single=single, few=few: single.detect(_batch(few), concepts))  # called here
-            r1 = Result("detect", "yolo_world", kind, ctx.device, "fp16, batch 1", len(few), dt1,
-                        peak_gpu_mib=peak1, production=False)
+            dt1, peak1, _ = ctx.meter(
+                lambda single=single, few=few: single.detect(_batch(few), concepts)
+            )  # called here
+            r1 = Result(
+                "detect",
+                "yolo_world",
+                kind,
+                ctx.device,
+                "fp16, batch 1",
+                len(few),
+                dt1,
+                peak_gpu_mib=peak1,
+                production=False,
+            )
             out.append(_rate(r1, s, 2.0))
     m = compare_detections(runs[False], runs[True])
     ok = None if m["kept_share"] is None or ctx.device == "cpu" else m["kept_share"] >= BOX_KEPT_MIN
-    ctx.comparisons.append(Comparison("detect", "fp16 vs fp32 (same frames, batch)", m,
-                                      f"share of boxes with a same-label partner at IoU >= {BOX_IOU_MIN} "
-                                      f">= {BOX_KEPT_MIN}", ok, UNMEASURED_CPU if ctx.device == "cpu" else ""))
+    ctx.comparisons.append(
+        Comparison(
+            "detect",
+            "fp16 vs fp32 (same frames, batch)",
+            m,
+            f"share of boxes with a same-label partner at IoU >= {BOX_IOU_MIN} >= {BOX_KEPT_MIN}",
+            ok,
+            UNMEASURED_CPU if ctx.device == "cpu" else "",
+        )
+    )
     return out
 
 
@@ -451,8 +525,14 @@ def check_segment(ctx: Context) -> list[Result]:
     if ctx.sam3_checkpoint:
         path, kind = ctx.sam3_checkpoint, RANDOM + ", given"
     else:
-        path, kind = _weight(ctx.config, ("segmenter", "sam3"), "models.sam3_checkpoint",
-                             _random_weights().sam3_checkpoint, ctx.tmp, "sam3.pt")
+        path, kind = _weight(
+            ctx.config,
+            ("segmenter", "sam3"),
+            "models.sam3_checkpoint",
+            _random_weights().sam3_checkpoint,
+            ctx.tmp,
+            "sam3.pt",
+        )
     opts = _models_overrides(ctx.config, "sam3_")
     frames = _frames(s.sam3_frames, s)
     batch = _batch(frames)
@@ -468,8 +548,10 @@ def check_segment(ctx: Context) -> list[Result]:
         probe = make(sam3_score_threshold=1.0, sam3_new_det_threshold=1.0, sam3_shared_backbone=True)
         thr = _sam3_thresholds(probe, _batch(frames[:2]), concepts)
         opts.update(sam3_score_threshold=thr, sam3_new_det_threshold=thr)
-        notes.append(f"random weights: thresholds set to {thr:.6f} from the detector's own scores (a few "
-                     "detections per frame); the tracking cost of real scenes is not in this figure")
+        notes.append(
+            f"random weights: thresholds set to {thr:.6f} from the detector's own scores (a few "
+            "detections per frame); the tracking cost of real scenes is not in this figure"
+        )
     else:
         make().segment(_batch(frames[:2]), concepts[:1])  # warm-up
 
@@ -492,28 +574,54 @@ def check_segment(ctx: Context) -> list[Result]:
         finally:
             del encoder.forward_image
         records[variant] = recs
-        r = Result("segment", "sam3", kind, ctx.device, variant, len(frames), dt, peak_gpu_mib=peak,
-                   production=shared == opts.get("sam3_shared_backbone", True))
-        r.extra.update(concepts=len(concepts), encoder_calls=len(calls), distinct_frames_encoded=len(set(calls)),
-                       encoder_calls_per_frame=len(calls) / len(frames), records=len(recs),
-                       precision="fp32" if ctx.device == "cpu" else opts.get("sam3_precision", "bf16"))
+        r = Result(
+            "segment",
+            "sam3",
+            kind,
+            ctx.device,
+            variant,
+            len(frames),
+            dt,
+            peak_gpu_mib=peak,
+            production=shared == opts.get("sam3_shared_backbone", True),
+        )
+        r.extra.update(
+            concepts=len(concepts),
+            encoder_calls=len(calls),
+            distinct_frames_encoded=len(set(calls)),
+            encoder_calls_per_frame=len(calls) / len(frames),
+            records=len(recs),
+            precision="fp32" if ctx.device == "cpu" else opts.get("sam3_precision", "bf16"),
+        )
         if shared and seg.last_shared is not None:
             r.extra["frames_held_at_most"] = seg.last_shared.peak_frames
-        r.notes.append(f"one clip of {len(frames)} frames, {len(concepts)} concepts, {len(recs)} masks; "
-                       f"image encoder {len(calls) / len(frames):.2f} x per frame")
+        r.notes.append(
+            f"one clip of {len(frames)} frames, {len(concepts)} concepts, {len(recs)} masks; "
+            f"image encoder {len(calls) / len(frames):.2f} x per frame"
+        )
         r.notes += notes
         results.append(_rate(r, s, 2.0))
     old, new = records["per-concept (old)"], records["shared encoder (new)"]
     m = compare_segments(old, new)
     ok = len(old) == len(new) == m["identical"]
-    ctx.comparisons.append(Comparison("segment", "shared encoder vs per-concept (same precision)", m,
-                                      "identical records (same arithmetic)", ok if old or new else None))
+    ctx.comparisons.append(
+        Comparison(
+            "segment",
+            "shared encoder vs per-concept (same precision)",
+            m,
+            "identical records (same arithmetic)",
+            ok if old or new else None,
+        )
+    )
     model = segment_cost_model(results[0].seconds, results[1].seconds, len(frames), len(concepts))
     if model:
         for r, shared in zip(results, (False, True), strict=True):
             c = PLANNED_CONCEPTS
-            per_frame = c * (model["encoder_s_per_frame"] + model["per_concept_s_per_frame"]) if not shared else \
-                model["encoder_s_per_frame"] + c * model["per_concept_s_per_frame"]
+            per_frame = (
+                c * (model["encoder_s_per_frame"] + model["per_concept_s_per_frame"])
+                if not shared
+                else model["encoder_s_per_frame"] + c * model["per_concept_s_per_frame"]
+            )
             r.extra["cost_model"] = model
             if per_frame > 0:
                 r.extra[f"video_hours_per_gpu_hour_at_{c}_concepts"] = 1.0 / (per_frame * s.views * 2.0)
@@ -521,18 +629,45 @@ def check_segment(ctx: Context) -> list[Result]:
     if ctx.device != "cpu" and ctx.budget.allows(1.5 * results[1].seconds + 30):
         seg32 = make(sam3_shared_backbone=True, sam3_precision="fp32")
         dt, peak, recs32 = ctx.meter(lambda: seg32.segment(batch, concepts))
-        r = Result("segment", "sam3", kind, ctx.device, "shared encoder, fp32", len(frames), dt, peak_gpu_mib=peak,
-                   production=False)
+        r = Result(
+            "segment",
+            "sam3",
+            kind,
+            ctx.device,
+            "shared encoder, fp32",
+            len(frames),
+            dt,
+            peak_gpu_mib=peak,
+            production=False,
+        )
         results.append(_rate(r, s, 2.0))
         m = compare_segments(recs32, new)
-        ok = None if m["matched_share"] is None else (m["matched_share"] >= MASK_MATCHED_MIN
-                                                      and m["mean_mask_iou"] >= MASK_IOU_MIN)
-        ctx.comparisons.append(Comparison("segment", "bf16 vs fp32 (shared encoder)", m, tolerance, ok,
-                                          "random weights: scores ~1e-4 apart, so precision flips which pass"
-                                          if kind != "real" else ""))
+        ok = (
+            None
+            if m["matched_share"] is None
+            else (m["matched_share"] >= MASK_MATCHED_MIN and m["mean_mask_iou"] >= MASK_IOU_MIN)
+        )
+        ctx.comparisons.append(
+            Comparison(
+                "segment",
+                "bf16 vs fp32 (shared encoder)",
+                m,
+                tolerance,
+                ok,
+                "random weights: scores ~1e-4 apart, so precision flips which pass" if kind != "real" else "",
+            )
+        )
     else:
-        ctx.comparisons.append(Comparison("segment", "bf16 vs fp32 (shared encoder)", {}, tolerance, None,
-                                          UNMEASURED_CPU if ctx.device == "cpu" else "skipped: out of --budget-s"))
+        ctx.comparisons.append(
+            Comparison(
+                "segment",
+                "bf16 vs fp32 (shared encoder)",
+                {},
+                tolerance,
+                None,
+                UNMEASURED_CPU if ctx.device == "cpu" else "skipped: out of --budget-s",
+            )
+        )
     return results
 
 
@@ -542,8 +677,14 @@ def check_pose(ctx: Context) -> list[Result]:
     from vsi_wild.stages.backends.base import create
 
     s, rw = ctx.s, _random_weights()
-    path, kind = _weight(ctx.config, ("pose_estimator", "da3"), "models.da3_model_dir",
-                         lambda p: rw.da3_folder(p, s.da3_architecture), ctx.tmp, "da3")
+    path, kind = _weight(
+        ctx.config,
+        ("pose_estimator", "da3"),
+        "models.da3_model_dir",
+        lambda p: rw.da3_folder(p, s.da3_architecture),
+        ctx.tmp,
+        "da3",
+    )
     opts = _models_overrides(ctx.config, "da3_")
     if s.da3_process_res:
         opts["da3_process_res"] = s.da3_process_res
@@ -555,34 +696,78 @@ def check_pose(ctx: Context) -> list[Result]:
     est.estimate(_batch(views[0].images[:2]))  # warm-up
     out = []
     dt, peak, alone = ctx.meter(lambda: [est.estimate(b) for b in views])
-    note = (f"window {opts['da3_window']}, overlap {opts['da3_overlap']}, process_res "
-            f"{opts.get('da3_process_res', 'config')}, {s.views} views")
+    note = (
+        f"window {opts['da3_window']}, overlap {opts['da3_overlap']}, process_res "
+        f"{opts.get('da3_process_res', 'config')}, {s.views} views"
+    )
     precision = "fp32" if ctx.device == "cpu" else opts.get("da3_precision", "bf16")
-    r = Result("pose", "da3", kind, ctx.device, f"{precision}, views one at a time", n, dt, peak_gpu_mib=peak,
-               notes=[note])
+    r = Result(
+        "pose", "da3", kind, ctx.device, f"{precision}, views one at a time", n, dt, peak_gpu_mib=peak, notes=[note]
+    )
     out.append(_rate(r, s, 2.0))
     dt, peak, together = ctx.meter(lambda: est.estimate_many(views))
-    r = Result("pose", "da3", kind, ctx.device, f"{precision}, views batched", n, dt, peak_gpu_mib=peak,
-               production=False, notes=[note, "DA3PoseEstimator.estimate_many: the pose stage does not call it yet"])
+    r = Result(
+        "pose",
+        "da3",
+        kind,
+        ctx.device,
+        f"{precision}, views batched",
+        n,
+        dt,
+        peak_gpu_mib=peak,
+        production=False,
+        notes=[note, "DA3PoseEstimator.estimate_many: the pose stage does not call it yet"],
+    )
     out.append(_rate(r, s, 2.0))
-    worst = _worst_rotation([rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid)
-                             for a, b in zip(alone, together, strict=True)])
-    ctx.comparisons.append(Comparison("pose", "views batched vs one at a time", worst,
-                                      f"largest orientation difference <= {POSE_DEG_MAX} deg",
-                                      None if worst["max_deg"] is None else worst["max_deg"] <= POSE_DEG_MAX))
+    worst = _worst_rotation(
+        [
+            rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid)
+            for a, b in zip(alone, together, strict=True)
+        ]
+    )
+    ctx.comparisons.append(
+        Comparison(
+            "pose",
+            "views batched vs one at a time",
+            worst,
+            f"largest orientation difference <= {POSE_DEG_MAX} deg",
+            None if worst["max_deg"] is None else worst["max_deg"] <= POSE_DEG_MAX,
+        )
+    )
     if ctx.budget.allows(2 * dt + 10):
-        est32 = create("pose_estimator", "da3", device=ctx.device, da3_model_dir=path, **{**opts, "da3_precision": "fp32"})
+        est32 = create(
+            "pose_estimator", "da3", device=ctx.device, da3_model_dir=path, **{**opts, "da3_precision": "fp32"}
+        )
         dt32, peak32, ref = ctx.meter(lambda: est32.estimate_many(views))
-        r = Result("pose", "da3", kind, ctx.device, "fp32 reference, views batched", n, dt32, peak_gpu_mib=peak32,
-                   production=False, notes=[note])
+        r = Result(
+            "pose",
+            "da3",
+            kind,
+            ctx.device,
+            "fp32 reference, views batched",
+            n,
+            dt32,
+            peak_gpu_mib=peak32,
+            production=False,
+            notes=[note],
+        )
         out.append(_rate(r, s, 2.0))
-        worst = _worst_rotation([rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid)
-                                 for a, b in zip(ref, together, strict=True)])
-        ctx.comparisons.append(Comparison("pose", f"{precision} vs fp32", worst,
-                                          f"largest orientation difference <= {POSE_DEG_MAX} deg",
-                                          None if worst["max_deg"] is None or ctx.device == "cpu"
-                                          else worst["max_deg"] <= POSE_DEG_MAX,
-                                          UNMEASURED_CPU if ctx.device == "cpu" else ""))
+        worst = _worst_rotation(
+            [
+                rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid)
+                for a, b in zip(ref, together, strict=True)
+            ]
+        )
+        ctx.comparisons.append(
+            Comparison(
+                "pose",
+                f"{precision} vs fp32",
+                worst,
+                f"largest orientation difference <= {POSE_DEG_MAX} deg",
+                None if worst["max_deg"] is None or ctx.device == "cpu" else worst["max_deg"] <= POSE_DEG_MAX,
+                UNMEASURED_CPU if ctx.device == "cpu" else "",
+            )
+        )
     return out
 
 
@@ -591,8 +776,11 @@ def _worst_rotation(parts: list[dict]) -> dict[str, float | None]:
     if not seen:
         return {"frames": 0, "mean_deg": None, "max_deg": None}
     frames = sum(p["frames"] for p in seen)
-    return {"frames": frames, "mean_deg": sum(p["mean_deg"] * p["frames"] for p in seen) / frames,
-            "max_deg": max(p["max_deg"] for p in seen)}
+    return {
+        "frames": frames,
+        "mean_deg": sum(p["mean_deg"] * p["frames"] for p in seen) / frames,
+        "max_deg": max(p["max_deg"] for p in seen),
+    }
 
 
 def check_faces(ctx: Context) -> list[Result]:
@@ -600,8 +788,9 @@ def check_faces(ctx: Context) -> list[Result]:
 
     scrfd_signature_model = _random_weights().scrfd_signature_model  # an ONNX graph with SCRFD's interface
     s = ctx.s
-    path, kind = _weight(ctx.config, ("face_detector", "scrfd"), "faces.scrfd_weights", scrfd_signature_model, ctx.tmp,
-                         "scrfd.onnx")
+    path, kind = _weight(
+        ctx.config, ("face_detector", "scrfd"), "faces.scrfd_weights", scrfd_signature_model, ctx.tmp, "scrfd.onnx"
+    )
     providers = ["CUDAExecutionProvider", "CPUExecutionProvider"] if ctx.device == "cuda" else ["CPUExecutionProvider"]
     faces = ctx.config.faces.model_copy(update={"backend": "scrfd", "scrfd_weights": path, "onnx_providers": providers})
     det = make_detector(faces)
@@ -625,8 +814,13 @@ def _onnx_providers(det: Any) -> list[str]:
     return []
 
 
-CHECKS = {"detect": check_detect, "segment": check_segment, "pose": check_pose, "faces": check_faces,
-          "text": check_text}
+CHECKS = {
+    "detect": check_detect,
+    "segment": check_segment,
+    "pose": check_pose,
+    "faces": check_faces,
+    "text": check_text,
+}
 GPU_SIDE = ("detect", "segment", "pose")  # the DAG's GPU stages (faces run on the CPU)
 
 
@@ -662,7 +856,7 @@ def _line(r: Result) -> str:
     gpu = "-" if r.peak_gpu_mib is None else f"{r.peak_gpu_mib:,.0f} MiB"
     name = f"{r.stage} {r.variant}".strip()
     mark = "*" if r.production else " "
-    return (f"{mark} {name:38s} {r.fps:9.2f} fps  peak GPU {gpu:>11s}  video h / GPU h {hours:>7s}  [{r.weights}]")
+    return f"{mark} {name:38s} {r.fps:9.2f} fps  peak GPU {gpu:>11s}  video h / GPU h {hours:>7s}  [{r.weights}]"
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
@@ -672,10 +866,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--stages", default=",".join(STAGES))
     ap.add_argument("--cpu", action="store_true", help="run on CPU (the test suite's reduced form)")
     ap.add_argument("--tiny", action="store_true", help="small frames and architectures, few frames")
-    ap.add_argument("--budget-s", type=float, default=420.0,
-                    help="time for the whole run: comparison runs that would not fit are skipped (default 7 min)")
-    ap.add_argument("--sam3-checkpoint", default=None,
-                    help="a random-weight SAM3 file made before (tests/random_weights.py), instead of building one")
+    ap.add_argument(
+        "--budget-s",
+        type=float,
+        default=420.0,
+        help="time for the whole run: comparison runs that would not fit are skipped (default 7 min)",
+    )
+    ap.add_argument(
+        "--sam3-checkpoint",
+        default=None,
+        help="a random-weight SAM3 file made before (tests/random_weights.py), instead of building one",
+    )
     args = ap.parse_args(argv)
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("YOLO_OFFLINE", "1")
@@ -695,8 +896,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     comparisons: list[Comparison] = []
     print("* = the way the pipeline runs the stage; the other rows are references and context", flush=True)
     with tempfile.TemporaryDirectory(prefix="vsi-gpu-check-") as tmp:
-        ctx = Context(config, s, device, Path(tmp), Meter(device), Budget(args.budget_s), args.sam3_checkpoint,
-                      comparisons)
+        ctx = Context(
+            config, s, device, Path(tmp), Meter(device), Budget(args.budget_s), args.sam3_checkpoint, comparisons
+        )
         for stage in [x.strip() for x in args.stages.split(",") if x.strip()]:
             t_stage = time.monotonic()
             try:
@@ -717,15 +919,24 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                     print(f"{'':12s}{note}")
             if stage == "segment":
                 for r in rs[:2]:
-                    print(f"segment_encoder_calls_per_frame: {r.extra['encoder_calls_per_frame']:.2f}  ({r.variant}, "
-                          f"{r.extra['concepts']} concepts, {r.frames} frames)", flush=True)
+                    print(
+                        f"segment_encoder_calls_per_frame: {r.extra['encoder_calls_per_frame']:.2f}  ({r.variant}, "
+                        f"{r.extra['concepts']} concepts, {r.frames} frames)",
+                        flush=True,
+                    )
             print(f"{'':12s}({stage}: {time.monotonic() - t_stage:.0f} s)", flush=True)
     for c in comparisons:
-        verdict = {True: "holds", False: "DOES NOT HOLD",
-                   None: "UNMEASURED" if c.note.startswith("unmeasured") else "nothing to compare"}[c.ok]
+        verdict = {
+            True: "holds",
+            False: "DOES NOT HOLD",
+            None: "UNMEASURED" if c.note.startswith("unmeasured") else "nothing to compare",
+        }[c.ok]
         shown = ", ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in c.measures.items())
-        print(f"check {c.stage}: {c.what}: {verdict} ({shown}; tolerance: {c.tolerance})"
-              + (f" [{c.note}]" if c.note else ""), flush=True)
+        print(
+            f"check {c.stage}: {c.what}: {verdict} ({shown}; tolerance: {c.tolerance})"
+            + (f" [{c.note}]" if c.note else ""),
+            flush=True,
+        )
     ways = {name: overall(results, way) for name, way in WAYS.items()}
     new, old = ways["production"], ways["before"]
     report = {
@@ -744,19 +955,28 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     seg_new = [r for r in results if r.stage == "segment" and r.production]
     at_c = seg_new[0].extra.get(f"video_hours_per_gpu_hour_at_{PLANNED_CONCEPTS}_concepts") if seg_new else None
     if at_c:
-        others = [r.video_hours_per_gpu_hour for r in results if r.stage in ("detect", "pose") and r.production
-                  and r.video_hours_per_gpu_hour]
-        report[f"overall_video_hours_per_gpu_hour_at_{PLANNED_CONCEPTS}_concepts"] = \
-            1.0 / (1.0 / at_c + sum(1.0 / x for x in others))
-    random_note = (" (random weights in some stages: speed and memory only)"
-                   if any(r.weights != "real" for r in results) else "")
+        others = [
+            r.video_hours_per_gpu_hour
+            for r in results
+            if r.stage in ("detect", "pose") and r.production and r.video_hours_per_gpu_hour
+        ]
+        report[f"overall_video_hours_per_gpu_hour_at_{PLANNED_CONCEPTS}_concepts"] = 1.0 / (
+            1.0 / at_c + sum(1.0 / x for x in others)
+        )
+    random_note = (
+        " (random weights in some stages: speed and memory only)" if any(r.weights != "real" for r in results) else ""
+    )
     fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
-    print(f"overall: {fmt(new)} hours of 360° video per GPU-hour (detect, segment, pose as the pipeline runs them); "
-          f"before issue 33 (detect fp32, segment per concept): {fmt(old)}; with the views' DA3 windows batched: "
-          f"{fmt(ways['pose_batched'])}; with YOLO-World in fp16: {fmt(ways['detect_fp16'])}{random_note}")
+    print(
+        f"overall: {fmt(new)} hours of 360° video per GPU-hour (detect, segment, pose as the pipeline runs them); "
+        f"before issue 33 (detect fp32, segment per concept): {fmt(old)}; with the views' DA3 windows batched: "
+        f"{fmt(ways['pose_batched'])}; with YOLO-World in fp16: {fmt(ways['detect_fp16'])}{random_note}"
+    )
     if f"overall_video_hours_per_gpu_hour_at_{PLANNED_CONCEPTS}_concepts" in report:
-        print(f"overall at {PLANNED_CONCEPTS} concepts per view (segment by its two-point cost model): "
-              f"{fmt(report[f'overall_video_hours_per_gpu_hour_at_{PLANNED_CONCEPTS}_concepts'])}")
+        print(
+            f"overall at {PLANNED_CONCEPTS} concepts per view (segment by its two-point cost model): "
+            f"{fmt(report[f'overall_video_hours_per_gpu_hour_at_{PLANNED_CONCEPTS}_concepts'])}"
+        )
     for what in report["unmeasured"]:
         print(f"unmeasured: {what}")
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
@@ -770,12 +990,16 @@ def unmeasured(device: str, results: list[Result]) -> list[str]:
     into its figures."""
     out = []
     if device == "cpu":
-        out += ["every GPU figure: the fps, memory and hours of video per GPU-hour here are the CPU's on "
-                "reduced inputs (they show the script runs, nothing about a GPU)",
-                "fp16 / bf16 against fp32 (detect, segment, pose): the CPU runs every model in fp32"]
+        out += [
+            "every GPU figure: the fps, memory and hours of video per GPU-hour here are the CPU's on "
+            "reduced inputs (they show the script runs, nothing about a GPU)",
+            "fp16 / bf16 against fp32 (detect, segment, pose): the CPU runs every model in fp32",
+        ]
     if any(r.weights != "real" for r in results):
-        out.append("outputs with real weights (random weights: speed and memory only; a real scene's "
-                   "objects add tracking cost to segment)")
+        out.append(
+            "outputs with real weights (random weights: speed and memory only; a real scene's "
+            "objects add tracking cost to segment)"
+        )
     return out
 
 

@@ -67,8 +67,9 @@ def errors(vi: ViewInputs, camera_height: float) -> list[dict]:
     instances = vi.instances()
     rc.mark_occluded_bottoms(ci.samples for ci in instances)
     basis = loc.ground_basis(track)
-    loc.locate_instances(instances, track, basis, camera_height, params.min_ray_spread_deg, params.pixel_error,
-                         params.level_views)
+    loc.locate_instances(
+        instances, track, basis, camera_height, params.min_ray_spread_deg, params.pixel_error, params.level_views
+    )
     est = np.array([basis @ c for c in track.C])
     tru = vi.truth_track.C[:, :2]  # the truth's camera at each of the track's samples (z up)
     valid = track.valid_rows()
@@ -89,8 +90,16 @@ def errors(vi: ViewInputs, camera_height: float) -> list[dict]:
         side = [o.cut_at_side() for o in ci.samples.values()]
         bottom = [o.cut_at_bottom() for o in ci.samples.values()]
         in_part = all(a or b for a, b in zip(side, bottom, strict=True))
-        out.append({"error": err, "sigma": float(np.sqrt(np.trace(ci.where.cov) / 2.0)), "range": ci.where.range,
-                    "in_part": in_part, "at_side": all(side), "whole": not any(side) and not any(bottom)})
+        out.append(
+            {
+                "error": err,
+                "sigma": float(np.sqrt(np.trace(ci.where.cov) / 2.0)),
+                "range": ci.where.range,
+                "in_part": in_part,
+                "at_side": all(side),
+                "whole": not any(side) and not any(bottom),
+            }
+        )
     return out
 
 
@@ -114,9 +123,13 @@ def main() -> int:
         for vi in views:
             rows += errors(vi, config.pose.ground_height())
     medians = {}
-    for group, keep in (("in_part", lambda r: r["in_part"]), ("in_part_at_side", lambda r: r["at_side"]),
-                        ("in_part_at_bottom", lambda r: r["in_part"] and not r["at_side"]),
-                        ("never_cut", lambda r: r["whole"]), ("all", lambda r: True)):
+    for group, keep in (
+        ("in_part", lambda r: r["in_part"]),
+        ("in_part_at_side", lambda r: r["at_side"]),
+        ("in_part_at_bottom", lambda r: r["in_part"] and not r["at_side"]),
+        ("never_cut", lambda r: r["whole"]),
+        ("all", lambda r: True),
+    ):
         sel = [r for r in rows if keep(r) and r["sigma"] > 0]
         print(f"location_instances_{group}: {len(sel)}")
         if not sel:

@@ -90,8 +90,10 @@ def main() -> None:
         for k in range(len(step)):
             if abs(step[k] - step_true[k]) > a.tol or turn_err[k] > 10 * a.tol:
                 vs = " ".join(f"{v[0]}{np.linalg.norm(tr[1][k + 1] - tr[1][k]):.2f}" for v, tr in per_view.items())
-                print(f"  k{k}: step {step[k]:.2f} true {step_true[k]:.2f}  turn {np.diff(yaw)[k]:+.1f} true "
-                      f"{np.diff(yaw_true)[k]:+.1f}  views {vs}  pos err {pos_err[k + 1]:.2f}")
+                print(
+                    f"  k{k}: step {step[k]:.2f} true {step_true[k]:.2f}  turn {np.diff(yaw)[k]:+.1f} true "
+                    f"{np.diff(yaw_true)[k]:+.1f}  views {vs}  pos err {pos_err[k + 1]:.2f}"
+                )
 
 
 if __name__ == "__main__":

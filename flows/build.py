@@ -51,7 +51,9 @@ class RunRequest(BaseModel):
 class PipelineFailed(RuntimeError):
     def __init__(self, summary: dict[str, Any]):
         failed = summary["failed"]
-        super().__init__(f"{len(failed)} unit(s) failed: " + "; ".join(f"{f['stage']}:{f['unit']}: {f['error']}" for f in failed[:5]))
+        super().__init__(
+            f"{len(failed)} unit(s) failed: " + "; ".join(f"{f['stage']}:{f['unit']}: {f['error']}" for f in failed[:5])
+        )
         self.summary = summary
 
 
@@ -69,7 +71,9 @@ def _worker_context(spec_json: str) -> tuple[Config, Store]:
 
 
 @task(name="run-unit", task_run_name="{stage_name}:{unit}")
-def run_unit(spec_json: str, stage_name: str, unit: str, key: str, inputs: dict[str, dict[str, tuple[str, str, str]]]) -> dict[str, Any]:
+def run_unit(
+    spec_json: str, stage_name: str, unit: str, key: str, inputs: dict[str, dict[str, tuple[str, str, str]]]
+) -> dict[str, Any]:
     config, store = _worker_context(spec_json)
     refs = {name: {u: UnitRef(*r) for u, r in units.items()} for name, units in inputs.items()}
     outcome = engine.execute(registry.stage(stage_name), Prepared(stage_name, unit, key, refs), config, store)
@@ -87,11 +91,14 @@ def task_runner(config: Config) -> Any:
         if not kwargs and run.dask_cluster_class == "distributed.LocalCluster":
             kwargs = {"n_workers": run.workers, "threads_per_worker": 1, "processes": True}
         try:
-            return DaskTaskRunner(cluster_class=run.dask_cluster_class, cluster_kwargs=kwargs,
-                                  adapt_kwargs=run.dask_adapt_kwargs or None)
+            return DaskTaskRunner(
+                cluster_class=run.dask_cluster_class, cluster_kwargs=kwargs, adapt_kwargs=run.dask_adapt_kwargs or None
+            )
         except ImportError as e:
-            raise ConfigError(f"run.dask_cluster_class: cannot import {run.dask_cluster_class!r} ({e}); "
-                              "install its package (dask_jobqueue.*: pip install dask-jobqueue)") from None
+            raise ConfigError(
+                f"run.dask_cluster_class: cannot import {run.dask_cluster_class!r} ({e}); "
+                "install its package (dask_jobqueue.*: pip install dask-jobqueue)"
+            ) from None
     return ThreadPoolTaskRunner(max_workers=config.run.workers)
 
 
@@ -108,7 +115,9 @@ def execute_plan(request: RunRequest) -> dict[str, Any]:
         register_local(store, config.sources.paths)
     stages = registry.select(request.only, request.from_stage)
     forced = frozenset(s.name for s in stages) if request.force else frozenset()
-    plan = engine.Plan.load(config, store, registry.STAGES, selection=Selection(frozenset(request.videos or ())), force=forced)
+    plan = engine.Plan.load(
+        config, store, registry.STAGES, selection=Selection(frozenset(request.videos or ())), force=forced
+    )
     spec_json = WorkerSpec(config=config.model_dump(mode="json"), data_root=data_root).model_dump_json()
 
     def submit(stage: engine.Stage, prepared: Prepared):
@@ -120,7 +129,9 @@ def execute_plan(request: RunRequest) -> dict[str, Any]:
     engine.run_stages(plan, stages, submit)
     summary = engine.summarize(plan, data_root)
     for s in summary["stages"]:
-        logger.info("stage %(stage)s: %(computed)d computed, %(cached)d cached, %(skipped)d skipped, %(failed)d failed", s)
+        logger.info(
+            "stage %(stage)s: %(computed)d computed, %(cached)d cached, %(skipped)d skipped, %(failed)d failed", s
+        )
     return summary
 
 
@@ -150,7 +161,10 @@ def with_doc(doc: str) -> Callable[[F], F]:
     return set_doc
 
 
-@flow(name="build-vsi-wild", description="Build VSI-Super-Wild: the whole DAG (or the selected stages) on the configured sources.")
+@flow(
+    name="build-vsi-wild",
+    description="Build VSI-Super-Wild: the whole DAG (or the selected stages) on the configured sources.",
+)
 @with_doc(PARAMETERS_DOC)
 def build_vsi_wild(
     config: str = "configs/sample.yaml",
@@ -161,8 +175,17 @@ def build_vsi_wild(
     force: bool = False,
     overrides: dict[str, Any] | None = None,
 ) -> Any:  # the summary, or a Failed state carrying it (a plain annotation: see PARAMETERS_DOC)
-    return run_request(RunRequest(config=config, data_root=data_root, only=only, from_stage=from_stage,
-                                  videos=videos, force=force, overrides=overrides or {}))
+    return run_request(
+        RunRequest(
+            config=config,
+            data_root=data_root,
+            only=only,
+            from_stage=from_stage,
+            videos=videos,
+            force=force,
+            overrides=overrides or {},
+        )
+    )
 
 
 def run_request(request: RunRequest) -> Any:
@@ -178,8 +201,6 @@ def run_request(request: RunRequest) -> Any:
         # failed, without a traceback in the log.
         return Failed(message=str(PipelineFailed(summary)), data=summary)
     return summary
-
-
 
 
 @flow(name="vsi-wild-dag", description="The stages of one build-vsi-wild run, on the configured task runner.")
@@ -214,8 +235,11 @@ def _publish_summary(summary: dict[str, Any]) -> None:
     try:
         from prefect.artifacts import create_table_artifact
 
-        create_table_artifact(key="vsi-wild-summary", table=summary["stages"], description=json.dumps(
-            {"data_root": summary["data_root"], "failed": len(summary["failed"])}))
+        create_table_artifact(
+            key="vsi-wild-summary",
+            table=summary["stages"],
+            description=json.dumps({"data_root": summary["data_root"], "failed": len(summary["failed"])}),
+        )
     except Exception:  # the summary is also returned; an artifact API hiccup must not fail the run
         pass
 
@@ -234,9 +258,16 @@ def _publish_report(summary: dict[str, Any]) -> None:
         if report is None:
             return
         create_markdown_artifact(key="vsi-wild-report", markdown=report.markdown, description="the build report")
-        create_table_artifact(key="vsi-wild-report-tasks", table=report.per_task,
-                              description="release questions per task, and what changed since the previous build")
-        create_link_artifact(key="vsi-wild-report-html", link=report.html_link, link_text="report.html",
-                             description="the build report with its plots and question cards")
+        create_table_artifact(
+            key="vsi-wild-report-tasks",
+            table=report.per_task,
+            description="release questions per task, and what changed since the previous build",
+        )
+        create_link_artifact(
+            key="vsi-wild-report-html",
+            link=report.html_link,
+            link_text="report.html",
+            description="the build report with its plots and question cards",
+        )
     except Exception as e:  # noqa: BLE001 - as for the summary: the report is in the data root anyway
         get_run_logger().warning("the report's artifacts were not created: %s", e)

@@ -26,18 +26,45 @@ from vsi_wild.errors import UnitError
 
 # A human seed list of task-friendly objects: unambiguous, countable, non-abstract, easy to see.
 DEFAULT_SEEDS = (
-    "chair", "table", "bench", "trash can", "potted plant", "lamp", "door", "window", "sign",
-    "bicycle", "car", "bus", "traffic cone", "fire extinguisher", "television", "monitor",
-    "laptop", "bottle", "cup", "backpack", "umbrella", "clock", "painting", "shelf", "sofa",
-    "bed", "sink", "refrigerator", "vending machine", "escalator",
+    "chair",
+    "table",
+    "bench",
+    "trash can",
+    "potted plant",
+    "lamp",
+    "door",
+    "window",
+    "sign",
+    "bicycle",
+    "car",
+    "bus",
+    "traffic cone",
+    "fire extinguisher",
+    "television",
+    "monitor",
+    "laptop",
+    "bottle",
+    "cup",
+    "backpack",
+    "umbrella",
+    "clock",
+    "painting",
+    "shelf",
+    "sofa",
+    "bed",
+    "sink",
+    "refrigerator",
+    "vending machine",
+    "escalator",
 )
 
 
 class CandidatesParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    seeds: list[str] = Field(default_factory=lambda: list(DEFAULT_SEEDS),
-                             description="the human seed list of task-friendly objects")
+    seeds: list[str] = Field(
+        default_factory=lambda: list(DEFAULT_SEEDS), description="the human seed list of task-friendly objects"
+    )
     proposals_dir: str = Field(
         "proposals",
         description="folder of per-video proposal files <video_id>.txt|.json (relative: under the data root)",
@@ -99,7 +126,7 @@ def parse_proposals(text: str, name: str) -> list[str]:
         if isinstance(data, dict):
             data = data.get("terms")
         if not isinstance(data, list):
-            raise UnitError(f"{name}: expected a JSON list of strings (or {{\"terms\": [...]}})")
+            raise UnitError(f'{name}: expected a JSON list of strings (or {{"terms": [...]}})')
         terms = []
         for i, item in enumerate(data):
             if not isinstance(item, str):
@@ -132,8 +159,9 @@ class Candidate:
     similarity: float
 
 
-def normalise(seeds: Sequence[str], proposals: Sequence[str], embed: Callable[[list[str]], np.ndarray],
-              threshold: float) -> list[Candidate]:
+def normalise(
+    seeds: Sequence[str], proposals: Sequence[str], embed: Callable[[list[str]], np.ndarray], threshold: float
+) -> list[Candidate]:
     """Group synonymous terms and pick each group's canonical label.
 
     Star clustering in a fixed order: MLLM proposals first (in their order), then the seed list;

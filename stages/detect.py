@@ -29,9 +29,7 @@ class DetectParams(BaseModel):
     max_fraction: float = Field(
         0.6, ge=0, le=1, description="drop a concept present in more than this fraction (too redundant)"
     )
-    gap_s: float = Field(
-        2.0, ge=0, description="absences up to this long do not split an appearance into two"
-    )
+    gap_s: float = Field(2.0, ge=0, description="absences up to this long do not split an appearance into two")
     batch_frames: int = Field(16, ge=1, description="frames per detector call")
 
     @model_validator(mode="after")
@@ -64,13 +62,27 @@ def detection_rows(video_id: str, batch: FrameBatch, dets: Sequence[Detections],
     rows = []
     for i, d in enumerate(dets):
         h, w = batch.images[i].shape[:2]
-        for box, score, label in zip(np.asarray(d.boxes, dtype=float).reshape(-1, 4), np.asarray(d.scores, dtype=float), d.labels, strict=True):
-            rows.append({
-                "video_id": video_id, "sample_index": int(batch.sample_indices[i]), "time": float(batch.times[i]),
-                "frame": int(batch.frame_indices[i]), "fps": float(batch.fps), "concept": label,
-                "x0": float(box[0]), "y0": float(box[1]), "x1": float(box[2]), "y1": float(box[3]),
-                "score": float(score), "image_width": int(w), "image_height": int(h), "backend": backend,
-            })
+        for box, score, label in zip(
+            np.asarray(d.boxes, dtype=float).reshape(-1, 4), np.asarray(d.scores, dtype=float), d.labels, strict=True
+        ):
+            rows.append(
+                {
+                    "video_id": video_id,
+                    "sample_index": int(batch.sample_indices[i]),
+                    "time": float(batch.times[i]),
+                    "frame": int(batch.frame_indices[i]),
+                    "fps": float(batch.fps),
+                    "concept": label,
+                    "x0": float(box[0]),
+                    "y0": float(box[1]),
+                    "x1": float(box[2]),
+                    "y1": float(box[3]),
+                    "score": float(score),
+                    "image_width": int(w),
+                    "image_height": int(h),
+                    "backend": backend,
+                }
+            )
     return rows
 
 
@@ -90,8 +102,9 @@ def count_runs(times: Sequence[float], gap_s: float, step_s: float = 0.5) -> int
     return runs
 
 
-def occurrence_stats(concepts: Sequence[str], detections: Iterable[dict], n_samples: int,
-                     params: DetectParams) -> list[ConceptStats]:
+def occurrence_stats(
+    concepts: Sequence[str], detections: Iterable[dict], n_samples: int, params: DetectParams
+) -> list[ConceptStats]:
     """Statistics and verdict for every concept (also those never detected), in ``concepts`` order.
 
     ``detections`` are schema.DETECTIONS rows; ``n_samples`` the number of 2 FPS timestamps seen.
@@ -114,20 +127,36 @@ def occurrence_stats(concepts: Sequence[str], detections: Iterable[dict], n_samp
         if n == 0:
             kept, reason = False, "dropped: never detected"
         elif n < params.min_frames or frac < params.min_fraction:
-            kept, reason = False, (f"dropped: too rare ({n} timestamps, fraction {frac:.4f}; "
-                                   f"needs >= {params.min_frames} and >= {params.min_fraction})")
+            kept, reason = (
+                False,
+                (
+                    f"dropped: too rare ({n} timestamps, fraction {frac:.4f}; "
+                    f"needs >= {params.min_frames} and >= {params.min_fraction})"
+                ),
+            )
         elif frac > params.max_fraction:
             kept, reason = False, f"dropped: too frequent (fraction {frac:.4f} > max_fraction {params.max_fraction})"
         else:
-            kept, reason = True, (f"kept: {n} timestamps, fraction {frac:.4f} in "
-                                  f"[{params.min_fraction}, {params.max_fraction}]")
-        out.append(ConceptStats(
-            concept=c, n_samples=n_samples, frames_present=n, fraction=frac,
-            appearances=count_runs(times, params.gap_s), detections=count[c],
-            mean_per_frame=count[c] / n if n else 0.0, max_score=best.get(c),
-            first_time=times[0] if times else None, last_time=times[-1] if times else None,
-            kept=kept, reason=reason,
-        ))
+            kept, reason = (
+                True,
+                (f"kept: {n} timestamps, fraction {frac:.4f} in [{params.min_fraction}, {params.max_fraction}]"),
+            )
+        out.append(
+            ConceptStats(
+                concept=c,
+                n_samples=n_samples,
+                frames_present=n,
+                fraction=frac,
+                appearances=count_runs(times, params.gap_s),
+                detections=count[c],
+                mean_per_frame=count[c] / n if n else 0.0,
+                max_score=best.get(c),
+                first_time=times[0] if times else None,
+                last_time=times[-1] if times else None,
+                kept=kept,
+                reason=reason,
+            )
+        )
     return out
 
 

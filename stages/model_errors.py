@@ -51,7 +51,9 @@ class ModelErrorParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    segmenter: Level = Field("none", description="segmenter errors applied to the segmenter's tracks (SEGMENTER_LEVELS)")
+    segmenter: Level = Field(
+        "none", description="segmenter errors applied to the segmenter's tracks (SEGMENTER_LEVELS)"
+    )
     poses: Level = Field("none", description="pose errors applied to the poses reconciliation reads (POSE_LEVELS)")
     seed: int = Field(0, description="seeds the simulated errors (with the video id and clip)")
 
@@ -79,10 +81,28 @@ class PoseErrors:
 
 SEGMENTER_LEVELS: dict[str, SegmenterErrors] = {
     "none": SegmenterErrors(0.0, 0, 0.0, 0.0, 0.0, 1, 0.0, 0.0, 0.0),
-    "moderate": SegmenterErrors(break_per_min=1.0, break_gap=2, switch_per_min=0.5, miss_rate=0.05,
-                                false_per_min=1.0, false_max_samples=4, shrink=0.15, jitter=0.03, confusion=0.03),
-    "severe": SegmenterErrors(break_per_min=3.0, break_gap=4, switch_per_min=2.0, miss_rate=0.15,
-                              false_per_min=3.0, false_max_samples=6, shrink=0.3, jitter=0.08, confusion=0.1),
+    "moderate": SegmenterErrors(
+        break_per_min=1.0,
+        break_gap=2,
+        switch_per_min=0.5,
+        miss_rate=0.05,
+        false_per_min=1.0,
+        false_max_samples=4,
+        shrink=0.15,
+        jitter=0.03,
+        confusion=0.03,
+    ),
+    "severe": SegmenterErrors(
+        break_per_min=3.0,
+        break_gap=4,
+        switch_per_min=2.0,
+        miss_rate=0.15,
+        false_per_min=3.0,
+        false_max_samples=6,
+        shrink=0.3,
+        jitter=0.08,
+        confusion=0.1,
+    ),
 }
 
 POSE_LEVELS: dict[str, PoseErrors] = {
@@ -98,8 +118,9 @@ def rng_for(seed: int, *keys: object) -> np.random.Generator:
 
 
 # --------------------------------------------------------------------------------- segmenter
-def _moved_mask(mask: np.ndarray, box: tuple[float, float, float, float],
-                new: tuple[float, float, float, float]) -> np.ndarray:
+def _moved_mask(
+    mask: np.ndarray, box: tuple[float, float, float, float], new: tuple[float, float, float, float]
+) -> np.ndarray:
     """The mask's content inside ``box`` resampled into ``new`` (clipped to the image)."""
     h, w = mask.shape
     x0, y0, x1, y1 = (int(round(v)) for v in box)
@@ -107,14 +128,14 @@ def _moved_mask(mask: np.ndarray, box: tuple[float, float, float, float],
     out = np.zeros_like(mask)
     if x1 <= x0 or y1 <= y0 or nx1 <= nx0 or ny1 <= ny0:
         return out
-    crop = mask[max(y0, 0):min(y1, h), max(x0, 0):min(x1, w)]
+    crop = mask[max(y0, 0) : min(y1, h), max(x0, 0) : min(x1, w)]
     if crop.size == 0:
         return out
     resized = cv2.resize(crop.astype(np.uint8), (nx1 - nx0, ny1 - ny0), interpolation=cv2.INTER_NEAREST) > 0
     cx0, cy0, cx1, cy1 = max(nx0, 0), max(ny0, 0), min(nx1, w), min(ny1, h)
     if cx1 <= cx0 or cy1 <= cy0:
         return out
-    out[cy0:cy1, cx0:cx1] = resized[cy0 - ny0:cy1 - ny0, cx0 - nx0:cx1 - nx0]
+    out[cy0:cy1, cx0:cx1] = resized[cy0 - ny0 : cy1 - ny0, cx0 - nx0 : cx1 - nx0]
     return out
 
 
@@ -139,8 +160,14 @@ def _neighbour_concepts(records: Sequence, concepts: Sequence[str]) -> dict[str,
     return out
 
 
-def perturb_segments(records: Sequence, level: str, rng: np.random.Generator, image_size: tuple[int, int],
-                     sample_step: float, concepts: Sequence[str]) -> list:
+def perturb_segments(
+    records: Sequence,
+    level: str,
+    rng: np.random.Generator,
+    image_size: tuple[int, int],
+    sample_step: float,
+    concepts: Sequence[str],
+) -> list:
     """A clip's segmenter records (``SegmentRecord``: frame_pos, concept, local_id, box, mask)
     as a segmenter of the given level would have returned them (see the module docstring).
     ``image_size``: (width, height); ``sample_step``: seconds between frame positions; ``concepts``:
@@ -205,13 +232,24 @@ def perturb_segments(records: Sequence, level: str, rng: np.random.Generator, im
             sx, sy = 1.0 - rng.random() * e.shrink, 1.0 - rng.random() * e.shrink
             cx, cy = (x0 + x1) / 2, (y0 + y1) / 2
             jit = rng.normal(0.0, e.jitter, 4) * np.array([bw, bh, bw, bh])
-            moved = (cx - sx * bw / 2 + jit[0], cy - sy * bh / 2 + jit[1], cx + sx * bw / 2 + jit[2],
-                   cy + sy * bh / 2 + jit[3])
+            moved = (
+                cx - sx * bw / 2 + jit[0],
+                cy - sy * bh / 2 + jit[1],
+                cx + sx * bw / 2 + jit[2],
+                cy + sy * bh / 2 + jit[3],
+            )
             moved = (max(0.0, moved[0]), max(0.0, moved[1]), min(float(w), moved[2]), min(float(h), moved[3]))
             if moved[2] - moved[0] < 1 or moved[3] - moved[1] < 1:
                 continue
-            out.append(replace(r, concept=concept_of[i], local_id=fragment[key], box=moved,
-                               mask=_moved_mask(np.asarray(r.mask, dtype=bool), r.box, moved)))
+            out.append(
+                replace(
+                    r,
+                    concept=concept_of[i],
+                    local_id=fragment[key],
+                    box=moved,
+                    mask=_moved_mask(np.asarray(r.mask, dtype=bool), r.box, moved),
+                )
+            )
     # short false tracks: a box of a kept concept where nothing is
     n_positions = max(positions) + 1
     template = records[0]
@@ -225,10 +263,19 @@ def perturb_segments(records: Sequence, level: str, rng: np.random.Generator, im
         for pos in range(start, min(n_positions, start + int(rng.integers(1, e.false_max_samples + 1)))):
             box = (x0, y0, x0 + bw, y0 + bh)
             mask = np.zeros((h, w), dtype=np.uint8)
-            cv2.ellipse(mask, (int(x0 + bw / 2), int(y0 + bh / 2)), (max(int(bw / 2), 1), max(int(bh / 2), 1)),
-                        0, 0, 360, (1,), -1)
-            out.append(replace(template, frame_pos=pos, concept=concept, local_id=next_id, box=box, score=1.0,
-                               mask=mask > 0))
+            cv2.ellipse(
+                mask,
+                (int(x0 + bw / 2), int(y0 + bh / 2)),
+                (max(int(bw / 2), 1), max(int(bh / 2), 1)),
+                0,
+                0,
+                360,
+                (1,),
+                -1,
+            )
+            out.append(
+                replace(template, frame_pos=pos, concept=concept, local_id=next_id, box=box, score=1.0, mask=mask > 0)
+            )
         next_id += 1
     # ids in order of first appearance, as a segmenter numbers them
     first: dict[int, tuple] = {}

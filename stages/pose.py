@@ -146,8 +146,9 @@ class Track:
     def _down_of_row(self, i: int) -> np.ndarray:
         return self.R[i].T @ np.array([0.0, 1.0, 0.0])
 
-    def ground_point(self, k: int, u: float, v: float, height: float, down: np.ndarray | None = None,
-                     min_depression_deg: float = 1.0) -> np.ndarray | None:
+    def ground_point(
+        self, k: int, u: float, v: float, height: float, down: np.ndarray | None = None, min_depression_deg: float = 1.0
+    ) -> np.ndarray | None:
         """Where the ray through pixel (u, v) meets the ground, ``height`` below camera k; None
         when the ray does not point below the horizon by at least ``min_depression_deg``.
         ``down``: the world's down direction; None: camera k's own down axis (a level view)."""
@@ -166,8 +167,16 @@ def track_from_result(batch_meta: tuple, res: PoseResult) -> Track:
     E = np.asarray(res.extrinsics, dtype=np.float64)
     R = E[:, :, :3]
     C = -np.einsum("nji,nj->ni", R, E[:, :, 3])
-    return Track(np.asarray(sample_indices), np.asarray(times, dtype=float), np.asarray(frames), float(fps),
-                 R, C, np.asarray(res.intrinsics, dtype=np.float64), np.asarray(res.valid, dtype=bool))
+    return Track(
+        np.asarray(sample_indices),
+        np.asarray(times, dtype=float),
+        np.asarray(frames),
+        float(fps),
+        R,
+        C,
+        np.asarray(res.intrinsics, dtype=np.float64),
+        np.asarray(res.valid, dtype=bool),
+    )
 
 
 def _project_so3(M: np.ndarray) -> np.ndarray:
@@ -195,8 +204,13 @@ def rotation_median(Rs: Sequence[np.ndarray], iters: int = 20, eps_deg: float = 
 
 
 # ------------------------------------------------------------------------------ chunking
-def estimate_chunked(estimator: PoseEstimator, frames: Iterable[tuple[int, float, int, np.ndarray]], video_id: str, fps: float,
-                     chunk: int) -> Track:
+def estimate_chunked(
+    estimator: PoseEstimator,
+    frames: Iterable[tuple[int, float, int, np.ndarray]],
+    video_id: str,
+    fps: float,
+    chunk: int,
+) -> Track:
     """Run ``estimator`` over a stream of (k, t_k, frame_index, rgb) in chunks of ``chunk`` frames
     overlapping by two, and stitch the chunks into one track (rigid alignment on the last shared
     frame; scale from the shared step, unless the backend measured the chunk's lengths in its
@@ -214,10 +228,12 @@ def estimate_chunked(estimator: PoseEstimator, frames: Iterable[tuple[int, float
 
     def run(items: list[tuple[int, float, int, np.ndarray]]) -> None:
         nonlocal first, scale, has_metric, has_bearings
-        batch = FrameBatch(video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items],
-                           [x[0] for x in items], fps)
-        tr = track_from_result(([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps),
-                               estimator.estimate(batch))
+        batch = FrameBatch(
+            video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items], [x[0] for x in items], fps
+        )
+        tr = track_from_result(
+            ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps), estimator.estimate(batch)
+        )
         # Backends that know which step lengths are metric say so (twoview: ground-plane scale).
         m = getattr(estimator, "last_metric", None)
         m = np.asarray(m, dtype=bool) if m is not None and len(m) == len(items) else None
@@ -269,11 +285,19 @@ def estimate_chunked(estimator: PoseEstimator, frames: Iterable[tuple[int, float
     if len(buf) > 2 or (first and buf):
         run(buf)
     n = len(ks)
-    return Track(np.asarray(ks, dtype=np.int64), np.asarray(ts, dtype=float), np.asarray(fs, dtype=np.int64),
-                 float(fps), np.asarray(Rs).reshape(n, 3, 3), np.asarray(Cs).reshape(n, 3),
-                 np.asarray(Ks).reshape(n, 3, 3), np.asarray(valid, dtype=bool),
-                 np.asarray(metric, dtype=bool) if has_metric else None, bearings if has_bearings else None,
-                 chained=chained)
+    return Track(
+        np.asarray(ks, dtype=np.int64),
+        np.asarray(ts, dtype=float),
+        np.asarray(fs, dtype=np.int64),
+        float(fps),
+        np.asarray(Rs).reshape(n, 3, 3),
+        np.asarray(Cs).reshape(n, 3),
+        np.asarray(Ks).reshape(n, 3, 3),
+        np.asarray(valid, dtype=bool),
+        np.asarray(metric, dtype=bool) if has_metric else None,
+        bearings if has_bearings else None,
+        chained=chained,
+    )
 
 
 # ------------------------------------------------------------------------------ fusion
@@ -289,15 +313,17 @@ def _depths(b1: np.ndarray, b2: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, 
     return (np.where(ok, (r1 - a12 * r2) / safe, 0.0), np.where(ok, (r2 - a12 * r1) / safe, 0.0), ok)
 
 
-def _epipolar_normals(pairs: Sequence[tuple[np.ndarray, np.ndarray]],
-                      dR: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _epipolar_normals(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     b1 = np.concatenate([p[0] for p in pairs])
     b2 = np.concatenate([p[1] for p in pairs]) @ dR  # dR^T b2, rows
     return b1, b2, np.cross(b1, b2)
 
 
-def rig_motion(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR0: np.ndarray, tol: float,
-               max_change_deg: float = 3.0) -> tuple[np.ndarray, np.ndarray] | None:
+def rig_motion(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR0: np.ndarray, tol: float, max_change_deg: float = 3.0
+) -> tuple[np.ndarray, np.ndarray] | None:
     """One step's rotation and translation direction from all of a rig's matches (bearings in the
     rig's axes): the translation by ``rig_translation`` given the rotation, the rotation refined
     from ``dR0`` (the views' median) by minimising the smallest eigenvalue of the epipolar normals'
@@ -320,8 +346,12 @@ def rig_motion(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR0: np.ndarray, 
         N = np.cross(b1, b2 @ (Rotation.from_rotvec(w).as_matrix() @ dR0))
         return float(np.linalg.eigvalsh(N.T @ N)[0]) / len(N)
 
-    res = minimize(cost, np.zeros(3), method="Nelder-Mead",
-                   options={"xatol": 1e-6, "fatol": 1e-14, "initial_simplex": np.r_[[np.zeros(3)], 1e-3 * np.eye(3)]})
+    res = minimize(
+        cost,
+        np.zeros(3),
+        method="Nelder-Mead",
+        options={"xatol": 1e-6, "fatol": 1e-14, "initial_simplex": np.r_[[np.zeros(3)], 1e-3 * np.eye(3)]},
+    )
     w = res.x
     dR = Rotation.from_rotvec(w).as_matrix() @ dR0
     if np.degrees(np.linalg.norm(w)) > max_change_deg:
@@ -332,8 +362,15 @@ def rig_motion(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR0: np.ndarray, 
     return dR, c1[0]
 
 
-def rig_ground_height(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, c: np.ndarray, tol: float,
-                      min_depression_deg: float = 8.0, plane_tol: float = 0.05, min_spread: float = 0.1) -> float | None:
+def rig_ground_height(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+    dR: np.ndarray,
+    c: np.ndarray,
+    tol: float,
+    min_depression_deg: float = 8.0,
+    plane_tol: float = 0.05,
+    min_spread: float = 0.1,
+) -> float | None:
     """The rig's height above the ground in units of the step's baseline (``c`` unit length), from
     all of its views' matches at once: the points triangulated below the horizon (at least
     ``min_depression_deg``), the ground their densest level plane (the views are level: its normal
@@ -365,20 +402,36 @@ def rig_ground_height(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.nda
 
 
 @overload
-def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, tol: float,
-                    min_inliers: int = ..., seed: int = ..., *,
-                    with_inliers: Literal[True]) -> tuple[np.ndarray, np.ndarray] | None: ...
+def rig_translation(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+    dR: np.ndarray,
+    tol: float,
+    min_inliers: int = ...,
+    seed: int = ...,
+    *,
+    with_inliers: Literal[True],
+) -> tuple[np.ndarray, np.ndarray] | None: ...
 
 
 @overload
-def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, tol: float,
-                    min_inliers: int = ..., seed: int = ...,
-                    with_inliers: Literal[False] = ...) -> np.ndarray | None: ...
+def rig_translation(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+    dR: np.ndarray,
+    tol: float,
+    min_inliers: int = ...,
+    seed: int = ...,
+    with_inliers: Literal[False] = ...,
+) -> np.ndarray | None: ...
 
 
-def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarray, tol: float,
-                    min_inliers: int = 12, seed: int = 0,
-                    with_inliers: bool = False) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
+def rig_translation(
+    pairs: Sequence[tuple[np.ndarray, np.ndarray]],
+    dR: np.ndarray,
+    tol: float,
+    min_inliers: int = 12,
+    seed: int = 0,
+    with_inliers: bool = False,
+) -> np.ndarray | tuple[np.ndarray, np.ndarray] | None:
     """The direction of one step's translation from the matches of all of a rig's views at once.
 
     The views of a panorama share its centre, so their bearings (rotated into the rig's axes) are
@@ -428,9 +481,15 @@ def rig_translation(pairs: Sequence[tuple[np.ndarray, np.ndarray]], dR: np.ndarr
     return c, mask
 
 
-def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: float = 60.0,
-               turns: dict[int, np.ndarray] | None = None, bearing_tol: float = 0.01,
-               camera_height: float | None = None, length_window: int = 10) -> Track:
+def fuse_views(
+    tracks: dict[str, Track],
+    yaws: dict[str, float],
+    outlier_deg: float = 60.0,
+    turns: dict[int, np.ndarray] | None = None,
+    bearing_tol: float = 0.01,
+    camera_height: float | None = None,
+    length_window: int = 10,
+) -> Track:
     """The source camera's track (axes of a yaw-0 view) from independent tracks of its views.
 
     ``turns``: rotations (rig axes, ``x_{k+1} = R x_k``) of steps k -> k+1 that fewer than two
@@ -517,8 +576,9 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
                 if h is not None and camera_height is not None:  # h is None without camera_height
                     rig_lengths[k] = camera_height / h
         # Step lengths the views measured against the ground (metric), where the rig did not.
-        trusted = [float(np.linalg.norm(steps[v][1][k])) for v in oks
-                   if (mv := tracks[v].metric) is not None and mv[k + 1]]
+        trusted = [
+            float(np.linalg.norm(steps[v][1][k])) for v in oks if (mv := tracks[v].metric) is not None and mv[k + 1]
+        ]
         # a view that saw no parallax (its "standing still" is exact) where the others saw the rig
         # move: it looked at far things only, its zero measures nothing. Its zero comes back from
         # the chained poses as rounding (1e-15 to 1e-13: 2-3 steps of every sample and bench seed),
@@ -536,8 +596,9 @@ def fuse_views(tracks: dict[str, Track], yaws: dict[str, float], outlier_deg: fl
     return Track(ref.sample_indices.copy(), ref.times.copy(), ref.frames.copy(), ref.fps, R, C, ref.K.copy(), valid)
 
 
-def step_lengths(parallax: np.ndarray, by_rig: dict[int, float], by_view: dict[int, float], window: int,
-                 max_ratio: float = 4.0) -> np.ndarray:
+def step_lengths(
+    parallax: np.ndarray, by_rig: dict[int, float], by_view: dict[int, float], window: int, max_ratio: float = 4.0
+) -> np.ndarray:
     """The length of every moving step (``parallax`` > 0): measured against the ground by the
     whole rig (``rig_ground_height``), else by the views themselves (their median); the others
     their parallax-based length (baseline over the scene's typical depth) times the median ratio
@@ -580,8 +641,9 @@ def weak_steps(tracks: dict[str, Track]) -> list[int]:
     return [int(k) for k in np.nonzero(counts < 2)[0]]
 
 
-def recover_turns(weak: list[int], frames: dict[str, dict[int, np.ndarray]], yaws: dict[str, float],
-                  hfov_deg: float) -> dict[int, np.ndarray]:
+def recover_turns(
+    weak: list[int], frames: dict[str, dict[int, np.ndarray]], yaws: dict[str, float], hfov_deg: float
+) -> dict[int, np.ndarray]:
     """Rotations of the weak steps (``weak_steps``; array positions = 2 FPS sample offsets) from
     the frames around them, matched across views (``twoview.rig_rotation``)."""
     from vsi_wild.stages.backends.twoview import TwoViewPoseEstimator, rig_rotation
@@ -611,8 +673,12 @@ class ViewInput:
     frames: Callable[[], Iterable[tuple[int, float, int, np.ndarray]]]
 
 
-def estimate_source(views: dict[str, ViewInput], make_estimator: Callable[[ViewInput], PoseEstimator], params: PoseParams,
-                    progress: Callable[[int, int], None] | None = None) -> tuple[Track, dict[str, Track]]:
+def estimate_source(
+    views: dict[str, ViewInput],
+    make_estimator: Callable[[ViewInput], PoseEstimator],
+    params: PoseParams,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Track, dict[str, Track]]:
     """The pose stage's work for one source: each view estimated alone (``estimate_chunked``),
     steps that fewer than two views managed recovered across the rig (``recover_turns``), the
     views fused (``fuse_views``). Returns the fused (source) track and the views' own tracks."""
@@ -644,8 +710,9 @@ def estimate_source(views: dict[str, ViewInput], make_estimator: Callable[[ViewI
         frames = {v: {k - first: rgb for k, _t, _i, rgb in vi.frames() if k in need} for v, vi in views.items()}
         turns = recover_turns(weak, frames, yaws, next(iter(views.values())).hfov_deg)
     # a match agrees with a step's translation within about two pixels of the frames matched
-    focal = min((float(tr.K[0][0, 0]) * frame_w[v] / views[v].width for v, tr in tracks.items() if len(tr.K)),
-                default=0.0)
+    focal = min(
+        (float(tr.K[0][0, 0]) * frame_w[v] / views[v].width for v, tr in tracks.items() if len(tr.K)), default=0.0
+    )
     tol = 2.0 / focal if focal > 0 else 0.01
     return fuse_views(tracks, yaws, params.outlier_deg, turns, tol, params.ground_height()), tracks
 
@@ -655,19 +722,38 @@ def derive_view(source: Track, yaw_deg: float, K: np.ndarray | None = None) -> T
     Mt = yaw_matrix(yaw_deg).T
     R = np.einsum("ij,njk->nik", Mt, source.R)
     Ks = source.K if K is None else np.broadcast_to(K, source.K.shape).copy()
-    return Track(source.sample_indices.copy(), source.times.copy(), source.frames.copy(), source.fps, R,
-                 source.C.copy(), Ks, source.valid.copy())
+    return Track(
+        source.sample_indices.copy(),
+        source.times.copy(),
+        source.frames.copy(),
+        source.fps,
+        R,
+        source.C.copy(),
+        Ks,
+        source.valid.copy(),
+    )
 
 
 def pose_rows(video_id: str, track: Track, backend: str) -> list[dict]:
     """schema.POSES rows."""
     E = track.extrinsics
-    return [{
-        "video_id": video_id, "sample_index": int(track.sample_indices[i]), "time": float(track.times[i]),
-        "frame": int(track.frames[i]), "fps": float(track.fps), "extrinsics": E[i].ravel().tolist(),
-        "intrinsics": track.K[i].ravel().tolist(), "x": float(track.C[i, 0]), "y": float(track.C[i, 1]),
-        "z": float(track.C[i, 2]), "valid": bool(track.valid[i]), "backend": backend,
-    } for i in range(len(track.sample_indices))]
+    return [
+        {
+            "video_id": video_id,
+            "sample_index": int(track.sample_indices[i]),
+            "time": float(track.times[i]),
+            "frame": int(track.frames[i]),
+            "fps": float(track.fps),
+            "extrinsics": E[i].ravel().tolist(),
+            "intrinsics": track.K[i].ravel().tolist(),
+            "x": float(track.C[i, 0]),
+            "y": float(track.C[i, 1]),
+            "z": float(track.C[i, 2]),
+            "valid": bool(track.valid[i]),
+            "backend": backend,
+        }
+        for i in range(len(track.sample_indices))
+    ]
 
 
 def track_from_rows(rows: Sequence[dict]) -> Track:
@@ -677,10 +763,16 @@ def track_from_rows(rows: Sequence[dict]) -> Track:
     E = np.array([r["extrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 4)
     R = E[:, :, :3]
     C = -np.einsum("nji,nj->ni", R, E[:, :, 3])
-    return Track(np.array([r["sample_index"] for r in rows], dtype=np.int64), np.array([r["time"] for r in rows]),
-                 np.array([r["frame"] for r in rows], dtype=np.int64), float(rows[0]["fps"]) if rows else 0.0,
-                 R, C, np.array([r["intrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 3),
-                 np.array([r["valid"] for r in rows], dtype=bool))
+    return Track(
+        np.array([r["sample_index"] for r in rows], dtype=np.int64),
+        np.array([r["time"] for r in rows]),
+        np.array([r["frame"] for r in rows], dtype=np.int64),
+        float(rows[0]["fps"]) if rows else 0.0,
+        R,
+        C,
+        np.array([r["intrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 3),
+        np.array([r["valid"] for r in rows], dtype=bool),
+    )
 
 
 # ------------------------------------------------------------------------------ motion

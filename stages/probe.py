@@ -66,8 +66,9 @@ PROBE_ARGS = (
 )
 
 
-def probe_video(path: str | os.PathLike[str], *, min_aspect: float = 1.98, max_aspect: float = 2.02,
-                timeout_s: float = 120.0) -> dict[str, Any]:
+def probe_video(
+    path: str | os.PathLike[str], *, min_aspect: float = 1.98, max_aspect: float = 2.02, timeout_s: float = 120.0
+) -> dict[str, Any]:
     """Measure a source video and check that it is a complete equirectangular video.
 
     Returns the probe fields of ``schema.SOURCE``: duration_s, width, height, fps, n_frames,
@@ -160,8 +161,14 @@ def describe_video(path: str | os.PathLike[str], timeout_s: float = 120.0) -> di
     if spherical is not None and stereo:
         spherical["stereo_mode"] = stereo
     duration = finite_float(s.get("duration")) or finite_float((answer.info.get("format") or {}).get("duration"))
-    return {"width": s.get("width"), "height": s.get("height"), "fps": _rate(s.get("avg_frame_rate")),
-            "duration_s": duration, "codec": s.get("codec_name"), "spherical": spherical}
+    return {
+        "width": s.get("width"),
+        "height": s.get("height"),
+        "fps": _rate(s.get("avg_frame_rate")),
+        "duration_s": duration,
+        "codec": s.get("codec_name"),
+        "spherical": spherical,
+    }
 
 
 def finite_float(x: Any) -> float | None:

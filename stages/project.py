@@ -76,7 +76,9 @@ class ProjectParams(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    views: list[ViewName] = Field(default_factory=lambda: cast(list[ViewName], list(ids.VIEWS)), description="views to write")
+    views: list[ViewName] = Field(
+        default_factory=lambda: cast(list[ViewName], list(ids.VIEWS)), description="views to write"
+    )
     width: int = Field(1920, ge=16, description="view width (even)")
     height: int = Field(1080, ge=16, description="view height (even); vertical FOV follows from the aspect")
     hfov_deg: float = Field(90.0, gt=0, lt=180)
@@ -86,18 +88,25 @@ class ProjectParams(BaseModel):
     preset: str = Field("veryfast", description="x264 preset")
     crf: int = Field(20, ge=0, le=51)
     encoder_threads: int = Field(
-        2, ge=1, description="threads per encoder, pinned: x264's output depends on its thread count (1, 2 and 3 "
+        2,
+        ge=1,
+        description="threads per encoder, pinned: x264's output depends on its thread count (1, 2 and 3 "
         "threads give three different files of the same frames), and its automatic count follows the CPUs the "
         "process may use, so the same source projected on another machine would give other views and other "
         "fingerprints for every later stage. 2 is what the automatic count was on the 2-core machines the "
-        "sample's reference build came from")
+        "sample's reference build came from",
+    )
     faststart: bool = Field(True, description="moov atom first (streamable files)")
     min_aspect: float = Field(1.98, description="equirectangular sources are 2:1 (width/height in range)")
     max_aspect: float = 2.02
     queue_frames: int = Field(4, ge=1, description="frames buffered per encoder thread")
-    threads: int = Field(1, ge=1, description="threads projecting one frame (the encoders have their own); 2 "
-                         "buys wall time on an idle machine for ~25% more CPU (measured), and the pipeline runs "
-                         "several sources at once")
+    threads: int = Field(
+        1,
+        ge=1,
+        description="threads projecting one frame (the encoders have their own); 2 "
+        "buys wall time on an idle machine for ~25% more CPU (measured), and the pipeline runs "
+        "several sources at once",
+    )
 
     @field_validator("width", "height")
     @classmethod
@@ -122,9 +131,17 @@ class ProjectParams(BaseModel):
 
 
 # ------------------------------------------------------------------------------------ geometry
-def equirect_coords(src_w: int, src_h: int, width: int, height: int, hfov_deg: float, yaw_deg: float,
-                    pitch_deg: float = 0.0, px: np.ndarray | None = None, py: np.ndarray | None = None
-                    ) -> tuple[np.ndarray, np.ndarray]:
+def equirect_coords(
+    src_w: int,
+    src_h: int,
+    width: int,
+    height: int,
+    hfov_deg: float,
+    yaw_deg: float,
+    pitch_deg: float = 0.0,
+    px: np.ndarray | None = None,
+    py: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
     """Panorama pixel coordinates (u, v) sampled by view pixel positions (px, py).
 
     px, py are in view pixels (default: every pixel centre); u is wrapped into [-0.5, W - 0.5).
@@ -218,8 +235,9 @@ def _plane_maps(us: list[np.ndarray], v: np.ndarray, src_w: int, src_h: int) -> 
 
 
 @functools.lru_cache(maxsize=8)
-def build_yuv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: float,
-                   yaws: tuple[float, ...]) -> YuvMaps | None:
+def build_yuv_maps(
+    src_w: int, src_h: int, width: int, height: int, hfov_deg: float, yaws: tuple[float, ...]
+) -> YuvMaps | None:
     """The fast path's maps for views of pitch 0 (cached per geometry); None when the geometry
     needs the generic path. Chroma sample (i, j) sits at luma (2i, 2j + 0.5), in the source as
     in the views."""
@@ -227,10 +245,13 @@ def build_yuv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: fl
         return None
     planes = []
     for cols, rows, to_plane, (pw, ph) in (
-        (np.arange(width, dtype=np.float64), np.arange(height, dtype=np.float64),
-         lambda u, v: (u, v), (src_w, src_h)),
-        (2.0 * np.arange(width // 2, dtype=np.float64), 2.0 * np.arange(height // 2, dtype=np.float64) + 0.5,
-         lambda u, v: (u / 2.0, (v - 0.5) / 2.0), (src_w // 2, src_h // 2)),
+        (np.arange(width, dtype=np.float64), np.arange(height, dtype=np.float64), lambda u, v: (u, v), (src_w, src_h)),
+        (
+            2.0 * np.arange(width // 2, dtype=np.float64),
+            2.0 * np.arange(height // 2, dtype=np.float64) + 0.5,
+            lambda u, v: (u / 2.0, (v - 0.5) / 2.0),
+            (src_w // 2, src_h // 2),
+        ),
     ):
         _, v = to_plane(*equirect_coords(src_w, src_h, width, height, hfov_deg, 0.0, 0.0, cols[None, :], rows[:, None]))
         us = []
@@ -248,8 +269,17 @@ def build_yuv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: fl
 
 
 @numba.njit(nogil=True, fastmath=True, cache=True, boundscheck=False)
-def _remap_plane(strip_t: np.ndarray, x0: np.ndarray, x1: np.ndarray, wx: np.ndarray, rows_t: np.ndarray,  # pragma: no cover - numba
-                 col_lo: np.ndarray, col_hi: np.ndarray, col: np.ndarray, out: np.ndarray) -> None:
+def _remap_plane(
+    strip_t: np.ndarray,
+    x0: np.ndarray,
+    x1: np.ndarray,
+    wx: np.ndarray,
+    rows_t: np.ndarray,  # pragma: no cover - numba
+    col_lo: np.ndarray,
+    col_hi: np.ndarray,
+    col: np.ndarray,
+    out: np.ndarray,
+) -> None:
     """Bilinear remap of one plane into one view, one output column at a time (the source
     column of an output column is fixed at pitch 0). ``strip_t`` is the source rows a view reads,
     transposed (one row per source column, shared by the views). Per output column i: col[r] = the
@@ -270,8 +300,9 @@ def _remap_plane(strip_t: np.ndarray, x0: np.ndarray, x1: np.ndarray, wx: np.nda
             v = np.uint32(rt[j])
             r = np.uint64(v >> np.uint32(6))
             a = v & np.uint32(63)
-            out[j, i] = np.uint8((col[r] * (np.uint32(64) - a) + col[r + np.uint64(1)] * a
-                                  + np.uint32(8192)) >> np.uint32(14))
+            out[j, i] = np.uint8(
+                (col[r] * (np.uint32(64) - a) + col[r + np.uint64(1)] * a + np.uint32(8192)) >> np.uint32(14)
+            )
 
 
 def _pad_like_py360(img: np.ndarray) -> np.ndarray:
@@ -291,8 +322,9 @@ _CV_INTERP = {"linear": cv2.INTER_LINEAR, "cubic": cv2.INTER_CUBIC}
 
 
 @functools.lru_cache(maxsize=32)
-def _cv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: float, yaw_deg: float,
-             pitch_deg: float, chroma: bool) -> tuple[np.ndarray, np.ndarray]:
+def _cv_maps(
+    src_w: int, src_h: int, width: int, height: int, hfov_deg: float, yaw_deg: float, pitch_deg: float, chroma: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """Fixed-point cv2 maps into a py360-padded plane (the generic path)."""
     if chroma:  # chroma plane of a 4:2:0 frame whose luma is (2*src_w) x (2*src_h)
         cols = 2.0 * np.arange(width // 2, dtype=np.float64)[None, :]
@@ -305,8 +337,15 @@ def _cv_maps(src_w: int, src_h: int, width: int, height: int, hfov_deg: float, y
     return cv2.convertMaps((u + 1.0).astype(np.float32), (v + 1.0).astype(np.float32), cv2.CV_16SC2)
 
 
-def render_view(pano_rgb: np.ndarray, yaw_deg: float, pitch_deg: float, hfov_deg: float, width: int,
-                height: int, interpolation: Literal["linear", "cubic"] = "linear") -> np.ndarray:
+def render_view(
+    pano_rgb: np.ndarray,
+    yaw_deg: float,
+    pitch_deg: float,
+    hfov_deg: float,
+    width: int,
+    height: int,
+    interpolation: Literal["linear", "cubic"] = "linear",
+) -> np.ndarray:
     """Any perspective view of a panorama image (H, W[, C]): yaw right-positive, pitch
     up-positive, horizontal FOV ``hfov_deg``, vertical FOV from the aspect ratio. Same pixel
     conventions and sampling as ``py360convert.e2p(pano, (hfov, vfov), yaw, pitch, (h, w))``."""
@@ -334,20 +373,25 @@ class Projector:
         self._strips: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # Y, U, V rows read, transposed
         if self.fast is not None:
             lm, cm = self.fast.luma, self.fast.chroma
-            self._strips = (np.empty((src_w, lm.nrows), np.uint8), np.empty((src_w // 2, cm.nrows), np.uint8),
-                            np.empty((src_w // 2, cm.nrows), np.uint8))
+            self._strips = (
+                np.empty((src_w, lm.nrows), np.uint8),
+                np.empty((src_w // 2, cm.nrows), np.uint8),
+                np.empty((src_w // 2, cm.nrows), np.uint8),
+            )
         self.cpu_s = 0.0  # CPU time spent projecting (fast path), all threads
         self._lock = threading.Lock()
 
-    def _views_fast(self, t: int, k0: int, k1: int, strips: tuple[np.ndarray, np.ndarray, np.ndarray],
-                    out: np.ndarray) -> None:
+    def _views_fast(
+        self, t: int, k0: int, k1: int, strips: tuple[np.ndarray, np.ndarray, np.ndarray], out: np.ndarray
+    ) -> None:
         t0 = time.thread_time()
         self._views_fast_inner(t, k0, k1, strips, out)
         with self._lock:
             self.cpu_s += time.thread_time() - t0
 
-    def _views_fast_inner(self, t: int, k0: int, k1: int, strips: tuple[np.ndarray, np.ndarray, np.ndarray],
-                          out: np.ndarray) -> None:
+    def _views_fast_inner(
+        self, t: int, k0: int, k1: int, strips: tuple[np.ndarray, np.ndarray, np.ndarray], out: np.ndarray
+    ) -> None:
         m = self.fast
         assert m is not None  # the fast path's
         ysz, csz = self.w * self.h, (self.w // 2) * (self.h // 2)
@@ -361,8 +405,17 @@ class Projector:
                 col = self._col.get((t, pm is m.luma))
                 if col is None:
                     col = self._col[(t, pm is m.luma)] = np.zeros(pm.nrows + 1, np.uint32)
-                _remap_plane(strip, pm.x0[k], pm.x1[k], pm.wx[k], pm.rows_t, pm.col_lo, pm.col_hi, col,
-                             dst[o : o + pw * ph].reshape(ph, pw))
+                _remap_plane(
+                    strip,
+                    pm.x0[k],
+                    pm.x1[k],
+                    pm.wx[k],
+                    pm.rows_t,
+                    pm.col_lo,
+                    pm.col_hi,
+                    col,
+                    dst[o : o + pw * ph].reshape(ph, pw),
+                )
 
     def close(self) -> None:
         if self.pool is not None:
@@ -377,34 +430,58 @@ class Projector:
             assert self._strips is not None  # made with self.fast
             t0 = time.thread_time()
             cw = self.src_w // 2
-            strips = (cv2.transpose(Y[m.luma.rmin : m.luma.rmin + m.luma.nrows, : self.src_w], self._strips[0]),
-                      cv2.transpose(U[m.chroma.rmin : m.chroma.rmin + m.chroma.nrows, :cw], self._strips[1]),
-                      cv2.transpose(V[m.chroma.rmin : m.chroma.rmin + m.chroma.nrows, :cw], self._strips[2]))
+            strips = (
+                cv2.transpose(Y[m.luma.rmin : m.luma.rmin + m.luma.nrows, : self.src_w], self._strips[0]),
+                cv2.transpose(U[m.chroma.rmin : m.chroma.rmin + m.chroma.nrows, :cw], self._strips[1]),
+                cv2.transpose(V[m.chroma.rmin : m.chroma.rmin + m.chroma.nrows, :cw], self._strips[2]),
+            )
             with self._lock:
                 self.cpu_s += time.thread_time() - t0
             cuts = [self.n * t // self.threads for t in range(self.threads + 1)]
-            futures = [self.pool.submit(self._views_fast, t, cuts[t], cuts[t + 1], strips, out)
-                       for t in range(1, self.threads)] if self.pool is not None else []
+            futures = (
+                [
+                    self.pool.submit(self._views_fast, t, cuts[t], cuts[t + 1], strips, out)
+                    for t in range(1, self.threads)
+                ]
+                if self.pool is not None
+                else []
+            )
             self._views_fast(0, cuts[0], cuts[1], strips, out)
             for f in futures:
                 f.result()
             return out
         p = self.params
         interp = _CV_INTERP[p.interpolation]
-        planes = [_pad_like_py360(Y[:, : self.src_w]), _pad_like_py360(U[:, : self.src_w // 2]),
-                  _pad_like_py360(V[:, : self.src_w // 2])]
+        planes = [
+            _pad_like_py360(Y[:, : self.src_w]),
+            _pad_like_py360(U[:, : self.src_w // 2]),
+            _pad_like_py360(V[:, : self.src_w // 2]),
+        ]
         ysize, csize = self.w * self.h, (self.w // 2) * (self.h // 2)
         for k, yaw in enumerate(self.yaws):
             lm = _cv_maps(self.src_w, self.src_h, self.w, self.h, float(p.hfov_deg), yaw, float(p.pitch_deg), False)
-            cm = _cv_maps(self.src_w // 2, self.src_h // 2, self.w, self.h, float(p.hfov_deg), yaw,
-                          float(p.pitch_deg), True)
+            cm = _cv_maps(
+                self.src_w // 2, self.src_h // 2, self.w, self.h, float(p.hfov_deg), yaw, float(p.pitch_deg), True
+            )
             dst = out[k]
-            cv2.remap(planes[0], lm[0], lm[1], interp, dst=dst[:ysize].reshape(self.h, self.w),
-                      borderMode=cv2.BORDER_REPLICATE)
+            cv2.remap(
+                planes[0],
+                lm[0],
+                lm[1],
+                interp,
+                dst=dst[:ysize].reshape(self.h, self.w),
+                borderMode=cv2.BORDER_REPLICATE,
+            )
             for i, plane in enumerate(planes[1:]):
                 o = ysize + i * csize
-                cv2.remap(plane, cm[0], cm[1], interp, dst=dst[o : o + csize].reshape(self.h // 2, self.w // 2),
-                          borderMode=cv2.BORDER_REPLICATE)
+                cv2.remap(
+                    plane,
+                    cm[0],
+                    cm[1],
+                    interp,
+                    dst=dst[o : o + csize].reshape(self.h // 2, self.w // 2),
+                    borderMode=cv2.BORDER_REPLICATE,
+                )
         return out
 
     def project_frame(self, frame: av.VideoFrame) -> np.ndarray:
@@ -419,10 +496,17 @@ def i420_to_rgb(i420: np.ndarray, width: int, height: int) -> np.ndarray:
 ProgressFn = Callable[[int, int | None], None]
 
 
-def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLike[str], params: ProjectParams,
-                   face_detector: FaceDetector, progress: ProgressFn | None = None, *,
-                   face_params: FaceParams | None = None, source_id: str | None = None,
-                   stats: dict | None = None) -> tuple[pa.Table, pa.Table]:
+def project_source(
+    source_path: str | os.PathLike[str],
+    out_dir: str | os.PathLike[str],
+    params: ProjectParams,
+    face_detector: FaceDetector,
+    progress: ProgressFn | None = None,
+    *,
+    face_params: FaceParams | None = None,
+    source_id: str | None = None,
+    stats: dict | None = None,
+) -> tuple[pa.Table, pa.Table]:
     """Decode a 360° source once and write its perspective views, faces blurred.
 
     Writes ``<video_id>.mp4`` per view into ``out_dir`` and returns ``(views, faces)`` tables
@@ -446,15 +530,19 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
         if dw is None:
             dw = auto_detect_width(info.width, params.width, params.hfov_deg, cap=fparams.detect_max_width)
         every = detection_every(fparams, info.fps, projector.n * projector.frame_size)
-        blurrer = FaceBlurrer(face_detector, fparams, vids, params.width, params.height, detect_width=dw,
-                              detect_every=every)
+        blurrer = FaceBlurrer(
+            face_detector, fparams, vids, params.width, params.height, detect_width=dw, detect_every=every
+        )
         rate = reader.stream.average_rate or (Fraction(info.fps).limit_denominator(100000) if info.fps else None)
         writers: list[ThreadedWriter] = []
         try:
             for p in paths:
-                writers.append(ThreadedWriter(
-                    VideoWriter(p, params.width, params.height, info.time_base, rate, params.encoder()),
-                    max_queue=params.queue_frames))
+                writers.append(
+                    ThreadedWriter(
+                        VideoWriter(p, params.width, params.height, info.time_base, rate, params.encoder()),
+                        max_queue=params.queue_frames,
+                    )
+                )
             total = info.n_frames or (int(round(info.duration_s * info.fps)) if info.fps else None)
 
             def emit(ready: list[ReadyFrame]) -> None:
@@ -475,10 +563,15 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
             for w in writers:
                 w.close()
             if stats is not None:
-                stats.update(frames=done, detect_every=every, detect_width=blurrer.dw,
-                             detector_calls=blurrer.detector_calls, crop_calls=blurrer.crop_calls,
-                             detect_cpu_s=blurrer.detect_cpu_s,
-                             project_cpu_s=projector.cpu_s)
+                stats.update(
+                    frames=done,
+                    detect_every=every,
+                    detect_width=blurrer.dw,
+                    detector_calls=blurrer.detector_calls,
+                    crop_calls=blurrer.crop_calls,
+                    detect_cpu_s=blurrer.detect_cpu_s,
+                    project_cpu_s=projector.cpu_s,
+                )
         except BaseException:
             for w in writers:
                 w.abort()
@@ -492,16 +585,34 @@ def project_source(source_path: str | os.PathLike[str], out_dir: str | os.PathLi
     rows = []
     for view, vid, p in zip(params.views, vids, paths, strict=True):
         got = inspect_written(p)
-        rows.append({
-            "video_id": vid, "source_id": sid, "view": view, "yaw_deg": ids.VIEWS[view],
-            "pitch_deg": float(params.pitch_deg), "hfov_deg": float(params.hfov_deg), "vfov_deg": vfov,
-            "width": params.width, "height": params.height, "fps": got.fps, "n_frames": got.n_frames,
-            "duration_s": got.duration_s, "path": p.name, "sha256": sha256_file(p),
-        })
+        rows.append(
+            {
+                "video_id": vid,
+                "source_id": sid,
+                "view": view,
+                "yaw_deg": ids.VIEWS[view],
+                "pitch_deg": float(params.pitch_deg),
+                "hfov_deg": float(params.hfov_deg),
+                "vfov_deg": vfov,
+                "width": params.width,
+                "height": params.height,
+                "fps": got.fps,
+                "n_frames": got.n_frames,
+                "duration_s": got.duration_s,
+                "path": p.name,
+                "sha256": sha256_file(p),
+            }
+        )
     return schema.table(schema.VIEWS_TABLE, rows), blurrer.faces_table()
 
 
 __all__ = [
-    "ProjectParams", "Projector", "YuvMaps", "build_yuv_maps", "equirect_coords", "render_view",
-    "project_source", "i420_to_rgb",
+    "ProjectParams",
+    "Projector",
+    "YuvMaps",
+    "build_yuv_maps",
+    "equirect_coords",
+    "render_view",
+    "project_source",
+    "i420_to_rgb",
 ]

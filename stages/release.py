@@ -39,8 +39,9 @@ def _what_changed(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def causes(video: str, source: str, before_build: Mapping[str, Any], after_build: Mapping[str, Any],
-           before_sources: set[str]) -> list[str]:
+def causes(
+    video: str, source: str, before_build: Mapping[str, Any], after_build: Mapping[str, Any], before_sources: set[str]
+) -> list[str]:
     """Why a video's questions changed: its fix ops, stage versions, a new source."""
     out = []
     fixes_before = before_build.get("fixes", {}).get(video, [])
@@ -54,14 +55,26 @@ def causes(video: str, source: str, before_build: Mapping[str, Any], after_build
     return out or ["its metadata changed upstream (no fix of its own, no stage version change)"]
 
 
-def changelog(before: Sequence[Mapping[str, Any]] | None, before_build: Mapping[str, Any], after: Sequence[Mapping[str, Any]],
-              after_build: Mapping[str, Any], previous: str | None) -> dict[str, Any]:
+def changelog(
+    before: Sequence[Mapping[str, Any]] | None,
+    before_build: Mapping[str, Any],
+    after: Sequence[Mapping[str, Any]],
+    after_build: Mapping[str, Any],
+    previous: str | None,
+) -> dict[str, Any]:
     """Questions added, removed and changed (by doc id; release rows of qa.parquet), each with its
     cause. ``before`` None: the first release."""
     new = {r["doc_id"]: r for r in after}
     if before is None:
-        return {"previous": None, "added": len(new), "removed": 0, "changed": 0, "per_field": {},
-                "questions": [], "summary": f"first release: {len(new)} questions"}
+        return {
+            "previous": None,
+            "added": len(new),
+            "removed": 0,
+            "changed": 0,
+            "per_field": {},
+            "questions": [],
+            "summary": f"first release: {len(new)} questions",
+        }
     old = {r["doc_id"]: r for r in before}
     sources_before = {r["source_id"] for r in before}
     entries = []
@@ -76,23 +89,41 @@ def changelog(before: Sequence[Mapping[str, Any]] | None, before_build: Mapping[
             what, kind = [], "added" if a is None else "removed"
         r = b or a
         assert r is not None  # a row is in the old or the new release
-        entries.append({"doc_id": d, "kind": kind, "what": what, "video_id": r["video_id"], "task_type": r["task_type"],
-                        "question": r["question"],
-                        "before": None if a is None else {"answer": a["answer"], "answer_text": a["answer_text"],
-                                                          "options": a["options"]},
-                        "after": None if b is None else {"answer": b["answer"], "answer_text": b["answer_text"],
-                                                         "options": b["options"]},
-                        "causes": causes(r["video_id"], r["source_id"], before_build, after_build, sources_before)
-                        if kind != "removed" else _removed_causes(r, before_build, after_build, {x["source_id"] for x in after})})
+        entries.append(
+            {
+                "doc_id": d,
+                "kind": kind,
+                "what": what,
+                "video_id": r["video_id"],
+                "task_type": r["task_type"],
+                "question": r["question"],
+                "before": None
+                if a is None
+                else {"answer": a["answer"], "answer_text": a["answer_text"], "options": a["options"]},
+                "after": None
+                if b is None
+                else {"answer": b["answer"], "answer_text": b["answer_text"], "options": b["options"]},
+                "causes": causes(r["video_id"], r["source_id"], before_build, after_build, sources_before)
+                if kind != "removed"
+                else _removed_causes(r, before_build, after_build, {x["source_id"] for x in after}),
+            }
+        )
     kinds = Counter(e["kind"] for e in entries)
     per_field = Counter(f for e in entries for f in e["what"])
-    return {"previous": previous, "added": kinds["added"], "removed": kinds["removed"], "changed": kinds["changed"],
-            "per_field": {f: per_field[f] for f in CHANGE_FIELDS if per_field[f]}, "questions": entries,
-            "summary": f"against {previous}: {kinds['added']} added, {kinds['removed']} removed, {kinds['changed']} changed"}
+    return {
+        "previous": previous,
+        "added": kinds["added"],
+        "removed": kinds["removed"],
+        "changed": kinds["changed"],
+        "per_field": {f: per_field[f] for f in CHANGE_FIELDS if per_field[f]},
+        "questions": entries,
+        "summary": f"against {previous}: {kinds['added']} added, {kinds['removed']} removed, {kinds['changed']} changed",
+    }
 
 
-def _removed_causes(r: Mapping[str, Any], before_build: Mapping[str, Any], after_build: Mapping[str, Any],
-                    sources_after: set[str]) -> list[str]:
+def _removed_causes(
+    r: Mapping[str, Any], before_build: Mapping[str, Any], after_build: Mapping[str, Any], sources_after: set[str]
+) -> list[str]:
     if r["source_id"] not in sources_after:
         return [f"source {r['source_id']} removed"]
     return causes(r["video_id"], r["source_id"], before_build, after_build, {r["source_id"]})
@@ -127,8 +158,15 @@ def size_category(n: int) -> str:
     return "n>1M"
 
 
-def card(version: str, license_id: str, report: Mapping[str, Any], counts: Mapping[str, Any], log: Mapping[str, Any],
-         videos_included: bool, task_dir: str) -> str:
+def card(
+    version: str,
+    license_id: str,
+    report: Mapping[str, Any],
+    counts: Mapping[str, Any],
+    log: Mapping[str, Any],
+    videos_included: bool,
+    task_dir: str,
+) -> str:
     """The dataset card (README.md): YAML header (configs, license, task categories, ...) and body."""
     n = sum(counts.get("release", {}).values())
     header = {
@@ -139,53 +177,81 @@ def card(version: str, license_id: str, report: Mapping[str, Any], counts: Mappi
         "tags": ["video", "spatial-reasoning", "streaming", "360-video", "world-state"],
         "size_categories": [size_category(n)],
         "configs": [
-            {"config_name": "default", "default": True,
-             "data_files": [{"split": "test", "path": RELEASE_PARQUET}]},
+            {"config_name": "default", "default": True, "data_files": [{"split": "test", "path": RELEASE_PARQUET}]},
             {"config_name": "rich", "data_files": [{"split": "test", "path": "qa.parquet"}]},
         ],
     }
     stats = report.get("statistics", {})
     questions = report.get("questions", {})
-    lines = ["---", yaml.safe_dump(header, sort_keys=False, allow_unicode=True).strip(), "---", "",
-             f"# VSI-Super-Wild {version}", "",
-             "Questions about hours of real 360° walking video that test whether a video model keeps a coherent "
-             "world state: where the camera moves (VMR), in which order places were seen (VPO), in which order "
-             "objects first or last appeared (VOO), and how many objects of a kind were seen (VOC). Rebuilt by "
-             "the open vsi-wild pipeline; every question carries the evidence intervals that answer it.", "",
-             "## Contents", "",
-             f"- {n} release questions over {stats.get('videos', 0)} view videos ({stats.get('hours', 0.0):.2f} h)",
-             ]
+    lines = [
+        "---",
+        yaml.safe_dump(header, sort_keys=False, allow_unicode=True).strip(),
+        "---",
+        "",
+        f"# VSI-Super-Wild {version}",
+        "",
+        "Questions about hours of real 360° walking video that test whether a video model keeps a coherent "
+        "world state: where the camera moves (VMR), in which order places were seen (VPO), in which order "
+        "objects first or last appeared (VOO), and how many objects of a kind were seen (VOC). Rebuilt by "
+        "the open vsi-wild pipeline; every question carries the evidence intervals that answer it.",
+        "",
+        "## Contents",
+        "",
+        f"- {n} release questions over {stats.get('videos', 0)} view videos ({stats.get('hours', 0.0):.2f} h)",
+    ]
     for t, e in questions.items():
         sub = ", ".join(f"{k} {v}" for k, v in (e.get("subtypes") or {}).items())
         lines.append(f"- {t}: {e['n']} questions over {e['videos']} videos" + (f" ({sub})" if sub else ""))
-    lines += ["", "| file | what |", "|---|---|",
-              "| `vsi_super_wild_qa.jsonl` | the release rows in the public release's format |",
-              f"| `{RELEASE_PARQUET}` | the same rows as parquet (config `default`) |",
-              "| `qa.parquet` | every split's rows with the streaming fields and provenance (config `rich`) |",
-              "| `splits/` | the VPO unrotated control, VOC-Repeat, the VOC streaming form |",
-              "| `ledger.parquet` | each question's identity, doc id number, option order and letter (kept across versions) |",
-              "| `images/` | the rendered VPO views, faces blurred |",
-              "| `videos.jsonl` | each view video: name, sha256, size, its source and licence" +
-              (" (the files are in `videos/`)" if videos_included else " (the files are not in this folder)") + " |",
-              f"| `{task_dir}/` | the lmms-eval task of this release |",
-              "| `CHANGELOG.md`, `changelog.json` | what changed since the previous release, and why |",
-              "| `manifest.json` | every file's sha256 |", "",
-              "## Use", "", "```python", "import datasets",
-              'rows = datasets.load_dataset("<this folder or repo>", split="test")  # the release rows',
-              'rich = datasets.load_dataset("<this folder or repo>", "rich", split="test")', "```", "",
-              f"With lmms-eval: `lmms-eval --include_path {task_dir} --tasks vsi_super_wild_{_slug(version)} ...`, run "
-              "from this folder with `VSI_SUPER_WILD_VIDEO_ROOT` naming the folder of the view videos. Scores: accuracy "
-              "for VMR, VPO and VOO (the answer letter), MRA for VOC (1 - |prediction - answer| / max(answer, 1)).", "",
-              "## How it was made", "",
-              "Crawled 360° videos, reviewed by a person, projected into four perspective views with faces blurred; "
-              "objects proposed, detected (YOLO-World), segmented (SAM3), reconciled across clips; camera poses "
-              "(Depth-Anything-3); people verified and fixed the metadata; the questions are derived by rules from "
-              "it, answer texts and letters balanced over each task. Stage versions of this build:", ""]
+    lines += [
+        "",
+        "| file | what |",
+        "|---|---|",
+        "| `vsi_super_wild_qa.jsonl` | the release rows in the public release's format |",
+        f"| `{RELEASE_PARQUET}` | the same rows as parquet (config `default`) |",
+        "| `qa.parquet` | every split's rows with the streaming fields and provenance (config `rich`) |",
+        "| `splits/` | the VPO unrotated control, VOC-Repeat, the VOC streaming form |",
+        "| `ledger.parquet` | each question's identity, doc id number, option order and letter (kept across versions) |",
+        "| `images/` | the rendered VPO views, faces blurred |",
+        "| `videos.jsonl` | each view video: name, sha256, size, its source and licence"
+        + (" (the files are in `videos/`)" if videos_included else " (the files are not in this folder)")
+        + " |",
+        f"| `{task_dir}/` | the lmms-eval task of this release |",
+        "| `CHANGELOG.md`, `changelog.json` | what changed since the previous release, and why |",
+        "| `manifest.json` | every file's sha256 |",
+        "",
+        "## Use",
+        "",
+        "```python",
+        "import datasets",
+        'rows = datasets.load_dataset("<this folder or repo>", split="test")  # the release rows',
+        'rich = datasets.load_dataset("<this folder or repo>", "rich", split="test")',
+        "```",
+        "",
+        f"With lmms-eval: `lmms-eval --include_path {task_dir} --tasks vsi_super_wild_{_slug(version)} ...`, run "
+        "from this folder with `VSI_SUPER_WILD_VIDEO_ROOT` naming the folder of the view videos. Scores: accuracy "
+        "for VMR, VPO and VOO (the answer letter), MRA for VOC (1 - |prediction - answer| / max(answer, 1)).",
+        "",
+        "## How it was made",
+        "",
+        "Crawled 360° videos, reviewed by a person, projected into four perspective views with faces blurred; "
+        "objects proposed, detected (YOLO-World), segmented (SAM3), reconciled across clips; camera poses "
+        "(Depth-Anything-3); people verified and fixed the metadata; the questions are derived by rules from "
+        "it, answer texts and letters balanced over each task. Stage versions of this build:",
+        "",
+    ]
     versions = (report.get("build") or {}).get("stage_versions", {})
-    lines += [", ".join(f"{s} {v}" for s, v in versions.items()) or "(unknown)", "",
-              "A question keeps its doc id, option order and answer letter from one release to the next while "
-              "its content (video, task, subtype, what it asks about, its query times) stays the same.", "",
-              "## Changelog", "", log["summary"] + ".", "See `CHANGELOG.md`.", ""]
+    lines += [
+        ", ".join(f"{s} {v}" for s, v in versions.items()) or "(unknown)",
+        "",
+        "A question keeps its doc id, option order and answer letter from one release to the next while "
+        "its content (video, task, subtype, what it asks about, its query times) stays the same.",
+        "",
+        "## Changelog",
+        "",
+        log["summary"] + ".",
+        "See `CHANGELOG.md`.",
+        "",
+    ]
     return "\n".join(lines)
 
 
@@ -200,31 +266,45 @@ def task_name(version: str) -> str:
 def task_yaml(version: str) -> str:
     """The lmms-eval task of a release (its ``utils.py`` sits beside it)."""
     name = task_name(version)
-    return "\n".join([
-        f"# lmms-eval task of VSI-Super-Wild {version} (made by `vsi-wild release`)",
-        f"task: {name}",
-        "dataset_path: json",
-        "dataset_kwargs:",
-        "  data_files:",
-        "    test: vsi_super_wild_qa.jsonl",
-        "test_split: test",
-        "output_type: generate_until",
-        "doc_to_visual: !function utils.doc_to_visual",
-        "doc_to_text: !function utils.doc_to_text",
-        "doc_to_target: answer",
-        "process_results: !function utils.process_results",
-        "generation_kwargs:",
-        "  max_new_tokens: 16",
-        "  temperature: 0.0",
-        "  do_sample: false",
-        "metric_list:",
-        *[line for m, agg in (("vmr_accuracy", "mean_score"), ("vpo_accuracy", "mean_score"), ("voo_accuracy", "mean_score"),
-                              ("voc_mra", "mean_score"), ("overall", "overall_score"))
-          for line in (f"  - metric: {m}", f"    aggregation: !function utils.{agg}", "    higher_is_better: true")],
-        "metadata:",
-        f"  version: {json.dumps(version)}",
-        "",
-    ])
+    return "\n".join(
+        [
+            f"# lmms-eval task of VSI-Super-Wild {version} (made by `vsi-wild release`)",
+            f"task: {name}",
+            "dataset_path: json",
+            "dataset_kwargs:",
+            "  data_files:",
+            "    test: vsi_super_wild_qa.jsonl",
+            "test_split: test",
+            "output_type: generate_until",
+            "doc_to_visual: !function utils.doc_to_visual",
+            "doc_to_text: !function utils.doc_to_text",
+            "doc_to_target: answer",
+            "process_results: !function utils.process_results",
+            "generation_kwargs:",
+            "  max_new_tokens: 16",
+            "  temperature: 0.0",
+            "  do_sample: false",
+            "metric_list:",
+            *[
+                line
+                for m, agg in (
+                    ("vmr_accuracy", "mean_score"),
+                    ("vpo_accuracy", "mean_score"),
+                    ("voo_accuracy", "mean_score"),
+                    ("voc_mra", "mean_score"),
+                    ("overall", "overall_score"),
+                )
+                for line in (
+                    f"  - metric: {m}",
+                    f"    aggregation: !function utils.{agg}",
+                    "    higher_is_better: true",
+                )
+            ],
+            "metadata:",
+            f"  version: {json.dumps(version)}",
+            "",
+        ]
+    )
 
 
 # ----------------------------------------------------------------------------- the manifest

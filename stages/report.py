@@ -23,8 +23,9 @@ UNCATEGORISED = "uncategorised"  # a source whose scene category is not known (l
 TOP_CONCEPTS = 10
 
 
-def build_report(rows: Sequence[Mapping[str, Any]], status: Sequence[Mapping[str, Any]],
-                 sources: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+def build_report(
+    rows: Sequence[Mapping[str, Any]], status: Sequence[Mapping[str, Any]], sources: Sequence[Mapping[str, Any]]
+) -> dict[str, Any]:
     """``rows``: the rich export (schema.QA_EXPORT) of every split; ``status``: schema.STATUS rows;
     ``sources``: probed schema.SOURCE rows."""
     release = [r for r in rows if r["split"] == "release"]
@@ -34,8 +35,11 @@ def build_report(rows: Sequence[Mapping[str, Any]], status: Sequence[Mapping[str
         by_task[r["task_type"]].append(r)
     for name, rs in sorted(by_task.items()):
         t = task(name)
-        entry: dict[str, Any] = {"n": len(rs), "subtypes": dict(Counter(r["subtype"] for r in rs)),
-                                 "videos": len({r["video_name"] for r in rs})}
+        entry: dict[str, Any] = {
+            "n": len(rs),
+            "subtypes": dict(Counter(r["subtype"] for r in rs)),
+            "videos": len({r["video_name"] for r in rs}),
+        }
         if t.kind == NUMBER:
             answers = sorted(int(r["answer"]) for r in rs)
             entry["answers"] = {"min": answers[0], "median": statistics.median(answers), "max": answers[-1]}
@@ -48,15 +52,19 @@ def build_report(rows: Sequence[Mapping[str, Any]], status: Sequence[Mapping[str
         rep["questions"][name] = entry
     rep["blind"] = ev.blind_report(release) if release else {}
     durations = [s["duration_s"] for s in sources if s.get("duration_s")]
-    rep["sources"] = {"n": len(sources), "hours": sum(durations) / 3600 if durations else 0.0,
-                      "origins": dict(Counter(s["origin"] for s in sources))}
+    rep["sources"] = {
+        "n": len(sources),
+        "hours": sum(durations) / 3600 if durations else 0.0,
+        "origins": dict(Counter(s["origin"] for s in sources)),
+    }
     lost: dict[str, Counter] = defaultdict(Counter)
     for s in status:
         if s["state"] in ("failed", "skipped"):
             lost[s["stage"]][s["error_class"] or s["state"]] += 1
     rep["lost"] = {k: dict(v) for k, v in sorted(lost.items())}
-    rep["failures"] = [{"stage": s["stage"], "unit": s["unit"], "error": s["error"]}
-                       for s in status if s["state"] == "failed"][:50]
+    rep["failures"] = [
+        {"stage": s["stage"], "unit": s["unit"], "error": s["error"]} for s in status if s["state"] == "failed"
+    ][:50]
     rep["statistics"] = paper_statistics(release, sources)
     return rep
 
@@ -82,10 +90,15 @@ def paper_statistics(release: Sequence[Mapping[str, Any]], sources: Sequence[Map
         e["videos"] += 1
         e["seconds"] += duration
         bins[cat][ev.duration_bin(duration / 60)] += 1
-    categories = {cat: {"videos": e["videos"], "hours": e["seconds"] / 3600,
-                        "count_share": e["videos"] / len(videos),
-                        "duration_share": e["seconds"] / total_s if total_s else 0.0}
-                  for cat, e in sorted(per_cat.items())}
+    categories = {
+        cat: {
+            "videos": e["videos"],
+            "hours": e["seconds"] / 3600,
+            "count_share": e["videos"] / len(videos),
+            "duration_share": e["seconds"] / total_s if total_s else 0.0,
+        }
+        for cat, e in sorted(per_cat.items())
+    }
     by_task: dict[str, list[Mapping[str, Any]]] = defaultdict(list)
     for r in release:
         by_task[r["task_type"]].append(r)
@@ -94,15 +107,24 @@ def paper_statistics(release: Sequence[Mapping[str, Any]], sources: Sequence[Map
         rs = by_task.get(t.name, [])
         if rs:
             per_task[t.name] = _task_statistics(t, rs)
-    return {"videos": len(videos), "hours": total_s / 3600, "categories": categories,
-            "duration_bins": {cat: dict(c) for cat, c in sorted(bins.items())}, "tasks": per_task}
+    return {
+        "videos": len(videos),
+        "hours": total_s / 3600,
+        "categories": categories,
+        "duration_bins": {cat: dict(c) for cat, c in sorted(bins.items())},
+        "tasks": per_task,
+    }
 
 
 def _task_statistics(t: QATask, rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     counted = Counter(r["subtype"] for r in rows)
     # the declared subtypes first, asked or not (VMR cardinal 0 says something), then any other
-    out: dict[str, Any] = {"subtypes": {**{st: counted.get(st, 0) for st in t.subtypes},
-                                        **dict(sorted((k, v) for k, v in counted.items() if k not in t.subtypes))}}
+    out: dict[str, Any] = {
+        "subtypes": {
+            **{st: counted.get(st, 0) for st in t.subtypes},
+            **dict(sorted((k, v) for k, v in counted.items() if k not in t.subtypes)),
+        }
+    }
     concepts = Counter(c for r in rows for c in (r.get("concepts") or []))
     if concepts:
         out["top_concepts"] = dict(sorted(concepts.items(), key=lambda kv: (-kv[1], kv[0]))[:TOP_CONCEPTS])
@@ -133,12 +155,23 @@ def letter_balance(letters: Mapping[str, int]) -> dict[str, Any]:
 def render_markdown(rep: Mapping[str, Any]) -> str:
     out = ["# VSI-Super-Wild build report", ""]
     src = rep["sources"]
-    out += [f"Sources: {src['n']} ({src['hours']:.2f} h; " + ", ".join(f"{k} {v}" for k, v in src["origins"].items()) + ")", ""]
-    out += ["## Questions (release split)", "", "| task | questions | videos | subtypes | answers |", "|---|---|---|---|---|"]
+    out += [
+        f"Sources: {src['n']} ({src['hours']:.2f} h; " + ", ".join(f"{k} {v}" for k, v in src["origins"].items()) + ")",
+        "",
+    ]
+    out += [
+        "## Questions (release split)",
+        "",
+        "| task | questions | videos | subtypes | answers |",
+        "|---|---|---|---|---|",
+    ]
     for name, e in rep["questions"].items():
         subtypes = ", ".join(f"{k} {v}" for k, v in e["subtypes"].items())
-        answers = (f"min {e['answers']['min']} · median {e['answers']['median']} · max {e['answers']['max']}"
-                   if "answers" in e else "letters " + " ".join(f"{k}:{v}" for k, v in e["letters"].items()))
+        answers = (
+            f"min {e['answers']['min']} · median {e['answers']['median']} · max {e['answers']['max']}"
+            if "answers" in e
+            else "letters " + " ".join(f"{k}:{v}" for k, v in e["letters"].items())
+        )
         out.append(f"| {name} | {e['n']} | {e['videos']} | {subtypes} | {answers} |")
     out += ["", "Splits: " + ", ".join(f"{k} {v}" for k, v in rep["splits"].items())]
     for t in tasks():  # each task's own section
@@ -147,18 +180,30 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
     out += [""]
     if rep.get("blind"):
         b = rep["blind"]
-        out += ["## Blind baselines (no video)", "",
-                f"A task is flagged when a baseline beats chance ({b['chance']:.0%}) by more than {b['margin']:.0%}.", "",
-                "| baseline | " + " | ".join(sorted(next(iter(b["baselines"].values())).keys())) + " |",
-                "|---|" + "---|" * len(next(iter(b["baselines"].values()))) ]
+        out += [
+            "## Blind baselines (no video)",
+            "",
+            f"A task is flagged when a baseline beats chance ({b['chance']:.0%}) by more than {b['margin']:.0%}.",
+            "",
+            "| baseline | " + " | ".join(sorted(next(iter(b["baselines"].values())).keys())) + " |",
+            "|---|" + "---|" * len(next(iter(b["baselines"].values()))),
+        ]
         for name, scores in b["baselines"].items():
             out.append(f"| {name} | " + " | ".join(f"{scores[t]:.3f}" for t in sorted(scores)) + " |")
-        out += ["", ("Leaks: " + ", ".join(f"{x['task']} ({x['best_blind_accuracy']:.0%})" for x in b["leaks"]))
-                if b["leaks"] else "No task is answerable blind beyond the margin.", ""]
+        out += [
+            "",
+            ("Leaks: " + ", ".join(f"{x['task']} ({x['best_blind_accuracy']:.0%})" for x in b["leaks"]))
+            if b["leaks"]
+            else "No task is answerable blind beyond the margin.",
+            "",
+        ]
         if b.get("too_few"):
             out += [f"Too few questions to judge ({b['min_n']} needed): {', '.join(b['too_few'])}.", ""]
-        out += [f"({t.name} is scored with {t.metric.name}: the median-count prior's score, not an accuracy.)"
-                for t in tasks() if t.kind == NUMBER] + [""]
+        out += [
+            f"({t.name} is scored with {t.metric.name}: the median-count prior's score, not an accuracy.)"
+            for t in tasks()
+            if t.kind == NUMBER
+        ] + [""]
     out += ["## Lost on the way", ""]
     if rep["lost"]:
         for stage, classes in rep["lost"].items():
@@ -180,14 +225,26 @@ def render_markdown(rep: Mapping[str, Any]) -> str:
     if "changes" in rep:
         out += ["", "## What changed since the previous build", ""] + _changes_markdown(rep["changes"])
     if rep.get("letter_moves"):
-        out += ["", "## Answer letters the balance bound moved", "",
-                "Questions that kept their identity but whose answer letter had to move so that every "
-                "task, subtype and answer text stays within the letter balance bound (stages/ledger.py):", ""]
-        out += [f"- {m['doc_id']}: {m['moved_from']} → {m['answer']} ({m['moved_stratum']})" for m in rep["letter_moves"]]
+        out += [
+            "",
+            "## Answer letters the balance bound moved",
+            "",
+            "Questions that kept their identity but whose answer letter had to move so that every "
+            "task, subtype and answer text stays within the letter balance bound (stages/ledger.py):",
+            "",
+        ]
+        out += [
+            f"- {m['doc_id']}: {m['moved_from']} → {m['answer']} ({m['moved_stratum']})" for m in rep["letter_moves"]
+        ]
     if rep.get("forced_out"):
-        out += ["", "## Questions the balance bounds forced out", "",
-                "Asked by the previous build, left out now because the answer balance or the text debiasing "
-                "could not hold its bound otherwise:", ""]
+        out += [
+            "",
+            "## Questions the balance bounds forced out",
+            "",
+            "Asked by the previous build, left out now because the answer balance or the text debiasing "
+            "could not hold its bound otherwise:",
+            "",
+        ]
         out += [f"- {m['doc_id']} ({m['state']}): {m['reason']}" for m in rep["forced_out"]]
     return "\n".join(out) + "\n"
 
@@ -197,10 +254,15 @@ def _statistics_markdown(st: Mapping[str, Any]) -> list[str]:
     if not st["categories"]:
         return out + ["No view video has questions."]
     out += ["| category | videos | by count | hours | by duration |", "|---|---|---|---|---|"]
-    out += [f"| {c} | {e['videos']} | {e['count_share']:.2%} | {e['hours']:.2f} | {e['duration_share']:.2%} |"
-            for c, e in st["categories"].items()]
-    balance = [f"{t} chi2 {e['letter_balance']['chi2']:.2f} (p {e['letter_balance']['p']:.3g})"
-               for t, e in st["tasks"].items() if (e.get("letter_balance") or {}).get("p") is not None]
+    out += [
+        f"| {c} | {e['videos']} | {e['count_share']:.2%} | {e['hours']:.2f} | {e['duration_share']:.2%} |"
+        for c, e in st["categories"].items()
+    ]
+    balance = [
+        f"{t} chi2 {e['letter_balance']['chi2']:.2f} (p {e['letter_balance']['p']:.3g})"
+        for t, e in st["tasks"].items()
+        if (e.get("letter_balance") or {}).get("p") is not None
+    ]
     if balance:
         out += ["", "Answer letter balance: " + ", ".join(balance)]
     return out
@@ -209,19 +271,25 @@ def _statistics_markdown(st: Mapping[str, Any]) -> list[str]:
 def _changes_markdown(changes: Mapping[str, Any] | None) -> list[str]:
     if changes is None:
         return ["No previous build of this data root to compare with."]
-    out = [f"Compared with {changes['previous']}: {changes['added']} added, {changes['removed']} removed, "
-           f"{changes['changed']} changed; of the questions in both, {changes.get('letters', 0)} answer letters, "
-           f"{changes.get('order', 0)} option orders and {changes.get('doc_ids', 0)} doc ids moved."]
+    out = [
+        f"Compared with {changes['previous']}: {changes['added']} added, {changes['removed']} removed, "
+        f"{changes['changed']} changed; of the questions in both, {changes.get('letters', 0)} answer letters, "
+        f"{changes.get('order', 0)} option orders and {changes.get('doc_ids', 0)} doc ids moved."
+    ]
     if changes["stage_versions"]:
         out.append("Stage versions: " + ", ".join(f"{s} {a} → {b}" for s, (a, b) in changes["stage_versions"].items()))
     for v, c in changes["per_video"].items():
-        out.append(f"- {v}: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
-                   f"{c.get('letters', 0)} letters and {c.get('order', 0)} orders moved"
-                   + (f" ({'; '.join(c['causes'])})" if c["causes"] else ""))
+        out.append(
+            f"- {v}: {c['added']} added, {c['removed']} removed, {c['changed']} changed, "
+            f"{c.get('letters', 0)} letters and {c.get('order', 0)} orders moved"
+            + (f" ({'; '.join(c['causes'])})" if c["causes"] else "")
+        )
     if changes["changed_questions"]:
         out += ["", "| task | video | question | before | after |", "|---|---|---|---|---|"]
-        out += [f"| {c['task_type']} | {c['video_id']} | {c['question']} | {c['before']['answer']} | {c['after']['answer']} |"
-                for c in changes["changed_questions"]]
+        out += [
+            f"| {c['task_type']} | {c['video_id']} | {c['question']} | {c['before']['answer']} | {c['after']['answer']} |"
+            for c in changes["changed_questions"]
+        ]
     return out
 
 
@@ -233,14 +301,16 @@ class ReportParams(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     reference_qa: str | None = Field(
-        DEFAULT_REFERENCE_QA, description="the public release's QA file (release-format jsonl) the text-only leak "
+        DEFAULT_REFERENCE_QA,
+        description="the public release's QA file (release-format jsonl) the text-only leak "
         "probe also runs on, so that the report compares the build with it; relative: to the working directory; "
-        "None, or a file that is not there: the report says so"
+        "None, or a file that is not there: the report says so",
     )
 
 
-def text_probe_summary(build: Mapping[str, Any], reference: Mapping[str, Any],
-                       dropped: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+def text_probe_summary(
+    build: Mapping[str, Any], reference: Mapping[str, Any], dropped: Sequence[Mapping[str, Any]] | None
+) -> dict[str, Any]:
     """report.json's ``text_probe``: the probe on this build's release rows and on the public release
     (``leak_probe.ProbeResult.as_json`` each; the reference: or a ``note`` why it is absent), and what
     ``qa.debias_text`` dropped (schema.TEXT_DEBIAS rows; None: the setting is off)."""
@@ -254,15 +324,23 @@ def text_probe_markdown(tp: Mapping[str, Any] | None) -> list[str]:
     """The report's section on the text-only probe: per task, this build beside the public release."""
     if not tp:
         return []
-    out = ["", "## Text-only leak probe", "",
-           "A classifier of the question and option texts alone (TF-IDF + logistic regression; VOC: a ridge "
-           f"regression scored by MRA against the best constant answer), {tp['build']['folds']}-fold out of fold with "
-           "the folds grouped by source video (a task from one source only: by view video, and never flagged, as "
-           "its views share one world). A task is flagged when the probe beats chance by more than "
-           f"{tp['build']['margin']:.0%} on at least {tp['build']['min_n']} questions (binomial p < {tp['build']['alpha']}).", ""]
+    out = [
+        "",
+        "## Text-only leak probe",
+        "",
+        "A classifier of the question and option texts alone (TF-IDF + logistic regression; VOC: a ridge "
+        f"regression scored by MRA against the best constant answer), {tp['build']['folds']}-fold out of fold with "
+        "the folds grouped by source video (a task from one source only: by view video, and never flagged, as "
+        "its views share one world). A task is flagged when the probe beats chance by more than "
+        f"{tp['build']['margin']:.0%} on at least {tp['build']['min_n']} questions (binomial p < {tp['build']['alpha']}).",
+        "",
+    ]
     ref = tp["reference"]
     ref_tasks = {e["task"]: e for e in ref.get("tasks", [])}
-    out += ["| task | metric | this build: probe · chance (n) | public release: probe · chance (n) |", "|---|---|---|---|"]
+    out += [
+        "| task | metric | this build: probe · chance (n) | public release: probe · chance (n) |",
+        "|---|---|---|---|",
+    ]
 
     def cell(e: Mapping[str, Any] | None) -> str:
         if not e:
@@ -282,15 +360,16 @@ def text_probe_markdown(tp: Mapping[str, Any] | None) -> list[str]:
     out += ["", ("Flagged in this build: " + ", ".join(flagged)) if flagged else "No task of this build is flagged."]
     if "debias_dropped" in tp:
         d = tp["debias_dropped"]
-        out += ["", "Dropped by qa.debias_text (text_debias.parquet): "
-                + (", ".join(f"{t} {n}" for t, n in d.items()) if d else "none (no task's probe to prune).")]
+        out += [
+            "",
+            "Dropped by qa.debias_text (text_debias.parquet): "
+            + (", ".join(f"{t} {n}" for t, n in d.items()) if d else "none (no task's probe to prune)."),
+        ]
     return out
 
 
-
 # ------------------------------------------------------------------------------------ answer controls
-def answer_controls(release: Sequence[Mapping[str, Any]],
-                    public: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
+def answer_controls(release: Sequence[Mapping[str, Any]], public: Sequence[Mapping[str, Any]] | None) -> dict[str, Any]:
     """report.json's ``answer_controls``: the answer texts the export's balance left per task and
     subtype (``qa.balance.answer_histograms``), the VOC count priors (``evaluate.voc_priors``: the
     best constant answer, the leave-one-source-out per-concept median) on this build and, by the
@@ -304,19 +383,30 @@ def answer_controls(release: Sequence[Mapping[str, Any]],
             strata[r["task_type"]]["difficulty"][r["difficulty_bin"]] += 1
         if r.get("horizon_bin"):
             strata[r["task_type"]]["horizon"][r["horizon_bin"]] += 1
-    return {"answer_texts": answer_histograms(release),
-            "voc_priors": {"build": ev.voc_priors(release), "public": ev.voc_priors(public) if public is not None else None},
-            "strata": {t: {k: dict(sorted(c.items())) for k, c in e.items()} for t, e in sorted(strata.items())}}
+    return {
+        "answer_texts": answer_histograms(release),
+        "voc_priors": {
+            "build": ev.voc_priors(release),
+            "public": ev.voc_priors(public) if public is not None else None,
+        },
+        "strata": {t: {k: dict(sorted(c.items())) for k, c in e.items()} for t, e in sorted(strata.items())},
+    }
 
 
 def answer_controls_markdown(ac: Mapping[str, Any] | None) -> list[str]:
     """The report's section on the answer distributions, the VOC priors and the difficulty strata."""
     if not ac:
         return []
-    out = ["", "## Answer distributions and difficulty", "",
-           "Largest share of one answer text per task and subtype, after the export's balance (qa.max_answer_ratio, "
-           "qa.voc_max_answer_share):", "", "| task | subtype | questions | distinct answers | largest share | most common |",
-           "|---|---|---|---|---|---|"]
+    out = [
+        "",
+        "## Answer distributions and difficulty",
+        "",
+        "Largest share of one answer text per task and subtype, after the export's balance (qa.max_answer_ratio, "
+        "qa.voc_max_answer_share):",
+        "",
+        "| task | subtype | questions | distinct answers | largest share | most common |",
+        "|---|---|---|---|---|---|",
+    ]
     for t, by_subtype in ac["answer_texts"].items():
         for st, h in by_subtype.items():
             common = ", ".join(f"{k} {v}" for k, v in list(h["top"].items())[:3])
@@ -326,21 +416,36 @@ def answer_controls_markdown(ac: Mapping[str, Any] | None) -> list[str]:
     def priors(p: Mapping[str, Any] | None) -> str:
         if not p:
             return "n/a"
-        return (f"best constant {p['best_constant']['answer']}: MRA {p['best_constant']['mra']:.3f} · "
-                f"per-concept median prior: MRA {p['median_prior_mra']:.3f} ({p['n']} questions)")
+        return (
+            f"best constant {p['best_constant']['answer']}: MRA {p['best_constant']['mra']:.3f} · "
+            f"per-concept median prior: MRA {p['median_prior_mra']:.3f} ({p['n']} questions)"
+        )
 
-    out += ["", "VOC count priors (the same code on both):", "", f"- this build: {priors(vp['build'])}",
-            f"- public release: {priors(vp['public']) if vp['public'] is not None else 'not available (report.reference_qa)'}"]
+    out += [
+        "",
+        "VOC count priors (the same code on both):",
+        "",
+        f"- this build: {priors(vp['build'])}",
+        f"- public release: {priors(vp['public']) if vp['public'] is not None else 'not available (report.reference_qa)'}",
+    ]
     if vp["build"] and vp["public"]:
         ok = vp["build"]["median_prior_mra"] <= vp["public"]["median_prior_mra"]
-        out.append("- the median prior scores " + ("no higher here than on the public release." if ok else
-                                                   "HIGHER here than on the public release: the counts are guessable."))
+        out.append(
+            "- the median prior scores "
+            + (
+                "no higher here than on the public release."
+                if ok
+                else "HIGHER here than on the public release: the counts are guessable."
+            )
+        )
     if ac["strata"]:
         out += ["", "| task | near · medium · far | early · middle · late |", "|---|---|---|"]
         for t, e in ac["strata"].items():
             d, h = e["difficulty"], e["horizon"]
-            out.append(f"| {t} | {d.get('near', 0)} · {d.get('medium', 0)} · {d.get('far', 0)} | "
-                       f"{h.get('early', 0)} · {h.get('middle', 0)} · {h.get('late', 0)} |")
+            out.append(
+                f"| {t} | {d.get('near', 0)} · {d.get('medium', 0)} · {d.get('far', 0)} | "
+                f"{h.get('early', 0)} · {h.get('middle', 0)} · {h.get('late', 0)} |"
+            )
     return out
 
 
@@ -351,18 +456,29 @@ def readings_summary(skipped: Sequence[Mapping[str, Any]], examples: int = 3) ->
     out: dict[str, dict[str, Any]] = {}
     for t in tasks():
         rows = [r for r in skipped if r["task_type"] == t.name and r.get("reading")]
-        out[t.name] = {"n": len(rows), "by_reading": dict(sorted(Counter(r["reading"] for r in rows).items())),
-                       "examples": [f"{r['video_id']} {r['item']}: {r['reason']}" for r in rows[:examples]]}
+        out[t.name] = {
+            "n": len(rows),
+            "by_reading": dict(sorted(Counter(r["reading"] for r in rows).items())),
+            "examples": [f"{r['video_id']} {r['item']}: {r['reason']}" for r in rows[:examples]],
+        }
     return out
 
 
 def _readings_markdown(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    out = ["", "## Not asked: more than one right answer", "",
-           "Questions (VOC: counts) whose answer a reasonable reading of the question changes, from the metadata "
-           "(qa.stable_answers; the rows are in exports/skipped.parquet with the reading).", "",
-           "| task | not asked | under which reading |", "|---|---|---|"]
+    out = [
+        "",
+        "## Not asked: more than one right answer",
+        "",
+        "Questions (VOC: counts) whose answer a reasonable reading of the question changes, from the metadata "
+        "(qa.stable_answers; the rows are in exports/skipped.parquet with the reading).",
+        "",
+        "| task | not asked | under which reading |",
+        "|---|---|---|",
+    ]
     for name, e in summary.items():
-        out.append(f"| {name} | {e['n']} | " + (", ".join(f"{k} {v}" for k, v in e["by_reading"].items()) or "-") + " |")
+        out.append(
+            f"| {name} | {e['n']} | " + (", ".join(f"{k} {v}" for k, v in e["by_reading"].items()) or "-") + " |"
+        )
     examples = [x for e in summary.values() for x in e["examples"]]
     if examples:
         out += ["", "For example:"] + [f"- {x}" for x in examples]
@@ -385,22 +501,33 @@ def visibility_summary(tracks: Sequence[Mapping[str, Any]], step_s: float) -> di
     for concept in sorted(visible):
         seconds = sorted(n * step_s for n in visible[concept].values())
         unseen = sum(states[concept].values())
-        out[concept] = {"instances": len(seconds), "median_visible_s": statistics.median(seconds),
-                        "max_visible_s": seconds[-1],
-                        "unobserved": {k: states[concept][k] / unseen for k in ("out_of_view", "occluded", "not_seen")}
-                        if unseen else {}}
+        out[concept] = {
+            "instances": len(seconds),
+            "median_visible_s": statistics.median(seconds),
+            "max_visible_s": seconds[-1],
+            "unobserved": {k: states[concept][k] / unseen for k in ("out_of_view", "occluded", "not_seen")}
+            if unseen
+            else {},
+        }
     return out
 
 
 def _visibility_markdown(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
-    out = ["", "## Visibility per concept", "",
-           "Seconds each instance is visible (metadata/visibility.parquet, over every view video), and where it "
-           "is when not observed: out of the view's frustum, in it but occluded (or too small to segment), or "
-           "not known (no consistent position).", "",
-           "| concept | instances | visible s per instance: median | max | unobserved: out of view · occluded · not seen |",
-           "|---|---|---|---|---|"]
+    out = [
+        "",
+        "## Visibility per concept",
+        "",
+        "Seconds each instance is visible (metadata/visibility.parquet, over every view video), and where it "
+        "is when not observed: out of the view's frustum, in it but occluded (or too small to segment), or "
+        "not known (no consistent position).",
+        "",
+        "| concept | instances | visible s per instance: median | max | unobserved: out of view · occluded · not seen |",
+        "|---|---|---|---|---|",
+    ]
     for concept, e in summary.items():
         u = e["unobserved"]
         split = " · ".join(f"{u[k]:.0%}" for k in ("out_of_view", "occluded", "not_seen")) if u else "-"
-        out.append(f"| {concept} | {e['instances']} | {e['median_visible_s']:.1f} | {e['max_visible_s']:.1f} | {split} |")
+        out.append(
+            f"| {concept} | {e['instances']} | {e['median_visible_s']:.1f} | {e['max_visible_s']:.1f} | {split} |"
+        )
     return out

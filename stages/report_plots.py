@@ -34,8 +34,9 @@ def _figure(title: str, polar: bool = False, ncols: int = 1) -> tuple[Any, list[
     import matplotlib.pyplot as plt
 
     width = SIZE[0] if ncols == 1 else min(3.4 * ncols, 12.0)
-    fig, axes = plt.subplots(1, ncols, figsize=(width, SIZE[1]), squeeze=False,
-                             subplot_kw={"projection": "polar"} if polar else None)
+    fig, axes = plt.subplots(
+        1, ncols, figsize=(width, SIZE[1]), squeeze=False, subplot_kw={"projection": "polar"} if polar else None
+    )
     fig.suptitle(title, fontsize=11)
     return fig, list(axes[0])
 
@@ -121,8 +122,9 @@ def questions_per_bin(questions: Mapping[str, Any]) -> bytes:
     return _png(fig)
 
 
-def _per_task(title: str, tasks: Mapping[str, Any], field: str,
-              draw: Callable[[Any, str, Any], None], polar: bool = False) -> bytes:
+def _per_task(
+    title: str, tasks: Mapping[str, Any], field: str, draw: Callable[[Any, str, Any], None], polar: bool = False
+) -> bytes:
     """One panel per task that has ``field``; "no data" when none has."""
     having = {t: e[field] for t, e in tasks.items() if e.get(field)}
     if not having:
@@ -158,6 +160,7 @@ def answer_histogram(stats: Mapping[str, Any]) -> bytes:
 
 def direction_rose(stats: Mapping[str, Any]) -> bytes:
     """Answer angles in 16 sectors of 22.5° (0 = forward, clockwise), cardinal and diagonal apart."""
+
     def draw(ax: Any, name: str, angles: Sequence[Mapping[str, Any]]) -> None:
         sectors = 16
         width = 2 * math.pi / sectors

@@ -29,8 +29,16 @@ from pydantic import BaseModel, ConfigDict, Field
 DECISIONS = ("keep", "reject")
 REQUIRED_COLUMNS = ("source_id", "decision", "reason", "reviewer")
 # The columns `vsi-wild review export` writes; the reviewer fills decision, reason, reviewer.
-EXPORT_COLUMNS = (*REQUIRED_COLUMNS, "suggestion", "motion_score", "origin", "title", "duration_s", "url",
-                  "contact_sheet")
+EXPORT_COLUMNS = (
+    *REQUIRED_COLUMNS,
+    "suggestion",
+    "motion_score",
+    "origin",
+    "title",
+    "duration_s",
+    "url",
+    "contact_sheet",
+)
 
 
 class ReviewExportParams(BaseModel):
@@ -76,8 +84,9 @@ class ParsedDecisions:
     pending: list[str]  # ids listed with an empty decision
 
 
-def parse_decisions(text: str, known_ids: Collection[str], *, file: str = "<decisions>",
-                    default_reviewer: str | None = None) -> ParsedDecisions:
+def parse_decisions(
+    text: str, known_ids: Collection[str], *, file: str = "<decisions>", default_reviewer: str | None = None
+) -> ParsedDecisions:
     """Validate a whole decision CSV; raise ``ReviewError`` naming the first bad line."""
     if text.startswith("\ufeff"):  # spreadsheets save a byte-order mark
         text = text[1:]
@@ -112,8 +121,11 @@ def parse_decisions(text: str, known_ids: Collection[str], *, file: str = "<deci
         if not fields or all(not x.strip() for x in fields):
             continue
         if len(fields) > len(header):
-            raise ReviewError(file, line, f"{len(fields)} fields but the header has {len(header)} "
-                                          "(a comma inside a reason needs quotes)")
+            raise ReviewError(
+                file,
+                line,
+                f"{len(fields)} fields but the header has {len(header)} (a comma inside a reason needs quotes)",
+            )
         row = {h: (fields[i].strip() if i < len(fields) else "") for i, h in enumerate(header)}
         sid = row["source_id"]
         if not sid:
@@ -128,8 +140,11 @@ def parse_decisions(text: str, known_ids: Collection[str], *, file: str = "<deci
             pending.append(sid)
             continue
         if decision not in DECISIONS:
-            raise ReviewError(file, line, f"decision {row['decision']!r} for {sid}: expected keep or reject "
-                                          "(or empty to leave it pending)")
+            raise ReviewError(
+                file,
+                line,
+                f"decision {row['decision']!r} for {sid}: expected keep or reject (or empty to leave it pending)",
+            )
         reason = row["reason"] or None
         if decision == "reject" and not reason:
             raise ReviewError(file, line, f"rejecting {sid} needs a reason (e.g. 'static camera', 'in-car')")
@@ -185,8 +200,9 @@ def sample_times(duration: float, n: int) -> list[float]:
     return [(i + 0.5) * duration / n for i in range(n)]
 
 
-def sample_frames(path: str | os.PathLike[str], times: Sequence[float], width: int,
-                  pair_dt: float | None = None) -> list[Sampled]:
+def sample_frames(
+    path: str | os.PathLike[str], times: Sequence[float], width: int, pair_dt: float | None = None
+) -> list[Sampled]:
     """The first frame at or after each time (and, with ``pair_dt``, the first one ``pair_dt``
     later), resized to ``width`` keeping the aspect. Seeks to the keyframe before each time and
     decodes forward from there: memory and time do not grow with the video's length."""
@@ -244,15 +260,17 @@ class Motion:
     suggestion: str | None
 
 
-def camera_motion(path: str | os.PathLike[str], params: ReviewExportParams,
-                  duration: float | None = None) -> Motion:
+def camera_motion(path: str | os.PathLike[str], params: ReviewExportParams, duration: float | None = None) -> Motion:
     """The motion heuristic: ``score`` and a suggestion ("keep" or "reject: static camera")."""
     duration = video_duration(path) if duration is None else duration
     usable = max(duration - params.motion_dt_s, 0.0)
     times = sample_times(usable, params.motion_pairs) if usable > 0 else [0.0]
     samples = sample_frames(path, times, params.motion_width, pair_dt=params.motion_dt_s)
-    scores = [flow_score(s.frame, s.pair, s.pair_time - s.time) for s in samples
-              if s.pair is not None and s.pair_time is not None and s.pair_time > s.time]
+    scores = [
+        flow_score(s.frame, s.pair, s.pair_time - s.time)
+        for s in samples
+        if s.pair is not None and s.pair_time is not None and s.pair_time > s.time
+    ]
     if not scores:
         return Motion(None, 0, None)
     score = float(np.mean(scores))

@@ -139,8 +139,14 @@ class JpegFrames(Sequence[np.ndarray]):
 
 
 # --------------------------------------------------------------------------------- one clip
-def clip_tables(video_id: str, clip_index: int, batch: FrameBatch, records: Iterable[SegmentRecord], backend: str,
-                params: SegmentParams) -> tuple[list[dict], list[dict]]:
+def clip_tables(
+    video_id: str,
+    clip_index: int,
+    batch: FrameBatch,
+    records: Iterable[SegmentRecord],
+    backend: str,
+    params: SegmentParams,
+) -> tuple[list[dict], list[dict]]:
     """Rows of schema.CLIP_SEGMENTS and schema.CLIP_INSTANCES from a segmenter's records."""
     seg_rows: list[dict] = []
     acc: dict[tuple[str, int], dict] = {}
@@ -161,15 +167,32 @@ def clip_tables(video_id: str, clip_index: int, batch: FrameBatch, records: Iter
                 continue
             ys, xs = np.nonzero(mask)
             box = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
-            seg_rows.append({
-                "video_id": video_id, "clip_index": clip_index, "sample_index": int(batch.sample_indices[pos]),
-                "time": float(batch.times[pos]), "frame": int(batch.frame_indices[pos]), "fps": float(batch.fps),
-                "concept": r.concept, "local_id": int(r.local_id),
-                "x0": box[0], "y0": box[1], "x1": box[2], "y1": box[3], "area": area, "score": float(r.score),
-                "image_width": int(w), "image_height": int(h), "mask_rle": encode_rle(mask), "backend": backend,
-            })
-            a = acc.setdefault((r.concept, int(r.local_id)), {
-                "times": [], "areas": [], "scores": [], "hist": np.zeros(int(np.prod(HIST_BINS)))})
+            seg_rows.append(
+                {
+                    "video_id": video_id,
+                    "clip_index": clip_index,
+                    "sample_index": int(batch.sample_indices[pos]),
+                    "time": float(batch.times[pos]),
+                    "frame": int(batch.frame_indices[pos]),
+                    "fps": float(batch.fps),
+                    "concept": r.concept,
+                    "local_id": int(r.local_id),
+                    "x0": box[0],
+                    "y0": box[1],
+                    "x1": box[2],
+                    "y1": box[3],
+                    "area": area,
+                    "score": float(r.score),
+                    "image_width": int(w),
+                    "image_height": int(h),
+                    "mask_rle": encode_rle(mask),
+                    "backend": backend,
+                }
+            )
+            a = acc.setdefault(
+                (r.concept, int(r.local_id)),
+                {"times": [], "areas": [], "scores": [], "hist": np.zeros(int(np.prod(HIST_BINS)))},
+            )
             a["times"].append(float(batch.times[pos]))
             a["areas"].append(area)
             a["scores"].append(float(r.score))
@@ -177,10 +200,18 @@ def clip_tables(video_id: str, clip_index: int, batch: FrameBatch, records: Iter
     inst_rows = []
     for (concept, lid), a in sorted(acc.items(), key=lambda kv: (min(kv[1]["times"]), kv[0])):
         hist = a["hist"] / max(a["hist"].sum(), 1e-12)
-        inst_rows.append({
-            "video_id": video_id, "clip_index": clip_index, "concept": concept, "local_id": lid,
-            "first_time": min(a["times"]), "last_time": max(a["times"]), "n_observations": len(set(a["times"])),
-            "mean_area": float(np.mean(a["areas"])), "mean_score": float(np.mean(a["scores"])),
-            "appearance": hist.astype(np.float32).tolist(),
-        })
+        inst_rows.append(
+            {
+                "video_id": video_id,
+                "clip_index": clip_index,
+                "concept": concept,
+                "local_id": lid,
+                "first_time": min(a["times"]),
+                "last_time": max(a["times"]),
+                "n_observations": len(set(a["times"])),
+                "mean_area": float(np.mean(a["areas"])),
+                "mean_score": float(np.mean(a["scores"])),
+                "appearance": hist.astype(np.float32).tolist(),
+            }
+        )
     return seg_rows, inst_rows

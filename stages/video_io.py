@@ -76,8 +76,9 @@ class VideoReader:
     equirectangular sources).
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, require_aspect: tuple[float, float] | None = None,
-                 threads: bool = True):
+    def __init__(
+        self, path: str | os.PathLike[str], *, require_aspect: tuple[float, float] | None = None, threads: bool = True
+    ):
         self.path = Path(path)
         if not self.path.exists():
             raise UnitError(f"{self.path}: file not found")
@@ -111,8 +112,14 @@ class VideoReader:
             elif self.container.duration:
                 dur = self.container.duration / av.time_base
             self.info = VideoInfo(
-                path=str(self.path), width=w, height=h, fps=float(rate) if rate else 0.0, time_base=tb,
-                n_frames=int(self.stream.frames or 0), duration_s=dur, codec=cc.name,
+                path=str(self.path),
+                width=w,
+                height=h,
+                fps=float(rate) if rate else 0.0,
+                time_base=tb,
+                n_frames=int(self.stream.frames or 0),
+                duration_s=dur,
+                codec=cc.name,
                 pix_fmt=cc.format.name if cc.format is not None else None,
                 has_audio=bool(self.container.streams.audio),
             )
@@ -178,8 +185,9 @@ def yuv420_planes(frame: av.VideoFrame) -> tuple[np.ndarray, np.ndarray, np.ndar
 
 
 # ------------------------------------------------------------------------------------ sampler
-def sample_frames(path: str | os.PathLike[str], fps: float = 2.0, start: float | None = None,
-                  end: float | None = None) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
+def sample_frames(
+    path: str | os.PathLike[str], fps: float = 2.0, start: float | None = None, end: float | None = None
+) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
     """The frames nearest to t_k = k / fps, streamed: ``(k, t_k, frame_index, frame_time, rgb)``.
 
     Every stage that samples a video at 2 FPS uses this, so that "the frame at t_k" is the same
@@ -213,9 +221,13 @@ def sample_frames(path: str | os.PathLike[str], fps: float = 2.0, start: float |
         yield from _nearest_frames(_frames_from(reader, table, j), fps, k0, end, reader.info)
 
 
-def sampled_frames(path: str | os.PathLike[str], fps: float = 2.0, start: float | None = None,
-                   end: float | None = None, max_width: int | None = None
-                   ) -> Iterator[tuple[int, float, int, np.ndarray]]:
+def sampled_frames(
+    path: str | os.PathLike[str],
+    fps: float = 2.0,
+    start: float | None = None,
+    end: float | None = None,
+    max_width: int | None = None,
+) -> Iterator[tuple[int, float, int, np.ndarray]]:
     """``(k, t_k, frame_index, rgb)`` of ``sample_frames``, each frame wider than ``max_width``
     downscaled to it (area interpolation, aspect kept): what the model stages read. The pose
     stage chunks this stream itself (its chunks overlap); the others take ``frame_batches``."""
@@ -226,10 +238,17 @@ def sampled_frames(path: str | os.PathLike[str], fps: float = 2.0, start: float 
         yield k, t, idx, rgb
 
 
-def frame_batches(path: str | os.PathLike[str], video_id: str, video_fps: float, batch_size: int | None,
-                  fps: float = 2.0, start: float | None = None, end: float | None = None,
-                  max_width: int | None = None,
-                  images: Callable[[Iterator[np.ndarray]], Sequence[np.ndarray]] = list) -> Iterator[FrameBatch]:
+def frame_batches(
+    path: str | os.PathLike[str],
+    video_id: str,
+    video_fps: float,
+    batch_size: int | None,
+    fps: float = 2.0,
+    start: float | None = None,
+    end: float | None = None,
+    max_width: int | None = None,
+    images: Callable[[Iterator[np.ndarray]], Sequence[np.ndarray]] = list,
+) -> Iterator[FrameBatch]:
     """The ``FrameBatch`` es the backends take: ``sampled_frames`` in consecutive batches of
     ``batch_size`` frames (the last may be shorter; None: one batch of every frame, even if none).
 
@@ -242,8 +261,9 @@ def frame_batches(path: str | os.PathLike[str], video_id: str, video_fps: float,
         times: list[float] = []
         indices: list[int] = []
 
-        def rgbs(chunk: Iterator[tuple[int, float, int, np.ndarray]], ks: list[int], times: list[float],
-                 indices: list[int]) -> Iterator[np.ndarray]:
+        def rgbs(
+            chunk: Iterator[tuple[int, float, int, np.ndarray]], ks: list[int], times: list[float], indices: list[int]
+        ) -> Iterator[np.ndarray]:
             for k, t, idx, rgb in chunk:
                 ks.append(k)
                 times.append(t)
@@ -304,8 +324,9 @@ def prefetched(items: Iterator[T], depth: int = 2, name: str = "prefetch") -> It
             thread.join(timeout=0.05)
 
 
-def _nearest_frames(frames: Iterator[DecodedFrame], fps: float, k: int, stop: float | None,
-                    info: VideoInfo) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
+def _nearest_frames(
+    frames: Iterator[DecodedFrame], fps: float, k: int, stop: float | None, info: VideoInfo
+) -> Iterator[tuple[int, float, int, float, np.ndarray]]:
     """The nearest-frame rule over decoded frames that start at or before t_k (or at frame 0)."""
     stop = float("inf") if stop is None else stop
     prev: DecodedFrame | None = None
@@ -406,13 +427,17 @@ def frames_at(path: str | os.PathLike[str], indices: Sequence[int]) -> Iterator[
             raise UnitError(f"{path}: frames {want[k:][:5]} not found (the video ended first)", retryable=False)
         past = [w for w in want if w >= len(table.pts)]
         if past:
-            raise UnitError(f"{path}: frames {past[:5]} not found (the video has {len(table.pts)} frames)",
-                            retryable=False)
+            raise UnitError(
+                f"{path}: frames {past[:5]} not found (the video has {len(table.pts)} frames)", retryable=False
+            )
         stream: Generator[DecodedFrame, None, None] | None = None
         pos = -1  # index of the last frame decoded
         for w in want:
-            key = int(table.keyframes[np.searchsorted(table.keyframes, w, side="right") - 1]) \
-                if len(table.keyframes) and table.keyframes[0] <= w else 0
+            key = (
+                int(table.keyframes[np.searchsorted(table.keyframes, w, side="right") - 1])
+                if len(table.keyframes) and table.keyframes[0] <= w
+                else 0
+            )
             if stream is None or key > pos:
                 if stream is not None:
                     stream.close()
@@ -423,8 +448,9 @@ def frames_at(path: str | os.PathLike[str], indices: Sequence[int]) -> Iterator[
                     yield w, fr.time, fr.frame.to_ndarray(format="rgb24")
                     break
                 if fr.index > w:
-                    raise UnitError(f"{path}: frame {w} was not decoded (the decoder went from "
-                                    f"{pos} past it)", retryable=False)
+                    raise UnitError(
+                        f"{path}: frame {w} was not decoded (the decoder went from {pos} past it)", retryable=False
+                    )
             else:
                 raise UnitError(f"{path}: frame {w} not found (decoding ended first)", retryable=False)
         if stream is not None:
@@ -454,8 +480,9 @@ def _frames_from(reader: VideoReader, table: np.ndarray, j: int) -> Generator[De
     for frame in itertools.chain([first], frames):
         index = int(np.searchsorted(table, frame.pts)) if frame.pts is not None else len(table)
         if index >= len(table) or table[index] != frame.pts:
-            raise UnitError(f"{reader.path}: decoded a frame (pts {frame.pts}) that no packet announced",
-                            retryable=False)
+            raise UnitError(
+                f"{reader.path}: decoded a frame (pts {frame.pts}) that no packet announced", retryable=False
+            )
         yield DecodedFrame(index, int(frame.pts - table[0]), float((frame.pts - table[0]) * tb), frame)
 
 
@@ -470,8 +497,7 @@ def _decode(reader: VideoReader, failed: Callable[[int], str]) -> Generator[av.V
                 n += 1
                 yield frame
     except av.error.FFmpegError as e:
-        raise UnitError(f"{reader.path}: truncated or corrupt: {failed(n)} ({e.strerror or e})",
-                        retryable=False) from e
+        raise UnitError(f"{reader.path}: truncated or corrupt: {failed(n)} ({e.strerror or e})", retryable=False) from e
 
 
 # ------------------------------------------------------------------------------------ encoder
@@ -500,8 +526,15 @@ class VideoWriter:
     pts in ``time_base``; they are handed to the encoder without a copy. No audio stream is written.
     """
 
-    def __init__(self, path: str | os.PathLike[str], width: int, height: int, time_base: Fraction,
-                 rate: Fraction | float | None, settings: EncoderSettings = EncoderSettings()):
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        width: int,
+        height: int,
+        time_base: Fraction,
+        rate: Fraction | float | None,
+        settings: EncoderSettings = EncoderSettings(),
+    ):
         self.path = Path(path)
         self.width, self.height, self.time_base = width, height, time_base
         opts = {"movflags": "+faststart"} if settings.faststart else {}

@@ -56,8 +56,9 @@ def _project(track: Track, position: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return np.stack([u, v], axis=1), depth
 
 
-def box_model(boxes: dict[int, tuple[float, float, float, float]], pixels: np.ndarray, depth: np.ndarray,
-              track: Track) -> BoxModel | None:
+def box_model(
+    boxes: dict[int, tuple[float, float, float, float]], pixels: np.ndarray, depth: np.ndarray, track: Track
+) -> BoxModel | None:
     """The instance's box model from its sightings (track row -> box), median over them; None when
     no sighting has the point in front of the camera."""
     rows = [i for i in boxes if depth[i] > _MIN_DEPTH and np.isfinite(pixels[i]).all()]
@@ -67,13 +68,16 @@ def box_model(boxes: dict[int, tuple[float, float, float, float]], pixels: np.nd
     b = np.array([boxes[i] for i in rows])
     z = depth[rows]
     return BoxModel(
-        width=float(np.median((b[:, 2] - b[:, 0]) * z / fx)), height=float(np.median((b[:, 3] - b[:, 1]) * z / fy)),
+        width=float(np.median((b[:, 2] - b[:, 0]) * z / fx)),
+        height=float(np.median((b[:, 3] - b[:, 1]) * z / fy)),
         dx=float(np.median(((b[:, 0] + b[:, 2]) / 2 - pixels[rows, 0]) * z / fx)),
-        dy=float(np.median(((b[:, 1] + b[:, 3]) / 2 - pixels[rows, 1]) * z / fy)))
+        dy=float(np.median(((b[:, 1] + b[:, 3]) / 2 - pixels[rows, 1]) * z / fy)),
+    )
 
 
-def in_frustum(model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track,
-               image_size: tuple[int, int]) -> np.ndarray:
+def in_frustum(
+    model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track, image_size: tuple[int, int]
+) -> np.ndarray:
     """Per track row: the predicted box overlaps the image (and the point is in front)."""
     w, h = image_size
     ok = track.valid & (depth > _MIN_DEPTH) & np.isfinite(pixels).all(axis=1)
@@ -86,8 +90,14 @@ def in_frustum(model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Tr
     return ok & overlaps
 
 
-def visibility_columns(video_id: str, instances: Sequence[dict], observations: Sequence[dict], track: Track,
-                       image_size: tuple[int, int], min_consistency: float) -> dict[str, np.ndarray]:
+def visibility_columns(
+    video_id: str,
+    instances: Sequence[dict],
+    observations: Sequence[dict],
+    track: Track,
+    image_size: tuple[int, int],
+    min_consistency: float,
+) -> dict[str, np.ndarray]:
     """``schema.VISIBILITY`` columns: every instance (``INSTANCES`` rows) at every timestamp of
     ``track`` (the view's 2 FPS poses, valid or not) and of its observations (``OBSERVATIONS``
     rows; one a fix added may lie past the last pose), from the observations and, where
@@ -115,8 +125,9 @@ def visibility_columns(video_id: str, instances: Sequence[dict], observations: S
     has_box = {c: np.zeros((m, n), dtype=bool) for c in box}
     for j, ins in enumerate(ordered):
         obs = seen.get(int(ins["instance_id"]), {})
-        frustum = _frustum_track(ins, {row_of[k]: o for k, o in obs.items() if k in row_of}, track, image_size,
-                                 min_consistency)
+        frustum = _frustum_track(
+            ins, {row_of[k]: o for k, o in obs.items() if k in row_of}, track, image_size, min_consistency
+        )
         if frustum is not None:
             geometric[j] = True
             posed = track_row >= 0
@@ -132,8 +143,11 @@ def visibility_columns(video_id: str, instances: Sequence[dict], observations: S
         "video_id": np.full(m * n, video_id),
         "instance_id": np.repeat(np.array([int(r["instance_id"]) for r in ordered], dtype=np.int64), n),
         "concept": np.repeat(np.array([r["concept"] for r in ordered], dtype=str), n),
-        "sample_index": np.tile(ks, m), "time": np.tile(times, m), "frame": frame.ravel(),
-        "fps": np.full(m * n, fps), "state": np.array(STATES)[state.ravel()],
+        "sample_index": np.tile(ks, m),
+        "time": np.tile(times, m),
+        "frame": frame.ravel(),
+        "fps": np.full(m * n, fps),
+        "state": np.array(STATES)[state.ravel()],
         "geometric": np.repeat(geometric, n),
     }
     for c in box:  # null where there is no observed box
@@ -142,15 +156,15 @@ def visibility_columns(video_id: str, instances: Sequence[dict], observations: S
     return cols
 
 
-def _frustum_track(ins: dict, obs: dict[int, dict], track: Track, image_size: tuple[int, int],
-                   min_consistency: float) -> np.ndarray | None:
+def _frustum_track(
+    ins: dict, obs: dict[int, dict], track: Track, image_size: tuple[int, int], min_consistency: float
+) -> np.ndarray | None:
     """Per track row, whether the instance is in the frustum; None when its position is unknown
     or does not explain its own sightings."""
     if ins["x"] is None or not track.valid.any():
         return None
     pixels, depth = _project(track, np.array([ins["x"], ins["y"], ins["z"]], dtype=np.float64))
-    boxes = {i: (o["x0"], o["y0"], o["x1"], o["y1"]) for i, o in obs.items()
-             if o["x0"] is not None and track.valid[i]}
+    boxes = {i: (o["x0"], o["y0"], o["x1"], o["y1"]) for i, o in obs.items() if o["x0"] is not None and track.valid[i]}
     model = box_model(boxes, pixels, depth, track) if boxes else None
     if model is None:
         return None

@@ -103,8 +103,9 @@ def search_raw_inputs(config: Config, store: Store, unit: str) -> dict[str, str]
     try:
         digest = hashlib.sha256(p.read_bytes()).hexdigest()
     except OSError as e:
-        raise UnitError(f"query table {p}: {e.strerror} (crawl.search.queries_file)", kind="bad_input",
-                        retryable=False) from None
+        raise UnitError(
+            f"query table {p}: {e.strerror} (crawl.search.queries_file)", kind="bad_input", retryable=False
+        ) from None
     return {"queries_table": digest}
 
 
@@ -116,12 +117,16 @@ def run_search(job: Job) -> None:
     params = job.config.crawl.search
     queries = crawl.queries_for(params)
     if not queries:
-        raise UnitError("no queries: crawl.search.categories/languages/cues select nothing from the table",
-                        kind="bad_input", retryable=False)
+        raise UnitError(
+            "no queries: crawl.search.categories/languages/cues select nothing from the table",
+            kind="bad_input",
+            retryable=False,
+        )
     client = make_client(job.config, job.store)
     cache_dir = _search_cache_dir(job.store, job.key)
-    result = crawl.search_candidates(client, queries, params, cache=crawl.JsonCache(cache_dir),
-                                     progress=lambda d, t, what: job.progress(d, t, what))
+    result = crawl.search_candidates(
+        client, queries, params, cache=crawl.JsonCache(cache_dir), progress=lambda d, t, what: job.progress(d, t, what)
+    )
     job.out.write_table("queries.parquet", schema.table(schema.CRAWL_QUERIES, result.queries))
     job.out.write_table("candidates.parquet", schema.table(schema.CRAWL_CANDIDATES, result.candidates))
     if result.failures:
@@ -130,7 +135,8 @@ def run_search(job: Job) -> None:
         raise UnitError(
             f"{len(result.failures)} search operations failed ({', '.join(f'{k}: {n}' for k, n in kinds.items())}); "
             f"answers so far are kept, a re-run asks only the rest. First: {result.failures[0]}",
-            kind=worst, retryable=any(e.retryable for e in result.failures),
+            kind=worst,
+            retryable=any(e.retryable for e in result.failures),
         )
     if cache_dir is not None:
         shutil.rmtree(cache_dir, ignore_errors=True)
@@ -193,12 +199,19 @@ def download_context(config: Config, store: Store, video_id: str) -> dict[str, A
     if st is not None and st["state"] == "done":
         row = _candidates_by_id(store.url, st["key"]).get(video_id)
         if row is not None:
-            return {"query": row["query"], "category": row["category"], "language": row["language"],
-                    "queries": row["queries"], "requested_by": "search"}
+            return {
+                "query": row["query"],
+                "category": row["category"],
+                "language": row["language"],
+                "queries": row["queries"],
+                "requested_by": "search",
+            }
     return {"query": None, "category": None, "language": None, "requested_by": "unknown"}
 
 
-def _previous_download(store: Store, video_id: str, params: crawl.DownloadParams) -> tuple[Path, Path | None, dict] | None:
+def _previous_download(
+    store: Store, video_id: str, params: crawl.DownloadParams
+) -> tuple[Path, Path | None, dict] | None:
     """A complete earlier output of this id made with the same download parameters."""
     if not store.is_local:
         return None
@@ -274,8 +287,15 @@ def run_download(job: Job) -> None:
         provenance["info_json"] = output_relpath(ref, info_file.name)
     probe = describe_video(media)
     row = crawl.source_row(
-        vid, info, path=output_relpath(ref, media.name), size_bytes=media.stat().st_size,
-        sha256=sha256_file(media), probe=probe, context=context, crawl_time=crawl_time, provenance=provenance,
+        vid,
+        info,
+        path=output_relpath(ref, media.name),
+        size_bytes=media.stat().st_size,
+        sha256=sha256_file(media),
+        probe=probe,
+        context=context,
+        crawl_time=crawl_time,
+        provenance=provenance,
     )
     job.out.write_table("registration.parquet", schema.table(schema.SOURCE, [row]))
 
@@ -328,19 +348,31 @@ def crawl_report(store: Store, units: list[str], removed: Sequence[str] = ()) ->
     for u in units:
         st = store.read_status("download", u) or {}
         r = by_id.get(u, {})
-        rows.append({
-            "source_id": u,
-            "state": st.get("state", "not run"),
-            "error_class": st.get("error_class"),
-            "retryable": st.get("retryable"),
-            "attempts": st.get("attempts"),
-            "error": st.get("error"),
-            "title": r.get("title"),
-            "path": r.get("path") if st.get("state") == "done" else None,
-        })
+        rows.append(
+            {
+                "source_id": u,
+                "state": st.get("state", "not run"),
+                "error_class": st.get("error_class"),
+                "retryable": st.get("retryable"),
+                "attempts": st.get("attempts"),
+                "error": st.get("error"),
+                "title": r.get("title"),
+                "path": r.get("path") if st.get("state") == "done" else None,
+            }
+        )
     for u in removed:
-        rows.append({"source_id": u, "state": "removed", "error_class": None, "retryable": None, "attempts": None,
-                     "error": reasons.get(u), "title": None, "path": None})
+        rows.append(
+            {
+                "source_id": u,
+                "state": "removed",
+                "error_class": None,
+                "retryable": None,
+                "attempts": None,
+                "error": reasons.get(u),
+                "title": None,
+                "path": None,
+            }
+        )
     return rows
 
 
@@ -353,8 +385,9 @@ def report_csv(rows: list[dict[str, Any]]) -> str:
     return buf.getvalue()
 
 
-def run_crawl(config: Config, store: Store, *, force: bool = False,
-              on_outcome: Callable[[Outcome], None] | None = None) -> CrawlSummary:
+def run_crawl(
+    config: Config, store: Store, *, force: bool = False, on_outcome: Callable[[Outcome], None] | None = None
+) -> CrawlSummary:
     """Search (unless ids were asked for by name), then download, one unit at a time; write
     ``crawl/report.csv``. Never raises for a unit's failure: it is in the outcomes and the report."""
     crawl.SESSION.reset()
@@ -372,8 +405,9 @@ def run_crawl(config: Config, store: Store, *, force: bool = False,
     finally:
         remove_listener(listen)
     outcomes = [o for s in STAGES for o in plan.outcomes.get(s.name, {}).values()]
-    rows = crawl_report(store, plan.enumerated.get("download", []),
-                        [sid for sid in wanted_ids(plan) if store.is_removed(sid)])
+    rows = crawl_report(
+        store, plan.enumerated.get("download", []), [sid for sid in wanted_ids(plan) if store.is_removed(sid)]
+    )
     report_path = None
     if rows:
         report_path = store.path("crawl", "report.csv")
@@ -389,6 +423,16 @@ def status_counts(rows: list[dict[str, Any]]) -> dict[str, int]:
 
 
 __all__ = [
-    "SEARCH", "DOWNLOAD", "STAGES", "run_crawl", "crawl_report", "report_csv", "CrawlSummary",
-    "download_units", "wanted_ids", "search_units", "archive_path", "status_counts",
+    "SEARCH",
+    "DOWNLOAD",
+    "STAGES",
+    "run_crawl",
+    "crawl_report",
+    "report_csv",
+    "CrawlSummary",
+    "download_units",
+    "wanted_ids",
+    "search_units",
+    "archive_path",
+    "status_counts",
 ]

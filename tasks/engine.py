@@ -104,7 +104,9 @@ class Stage:
         if self.registers is not None:
             declared = self.output(self.registers)
             if declared is None or declared.schema is not schema.SOURCE:
-                raise ValueError(f"stage {self.name}: registers {self.registers}, which it must declare with schema.SOURCE")
+                raise ValueError(
+                    f"stage {self.name}: registers {self.registers}, which it must declare with schema.SOURCE"
+                )
 
     def output(self, name: str) -> schema.Artifact | None:
         """The declaration file ``name`` of a unit's output matches, if any."""
@@ -327,8 +329,11 @@ class Plan:
             return stage.no_units_hint or f"stage {stage.name} found nothing to do"
         sources = [s for s in self.sources() if self.selection.admits(s, "source")]
         if not sources:
-            return ("no source is registered" + (" for the selected ids" if self.selection.items else "")
-                    + ": `vsi-wild add PATH`, a crawl, or the sample (configs/sample.yaml)")
+            return (
+                "no source is registered"
+                + (" for the selected ids" if self.selection.items else "")
+                + ": `vsi-wild add PATH`, a crawl, or the sample (configs/sample.yaml)"
+            )
         reasons = []
         for name in stage.needs:
             up = self.stages[name]
@@ -339,8 +344,10 @@ class Plan:
             if not lacking:
                 continue
             shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
-            reasons.append(f"{name} has no current output for {shown} ({self._why_source_missing(name, lacking[0])}); "
-                           f"make it ready: vsi-wild run --from {name}")
+            reasons.append(
+                f"{name} has no current output for {shown} ({self._why_source_missing(name, lacking[0])}); "
+                f"make it ready: vsi-wild run --from {name}"
+            )
         return "; ".join(reasons) or f"stage {stage.name} found nothing to do"
 
     def _why_source_missing(self, stage: str, source: str) -> str:
@@ -351,8 +358,11 @@ class Plan:
                 return f"{o.state}: {o.error}"
         if stage in self.outcomes:
             return "no unit of it for this source this run"
-        rows = [r for r in self.store.status_table().to_pylist()
-                if r["stage"] == stage and ids.unit_source(r["unit"]) == source]
+        rows = [
+            r
+            for r in self.store.status_table().to_pylist()
+            if r["stage"] == stage and ids.unit_source(r["unit"]) == source
+        ]
         if rows:
             r = rows[0]
             return f"{r['state']}: {r['error']}" if r["error"] else r["state"]
@@ -381,9 +391,7 @@ class Plan:
             "stage": stage.name,
             "version": stage.version,
             "sections": {s: self.config.section_json(s) for s in stage.sections},
-            "inputs": sorted(
-                [name, u, self.current[name][u][1]] for name, units in inputs.items() for u in units
-            ),
+            "inputs": sorted([name, u, self.current[name][u][1]] for name, units in inputs.items() for u in units),
             "raw": stage.raw_inputs(self.config, self.store, unit) if stage.raw_inputs else {},
             "backends": self.backend_fingerprints(stage),
         }
@@ -396,9 +404,11 @@ class Plan:
         """The declared fingerprint of each backend the stage builds (once per plan and stage)."""
         if stage.name not in self._backend_fps:
             self._backend_fps[stage.name] = {
-                use.selector: backend_fingerprint(backend_spec(use, self.config), self.config.models,
-                                                  use.section(self.config))
-                for use in stage.backends}
+                use.selector: backend_fingerprint(
+                    backend_spec(use, self.config), self.config.models, use.section(self.config)
+                )
+                for use in stage.backends
+            }
         return self._backend_fps[stage.name]
 
     def requirement_problems(self, stage: Stage) -> list[str]:
@@ -454,8 +464,17 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
         key = plan.cache_key(stage, unit, inputs)
     except Exception as e:  # noqa: BLE001 - e.g. an unreadable fix file: this unit fails, others go on
         error, kind, retry = _classify(e)
-        _write_status(store, stage.name, unit, "failed", key="", error=error, attempts=attempts + 1,
-                      error_class=kind, retryable=retry)
+        _write_status(
+            store,
+            stage.name,
+            unit,
+            "failed",
+            key="",
+            error=error,
+            attempts=attempts + 1,
+            error_class=kind,
+            retryable=retry,
+        )
         return Outcome(stage.name, unit, "failed", error=error)
     ref = UnitRef(stage.name, unit, key)
     forced = stage.name in plan.force
@@ -466,14 +485,28 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
         failure, registered = _complete(stage, store, plan.config, ref)
         if failure is not None:
             error, kind, retry = failure
-            _write_status(store, stage.name, unit, "failed", key=key, error=error, attempts=attempts,
-                          error_class=kind, retryable=retry)
+            _write_status(
+                store,
+                stage.name,
+                unit,
+                "failed",
+                key=key,
+                error=error,
+                attempts=attempts,
+                error_class=kind,
+                retryable=retry,
+            )
             return Outcome(stage.name, unit, "failed", key=key, error=error)
         if prev is None or prev["state"] != "done" or prev["key"] != key:
             _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts)
         return Outcome(stage.name, unit, "cached", key=key, fingerprint=fp, registered=registered)
-    if (not forced and prev is not None and prev["state"] == "failed" and prev["key"] == key
-            and prev["retryable"] is False):
+    if (
+        not forced
+        and prev is not None
+        and prev["state"] == "failed"
+        and prev["key"] == key
+        and prev["retryable"] is False
+    ):
         return Outcome(stage.name, unit, "failed", key=key, error=f"not retried (use --force): {prev['error']}")
     # A stage that said "nothing to do" (Skip) for these exact inputs says it again: e.g. a source
     # awaiting review is not re-run until its decision (part of the key) changes.
@@ -516,8 +549,9 @@ def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
         # Checked only when something must be computed: a fully cached stage needs no weights.
         problems = plan.requirement_problems(stage)
         if problems:
-            plan.stage_failures[stage.name] = StageFailure(stage.name, "; ".join(problems),
-                                                           [p.unit for p in to_compute])
+            plan.stage_failures[stage.name] = StageFailure(
+                stage.name, "; ".join(problems), [p.unit for p in to_compute]
+            )
             emit("stage_failed", stage=stage.name, error=plan.stage_failures[stage.name].error)
             continue
         pending = [(prepared, submit(stage, prepared)) for prepared in to_compute]
@@ -558,8 +592,16 @@ def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
 class Job:
     """What a stage's ``run`` sees: its unit, its config, its inputs and its output writer."""
 
-    def __init__(self, stage: Stage, unit: str, key: str, config: Config, store: Store,
-                 inputs: dict[str, dict[str, UnitRef]], out: UnitWriter):
+    def __init__(
+        self,
+        stage: Stage,
+        unit: str,
+        key: str,
+        config: Config,
+        store: Store,
+        inputs: dict[str, dict[str, UnitRef]],
+        out: UnitWriter,
+    ):
         self.stage = stage
         self.unit = unit
         self.key = key
@@ -593,8 +635,10 @@ class Job:
         table = self.store.read_table(ref, name)
         problem = None if declared.schema is None else schema.schema_difference(table.schema, declared.schema)
         if problem is not None:
-            raise ContractError(f"{stage}:{ref.unit} {name} does not conform to its declared schema: {problem} "
-                                f"(written by another version? re-run it: vsi-wild run --only {stage} --force)")
+            raise ContractError(
+                f"{stage}:{ref.unit} {name} does not conform to its declared schema: {problem} "
+                f"(written by another version? re-run it: vsi-wild run --only {stage} --force)"
+            )
         return table
 
     def file(self, stage: str, name: str, unit: str | None = None) -> Path:
@@ -605,7 +649,9 @@ class Job:
         ``options`` are the stage's own settings for it (e.g. a view's field of view)."""
         use = next((u for u in self.stage.backends if u.kind == kind), None)
         if use is None:
-            raise ContractError(f"stage {self.stage.name} builds a {kind} backend without declaring it (Stage.backends)")
+            raise ContractError(
+                f"stage {self.stage.name} builds a {kind} backend without declaring it (Stage.backends)"
+            )
         config = self._full_config
         source_id = ids.unit_source(self.unit)
 
@@ -614,8 +660,9 @@ class Job:
 
             return load_truth(self.store, source_id)
 
-        ctx = BackendContext(models=config.models, section=use.section(config), unit=self.unit,
-                             truth=truth, options=options)
+        ctx = BackendContext(
+            models=config.models, section=use.section(config), unit=self.unit, truth=truth, options=options
+        )
         return create_backend(kind, use.name(config), ctx)
 
     def progress(self, done: int, total: int | None = None, what: str = "") -> None:
@@ -704,8 +751,9 @@ def _declared_output(stage: str, name: str, reader: str) -> schema.Artifact:
     up = _STAGES_BY_NAME.get(stage)
     declared = up.output(name) if up is not None else None
     if declared is None:
-        raise ContractError(f"stage {reader} reads {stage}:{name}, which stage {stage} does not declare "
-                            "as an output (schema.ARTIFACTS)")
+        raise ContractError(
+            f"stage {reader} reads {stage}:{name}, which stage {stage} does not declare as an output (schema.ARTIFACTS)"
+        )
     return declared
 
 
@@ -732,8 +780,10 @@ def check_outputs(stage: Stage, folder: Path) -> None:
             if problem is not None:
                 problems.append(f"{f}: {problem}")
     if problems:
-        raise ContractError(f"stage {stage.name} wrote an output that breaks its declaration (schema.ARTIFACTS"
-                            f"[{stage.name!r}]): " + "; ".join(problems))
+        raise ContractError(
+            f"stage {stage.name} wrote an output that breaks its declaration (schema.ARTIFACTS"
+            f"[{stage.name!r}]): " + "; ".join(problems)
+        )
 
 
 class StageConfig:
@@ -761,8 +811,10 @@ class StageConfig:
         if name.startswith("_") or name not in type(self._config).model_fields:
             return getattr(self._config, name)
         if name not in self._allowed:
-            raise AttributeError(f"stage {self._stage} reads config section {name!r} without declaring it "
-                                 f"(Stage.sections): its cache key would not change with it")
+            raise AttributeError(
+                f"stage {self._stage} reads config section {name!r} without declaring it "
+                f"(Stage.sections): its cache key would not change with it"
+            )
         value = getattr(self._config, name)
         subs = self._allowed[name]
         return value if subs is None else _SubSections(value, f"{self._stage}", name, subs)
@@ -776,8 +828,9 @@ class _SubSections:
 
     def __getattr__(self, attr: str) -> Any:
         if attr in type(self._section).model_fields and attr not in self._allowed:
-            raise AttributeError(f"stage {self._stage} reads config section '{self._name}.{attr}' without "
-                                 "declaring it (Stage.sections)")
+            raise AttributeError(
+                f"stage {self._stage} reads config section '{self._name}.{attr}' without declaring it (Stage.sections)"
+            )
         return getattr(self._section, attr)
 
 
@@ -808,20 +861,32 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> O
         failure, registered = _complete(stage, store, config, ref)
     if failure is None:
         fp = store.fingerprint(ref)
-        outcome = Outcome(stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0,
-                          registered=registered)
+        outcome = Outcome(
+            stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0, registered=registered
+        )
         _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts, started_at=started)
     else:
         error, kind, retry = failure
         outcome = Outcome(stage.name, unit, "failed", key=key, error=error, seconds=time.monotonic() - t0)
-        _write_status(store, stage.name, unit, "failed", key=key, error=error, attempts=attempts,
-                      started_at=started, error_class=kind, retryable=retry)
+        _write_status(
+            store,
+            stage.name,
+            unit,
+            "failed",
+            key=key,
+            error=error,
+            attempts=attempts,
+            started_at=started,
+            error_class=kind,
+            retryable=retry,
+        )
     emit("end", stage=stage.name, unit=unit, outcome=outcome)
     return outcome
 
 
-def _complete(stage: Stage, store: Store, config: Config,
-              ref: UnitRef) -> tuple[tuple[str, str, bool] | None, list[str]]:
+def _complete(
+    stage: Stage, store: Store, config: Config, ref: UnitRef
+) -> tuple[tuple[str, str, bool] | None, list[str]]:
     """What follows a complete output (computed or cached): the registration step, then the
     stage's publish hook. Returns (failure, the source ids registered)."""
     registered: list[str] = []
@@ -872,10 +937,20 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-def _write_status(store: Store, stage: str, unit: str, state: str, *, key: str, attempts: int,
-                  fingerprint: str | None = None, error: str | None = None,
-                  started_at: datetime | None = None, error_class: str | None = None,
-                  retryable: bool | None = None) -> None:
+def _write_status(
+    store: Store,
+    stage: str,
+    unit: str,
+    state: str,
+    *,
+    key: str,
+    attempts: int,
+    fingerprint: str | None = None,
+    error: str | None = None,
+    started_at: datetime | None = None,
+    error_class: str | None = None,
+    retryable: bool | None = None,
+) -> None:
     ended = _now() if state in ("done", "failed", "skipped") else None
     store.write_status(
         {

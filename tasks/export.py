@@ -65,9 +65,12 @@ def _ledger_history(store: Store) -> list[dict]:
 def inputs_digest(config: Config, store: Store, unit: str, inputs: dict[str, dict[str, UnitRef]]) -> str:
     """The export's inputs but its ledger: its version, the qa section, the upstream outputs, the
     reviewers' marks it reads."""
-    payload = {"version": VERSION, "qa": config.qa.model_dump(mode="json"),
-               "inputs": sorted([s, u, ref.key] for s, units in inputs.items() for u, ref in units.items()),
-               "raw": _verification_raw(config, store, unit)}
+    payload = {
+        "version": VERSION,
+        "qa": config.qa.model_dump(mode="json"),
+        "inputs": sorted([s, u, ref.key] for s, units in inputs.items() for u, ref in units.items()),
+        "raw": _verification_raw(config, store, unit),
+    }
     return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -91,9 +94,11 @@ def read_ledger(store: Store, sha: str | None) -> Ledger:
         return Ledger.empty()
     path = store.path(LEDGERS, f"{sha}.parquet")
     if not store.exists(path):
-        raise UnitError(f"the question ledger {path} is missing (ledger/history.jsonl names it): restore it, or "
-                        "remove ledger/ to number every question afresh (doc ids and letters will move)",
-                        retryable=False)
+        raise UnitError(
+            f"the question ledger {path} is missing (ledger/history.jsonl names it): restore it, or "
+            "remove ledger/ to number every question afresh (doc ids and letters will move)",
+            retryable=False,
+        )
     return Ledger.from_rows(store.read_table_at(path).to_pylist())
 
 
@@ -112,8 +117,10 @@ def publish_ledger(store: Store, ref: UnitRef) -> None:
     if history and history[-1]["export_key"] == ref.key:
         return
     line = {"export_key": ref.key, "inputs": meta.get("inputs"), "parent": meta.get("parent"), "ledger": sha}
-    store.write_bytes_atomic(store.path(LEDGERS, "history.jsonl"),
-                             "".join(json.dumps(h, sort_keys=True) + "\n" for h in [*history, line]).encode())
+    store.write_bytes_atomic(
+        store.path(LEDGERS, "history.jsonl"),
+        "".join(json.dumps(h, sort_keys=True) + "\n" for h in [*history, line]).encode(),
+    )
 
 
 def _video_files(job: Job) -> dict[str, tuple[UnitRef, str]]:
@@ -192,14 +199,17 @@ def _verification_raw(config: Config, store: Store, unit: str) -> dict[str, str]
     video verified re-exports. Without it, nothing (the key is as before)."""
     if not config.qa.require_verified_videos:
         return {}
-    marks = {vid: [p.temporal_verified, p.clips_verified] for vid, p in
-             _verification(store, progress.recorded(store)).items()}
+    marks = {
+        vid: [p.temporal_verified, p.clips_verified]
+        for vid, p in _verification(store, progress.recorded(store)).items()
+    }
     return {"verified": hashlib.sha256(json.dumps(marks, sort_keys=True).encode()).hexdigest()}
 
 
 def from_verified_videos(questions: pa.Table, marks: dict[str, progress.Progress]) -> pa.Table:
     """The questions of videos whose temporal metadata is marked verified; of their VMR questions,
     those whose motion clip is marked verified too."""
+
     def kept(q: dict) -> bool:
         p = marks.get(q["video_id"])
         if p is None or not p.temporal_verified:
@@ -212,12 +222,15 @@ def from_verified_videos(questions: pa.Table, marks: dict[str, progress.Progress
 def run(job: Job) -> None:
     params: QAParams = job.config.qa
     qa_refs = dict(sorted(job.refs("qa").items()))
-    tables = [schema.conform(job.store.read_table(ref, "questions.parquet"), schema.QA_QUESTIONS) for ref in qa_refs.values()]
+    tables = [
+        schema.conform(job.store.read_table(ref, "questions.parquet"), schema.QA_QUESTIONS) for ref in qa_refs.values()
+    ]
     questions = pa.concat_tables(tables) if tables else schema.QA_QUESTIONS.empty_table()
     accepted = _accepted(job, qa_refs)
     if params.require_reviewed:
-        questions = questions.filter(pa.array([question_id(q) in accepted for q in questions.to_pylist()],
-                                              type=pa.bool_()))
+        questions = questions.filter(
+            pa.array([question_id(q) in accepted for q in questions.to_pylist()], type=pa.bool_())
+        )
     if params.require_verified_videos:
         questions = from_verified_videos(questions, _verification(job.store, sorted(qa_refs)))
     digest = inputs_digest(job.config, job.store, job.unit, job.inputs)
@@ -247,13 +260,15 @@ def run(job: Job) -> None:
             ref, path = videos[src]
             concat_video(job.store.local_file(ref, path), k, job.out.path(f"splits/voc_repeat/videos/{rep}"))
         else:  # a playlist relative to its place under exports/: ffmpeg/ffplay read it as one video
-            job.out.path(f"splits/voc_repeat/videos/{rep[:-4]}.ffconcat").write_text(ffconcat_list(f"../../../videos/{src}", k))
+            job.out.path(f"splits/voc_repeat/videos/{rep[:-4]}.ffconcat").write_text(
+                ffconcat_list(f"../../../videos/{src}", k)
+            )
     for unit, ref in qa_refs.items():
         for f in job.store.read_table(ref, "images.parquet")["file"].to_pylist():
             links[image_export_path(unit, f)] = f"{job.store.unit_dir(ref)}/{f}"
     # The export's own files are linked by `publish_export`, once they are in their final place.
     root = job.store.path("")
-    targets = [t[len(root):] if t.startswith(root) else t for t in links.values()]  # relative to the root
+    targets = [t[len(root) :] if t.startswith(root) else t for t in links.values()]  # relative to the root
     job.out.write_table(LINKS_FILE, schema.table(schema.EXPORT_LINKS, {"path": list(links), "target": targets}))
 
 
@@ -265,8 +280,11 @@ def publish_export(store: Store, config: object, ref: UnitRef) -> None:
         if rel != LINKS_FILE:
             links[rel] = f"{store.unit_dir(ref)}/{rel}"
     marker = store.path(EXPORTS, ".export-key")
-    if store.exists(marker) and store.fs.cat_file(marker).decode() == ref.key and all(
-            store.exists(store.path(EXPORTS, rel)) for rel in links):
+    if (
+        store.exists(marker)
+        and store.fs.cat_file(marker).decode() == ref.key
+        and all(store.exists(store.path(EXPORTS, rel)) for rel in links)
+    ):
         publish_ledger(store, ref)  # idempotent: a ledger/ removed by hand is recorded again
         return  # exports/ already shows this export
     publish_ledger(store, ref)
@@ -287,11 +305,18 @@ def summary_line(where: str, counts: dict) -> str:
         release.append(part)
         split_parts += [f"{sp.label} {s.get(sp.name, {}).get(t.name, 0)}" for sp in t.splits]
     unstable = counts.get("readings_dropped") or {}
-    return (f"exports: {where}\n"
-            f"  release ({sum(r.values())} rows): " + " · ".join(release) + "\n"
-            "  splits: " + " · ".join(split_parts)
-            + ("\n  not asked, another reading gives another answer: "
-               + " · ".join(f"{t.name} {unstable.get(t.name, 0)}" for t in tasks()) if any(unstable.values()) else ""))
+    return (
+        f"exports: {where}\n"
+        f"  release ({sum(r.values())} rows): " + " · ".join(release) + "\n"
+        "  splits: "
+        + " · ".join(split_parts)
+        + (
+            "\n  not asked, another reading gives another answer: "
+            + " · ".join(f"{t.name} {unstable.get(t.name, 0)}" for t in tasks())
+            if any(unstable.values())
+            else ""
+        )
+    )
 
 
 EXPORT = Stage(

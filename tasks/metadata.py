@@ -112,7 +112,9 @@ def run_candidates(job: Job) -> None:
         name = f"keyframes/{vid}_{j:02d}.jpg"
         cv2.imwrite(str(job.out.path(name)), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 90])
         paths.append(job.out.path(name))
-        kf_rows.append({"video_id": vid, "index": j, "time": t, "frame": frame, "fps": float(view["fps"]), "path": name})
+        kf_rows.append(
+            {"video_id": vid, "index": j, "time": t, "frame": frame, "fps": float(view["fps"]), "path": name}
+        )
     job.out.write_table("keyframes.parquet", schema.table(schema.KEYFRAMES, kf_rows))
 
     proposals: list[str] = []
@@ -124,8 +126,15 @@ def run_candidates(job: Job) -> None:
         job.out.path("mllm_proposals.txt").write_text("\n".join(proposals) + "\n")
     embedder = job.backend("text_embedder")
     rows = [
-        {"video_id": vid, "term": c.term, "origin": c.origin, "concept": c.concept, "similarity": c.similarity,
-         "embedder": p.embedder, "threshold": p.threshold()}
+        {
+            "video_id": vid,
+            "term": c.term,
+            "origin": c.origin,
+            "concept": c.concept,
+            "similarity": c.similarity,
+            "embedder": p.embedder,
+            "threshold": p.threshold(),
+        }
         for c in cand.normalise(p.seeds, proposals, embedder.embed, p.threshold())
     ]
     job.out.write_table("candidates.parquet", schema.table(schema.CANDIDATES, rows))
@@ -133,8 +142,13 @@ def run_candidates(job: Job) -> None:
 
 CANDIDATES = Stage(
     name="candidates",
-    outputs=schema.ARTIFACTS["candidates"], version="1", unit_kind="video", run=run_candidates, needs=("project",),
-    sections=("candidates",), backends=(BackendUse("text_embedder", "candidates.embedder"),),
+    outputs=schema.ARTIFACTS["candidates"],
+    version="1",
+    unit_kind="video",
+    run=run_candidates,
+    needs=("project",),
+    sections=("candidates",),
+    backends=(BackendUse("text_embedder", "candidates.embedder"),),
     raw_inputs=_candidates_raw,
     description="Candidate objects: seed list + per-video proposals, normalised by text-embedding similarity",
 )
@@ -152,11 +166,21 @@ def run_detect(job: Job) -> None:
     n = 0
     total = seg.n_samples(float(view["duration_s"]))
     # the next batch is decoded while the detector runs on this one
-    for batch in prefetched(frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), p.batch_frames,
-                                          SAMPLE_FPS), depth=2, name=f"feed-{vid}"):
-        rows.extend(det.detection_rows(vid, batch, detector.detect(batch, concepts) if concepts else
-                                       [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in batch.images],
-                                       p.backend))
+    for batch in prefetched(
+        frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), p.batch_frames, SAMPLE_FPS),
+        depth=2,
+        name=f"feed-{vid}",
+    ):
+        rows.extend(
+            det.detection_rows(
+                vid,
+                batch,
+                detector.detect(batch, concepts)
+                if concepts
+                else [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in batch.images],
+                p.backend,
+            )
+        )
         n += len(batch.images)
         job.progress(n, total, "frames")
     stats = det.occurrence_stats(concepts, rows, n, p)
@@ -166,8 +190,14 @@ def run_detect(job: Job) -> None:
 
 DETECT = Stage(
     name="detect",
-    outputs=schema.ARTIFACTS["detect"], version="1", unit_kind="video", run=run_detect, needs=("candidates", "project"),
-    sections=("detect",), backends=(BackendUse("open_vocab_detector", "detect.backend"),), gpu=True,
+    outputs=schema.ARTIFACTS["detect"],
+    version="1",
+    unit_kind="video",
+    run=run_detect,
+    needs=("candidates", "project"),
+    sections=("detect",),
+    backends=(BackendUse("open_vocab_detector", "detect.backend"),),
+    gpu=True,
     gpu_memory_gib=6,  # YOLO-World-v2-X, 16 frames at 640 px (rough: `make gpu-check` measures it)
     description="Open-vocabulary detection at 2 FPS, occurrence statistics and the frequency filter",
 )
@@ -197,8 +227,11 @@ def _drawn_in_clip(store: Store, config: Config, video_id: str, index: int) -> l
     except fx.FixError:
         return []
     cs = config.segment.clip_seconds
-    return [(key, concept, frames) for key, concept, frames in fx.drawn_tracks(fixset)
-            if fx.track_span(frames)[0] < (index + 1) * cs and fx.track_span(frames)[1] >= index * cs - seg.SAMPLE_STEP]
+    return [
+        (key, concept, frames)
+        for key, concept, frames in fx.drawn_tracks(fixset)
+        if fx.track_span(frames)[0] < (index + 1) * cs and fx.track_span(frames)[1] >= index * cs - seg.SAMPLE_STEP
+    ]
 
 
 def _segment_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
@@ -208,14 +241,17 @@ def _segment_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
     return {"drawn": hashlib.sha256(",".join(sorted(k for k, _, _ in drawn)).encode()).hexdigest()} if drawn else {}
 
 
-def _prompts(drawn: list, view: dict, batch, index: int, clip_seconds: float) -> list[tuple[str, str | None, int, tuple]]:
+def _prompts(
+    drawn: list, view: dict, batch, index: int, clip_seconds: float
+) -> list[tuple[str, str | None, int, tuple]]:
     """(track key, concept, frame position in the batch, drawn box in view pixels) of every 2 FPS
     timestamp of the clip where a drawn track shows a box (laid as the metadata stage lays it)."""
     pos_of = {int(k): i for i, k in enumerate(batch.sample_indices)}
     out = []
     for key, concept, frames in drawn:
-        for k, box in sorted(meta.track_boxes(frames, float(view["duration_s"]),
-                                              (int(view["width"]), int(view["height"]))).items()):
+        for k, box in sorted(
+            meta.track_boxes(frames, float(view["duration_s"]), (int(view["width"]), int(view["height"]))).items()
+        ):
             if box is not None and k in pos_of and seg.clip_of_sample(k, clip_seconds) == index:
                 out.append((key, concept, pos_of[k], box))
     return out
@@ -249,33 +285,53 @@ def run_segment(job: Job) -> None:
                     job.progress(len(paths), span.n_samples, "frames")
                 return seg.JpegFrames(paths)
 
-            (batch,) = frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), None, SAMPLE_FPS,
-                                     span.start, span.end, p.frame_max_width, images=jpeg_files)
+            (batch,) = frame_batches(
+                job.file("project", f"{vid}.mp4"),
+                vid,
+                float(view["fps"]),
+                None,
+                SAMPLE_FPS,
+                span.start,
+                span.end,
+                p.frame_max_width,
+                images=jpeg_files,
+            )
             if concepts:
                 records = segmenter.segment(batch, concepts)
                 errors = job.config.model_errors
                 if errors.segmenter != "none" and records:
                     h, w = np.asarray(batch.images[0]).shape[:2]
-                    records = me.perturb_segments(records, errors.segmenter, me.rng_for(errors.seed, vid, index), (w, h),
-                                                  seg.SAMPLE_STEP, concepts)
+                    records = me.perturb_segments(
+                        records,
+                        errors.segmenter,
+                        me.rng_for(errors.seed, vid, index),
+                        (w, h),
+                        seg.SAMPLE_STEP,
+                        concepts,
+                    )
                 seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
             if drawn and backends.takes_box_prompts(segmenter):
-                prompted_rows = _prompted_rows(vid, index, batch, _prompts(drawn, view, batch, index, p.clip_seconds),
-                                               segmenter, view, p)
+                prompted_rows = _prompted_rows(
+                    vid, index, batch, _prompts(drawn, view, batch, index, p.clip_seconds), segmenter, view, p
+                )
     job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
     job.out.write_table("instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
     if prompted_rows is not None:
         job.out.write_table("prompted.parquet", schema.table(schema.PROMPTED_MASKS, prompted_rows))
 
 
-def _prompted_rows(vid: str, index: int, batch, prompts: list, segmenter, view: dict, p: seg.SegmentParams) -> list[dict]:
+def _prompted_rows(
+    vid: str, index: int, batch, prompts: list, segmenter, view: dict, p: seg.SegmentParams
+) -> list[dict]:
     """schema.PROMPTED_MASKS rows: the segmenter's mask for each drawn box (boxes scaled to the frames)."""
     if not prompts:
         return []
     h, w = batch.images[0].shape[:2]
     sx, sy = w / float(view["width"]), h / float(view["height"])
-    asks = [backends.BoxPrompt(concept, pos, (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))
-            for _, concept, pos, box in prompts]
+    asks = [
+        backends.BoxPrompt(concept, pos, (box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy))
+        for _, concept, pos, box in prompts
+    ]
     rows = []
     for r in segmenter.segment_boxes(batch, asks):
         key, concept, pos, box = prompts[r.local_id]
@@ -285,19 +341,44 @@ def _prompted_rows(vid: str, index: int, batch, prompts: list, segmenter, view: 
         if not mask.any():
             continue
         ys, xs = np.nonzero(mask)
-        rows.append({"video_id": vid, "clip_index": index, "prompt": key, "sample_index": int(batch.sample_indices[pos]),
-                     "time": float(batch.times[pos]), "concept": concept, "box_x0": float(box[0]), "box_y0": float(box[1]),
-                     "box_x1": float(box[2]), "box_y1": float(box[3]), "x0": float(xs.min()), "y0": float(ys.min()),
-                     "x1": float(xs.max() + 1), "y1": float(ys.max() + 1), "area": int(mask.sum()), "score": float(r.score),
-                     "image_width": int(w), "image_height": int(h), "mask_rle": seg.encode_rle(mask), "backend": p.backend})
+        rows.append(
+            {
+                "video_id": vid,
+                "clip_index": index,
+                "prompt": key,
+                "sample_index": int(batch.sample_indices[pos]),
+                "time": float(batch.times[pos]),
+                "concept": concept,
+                "box_x0": float(box[0]),
+                "box_y0": float(box[1]),
+                "box_x1": float(box[2]),
+                "box_y1": float(box[3]),
+                "x0": float(xs.min()),
+                "y0": float(ys.min()),
+                "x1": float(xs.max() + 1),
+                "y1": float(ys.max() + 1),
+                "area": int(mask.sum()),
+                "score": float(r.score),
+                "image_width": int(w),
+                "image_height": int(h),
+                "mask_rle": seg.encode_rle(mask),
+                "backend": p.backend,
+            }
+        )
     return rows
 
 
 SEGMENT = Stage(
     name="segment",
-    outputs=schema.ARTIFACTS["segment"], version="1", unit_kind="clip", run=run_segment, needs=("detect", "project"),
+    outputs=schema.ARTIFACTS["segment"],
+    version="1",
+    unit_kind="clip",
+    run=run_segment,
+    needs=("detect", "project"),
     sections=("segment", "model_errors.segmenter", "model_errors.seed"),
-    backends=(BackendUse("segmenter", "segment.backend"),), gpu=True, units=_segment_units,
+    backends=(BackendUse("segmenter", "segment.backend"),),
+    gpu=True,
+    units=_segment_units,
     raw_inputs=_segment_raw,  # the boxes reviewers drew in the clip: segmented as prompts
     unkeyed_sections=("metadata",),  # only where the fix files are (metadata.fixes_dir): what they draw is in raw
     gpu_memory_gib=24,  # SAM3 video (848M) tracking a 5-minute clip at 2 FPS (rough)
@@ -309,8 +390,9 @@ SEGMENT = Stage(
 def _view_feed(path: Path, view: str, p: po.PoseParams) -> Callable[[], Iterator[tuple[int, float, int, np.ndarray]]]:
     """A view's frames at 2 FPS, opened fresh on each call; a chunk's frames are decoded (by a thread
     named for the view) while the estimator runs on the previous chunk."""
-    return lambda: prefetched(sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width), depth=p.chunk_frames,
-                              name=f"feed-{view}")
+    return lambda: prefetched(
+        sampled_frames(path, SAMPLE_FPS, max_width=p.frame_max_width), depth=p.chunk_frames, name=f"feed-{view}"
+    )
 
 
 def run_pose(job: Job) -> None:
@@ -320,15 +402,24 @@ def run_pose(job: Job) -> None:
     if not wanted:
         raise UnitError(f"pose.views {p.views} names none of the projected views {sorted(views)}")
     inputs = {
-        v: po.ViewInput(views[v]["video_id"], float(views[v]["yaw_deg"]), float(views[v]["hfov_deg"]),
-                        float(views[v]["fps"]), int(views[v]["width"]),
-                        _view_feed(job.file("project", views[v]["path"]), v, p))
-        for v in wanted}
+        v: po.ViewInput(
+            views[v]["video_id"],
+            float(views[v]["yaw_deg"]),
+            float(views[v]["hfov_deg"]),
+            float(views[v]["fps"]),
+            int(views[v]["width"]),
+            _view_feed(job.file("project", views[v]["path"]), v, p),
+        )
+        for v in wanted
+    }
     fused, tracks = po.estimate_source(
         inputs,
-        lambda vi: job.backend("pose_estimator", hfov_deg=vi.hfov_deg, features=p.twoview_features,
-                                camera_height=p.camera_height),
-        p, lambda d, t: job.progress(d, t, "views"))
+        lambda vi: job.backend(
+            "pose_estimator", hfov_deg=vi.hfov_deg, features=p.twoview_features, camera_height=p.camera_height
+        ),
+        p,
+        lambda d, t: job.progress(d, t, "views"),
+    )
     pose_rows, indep_rows = [], []
     for v, row in sorted(views.items()):
         K = tracks[v].K[0] if v in tracks and len(tracks[v].K) else fused.K[0] if len(fused.K) else np.eye(3)
@@ -341,7 +432,13 @@ def run_pose(job: Job) -> None:
 
 POSE = Stage(
     name="pose",
-    outputs=schema.ARTIFACTS["pose"], version="5", unit_kind="source", run=run_pose, needs=("project",), sections=("pose",), gpu=True,
+    outputs=schema.ARTIFACTS["pose"],
+    version="5",
+    unit_kind="source",
+    run=run_pose,
+    needs=("project",),
+    sections=("pose",),
+    gpu=True,
     backends=(BackendUse("pose_estimator", "pose.backend"),),
     gpu_memory_gib=12,  # DA3-Large on 64-frame windows at 504 px (rough)
     description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
@@ -358,24 +455,47 @@ def _video_poses(job: Job, vid: str) -> po.Track | None:
 def answer_rules(config, view: dict) -> rc.AnswerRules:
     """What the qa stage's VOC and VOO answers read, for reconciliation's ``answer_impact``."""
     qa = config.qa
-    return rc.AnswerRules(float(view["duration_s"]),
-                          qa.voc_checkpoint_s if qa.voc_checkpoint_s is not None else qa.clip_seconds,
-                          qa.voo_readings[0].min_visible_s)
+    return rc.AnswerRules(
+        float(view["duration_s"]),
+        qa.voc_checkpoint_s if qa.voc_checkpoint_s is not None else qa.clip_seconds,
+        qa.voo_readings[0].min_visible_s,
+    )
 
 
-def reconcile_view(config, vid: str, view: dict, instances: list[rc.ClipInstance], clips: list,
-                   poses: po.Track | None) -> rc.Reconciled:
+def reconcile_view(
+    config, vid: str, view: dict, instances: list[rc.ClipInstance], clips: list, poses: po.Track | None
+) -> rc.Reconciled:
     """Reconcile one view video as the reconcile stage does: the simulated pose errors of
     ``model_errors.poses`` applied to its poses first (none in production)."""
     errors = config.model_errors
     if poses is not None and errors.poses != "none":
         poses = me.perturb_track(poses, errors.poses, me.rng_for(errors.seed, vid, "poses"))
-    return rc.reconcile(vid, instances, clips, config.reconcile, poses, camera_height=config.pose.ground_height(),
-                        rules=answer_rules(config, view))
+    return rc.reconcile(
+        vid,
+        instances,
+        clips,
+        config.reconcile,
+        poses,
+        camera_height=config.pose.ground_height(),
+        rules=answer_rules(config, view),
+    )
 
 
-SEGMENT_FIELDS = ("clip_index", "local_id", "sample_index", "time", "frame", "fps", "x0", "y0", "x1", "y1", "area",
-                  "image_width", "image_height")
+SEGMENT_FIELDS = (
+    "clip_index",
+    "local_id",
+    "sample_index",
+    "time",
+    "frame",
+    "fps",
+    "x0",
+    "y0",
+    "x1",
+    "y1",
+    "area",
+    "image_width",
+    "image_height",
+)
 
 
 def clip_instances_in_view(view: dict, inst_rows: list[dict], seg_rows: list[dict]) -> list[rc.ClipInstance]:
@@ -400,25 +520,59 @@ def run_reconcile(job: Job) -> None:
         seg_rows += job.read("segment", "segments.parquet", unit).select(list(SEGMENT_FIELDS)).to_pylist()
     instances = clip_instances_in_view(view, inst_rows, seg_rows)
     result = reconcile_view(job.config, vid, view, instances, clips, _video_poses(job, vid))
-    job.out.write_table("clips.parquet", schema.table(schema.CLIP_SPANS, [
-        {"video_id": vid, "clip_index": c.index, "start": c.start, "end": c.end, "first_sample": c.first_sample,
-         "n_samples": c.n_samples} for c in clips]))
+    job.out.write_table(
+        "clips.parquet",
+        schema.table(
+            schema.CLIP_SPANS,
+            [
+                {
+                    "video_id": vid,
+                    "clip_index": c.index,
+                    "start": c.start,
+                    "end": c.end,
+                    "first_sample": c.first_sample,
+                    "n_samples": c.n_samples,
+                }
+                for c in clips
+            ],
+        ),
+    )
     job.out.write_table("clip_instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
     job.out.write_table("merge_decisions.parquet", schema.table(schema.MERGE_DECISIONS, result.decisions))
     job.out.write_table("members.parquet", schema.table(schema.INSTANCE_MEMBERS, result.members))
     job.out.write_table("observations_auto.parquet", schema.table(schema.OBSERVATIONS, result.observations))
     insts = meta.instances_from_observations(result.observations)
-    auto = meta.instance_rows(vid, insts.values(), float(view["fps"]), job.config.metadata, _video_poses(job, vid),
-                              job.config.pose.ground_height(), (int(view["width"]), int(view["height"])),
-                              job.config.reconcile.level_views)
+    auto = meta.instance_rows(
+        vid,
+        insts.values(),
+        float(view["fps"]),
+        job.config.metadata,
+        _video_poses(job, vid),
+        job.config.pose.ground_height(),
+        (int(view["width"]), int(view["height"])),
+        job.config.reconcile.level_views,
+    )
     job.out.write_table("instances_auto.parquet", schema.table(schema.INSTANCES, auto))
 
 
 RECONCILE = Stage(
     name="reconcile",
-    outputs=schema.ARTIFACTS["reconcile"], version="12", unit_kind="video", run=run_reconcile, needs=("segment", "pose", "project"),
-    sections=("segment", "reconcile", "metadata", "pose", "model_errors.poses", "model_errors.seed", "qa.clip_seconds",
-              "qa.voc_checkpoint_s", "qa.voo_readings"),
+    outputs=schema.ARTIFACTS["reconcile"],
+    version="12",
+    unit_kind="video",
+    run=run_reconcile,
+    needs=("segment", "pose", "project"),
+    sections=(
+        "segment",
+        "reconcile",
+        "metadata",
+        "pose",
+        "model_errors.poses",
+        "model_errors.seed",
+        "qa.clip_seconds",
+        "qa.voc_checkpoint_s",
+        "qa.voo_readings",
+    ),
     description="Cross-clip reconciliation: global instance ids, every merge decision recorded",
 )
 
@@ -454,22 +608,34 @@ def auto_metadata(job: Job) -> tuple[meta.FixInputs, list[dict]]:
         if rows:
             independent[v] = po.track_from_rows(rows)
     fused = meta.source_track_from_view(track, float(view["yaw_deg"]))
-    agreement_rows, agreement = meta.view_agreement(source_id, fused, independent,
-                                                    {v: float(r["yaw_deg"]) for v, r in views.items()}, clips, p)
+    agreement_rows, agreement = meta.view_agreement(
+        source_id, fused, independent, {v: float(r["yaw_deg"]) for v, r in views.items()}, clips, p
+    )
     motion = meta.motion_rows(vid, samples, clips, p, agreement)
     inputs = meta.FixInputs(
-        video_id=vid, observations=job.read("reconcile", "observations_auto.parquet").to_pylist(),
-        members=job.read("reconcile", "members.parquet").to_pylist(), motion=motion, motion_samples=samples,
-        duration_s=duration, fps=fps, params=p, poses=track, clip_seconds=job.config.segment.clip_seconds,
-        camera_height=job.config.pose.ground_height(), image_size=(int(view["width"]), int(view["height"])),
-        level=job.config.reconcile.level_views)
+        video_id=vid,
+        observations=job.read("reconcile", "observations_auto.parquet").to_pylist(),
+        members=job.read("reconcile", "members.parquet").to_pylist(),
+        motion=motion,
+        motion_samples=samples,
+        duration_s=duration,
+        fps=fps,
+        params=p,
+        poses=track,
+        clip_seconds=job.config.segment.clip_seconds,
+        camera_height=job.config.pose.ground_height(),
+        image_size=(int(view["width"]), int(view["height"])),
+        level=job.config.reconcile.level_views,
+    )
     return inputs, agreement_rows
 
 
 def run_metadata(job: Job) -> None:
     vid = job.unit
     found = _fix_file(job.store, job.config, vid)
-    fixset = fx.parse_fix_text(found[1].decode("utf-8", errors="replace"), found[0], vid) if found else fx.FixSet.empty(vid)
+    fixset = (
+        fx.parse_fix_text(found[1].decode("utf-8", errors="replace"), found[0], vid) if found else fx.FixSet.empty(vid)
+    )
     inputs, agreement_rows = auto_metadata(job)
     derived = meta.apply_fixes(fixset, inputs, load_vocabulary(job.store, job.config))
     job.out.write_table("instances.parquet", schema.table(schema.INSTANCES, derived.instances))
@@ -479,21 +645,40 @@ def run_metadata(job: Job) -> None:
     job.out.write_table("view_agreement.parquet", schema.table(schema.VIEW_AGREEMENT, agreement_rows))
     job.out.write_table("fixes_applied.parquet", schema.table(schema.FIXES_APPLIED, derived.applied))
     assert inputs.poses is not None and inputs.image_size is not None  # auto_metadata sets both
-    job.out.write_table("visibility.parquet", schema.table(schema.VISIBILITY, vis.visibility_columns(
-        vid, derived.instances, derived.observations, inputs.poses, inputs.image_size,
-        inputs.params.visibility_min_consistency)))
+    job.out.write_table(
+        "visibility.parquet",
+        schema.table(
+            schema.VISIBILITY,
+            vis.visibility_columns(
+                vid,
+                derived.instances,
+                derived.observations,
+                inputs.poses,
+                inputs.image_size,
+                inputs.params.visibility_min_consistency,
+            ),
+        ),
+    )
     if derived.reviews:  # the qa stage drops the rejected questions (only then: no file, same bytes)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
-    pending = meta.pending_reviews(job.read("reconcile", "merge_decisions.parquet").to_pylist(),
-                                   job.read("reconcile", "members.parquet").to_pylist(), fixset)
+    pending = meta.pending_reviews(
+        job.read("reconcile", "merge_decisions.parquet").to_pylist(),
+        job.read("reconcile", "members.parquet").to_pylist(),
+        fixset,
+    )
     if pending:  # the qa stage marks the questions that rest on them provisional
         job.out.write_table("review_pending.parquet", schema.table(schema.REVIEW_PENDING, pending))
 
 
 METADATA = Stage(
     name="metadata",
-    outputs=schema.ARTIFACTS["metadata"], version="3", unit_kind="video", run=run_metadata, needs=("reconcile", "pose", "project"),
-    sections=("metadata", "segment", "pose", "reconcile"), raw_inputs=_metadata_raw,
+    outputs=schema.ARTIFACTS["metadata"],
+    version="3",
+    unit_kind="video",
+    run=run_metadata,
+    needs=("reconcile", "pose", "project"),
+    sections=("metadata", "segment", "pose", "reconcile"),
+    raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )
 

@@ -38,8 +38,13 @@ def run(job: Job) -> None:
     detector, faces = face_setup(job.config)
     out_dir = job.out.path(VIEWS_FILE).parent  # the unit's scratch folder: committed as a whole on success
     views, blurred = project_source(
-        path, out_dir, params, detector, lambda done, total: job.progress(done, total, "frames"),
-        face_params=faces, source_id=job.unit,
+        path,
+        out_dir,
+        params,
+        detector,
+        lambda done, total: job.progress(done, total, "frames"),
+        face_params=faces,
+        source_id=job.unit,
     )
     job.out.write_table(VIEWS_FILE, schema.conform(views, schema.VIEWS_TABLE))
     job.out.write_table(FACES, schema.conform(blurred, schema.FACES))
@@ -52,6 +57,7 @@ PROJECT = Stage(
     unit_kind="source",
     run=run,
     needs=("probe", "review"),
-    sections=("project", "faces"), backends=(FACE_DETECTOR,),
+    sections=("project", "faces"),
+    backends=(FACE_DETECTOR,),
     description="panorama -> front/right/back/left perspective videos, faces blurred",
 )

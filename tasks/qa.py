@@ -67,9 +67,16 @@ def _drop_rejected(questions: pa.Table, skipped: pa.Table, reviews: list[dict]) 
     rejected = {r["question_id"]: r for r in reviews if r["verdict"] == "reject"}
     rows = questions.to_pylist()
     keep = [question_id(q) not in rejected for q in rows]
-    gone = [{"video_id": q["video_id"], "task_type": q["task_type"], "item": q["item"],
-             "reason": f"rejected by a person: {rejected[question_id(q)]['reason']}"}
-            for q, k in zip(rows, keep, strict=True) if not k]
+    gone = [
+        {
+            "video_id": q["video_id"],
+            "task_type": q["task_type"],
+            "item": q["item"],
+            "reason": f"rejected by a person: {rejected[question_id(q)]['reason']}",
+        }
+        for q, k in zip(rows, keep, strict=True)
+        if not k
+    ]
     return questions.filter(pa.array(keep, type=pa.bool_())), skipped_table(skipped.to_pylist() + gone)
 
 
@@ -106,6 +113,7 @@ QA = Stage(
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),
-    sections=("qa", "faces"), backends=(FACE_DETECTOR,),
+    sections=("qa", "faces"),
+    backends=(FACE_DETECTOR,),
     description="Rule-based questions of one view video (VMR, VPO, VOO, VOC) and its rendered VPO views",
 )

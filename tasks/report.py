@@ -122,15 +122,19 @@ def verification(store: Store) -> dict[str, Any] | None:
 def _report_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
     """What the report reads outside the store: the failed and skipped status rows it lists, the
     previous build it compares with, the verification records it shows."""
-    rows = sorted((r["stage"], r["unit"], r["state"], r["error_class"] or "", r["error"] or "")
-                  for r in store.status_table().to_pylist()
-                  if r["state"] in ("failed", "skipped") and r["stage"] != "report")
+    rows = sorted(
+        (r["stage"], r["unit"], r["state"], r["error_class"] or "", r["error"] or "")
+        for r in store.status_table().to_pylist()
+        if r["state"] in ("failed", "skipped") and r["stage"] != "report"
+    )
     current = _current_export_key(store)
     previous = previous_export_key(store, current) if current else None
-    return {"lost": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
-            "previous": f"{previous}:{_digest_files(store, list(_build_files(store, previous)))}" if previous else "none",
-            "verify": _digest_files(store, _verify_files(store)),
-            "reference_qa": _reference_digest(config)}
+    return {
+        "lost": hashlib.sha256(json.dumps(rows).encode()).hexdigest(),
+        "previous": f"{previous}:{_digest_files(store, list(_build_files(store, previous)))}" if previous else "none",
+        "verify": _digest_files(store, _verify_files(store)),
+        "reference_qa": _reference_digest(config),
+    }
 
 
 # ------------------------------------------------------------------------------------ the text probe
@@ -160,7 +164,9 @@ def reference_probe(config: Config, store: Store) -> dict[str, Any]:
     if row and row["state"] == "done":
         ref = UnitRef("report", ALL, row["key"])
         if store.has_file(ref, REPORT_JSON):
-            cached = (json.loads(store.local_file(ref, REPORT_JSON).read_text()).get("text_probe") or {}).get("reference")
+            cached = (json.loads(store.local_file(ref, REPORT_JSON).read_text()).get("text_probe") or {}).get(
+                "reference"
+            )
             if cached and cached.get("sha256") == digest and cached.get("probe_version") == leak_probe.VERSION:
                 return cached
     try:
@@ -175,8 +181,11 @@ def text_probe(job: Job, release: list[dict[str, Any]]) -> dict[str, Any]:
     """report.json's ``text_probe``: this build's release rows, the public release, what the
     export's ``qa.debias_text`` dropped."""
     export = job.ref("export")
-    dropped = (job.store.read_table(export, TEXT_DEBIAS_FILE).to_pylist()
-               if job.store.has_file(export, TEXT_DEBIAS_FILE) else None)
+    dropped = (
+        job.store.read_table(export, TEXT_DEBIAS_FILE).to_pylist()
+        if job.store.has_file(export, TEXT_DEBIAS_FILE)
+        else None
+    )
     return text_probe_summary(ev.text_probe_report(release), reference_probe(job.config, job.store), dropped)
 
 
@@ -212,18 +221,30 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
     rep = build_report(rows, status, sources)
     rep["readings"] = readings_summary(job.read("export", "skipped.parquet").to_pylist())
     rep["text_probe"] = text_probe(job, [r for r in rows if r["split"] == "release"])
-    rep["answer_controls"] = answer_controls([r for r in rows if r["split"] == "release"], public_release_rows(job.config))
-    fixes = {video: store.read_table(ref, "fixes_applied.parquet").to_pylist()
-             for video, ref in sorted(job.refs("metadata").items())}
+    rep["answer_controls"] = answer_controls(
+        [r for r in rows if r["split"] == "release"], public_release_rows(job.config)
+    )
+    fixes = {
+        video: store.read_table(ref, "fixes_applied.parquet").to_pylist()
+        for video, ref in sorted(job.refs("metadata").items())
+    }
     rep["visibility"] = visibility_summary(
-        [r for ref in job.refs("metadata").values()
-         for r in store.read_table(ref, "visibility.parquet").select(VISIBILITY_COLUMNS).to_pylist()], SAMPLE_STEP)
+        [
+            r
+            for ref in job.refs("metadata").values()
+            for r in store.read_table(ref, "visibility.parquet").select(VISIBILITY_COLUMNS).to_pylist()
+        ],
+        SAMPLE_STEP,
+    )
     release = [r for r in rows if r["split"] == "release"]
     questions = report_diff.snapshot(release)
     rep["build"] = report_diff.build_info(job.ref("export").key, _stage_versions(), fixes)
     rep["fixes"] = rep["build"]["fixes"]
-    rep["changes"] = (report_diff.compare(previous.questions, previous.info, questions, rep["build"], previous.label)
-                      if previous is not None else None)
+    rep["changes"] = (
+        report_diff.compare(previous.questions, previous.info, questions, rep["build"], previous.label)
+        if previous is not None
+        else None
+    )
     rep["verification"] = verification(store)
     rep["letter_moves"] = letter_moves(job)
     rep["forced_out"] = forced_out(job)
@@ -239,21 +260,35 @@ def compose(job: Job, previous: Build | None) -> tuple[dict[str, Any], list[dict
 def letter_moves(job: Job) -> list[dict[str, Any]]:
     """The questions whose answer letter the export's balance bound moved (its ledger's ``moved_from``)."""
     ledger = job.read("export", LEDGER_FILE).to_pylist()
-    return [{"doc_id": r["doc_id"], "moved_from": r["moved_from"], "answer": "ABCD"[r["answer_index"]],
-             "moved_stratum": r["moved_stratum"]} for r in ledger if r["moved_from"] is not None]
+    return [
+        {
+            "doc_id": r["doc_id"],
+            "moved_from": r["moved_from"],
+            "answer": "ABCD"[r["answer_index"]],
+            "moved_stratum": r["moved_stratum"],
+        }
+        for r in ledger
+        if r["moved_from"] is not None
+    ]
 
 
 def forced_out(job: Job) -> list[dict[str, Any]]:
     """The questions the previous build asked that this build's bounds forced out (the ledger's ``forced_out``)."""
-    return [{"doc_id": r["doc_id"], "state": r["state"], "reason": r["reason"]}
-            for r in job.read("export", LEDGER_FILE).to_pylist() if r["forced_out"]]
+    return [
+        {"doc_id": r["doc_id"], "state": r["state"], "reason": r["reason"]}
+        for r in job.read("export", LEDGER_FILE).to_pylist()
+        if r["forced_out"]
+    ]
 
 
 def run(job: Job) -> None:
     export_key = job.ref("export").key
     previous_key = previous_export_key(job.store, export_key)
-    previous = (recorded_build(job.store, previous_key, f"the previous build (export {previous_key[:12]})")
-                if previous_key else None)
+    previous = (
+        recorded_build(job.store, previous_key, f"the previous build (export {previous_key[:12]})")
+        if previous_key
+        else None
+    )
     rep, questions, page = compose(job, previous)
     job.out.write_table(QUESTIONS, schema.table(schema.REPORT_QUESTIONS, questions))
     job.out.path(REPORT_JSON).write_text(json.dumps(rep, indent=1, sort_keys=True, default=str))
@@ -309,9 +344,15 @@ def published_report(store: Store) -> PublishedReport | None:
     ref = UnitRef("report", ALL, row["key"])
     rep = json.loads(store.local_file(ref, REPORT_JSON).read_text())
     changes = (rep.get("changes") or {}).get("per_task", {})
-    per_task = [{"task": t, "questions": e["n"], "videos": e["videos"],
-                 **{w: changes.get(t, {}).get(w, 0) for w in ("added", "removed", "changed")}}
-                for t, e in rep["questions"].items()]
+    per_task = [
+        {
+            "task": t,
+            "questions": e["n"],
+            "videos": e["videos"],
+            **{w: changes.get(t, {}).get(w, 0) for w in ("added", "removed", "changed")},
+        }
+        for t, e in rep["questions"].items()
+    ]
     link = store.local_root().joinpath(REPORT_HTML).as_uri() if store.is_local else store.path(REPORT_HTML)
     return PublishedReport(store.local_file(ref, REPORT_MD).read_text(), per_task, link)
 
@@ -327,5 +368,5 @@ REPORT = Stage(
     sections=("report",),
     publish=publish,
     description="the build report (report.md, report.html): contents, the paper's statistics as plots, "
-                "question cards, blind baselines, what was lost, fixes, what changed since the previous build",
+    "question cards, blind baselines, what was lost, fixes, what changed since the previous build",
 )

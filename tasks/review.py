@@ -68,10 +68,21 @@ def run_review(job: Job) -> None:
         elif not cfg.require_decision:
             reason = "kept without review (review.require_decision is off)"
         else:
-            raise Skip("awaiting review: run `vsi-wild review export`, fill decisions.csv, "
-                       "then `vsi-wild review apply decisions.csv`")
-        d = {"source_id": sid, "decision": "keep", "reason": reason, "reviewer": "auto", "decided_at": None,
-             "suggestion": None, "motion_score": None, "decision_file": None, "line": None}
+            raise Skip(
+                "awaiting review: run `vsi-wild review export`, fill decisions.csv, "
+                "then `vsi-wild review apply decisions.csv`"
+            )
+        d = {
+            "source_id": sid,
+            "decision": "keep",
+            "reason": reason,
+            "reviewer": "auto",
+            "decided_at": None,
+            "suggestion": None,
+            "motion_score": None,
+            "decision_file": None,
+            "line": None,
+        }
     elif d["decision"] != "keep":
         raise Skip(f"rejected in review: {d['reason']} ({d['reviewer']})")
     job.out.write_table("review.parquet", schema.table(schema.REVIEW_DECISION, [d]))
@@ -109,13 +120,21 @@ def pending_sources(config: Config, store: Store, include_decided: bool = False)
     return [r for r in rows if r["origin"] not in auto and not store.exists(decision_path(store, r["source_id"]))]
 
 
-def export_review(config: Config, store: Store, out_dir: str | os.PathLike[str] | None = None, *,
-                  include_decided: bool = False,
-                  progress: Callable[[int, int, str], None] | None = None) -> ExportResult:
+def export_review(
+    config: Config,
+    store: Store,
+    out_dir: str | os.PathLike[str] | None = None,
+    *,
+    include_decided: bool = False,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> ExportResult:
     params = config.review.export
     if out_dir is None and not store.is_local:
-        raise UnitError(f"the data root {store.url} is not a local folder: give the export an --out folder",
-                        kind="bad_input", retryable=False)
+        raise UnitError(
+            f"the data root {store.url} is not a local folder: give the export an --out folder",
+            kind="bad_input",
+            retryable=False,
+        )
     if out_dir is None:
         stamp = datetime.now(UTC).strftime("%Y%m%d-%H%M%S")
         out = store.local_root() / "review" / f"export-{stamp}"
@@ -127,9 +146,16 @@ def export_review(config: Config, store: Store, out_dir: str | os.PathLike[str] 
     problems: list[str] = []
     for i, src in enumerate(sources):
         sid = src["source_id"]
-        row: dict[str, Any] = {"source_id": sid, "decision": "", "reason": "", "reviewer": "",
-                               "origin": src["origin"], "title": src.get("title"), "url": src.get("url"),
-                               "duration_s": src.get("duration_s")}
+        row: dict[str, Any] = {
+            "source_id": sid,
+            "decision": "",
+            "reason": "",
+            "reviewer": "",
+            "origin": src["origin"],
+            "title": src.get("title"),
+            "url": src.get("url"),
+            "duration_s": src.get("duration_s"),
+        }
         old = read_decision(store, sid) if include_decided else None
         if old is not None:
             row.update(decision=old["decision"], reason=old["reason"] or "", reviewer=old["reviewer"])
@@ -170,8 +196,9 @@ class ApplyResult:
     changed: list[str]  # ids whose earlier decision this file changed
 
 
-def apply_decisions(store: Store, file: str | os.PathLike[str], *, default_reviewer: str | None = None,
-                    now: datetime | None = None) -> ApplyResult:
+def apply_decisions(
+    store: Store, file: str | os.PathLike[str], *, default_reviewer: str | None = None, now: datetime | None = None
+) -> ApplyResult:
     """Validate the whole decision file, then record each decision. Raises ``stages.review.ReviewError``
     (naming the line) before recording anything when the file is malformed."""
     p = Path(file)
@@ -191,9 +218,17 @@ def apply_decisions(store: Store, file: str | os.PathLike[str], *, default_revie
         old = read_decision(store, d.source_id)
         if old is not None and (old["decision"], old["reason"]) != (d.decision, d.reason):
             changed.append(d.source_id)
-        row = {"source_id": d.source_id, "decision": d.decision, "reason": d.reason, "reviewer": d.reviewer,
-               "decided_at": now, "suggestion": d.suggestion, "motion_score": d.motion_score,
-               "decision_file": str(p.resolve()), "line": d.line}
+        row = {
+            "source_id": d.source_id,
+            "decision": d.decision,
+            "reason": d.reason,
+            "reviewer": d.reviewer,
+            "decided_at": now,
+            "suggestion": d.suggestion,
+            "motion_score": d.motion_score,
+            "decision_file": str(p.resolve()),
+            "line": d.line,
+        }
         (kept if d.decision == "keep" else rejected).append(d.source_id)
         if old is not None and all(old[k] == row[k] for k in ("decision", "reason", "reviewer")):
             continue  # the same decision again: keep its record (and the review stage's cache)

@@ -41,9 +41,31 @@ def register_local(store: Store, paths: list[str]) -> list[str]:
 
 
 def _local_row(sid: str, path: Path) -> dict:
-    row: dict[str, Any] = {name: None for name in ("url", "title", "channel", "license", "upload_date", "query", "category",
-                                   "language", "crawl_time", "ytdlp_version", "projection", "duration_s",
-                                   "width", "height", "fps", "n_frames", "size_bytes", "content_sha256", "codec")}
-    row.update(source_id=sid, origin="local", path=str(path), title=path.name,
-               provenance=json.dumps({"added_from": str(path)}))
+    row: dict[str, Any] = {
+        name: None
+        for name in (
+            "url",
+            "title",
+            "channel",
+            "license",
+            "upload_date",
+            "query",
+            "category",
+            "language",
+            "crawl_time",
+            "ytdlp_version",
+            "projection",
+            "duration_s",
+            "width",
+            "height",
+            "fps",
+            "n_frames",
+            "size_bytes",
+            "content_sha256",
+            "codec",
+        )
+    }
+    row.update(
+        source_id=sid, origin="local", path=str(path), title=path.name, provenance=json.dumps({"added_from": str(path)})
+    )
     return row

@@ -46,11 +46,32 @@ def load_bench(name: str):
     return module
 
 
-def make_video(path: Path, width: int = 256, height: int = 128, fps: float = 8, seconds: float = 3,
-               source: str = "testsrc2", extra: list[str] | None = None) -> Path:
+def make_video(
+    path: Path,
+    width: int = 256,
+    height: int = 128,
+    fps: float = 8,
+    seconds: float = 3,
+    source: str = "testsrc2",
+    extra: list[str] | None = None,
+) -> Path:
     """A small H.264 test video made by ffmpeg's lavfi sources."""
-    cmd = ["ffmpeg", "-v", "error", "-y", "-f", "lavfi", "-i", f"{source}=size={width}x{height}:rate={fps}:duration={seconds}",
-           *(extra or []), "-c:v", "libx264", "-pix_fmt", "yuv420p", str(path)]
+    cmd = [
+        "ffmpeg",
+        "-v",
+        "error",
+        "-y",
+        "-f",
+        "lavfi",
+        "-i",
+        f"{source}=size={width}x{height}:rate={fps}:duration={seconds}",
+        *(extra or []),
+        "-c:v",
+        "libx264",
+        "-pix_fmt",
+        "yuv420p",
+        str(path),
+    ]
     subprocess.run(cmd, check=True)
     return path
 
@@ -75,11 +96,14 @@ def small_sample_config(path: Path, root: Path) -> Path:
     return path
 
 
-def vsi_wild(*args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 1800) -> subprocess.CompletedProcess:
+def vsi_wild(
+    *args: str, cwd: Path = REPO, env: dict[str, str] | None = None, timeout: float = 1800
+) -> subprocess.CompletedProcess:
     """Run the installed CLI as a user would (a separate process)."""
     exe = Path(sys.executable).with_name("vsi-wild")
-    return subprocess.run([str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout,
-                          env={**os.environ, **(env or {})})
+    return subprocess.run(
+        [str(exe), *args], cwd=cwd, capture_output=True, text=True, timeout=timeout, env={**os.environ, **(env or {})}
+    )
 
 
 # ------------------------------------------------------------------------------ browser tests
@@ -138,6 +162,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     missed the fix file an earlier one wrote). And once a browser test has started Playwright's event
     loop in this process, a Prefect flow run in process (the CLI through CliRunner) gets coroutines
     back: those tests must come first."""
+
     def module(item: pytest.Item) -> str:
         return item.nodeid.split("::")[0]
 

@@ -37,8 +37,13 @@ def free_port() -> int:
 
 def copy_project(dst: Path) -> Path:
     """The project's files as git sees them (tracked and new, not ignored), mtimes kept."""
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True,
-                           capture_output=True).stdout.decode().split("\0")
+    files = (
+        subprocess.run(
+            ["git", "ls-files", "-co", "--exclude-standard", "-z"], cwd=REPO, check=True, capture_output=True
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for f in filter(None, files):
         src = REPO / f
         if src.is_file():

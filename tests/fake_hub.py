@@ -15,8 +15,11 @@ class Hub:
     def __init__(self):
         self.files, self.tags, self.requests, self.repos, self.validated = {}, {}, [], [], []
         hub = self
+
         class H(BaseHTTPRequestHandler):
-            def log_message(self, *a): pass
+            def log_message(self, *a):
+                pass
+
             def _send(self, obj, code=200):
                 data = json.dumps(obj).encode()
                 self.send_response(code)
@@ -24,13 +27,16 @@ class Hub:
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
                 self.wfile.write(data)
+
             def do_GET(self):
                 hub.requests.append(("GET", self.path))
                 self._send({"error": "not here"}, 404)
+
             def do_HEAD(self):
                 hub.requests.append(("HEAD", self.path))
                 self.send_response(404)
                 self.end_headers()
+
             def do_POST(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 hub.requests.append(("POST", self.path))
@@ -46,18 +52,31 @@ class Hub:
                     return self._send({} if ok else {"errors": [{"message": "no YAML header"}]}, 200 if ok else 400)
                 if "/preupload/" in p:
                     req = json.loads(body)
-                    return self._send({"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False} for f in req["files"]]})
+                    return self._send(
+                        {
+                            "files": [
+                                {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False}
+                                for f in req["files"]
+                            ]
+                        }
+                    )
                 if "/commit/" in p:
                     for line in body.decode().splitlines():
                         item = json.loads(line)
                         if item["key"] == "file":
                             hub.files[item["value"]["path"]] = base64.b64decode(item["value"]["content"])
-                    return self._send({"commitUrl": hub.url + "/datasets/me/vsi/commit/0123456789abcdef0123456789abcdef01234567",
-                                       "commitOid": "0123456789abcdef0123456789abcdef01234567", "pullRequestUrl": None})
+                    return self._send(
+                        {
+                            "commitUrl": hub.url + "/datasets/me/vsi/commit/0123456789abcdef0123456789abcdef01234567",
+                            "commitOid": "0123456789abcdef0123456789abcdef01234567",
+                            "pullRequestUrl": None,
+                        }
+                    )
                 if "/tag/" in p:
                     hub.tags[p] = json.loads(body or b"{}")
                     return self._send({})
                 self._send({"error": p}, 404)
+
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), H)
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
         threading.Thread(target=self.server.serve_forever, daemon=True).start()

@@ -31,11 +31,21 @@ def lmms_eval_python() -> Path:
     if (env / ".complete").is_file():
         return python
     subprocess.run([sys.executable, "-m", "venv", "--clear", str(env)], check=True)
-    site_dir = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                   capture_output=True, text=True, check=True).stdout.strip())
+    site_dir = Path(
+        subprocess.run(
+            [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     (site_dir / "_vsi_wild_base.pth").write_text("".join(f"{p}\n" for p in base))
-    res = subprocess.run([str(python), "-m", "pip", "install", "-q", "--no-cache-dir", LMMS_EVAL],
-                         capture_output=True, text=True, timeout=1500)
+    res = subprocess.run(
+        [str(python), "-m", "pip", "install", "-q", "--no-cache-dir", LMMS_EVAL],
+        capture_output=True,
+        text=True,
+        timeout=1500,
+    )
     if res.returncode != 0:
         raise RuntimeError(f"could not install {LMMS_EVAL} into {env}: {res.stderr[-2000:]}")
     (env / ".complete").write_text(LMMS_EVAL + "\n")

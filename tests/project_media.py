@@ -12,9 +12,16 @@ import cv2
 import numpy as np
 
 
-def write_video(path: Path, frames: Callable[[int], np.ndarray], times: Sequence[float], *,
-                time_base: Fraction = Fraction(1, 1000), fmt: str | None = None, lossless: bool = False,
-                rate: float | None = None) -> Path:
+def write_video(
+    path: Path,
+    frames: Callable[[int], np.ndarray],
+    times: Sequence[float],
+    *,
+    time_base: Fraction = Fraction(1, 1000),
+    fmt: str | None = None,
+    lossless: bool = False,
+    rate: float | None = None,
+) -> Path:
     """Encode RGB frames ``frames(i)`` at the given times (seconds; any spacing: VFR) with x264."""
     first = frames(0)
     h, w = first.shape[:2]

@@ -15,8 +15,14 @@ from vsi_wild import schema
 
 VIEW_YAW = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 LABEL_DIRS = {  # label -> clockwise angle from the heading
-    "forward": 0, "forward-right": 45, "right": 90, "backward-right": 135,
-    "backward": 180, "backward-left": 225, "left": 270, "forward-left": 315,
+    "forward": 0,
+    "forward-right": 45,
+    "right": 90,
+    "backward-right": 135,
+    "backward": 180,
+    "backward-left": 225,
+    "left": 270,
+    "forward-left": 315,
 }
 
 
@@ -41,8 +47,16 @@ class World:
         return self.poses[k]
 
 
-def make_world(seed: int, duration: float = 600.0, fps: float = 10.0, n_categories: int = 8,
-               per_category: int = 4, speed: float = 1.0, source_id: str | None = None, jitter_deg: float = 15.0) -> World:
+def make_world(
+    seed: int,
+    duration: float = 600.0,
+    fps: float = 10.0,
+    n_categories: int = 8,
+    per_category: int = 4,
+    speed: float = 1.0,
+    source_id: str | None = None,
+    jitter_deg: float = 15.0,
+) -> World:
     """A walk of segments, each moving in one of the 8 directions relative to the heading, turned by
     up to ``jitter_deg`` (or standing still), and objects seen in random stretches of time."""
     rnd = random.Random(seed)
@@ -84,10 +98,14 @@ def make_world(seed: int, duration: float = 600.0, fps: float = 10.0, n_categori
                 for _ in range(rnd.randint(1, 3)):
                     a = rnd.choice(times)
                     b = min(duration, a + rnd.uniform(0.5, 20))
-                    vis += [{"view": view, "time": tt, "instance_id": iid, "category": cat} for tt in times if a <= tt <= b]
+                    vis += [
+                        {"view": view, "time": tt, "instance_id": iid, "category": cat} for tt in times if a <= tt <= b
+                    ]
     # one instance per view seen exactly at the start, and a sighting at the very end
-    vis = sorted({(v["view"], v["time"], v["instance_id"]): v for v in vis}.values(),
-                 key=lambda v: (v["view"], v["time"], v["instance_id"]))
+    vis = sorted(
+        {(v["view"], v["time"], v["instance_id"]): v for v in vis}.values(),
+        key=lambda v: (v["view"], v["time"], v["instance_id"]),
+    )
     return World(sid, duration, fps, poses, vis, segs)
 
 
@@ -95,12 +113,24 @@ def make_world(seed: int, duration: float = 600.0, fps: float = 10.0, n_categori
 def views_table(w: World, width: int = 64, height: int = 36) -> pa.Table:
     rows = []
     for view, yaw in VIEW_YAW.items():
-        rows.append({
-            "video_id": w.video_id(view), "source_id": w.source_id, "view": view, "yaw_deg": yaw,
-            "pitch_deg": 0.0, "hfov_deg": 90.0, "vfov_deg": 2 * math.degrees(math.atan(math.tan(math.radians(45)) * height / width)),
-            "width": width, "height": height, "fps": w.fps, "n_frames": w.n_frames, "duration_s": w.duration,
-            "path": f"{w.video_id(view)}.mp4", "sha256": "0" * 64,
-        })
+        rows.append(
+            {
+                "video_id": w.video_id(view),
+                "source_id": w.source_id,
+                "view": view,
+                "yaw_deg": yaw,
+                "pitch_deg": 0.0,
+                "hfov_deg": 90.0,
+                "vfov_deg": 2 * math.degrees(math.atan(math.tan(math.radians(45)) * height / width)),
+                "width": width,
+                "height": height,
+                "fps": w.fps,
+                "n_frames": w.n_frames,
+                "duration_s": w.duration,
+                "path": f"{w.video_id(view)}.mp4",
+                "sha256": "0" * 64,
+            }
+        )
     return schema.table(schema.VIEWS_TABLE, rows)
 
 
@@ -120,12 +150,24 @@ def instances_table(w: World, view: str) -> pa.Table:
                 spans[-1]["end"] = t
             else:
                 spans.append({"start": t, "end": t})
-        rows.append({
-            "video_id": w.video_id(view), "concept": cat[iid], "instance_id": iid,
-            "first_time": ts[0], "last_time": ts[-1], "first_frame": int(round(ts[0] * w.fps)),
-            "last_frame": int(round(ts[-1] * w.fps)), "fps": w.fps, "n_observations": len(ts), "spans": spans,
-            "x": None, "y": None, "z": None, "origin": "auto",
-        })
+        rows.append(
+            {
+                "video_id": w.video_id(view),
+                "concept": cat[iid],
+                "instance_id": iid,
+                "first_time": ts[0],
+                "last_time": ts[-1],
+                "first_frame": int(round(ts[0] * w.fps)),
+                "last_frame": int(round(ts[-1] * w.fps)),
+                "fps": w.fps,
+                "n_observations": len(ts),
+                "spans": spans,
+                "x": None,
+                "y": None,
+                "z": None,
+                "origin": "auto",
+            }
+        )
     return schema.table(schema.INSTANCES, rows)
 
 
@@ -133,11 +175,22 @@ def poses_table(w: World, view: str, invalid_every: int = 0) -> pa.Table:
     rows = []
     for k, p in enumerate(w.poses):
         valid = not (invalid_every and k % invalid_every == 0)
-        rows.append({
-            "video_id": w.video_id(view), "sample_index": k, "time": p["time"], "frame": int(round(p["time"] * w.fps)),
-            "fps": w.fps, "extrinsics": p.get("extrinsics", [0.0] * 12), "intrinsics": [0.0] * 9,
-            "x": p["x"], "y": p["y"], "z": p["z"], "valid": valid, "backend": "groundtruth",
-        })
+        rows.append(
+            {
+                "video_id": w.video_id(view),
+                "sample_index": k,
+                "time": p["time"],
+                "frame": int(round(p["time"] * w.fps)),
+                "fps": w.fps,
+                "extrinsics": p.get("extrinsics", [0.0] * 12),
+                "intrinsics": [0.0] * 9,
+                "x": p["x"],
+                "y": p["y"],
+                "z": p["z"],
+                "valid": valid,
+                "backend": "groundtruth",
+            }
+        )
     return schema.table(schema.POSES, rows)
 
 
@@ -163,17 +216,44 @@ def motion_table(w: World, view: str, clip_seconds: float, fixes: dict[int, dict
             lo, hi = max(s, seg["start"]) + 1.5, min(e, seg["end"]) - 1.5
             if seg["rel_deg"] is not None and hi > lo and (best is None or hi - lo > best[1] - best[0]):
                 best = (lo, hi)
-        base = {"video_id": w.video_id(view), "clip_index": c, "clip_start": s, "clip_end": e, "fps": w.fps,
-                "speed": None, "stability": None, "views_consistent": None, "reason": None, "origin": "auto"}
+        base = {
+            "video_id": w.video_id(view),
+            "clip_index": c,
+            "clip_start": s,
+            "clip_end": e,
+            "fps": w.fps,
+            "speed": None,
+            "stability": None,
+            "views_consistent": None,
+            "reason": None,
+            "origin": "auto",
+        }
         if best is None:
-            rows.append({**base, "state": "none", "pivot_time": None, "pivot_frame": None, "angle_deg": None,
-                         "reason": "no meaningful motion"})
+            rows.append(
+                {
+                    **base,
+                    "state": "none",
+                    "pivot_time": None,
+                    "pivot_frame": None,
+                    "angle_deg": None,
+                    "reason": "no meaningful motion",
+                }
+            )
             continue
         t = round((best[0] + best[1]) / 2 * 2) / 2
         ang = motion_angle(w, view, t)
-        rows.append({**base, "state": "ok" if ang is not None else "none", "pivot_time": t,
-                     "pivot_frame": int(round(t * w.fps)), "angle_deg": ang, "speed": 1.0, "stability": 1.0,
-                     "views_consistent": True})
+        rows.append(
+            {
+                **base,
+                "state": "ok" if ang is not None else "none",
+                "pivot_time": t,
+                "pivot_frame": int(round(t * w.fps)),
+                "angle_deg": ang,
+                "speed": 1.0,
+                "stability": 1.0,
+                "views_consistent": True,
+            }
+        )
     for c, fix in (fixes or {}).items():
         auto = next(r for r in rows if r["clip_index"] == c)
         rows.append({**auto, **fix, "origin": "fix"})
@@ -188,16 +268,33 @@ def motion_samples_table(w: World, view: str, clip_seconds: float) -> pa.Table:
         t = p["time"]
         ang = motion_angle(w, view, t, half=0.5) if p["moving"] else None
         moving = ang is not None
-        rows.append({"video_id": w.video_id(view), "sample_index": k, "time": t, "frame": int(round(t * w.fps)),
-                     "fps": w.fps, "clip_index": math.floor(t / clip_seconds), "angle_deg": ang,
-                     "speed": 1.0 if moving else 0.0, "stability": 1.0 if moving else None, "moving": moving,
-                     "candidate": moving})
+        rows.append(
+            {
+                "video_id": w.video_id(view),
+                "sample_index": k,
+                "time": t,
+                "frame": int(round(t * w.fps)),
+                "fps": w.fps,
+                "clip_index": math.floor(t / clip_seconds),
+                "angle_deg": ang,
+                "speed": 1.0 if moving else 0.0,
+                "stability": 1.0 if moving else None,
+                "moving": moving,
+                "candidate": moving,
+            }
+        )
     return schema.table(schema.MOTION_SAMPLES, rows)
 
 
 # ------------------------------------------------------------------ truths (independent of the QA code)
 def truth_count(w: World, view: str, category: str, until: float) -> int:
-    return len({v["instance_id"] for v in w.visibility if v["view"] == view and v["category"] == category and v["time"] <= until + 1e-9})
+    return len(
+        {
+            v["instance_id"]
+            for v in w.visibility
+            if v["view"] == view and v["category"] == category and v["time"] <= until + 1e-9
+        }
+    )
 
 
 def truth_order(w: World, view: str, categories: list[str], which: str) -> list[str]:

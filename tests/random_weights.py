@@ -97,9 +97,18 @@ def scrfd_signature_model(path) -> None:
         inits.append(onnx.numpy_helper.from_array(np.asarray(arr), name))
         return name
 
-    nodes.append(helper.make_node("Slice", ["input.1", const("s0", np.array([0], np.int64)),
-                                            const("s1", np.array([1], np.int64)), const("s_ax", np.array([1], np.int64))],
-                                  ["red"]))
+    nodes.append(
+        helper.make_node(
+            "Slice",
+            [
+                "input.1",
+                const("s0", np.array([0], np.int64)),
+                const("s1", np.array([1], np.int64)),
+                const("s_ax", np.array([1], np.int64)),
+            ],
+            ["red"],
+        )
+    )
     scores, boxes, kps = [], [], []
     for s in (8, 16, 32):
         nodes.append(helper.make_node("AveragePool", ["red"], [f"pool{s}"], kernel_shape=[s, s], strides=[s, s]))
@@ -115,15 +124,25 @@ def scrfd_signature_model(path) -> None:
         nodes.append(helper.make_node("Sigmoid", [f"g{s}"], [f"score_{s}"]))
         nodes.append(helper.make_node("Mul", [f"r{s}", const(f"z2{s}", np.array(0.0, np.float32))], [f"zz{s}"]))
         nodes.append(helper.make_node("Add", [f"zz{s}", const(f"one{s}", np.array(1.0, np.float32))], [f"ones{s}"]))
-        nodes.append(helper.make_node("MatMul", [f"ones{s}", const(f"dist{s}", np.array([[0, 0, 1, 1]], np.float32))],
-                                      [f"bbox_{s}"]))
-        nodes.append(helper.make_node("MatMul", [f"ones{s}", const(f"kz{s}", np.zeros((1, 10), np.float32))], [f"kps_{s}"]))
+        nodes.append(
+            helper.make_node(
+                "MatMul", [f"ones{s}", const(f"dist{s}", np.array([[0, 0, 1, 1]], np.float32))], [f"bbox_{s}"]
+            )
+        )
+        nodes.append(
+            helper.make_node("MatMul", [f"ones{s}", const(f"kz{s}", np.zeros((1, 10), np.float32))], [f"kps_{s}"])
+        )
         scores.append(helper.make_tensor_value_info(f"score_{s}", TensorProto.FLOAT, [f"n{s}", 1]))
         boxes.append(helper.make_tensor_value_info(f"bbox_{s}", TensorProto.FLOAT, [f"n{s}", 4]))
         kps.append(helper.make_tensor_value_info(f"kps_{s}", TensorProto.FLOAT, [f"n{s}", 10]))
     outputs = scores + boxes + kps
-    graph = helper.make_graph(nodes, "scrfd_signature", [helper.make_tensor_value_info(
-        "input.1", TensorProto.FLOAT, [1, 3, "H", "W"])], outputs, initializer=inits)
+    graph = helper.make_graph(
+        nodes,
+        "scrfd_signature",
+        [helper.make_tensor_value_info("input.1", TensorProto.FLOAT, [1, 3, "H", "W"])],
+        outputs,
+        initializer=inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     onnx.checker.check_model(model)

@@ -11,6 +11,7 @@ import pyarrow.compute as pc
 
 VIEW_YAW = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 
+
 def min_pixels(config, truth) -> float:
     """segment.min_area (view pixels) in the truth's pixels."""
     v = truth["visibility"]
@@ -89,7 +90,9 @@ def kept(truth, view, config) -> set[str]:
     present: dict[str, set[int]] = {}
     for r in v:
         present.setdefault(r["category"], set()).add(r["sample_index"])
-    return {c for c, ks in present.items() if len(ks) >= d.min_frames and d.min_fraction <= len(ks) / n <= d.max_fraction}
+    return {
+        c for c, ks in present.items() if len(ks) >= d.min_frames and d.min_fraction <= len(ks) / n <= d.max_fraction
+    }
 
 
 def instances_seen(truth, view, config) -> dict[str, dict[int, float]]:
@@ -106,8 +109,11 @@ def instances_seen(truth, view, config) -> dict[str, dict[int, float]]:
 
 def valid_voo_sets(times: dict[str, float], gap_s: float) -> set[frozenset[str]]:
     """The 4-concept sets whose times are pairwise at least ``gap_s`` apart."""
-    return {frozenset(s) for s in itertools.combinations(sorted(times), 4)
-            if all(abs(times[a] - times[b]) >= gap_s - 1e-9 for a, b in itertools.combinations(s, 2))}
+    return {
+        frozenset(s)
+        for s in itertools.combinations(sorted(times), 4)
+        if all(abs(times[a] - times[b]) >= gap_s - 1e-9 for a, b in itertools.combinations(s, 2))
+    }
 
 
 def reviewed_voc(read, source: str, view: str, config, truth) -> tuple[dict[str, list[int]], dict[str, list[int]]]:

@@ -26,14 +26,21 @@ def _texture(seed: int, size: int = 512) -> np.ndarray:
 class Room:
     """Axis-aligned room [-X, X] x [-Y, Y] x [0, H] with square pillars; world z up, metres."""
 
-    def __init__(self, X: float = 8.0, Y: float = 8.0, H: float = 3.0, seed: int = 0,
-                 pillars=((2.5, 2.0), (-3.0, 3.5), (-2.0, -3.0), (3.5, -2.5), (0.0, 5.5), (5.5, 0.5))):
+    def __init__(
+        self,
+        X: float = 8.0,
+        Y: float = 8.0,
+        H: float = 3.0,
+        seed: int = 0,
+        pillars=((2.5, 2.0), (-3.0, 3.5), (-2.0, -3.0), (3.5, -2.5), (0.0, 5.5), (5.5, 0.5)),
+    ):
         self.X, self.Y, self.H = X, Y, H
         self.pillars = [(px, py, 0.35) for px, py in pillars]
         self.tex = [_texture(seed * 100 + i) for i in range(8)]
 
-    def render(self, position, yaw_deg: float, view_yaw: float, width: int, height: int,
-               hfov: float = 90.0) -> np.ndarray:
+    def render(
+        self, position, yaw_deg: float, view_yaw: float, width: int, height: int, hfov: float = 90.0
+    ) -> np.ndarray:
         d = geometry.view_rays(width, height, hfov, yaw_deg=view_yaw).reshape(-1, 3)
         R = geometry.rotation_yaw_pitch(yaw_deg, 0.0)
         d = d @ R.T  # camera frame -> world
@@ -57,7 +64,13 @@ class Room:
                     p = o + t[:, None] * d
                     other = 1 - axis
                     c = (px, py)[other]
-                    ok = (t > 1e-6) & (t < best_t) & (np.abs(p[:, other] - c) <= r) & (p[:, 2] >= 0) & (p[:, 2] <= self.H)
+                    ok = (
+                        (t > 1e-6)
+                        & (t < best_t)
+                        & (np.abs(p[:, other] - c) <= r)
+                        & (p[:, 2] >= 0)
+                        & (p[:, 2] <= self.H)
+                    )
                     best_t = np.where(ok, t, best_t)
                     uv = np.where(ok[:, None], np.stack([p[:, other] + 7 * j, p[:, 2]], -1), uv)
                     tid = np.where(ok, 6 + (j % 2), tid)
@@ -76,8 +89,7 @@ class Room:
             fy = (my - y0)[:, None]
             x1, y1 = (x0 + 1) % size, (y0 + 1) % size
             t = self.tex[k]
-            out[sel] = ((t[y0, x0] * (1 - fx) + t[y0, x1] * fx) * (1 - fy)
-                        + (t[y1, x0] * (1 - fx) + t[y1, x1] * fx) * fy)
+            out[sel] = (t[y0, x0] * (1 - fx) + t[y0, x1] * fx) * (1 - fy) + (t[y1, x0] * (1 - fx) + t[y1, x1] * fx) * fy
         return np.clip(out, 0, 255).astype(np.uint8).reshape(height, width, 3)
 
 
@@ -91,19 +103,19 @@ def walk(n: int, dt: float = 0.5):
         phase = int(t // 6) % 6
         speed = 0.8
         if phase == 0:
-            rel = 0.0          # forward
+            rel = 0.0  # forward
         elif phase == 1:
-            rel = 90.0         # sideways right
+            rel = 90.0  # sideways right
         elif phase == 2:
-            rel = 180.0        # backward
+            rel = 180.0  # backward
         elif phase == 3:
             rel, speed = 0.0, 0.0  # pause, turning
             yaw += 15.0 * dt
         elif phase == 4:
-            rel = -45.0        # diagonal forward-left
+            rel = -45.0  # diagonal forward-left
         else:
             rel = 0.0
-            yaw -= 12.0 * dt   # walking while turning
+            yaw -= 12.0 * dt  # walking while turning
         poses.append((x, y, yaw))
         a = math.radians(yaw + rel)
         x, y = x + speed * dt * math.sin(a), y + speed * dt * math.cos(a)

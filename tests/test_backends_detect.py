@@ -78,8 +78,15 @@ def one_torch_thread():
 def test_yolo_world_detects_through_our_adapter(weights, one_torch_thread) -> None:
     d, clip = weights
     det = create(
-        "open_vocab_detector", "yolo_world", device="cpu", weights_dir=str(d), yolo_world_weights="yolo_world.pt",
-        open_clip_weights="clip.pt", yolo_world_imgsz=160, yolo_world_conf=CONF, yolo_world_batch_size=1,
+        "open_vocab_detector",
+        "yolo_world",
+        device="cpu",
+        weights_dir=str(d),
+        yolo_world_weights="yolo_world.pt",
+        open_clip_weights="clip.pt",
+        yolo_world_imgsz=160,
+        yolo_world_conf=CONF,
+        yolo_world_batch_size=1,
     )
     frames = _frames()
     batch = FrameBatch("vid_front", frames, [0.0, 0.5], [0, 15], [0, 1], 30.0)
@@ -100,7 +107,9 @@ def test_yolo_world_detects_through_our_adapter(weights, one_torch_thread) -> No
     # the adapter converts RGB to BGR: on RGB input as-is ultralytics would see other colours
     rgb_as_is = _reference(d, clip, frames, ["bus", "chair"], bgr=False)
     got = det.detect(batch, ["bus", "chair"])
-    assert any(len(g.labels) != len(r[2]) or not np.allclose(g.scores, r[1]) for g, r in zip(got, rgb_as_is, strict=True))
+    assert any(
+        len(g.labels) != len(r[2]) or not np.allclose(g.scores, r[1]) for g, r in zip(got, rgb_as_is, strict=True)
+    )
     # empty prompts and empty batches
     assert [len(g.labels) for g in det.detect(batch, [])] == [0, 0]
     assert det.detect(FrameBatch("v", [], [], [], [], 30.0), ["chair"]) == []
@@ -113,6 +122,12 @@ def test_yolo_world_missing_weights_name_the_config_keys(weights, tmp_path) -> N
     assert "models.yolo_world_weights" in str(e.value)
     # the text encoder's weights are a separate key
     with pytest.raises(MissingWeights) as e:
-        create("open_vocab_detector", "yolo_world", device="cpu", weights_dir=str(d),
-               yolo_world_weights="yolo_world.pt", open_clip_weights="missing.pt")
+        create(
+            "open_vocab_detector",
+            "yolo_world",
+            device="cpu",
+            weights_dir=str(d),
+            yolo_world_weights="yolo_world.pt",
+            open_clip_weights="missing.pt",
+        )
     assert "models.open_clip_weights" in str(e.value)

@@ -33,8 +33,15 @@ def _frames(n: int) -> list[np.ndarray]:
 
 
 def test_da3_poses_through_our_adapter(da3_dir) -> None:
-    est = create("pose_estimator", "da3", device="cpu", da3_model_dir=str(da3_dir), da3_process_res=112,
-                 da3_window=2, da3_overlap=1)
+    est = create(
+        "pose_estimator",
+        "da3",
+        device="cpu",
+        da3_model_dir=str(da3_dir),
+        da3_process_res=112,
+        da3_window=2,
+        da3_overlap=1,
+    )
     frames = _frames(3)
     res = est.estimate(FrameBatch("vid_front", frames, [0.0, 0.5, 1.0], [0, 15, 30], [0, 1, 2], 30.0))
     assert res.extrinsics.shape == (3, 3, 4) and res.intrinsics.shape == (3, 3, 3) and res.valid.shape == (3,)
@@ -86,14 +93,22 @@ def test_da3_windows_batched_across_views_equal_one_at_a_time(da3_dir) -> None:
     """A source's views' windows in one forward pass (DA3's batch dimension) give each view the
     poses it gets alone: batching is a speed choice, not an output one. Tolerance: the same fp32
     arithmetic per batch element, reordered by the batched kernels (measured here: well below it)."""
-    est = create("pose_estimator", "da3", device="cpu", da3_model_dir=str(da3_dir), da3_process_res=112,
-                 da3_window=3, da3_overlap=1)
+    est = create(
+        "pose_estimator",
+        "da3",
+        device="cpu",
+        da3_model_dir=str(da3_dir),
+        da3_process_res=112,
+        da3_window=3,
+        da3_overlap=1,
+    )
     rng = np.random.default_rng(7)
     views = []
     for v in range(3):
         frames = [(rng.random((H, W, 3)) * 255).astype(np.uint8) for _ in range(5)]
-        views.append(FrameBatch(f"src_{v}", frames, [k / 2 for k in range(5)], [15 * k for k in range(5)],
-                                list(range(5)), 30.0))
+        views.append(
+            FrameBatch(f"src_{v}", frames, [k / 2 for k in range(5)], [15 * k for k in range(5)], list(range(5)), 30.0)
+        )
     short = FrameBatch("src_short", views[0].images[:2], [0.0, 0.5], [0, 15], [0, 1], 30.0)  # fewer windows
     alone = [est.estimate(b) for b in views + [short]]
     calls = []

@@ -132,7 +132,11 @@ def test_intrinsics_map_back_to_input_pixels() -> None:
     W, H, w, h, hfov = 1920, 1080, 504, 280, 90.0
     vfov = np.degrees(2 * np.arctan(np.tan(np.radians(hfov) / 2) * H / W))
     k_proc = np.array(
-        [[(w / 2) / np.tan(np.radians(hfov) / 2), 0, w / 2], [0, (h / 2) / np.tan(np.radians(vfov) / 2), h / 2], [0, 0, 1]]
+        [
+            [(w / 2) / np.tan(np.radians(hfov) / 2), 0, w / 2],
+            [0, (h / 2) / np.tan(np.radians(vfov) / 2), h / 2],
+            [0, 0, 1],
+        ]
     )
     k = intrinsics_to_input(k_proc, (w, h), (W, H))
     assert k[0, 2] == pytest.approx((W - 1) / 2) and k[1, 2] == pytest.approx((H - 1) / 2)

@@ -93,12 +93,24 @@ def test_sam3_segments_through_our_adapter(sam3_checkpoint, tmp_path) -> None:
     frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
     # the same picture twice: the second frame's scores equal the first's, so detections stay few
     batch = FrameBatch("vid_front", [frame, frame.copy()], [0.0, 0.5], [0, 15], [0, 1], 30.0)
-    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
-                   sam3_score_threshold=1.0, sam3_new_det_threshold=1.0)
+    probe = create(
+        "segmenter",
+        "sam3",
+        device="cpu",
+        sam3_checkpoint=str(path),
+        sam3_score_threshold=1.0,
+        sam3_new_det_threshold=1.0,
+    )
     threshold = _threshold_after(_detector_scores(probe, batch, "chair"), N_DETECTIONS)
     # the same loaded model (cached by path), now with the measured threshold
-    seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path),
-                 sam3_score_threshold=threshold, sam3_new_det_threshold=threshold)
+    seg = create(
+        "segmenter",
+        "sam3",
+        device="cpu",
+        sam3_checkpoint=str(path),
+        sam3_score_threshold=threshold,
+        sam3_new_det_threshold=threshold,
+    )
     assert seg.model is probe.model
     state = seg.model.state_dict()
     saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -148,7 +160,9 @@ def test_sam3_segments_through_our_adapter(sam3_checkpoint, tmp_path) -> None:
 
     seg.model.init_state = spy
     try:
-        from_folder = seg.segment(FrameBatch("vid_front", JpegFrames(paths), [0.0, 0.5], [0, 15], [0, 1], 30.0), ["chair"])
+        from_folder = seg.segment(
+            FrameBatch("vid_front", JpegFrames(paths), [0.0, 0.5], [0, 15], [0, 1], 30.0), ["chair"]
+        )
     finally:
         del seg.model.init_state
     assert seen == [str(tmp_path)]
@@ -186,11 +200,23 @@ def test_sam3_segments_drawn_boxes_through_its_box_prompt(sam3_checkpoint) -> No
     prompts = [BoxPrompt("chair", 0, (10.0, 20.0, 60.0, 44.0)), BoxPrompt(None, 1, (0.0, 0.0, W + 5.0, 40.0))]
     # a threshold measured on this machine, as in the test above (every one of 200 detections through
     # NMS would need a 26 GB IoU matrix); the probe lets none through
-    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=1.0,
-                   sam3_new_det_threshold=1.0)
+    probe = create(
+        "segmenter",
+        "sam3",
+        device="cpu",
+        sam3_checkpoint=str(path),
+        sam3_score_threshold=1.0,
+        sam3_new_det_threshold=1.0,
+    )
     threshold = _threshold_after(_scores_while(probe, lambda: probe.segment_boxes(batch, prompts)), N_DETECTIONS)
-    seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=threshold,
-                 sam3_new_det_threshold=threshold)
+    seg = create(
+        "segmenter",
+        "sam3",
+        device="cpu",
+        sam3_checkpoint=str(path),
+        sam3_score_threshold=threshold,
+        sam3_new_det_threshold=threshold,
+    )
     assert takes_box_prompts(seg)
     calls = []
     real = seg.model.add_prompt
@@ -234,8 +260,15 @@ def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_
     # a threshold a few detections pass, over all three concepts' scores on the first frame (each
     # concept scores differently: one concept's threshold can let 200 of another's through). On one
     # frame the shared path calls the detector once per concept, in order: scores per concept.
-    probe = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=1.0,
-                   sam3_new_det_threshold=1.0, sam3_shared_backbone=True)
+    probe = create(
+        "segmenter",
+        "sam3",
+        device="cpu",
+        sam3_checkpoint=str(path),
+        sam3_score_threshold=1.0,
+        sam3_new_det_threshold=1.0,
+        sam3_shared_backbone=True,
+    )
     first = FrameBatch("vid_front", batch.images[:1], [0.0], [0], [0], 30.0)
     names = ["chair", "person", "table"]
     scores = _detector_scores(probe, first, names)
@@ -248,8 +281,15 @@ def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_
     concepts = [best] + [c for c in names if c != best]
 
     def run(shared: bool, concepts: list[str]):
-        seg = create("segmenter", "sam3", device="cpu", sam3_checkpoint=str(path), sam3_score_threshold=threshold,
-                     sam3_new_det_threshold=threshold, sam3_shared_backbone=shared)
+        seg = create(
+            "segmenter",
+            "sam3",
+            device="cpu",
+            sam3_checkpoint=str(path),
+            sam3_score_threshold=threshold,
+            sam3_new_det_threshold=threshold,
+            sam3_shared_backbone=shared,
+        )
         encoder = seg.model.detector.backbone
         real = encoder.forward_image
         calls: collections.Counter = collections.Counter()
@@ -277,10 +317,16 @@ def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_
     same = [r for r in new if r.concept != concepts[2]]
     assert len(same) == len(old)
     for a, b in zip(old, same, strict=True):
-        assert (a.frame_pos, a.concept, a.local_id, a.box, a.score, a.extra) == \
-            (b.frame_pos, b.concept, b.local_id, b.box, b.score, b.extra)
+        assert (a.frame_pos, a.concept, a.local_id, a.box, a.score, a.extra) == (
+            b.frame_pos,
+            b.concept,
+            b.local_id,
+            b.box,
+            b.score,
+            b.extra,
+        )
         assert np.array_equal(a.mask, b.mask)
-    assert [r.concept for r in new[len(same):]] == [concepts[2]] * (len(new) - len(same))  # the third's come last
+    assert [r.concept for r in new[len(same) :]] == [concepts[2]] * (len(new) - len(same))  # the third's come last
 
 
 def test_a_changed_sam3_is_one_clear_error_before_any_unit(monkeypatch) -> None:
@@ -315,8 +361,20 @@ def test_the_gpu_check_segment_part_runs_in_its_reduced_form(sam3_checkpoint, tm
     path, _ = sam3_checkpoint
     gpu_check = load_bench("gpu_check")
     out = tmp_path / "gpu_check.json"
-    report = gpu_check.main(["--cpu", "--tiny", "--stages", "segment", "--sam3-checkpoint", str(path),
-                             "--out", str(out), "--budget-s", "1e9"])
+    report = gpu_check.main(
+        [
+            "--cpu",
+            "--tiny",
+            "--stages",
+            "segment",
+            "--sam3-checkpoint",
+            str(path),
+            "--out",
+            str(out),
+            "--budget-s",
+            "1e9",
+        ]
+    )
     assert report["errors"] == {}
     assert json.loads(out.read_text()) == report
     rows = {r["variant"]: r for r in report["stages"]}

@@ -36,8 +36,18 @@ def test_measure_gives_positive_figures_that_parse(bench, tmp_path):
     res = bench.measure(bench.Source.of(pano), work, config, qa_images=1)
 
     per_h = res["core_h_per_video_h"]
-    for name in ("probe", "decode", "project", "projection", "face_detection", "project_cpu_side", "encode",
-                 "view_feed", "pose_cpu", "qa_render"):
+    for name in (
+        "probe",
+        "decode",
+        "project",
+        "projection",
+        "face_detection",
+        "project_cpu_side",
+        "encode",
+        "view_feed",
+        "pose_cpu",
+        "qa_render",
+    ):
         assert math.isfinite(per_h[name]) and per_h[name] > 0, name
     assert per_h["project"] == pytest.approx(res["cpu_s"]["project"] / 2.0, rel=1e-2)  # 2 s of video
     assert res["source"]["frames"] == 16  # 8 fps x 2 s
@@ -48,7 +58,8 @@ def test_measure_gives_positive_figures_that_parse(bench, tmp_path):
     # qa: 4 views x (12 anchors' seek-and-decode + 24 images) over the mean video length
     qa = res["qa"]
     assert per_h["qa_render"] == pytest.approx(
-        4 * (12 * qa["cpu_s_per_anchor_decode"] + 24 * qa["cpu_s_per_image"]) / (bench.MEAN_VIDEO_MIN * 60))
+        4 * (12 * qa["cpu_s_per_anchor_decode"] + 24 * qa["cpu_s_per_image"]) / (bench.MEAN_VIDEO_MIN * 60)
+    )
     assert res["pixels_ratio_to_production"] == pytest.approx(3840 * 1920 / (256 * 128))
     assert res["core_h_per_video_h_at_production"]["decode"] == pytest.approx(per_h["decode"] * 225)
     assert res["views"]["bytes_per_source_s"] > 0 and res["qa"]["bytes_per_image"] > 0

@@ -29,12 +29,29 @@ def root(tmp_path: Path) -> Path:
         row.update(source_id=sid, origin="local", path=f"/nonexistent/{sid}.mp4")
         store.register_source(row)
     t = datetime(2025, 1, 2, 3, 4, 5, tzinfo=UTC)
-    for stage, unit, state, error in (("probe", GOOD, "running", None), ("probe", BAD, "failed", LONG_ERROR),
-                                      ("review", GOOD, "done", None)):
-        store.write_status({"stage": stage, "unit": unit, "state": state, "key": "k" * 32, "fingerprint": None,
-                            "error": error, "error_class": "bad_input" if error else None, "retryable": None,
-                            "attempts": 1, "started_at": t, "ended_at": t, "duration_s": 0.5, "host": "h",
-                            "pipeline_version": "0"})
+    for stage, unit, state, error in (
+        ("probe", GOOD, "running", None),
+        ("probe", BAD, "failed", LONG_ERROR),
+        ("review", GOOD, "done", None),
+    ):
+        store.write_status(
+            {
+                "stage": stage,
+                "unit": unit,
+                "state": state,
+                "key": "k" * 32,
+                "fingerprint": None,
+                "error": error,
+                "error_class": "bad_input" if error else None,
+                "retryable": None,
+                "attempts": 1,
+                "started_at": t,
+                "ended_at": t,
+                "duration_s": 0.5,
+                "host": "h",
+                "pipeline_version": "0",
+            }
+        )
     return tmp_path / "out"
 
 
@@ -97,8 +114,7 @@ def test_a_native_abort_after_finalisation_does_not_fail_a_finished_command(root
     import subprocess
     import sys
 
-    call = ("from vsi_wild.cli import main; main()" if through_main else
-            "from vsi_wild.cli import app; app()")
+    call = "from vsi_wild.cli import main; main()" if through_main else "from vsi_wild.cli import app; app()"
     code = NATIVE_ABORT_AT_EXIT + f"sys.argv = ['vsi-wild', 'status', '--data-root', {str(root)!r}, '--json']\n" + call
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert "python atexit ran" in r.stderr

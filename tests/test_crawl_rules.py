@@ -31,17 +31,30 @@ def test_query_table_covers_every_category_in_every_language():
 
 def test_queries_are_cue_x_term_with_category_and_language(tmp_path):
     p = tmp_path / "q.yaml"
-    p.write_text(yaml.safe_dump({"languages": {
-        "en": {"cues": ["360°", "VR"], "categories": {"street view": ["city walk", "old town"], "medical": ["hospital"]}},
-        "ja": {"template": "{term} {cue}", "cues": ["360度"], "categories": {"street view": ["街歩き"]}},
-    }}, allow_unicode=True))
+    p.write_text(
+        yaml.safe_dump(
+            {
+                "languages": {
+                    "en": {
+                        "cues": ["360°", "VR"],
+                        "categories": {"street view": ["city walk", "old town"], "medical": ["hospital"]},
+                    },
+                    "ja": {"template": "{term} {cue}", "cues": ["360度"], "categories": {"street view": ["街歩き"]}},
+                }
+            },
+            allow_unicode=True,
+        )
+    )
     params = crawl.SearchParams(queries_file=str(p), languages=["*"])
     qs = crawl.queries_for(params)
     got = {(q.text, q.category, q.language) for q in qs}
     assert got == {
-        ("360° city walk", "street view", "en"), ("VR city walk", "street view", "en"),
-        ("360° old town", "street view", "en"), ("VR old town", "street view", "en"),
-        ("360° hospital", "medical", "en"), ("VR hospital", "medical", "en"),
+        ("360° city walk", "street view", "en"),
+        ("VR city walk", "street view", "en"),
+        ("360° old town", "street view", "en"),
+        ("VR old town", "street view", "en"),
+        ("360° hospital", "medical", "en"),
+        ("VR hospital", "medical", "en"),
         ("街歩き 360度", "street view", "ja"),
     }
     only = crawl.queries_for(params.model_copy(update={"categories": ["medical"], "cues": ["VR"], "languages": ["en"]}))
@@ -58,8 +71,9 @@ def test_query_table_errors_name_the_key(tmp_path):
     with pytest.raises(UnitError, match=r"languages\.en\.cues"):
         crawl.load_query_table(p)
     with pytest.raises(UnitError, match="not in the query table"):
-        crawl.build_queries(crawl.load_query_table(REPO / "configs" / "queries.yaml"),
-                            crawl.SearchParams(languages=["xx"]))
+        crawl.build_queries(
+            crawl.load_query_table(REPO / "configs" / "queries.yaml"), crawl.SearchParams(languages=["xx"])
+        )
 
 
 class VariantExpander:
@@ -93,8 +107,9 @@ def make_bad():
 
 
 def test_expander_plugin_adds_queries_that_keep_category_and_language(tmp_path):
-    params = crawl.SearchParams(categories=["medical"], cues=["360°"], expander=f"{__name__}:make_expander",
-                                expander_options={"suffix": "tour"})
+    params = crawl.SearchParams(
+        categories=["medical"], cues=["360°"], expander=f"{__name__}:make_expander", expander_options={"suffix": "tour"}
+    )
     qs = crawl.queries_for(params)
     table = [q for q in qs if q.origin == "table"]
     extra = [q for q in qs if q.origin == "expander:variants"]
@@ -137,19 +152,31 @@ def test_release_file_errors_name_the_line(tmp_path):
 
 
 def _info(w, h, note="", **kw):
-    return {"id": "x", "duration": 600, "formats": [{"format_id": "1", "width": w, "height": h, "vcodec": "vp9",
-                                                    "format_note": note}], **kw}
+    return {
+        "id": "x",
+        "duration": 600,
+        "formats": [{"format_id": "1", "width": w, "height": h, "vcodec": "vp9", "format_note": note}],
+        **kw,
+    }
 
 
-@pytest.mark.parametrize("info,spherical,kind,key", [
-    (_info(3840, 1920, "1920p, equirectangular"), None, "equirectangular", "format_note"),
-    (_info(3840, 3840, "2160p60, equirectangular_threed_top_bottom"), None, "equirectangular_stereo", "format_note"),
-    (_info(3840, 2160, "2160p, mesh"), None, "mesh", "format_note"),
-    (_info(3840, 2160), {"projection": "equirectangular"}, "equirectangular", "spherical"),
-    (_info(4096, 2048), None, "equirectangular", "aspect"),
-    (_info(1920, 1080), None, "flat", "aspect"),
-    ({"id": "x"}, None, "unknown", None),
-])
+@pytest.mark.parametrize(
+    "info,spherical,kind,key",
+    [
+        (_info(3840, 1920, "1920p, equirectangular"), None, "equirectangular", "format_note"),
+        (
+            _info(3840, 3840, "2160p60, equirectangular_threed_top_bottom"),
+            None,
+            "equirectangular_stereo",
+            "format_note",
+        ),
+        (_info(3840, 2160, "2160p, mesh"), None, "mesh", "format_note"),
+        (_info(3840, 2160), {"projection": "equirectangular"}, "equirectangular", "spherical"),
+        (_info(4096, 2048), None, "equirectangular", "aspect"),
+        (_info(1920, 1080), None, "flat", "aspect"),
+        ({"id": "x"}, None, "unknown", None),
+    ],
+)
 def test_projection_evidence(info, spherical, kind, key):
     p = crawl.detect_projection(info, spherical)
     assert p.kind == kind
@@ -190,35 +217,84 @@ def test_format_selector_caps_height():
 MESSAGES = [
     ("ERROR: [youtube] abcdefghijk: Video unavailable. This video is unavailable", "unavailable", False),
     ("ERROR: [youtube] abcdefghijk: Video unavailable", "unavailable", False),
-    ("ERROR: [youtube] abcdefghijk: Private video. Sign in if you've been granted access to this video. Use "
-     "--cookies-from-browser or --cookies for the authentication.", "private", False),
+    (
+        "ERROR: [youtube] abcdefghijk: Private video. Sign in if you've been granted access to this video. Use "
+        "--cookies-from-browser or --cookies for the authentication.",
+        "private",
+        False,
+    ),
     ("ERROR: [youtube] abcdefghijk: Video unavailable. This video is private", "private", False),
     ("ERROR: [youtube] abcdefghijk: Video unavailable. This video has been removed by the uploader", "removed", False),
-    ("ERROR: [youtube] abcdefghijk: Video unavailable. This video is no longer available because the YouTube "
-     "account associated with this video has been terminated.", "removed", False),
-    ("ERROR: [youtube] abcdefghijk: This video has been removed for violating YouTube's Terms of Service", "removed", False),
-    ("ERROR: [youtube] abcdefghijk: Video unavailable. This video is no longer available due to a copyright claim "
-     "by Someone", "removed", False),
-    ("ERROR: [youtube] abcdefghijk: Sign in to confirm your age. This video may be inappropriate for some users. "
-     "Use --cookies-from-browser or --cookies for the authentication.", "gated", False),
-    ("ERROR: [youtube] abcdefghijk: Join this channel to get access to members-only content like this video, and "
-     "other exclusive perks.", "gated", False),
-    ("ERROR: [youtube] tpUr8xVxj-w: Sign in to confirm you\u2019re not a bot. Use --cookies-from-browser or "
-     "--cookies for the authentication.", "gated", True),
-    ("ERROR: [youtube] abcdefghijk: The uploader has not made this video available in your country\nThis video is "
-     "available in Germany.\nYou might want to use a VPN or a proxy server (with --proxy) to workaround.",
-     "geo_blocked", False),
-    ("ERROR: [youtube] ltcd1B8WyTM: Video unavailable. The uploader has not made this video available in your country",
-     "geo_blocked", False),
-    ("ERROR: [youtube] abcdefghijk: Video unavailable. This video contains content from SME, who has blocked it in "
-     "your country on copyright grounds", "geo_blocked", False),
-    ("ERROR: [youtube] abcdefghijk: This content isn't available, try again later. The current session has been "
-     "rate-limited by YouTube for up to an hour.", "rate_limited", True),
-    ("ERROR: [youtube:search] q: Unable to download API page: HTTP Error 429: Too Many Requests (caused by "
-     "<HTTPError 429: Too Many Requests>)", "rate_limited", True),
-    ("ERROR: [youtube] abcdefghijk: Unable to download webpage: <urlopen error [Errno -3] Temporary failure in name "
-     "resolution> (caused by TransportError('<urlopen error [Errno -3] Temporary failure in name resolution>'))",
-     "network", True),
+    (
+        "ERROR: [youtube] abcdefghijk: Video unavailable. This video is no longer available because the YouTube "
+        "account associated with this video has been terminated.",
+        "removed",
+        False,
+    ),
+    (
+        "ERROR: [youtube] abcdefghijk: This video has been removed for violating YouTube's Terms of Service",
+        "removed",
+        False,
+    ),
+    (
+        "ERROR: [youtube] abcdefghijk: Video unavailable. This video is no longer available due to a copyright claim "
+        "by Someone",
+        "removed",
+        False,
+    ),
+    (
+        "ERROR: [youtube] abcdefghijk: Sign in to confirm your age. This video may be inappropriate for some users. "
+        "Use --cookies-from-browser or --cookies for the authentication.",
+        "gated",
+        False,
+    ),
+    (
+        "ERROR: [youtube] abcdefghijk: Join this channel to get access to members-only content like this video, and "
+        "other exclusive perks.",
+        "gated",
+        False,
+    ),
+    (
+        "ERROR: [youtube] tpUr8xVxj-w: Sign in to confirm you\u2019re not a bot. Use --cookies-from-browser or "
+        "--cookies for the authentication.",
+        "gated",
+        True,
+    ),
+    (
+        "ERROR: [youtube] abcdefghijk: The uploader has not made this video available in your country\nThis video is "
+        "available in Germany.\nYou might want to use a VPN or a proxy server (with --proxy) to workaround.",
+        "geo_blocked",
+        False,
+    ),
+    (
+        "ERROR: [youtube] ltcd1B8WyTM: Video unavailable. The uploader has not made this video available in your country",
+        "geo_blocked",
+        False,
+    ),
+    (
+        "ERROR: [youtube] abcdefghijk: Video unavailable. This video contains content from SME, who has blocked it in "
+        "your country on copyright grounds",
+        "geo_blocked",
+        False,
+    ),
+    (
+        "ERROR: [youtube] abcdefghijk: This content isn't available, try again later. The current session has been "
+        "rate-limited by YouTube for up to an hour.",
+        "rate_limited",
+        True,
+    ),
+    (
+        "ERROR: [youtube:search] q: Unable to download API page: HTTP Error 429: Too Many Requests (caused by "
+        "<HTTPError 429: Too Many Requests>)",
+        "rate_limited",
+        True,
+    ),
+    (
+        "ERROR: [youtube] abcdefghijk: Unable to download webpage: <urlopen error [Errno -3] Temporary failure in name "
+        "resolution> (caused by TransportError('<urlopen error [Errno -3] Temporary failure in name resolution>'))",
+        "network",
+        True,
+    ),
     ("ERROR: unable to download video data: HTTP Error 403: Forbidden", "network", True),
     ("ERROR: [download] Got error: The read operation timed out", "network", True),
     ("ERROR: [youtube] abcdefghijk: This live event will begin in 3 hours.", "unavailable", True),

@@ -45,8 +45,19 @@ def env(tmp_path, media):
     for _k, p in media.items():
         shutil.copy(p, work / p.name)
     queries = tmp_path / "queries.yaml"
-    queries.write_text(yaml.safe_dump({"languages": {"en": {"cues": ["360°"], "categories": {
-        "street view": ["city walk"], "transportation hubs": ["train station walk"]}}}}, allow_unicode=True))
+    queries.write_text(
+        yaml.safe_dump(
+            {
+                "languages": {
+                    "en": {
+                        "cues": ["360°"],
+                        "categories": {"street view": ["city walk"], "transportation hubs": ["train station walk"]},
+                    }
+                }
+            },
+            allow_unicode=True,
+        )
+    )
     crawl.SESSION.reset()
 
     def config(**over):
@@ -82,8 +93,15 @@ def eq(work: Path, name: str, w: int, h: int, note: str = "", fid: str | None = 
 
 def search_fixtures(env) -> None:
     fx, w = env["fx"], env["work"]
-    off.write_info(fx, A, [eq(w, "eq256.mp4", 256, 128, "128p, equirectangular", "small"),
-                           eq(w, "eq512.mp4", 512, 256, "256p, equirectangular", "big")], title="Walk A")
+    off.write_info(
+        fx,
+        A,
+        [
+            eq(w, "eq256.mp4", 256, 128, "128p, equirectangular", "small"),
+            eq(w, "eq512.mp4", 512, 256, "256p, equirectangular", "big"),
+        ],
+        title="Walk A",
+    )
     off.write_info(fx, B, [eq(w, "flat.mp4", 256, 144, "144p")], title="Flat B")
     off.write_info(fx, C, [eq(w, "eq256.mp4", 256, 128, "equirectangular")], duration=30)
     off.write_info(fx, D, [eq(w, "eq256.mp4", 256, 128, "equirectangular")], live_status="is_live", duration=None)
@@ -120,7 +138,9 @@ def test_search_filters_download_register_and_the_archive(env):
     assert len(json.loads(cands[A]["info_json"])["formats"]) == 2
     qrows = pq.read_table(out / "queries.parquet").to_pylist()
     assert [(q["query"], q["category"], q["language"], q["results"]) for q in qrows] == [
-        ("360° city walk", "street view", "en", 5), ("360° train station walk", "transportation hubs", "en", 5)]
+        ("360° city walk", "street view", "en", 5),
+        ("360° train station walk", "transportation hubs", "en", 5),
+    ]
 
     # the registry: one row per downloaded source with its provenance
     reg = {r["source_id"]: r for r in store.registry().to_pylist()}
@@ -178,7 +198,9 @@ def test_a_removed_source_stays_removed_until_undone(env):
     assert {(o.stage, o.unit) for o in again.outcomes} == {("search", "all"), ("download", H)}
     # the report still accounts for every accepted id, the removed one with its reason
     assert {(r["source_id"], r["state"], r["error"]) for r in again.report} == {
-        (H, "done", None), (A, "removed", "faces too close")}
+        (H, "done", None),
+        (A, "removed", "faces too close"),
+    }
     assert f"{A},removed," in (Path(env["root"]) / "crawl" / "report.csv").read_text()
     assert {r["source_id"] for r in store.registry().to_pylist()} == {H}
     listing = cli.invoke(app, ["sources", "--data-root", str(env["root"])])
@@ -222,16 +244,39 @@ FAILURES = {  # id -> (expected class, retryable)
 def failure_fixtures(env, server_429: str, server_503: str) -> None:
     fx = env["fx"]
     # unavail0001: no fixture at all, as for an id YouTube does not know
-    off.write_error(fx, "private0001", reason="Private video", subreason="Sign in if you've been granted access to this video")
-    off.write_error(fx, "removed0001", reason="Video unavailable", subreason="This video has been removed by the uploader")
-    off.write_error(fx, "removed0002", reason="Video unavailable", subreason=(
-        "This video is no longer available because the YouTube account associated with this video has been terminated."))
-    off.write_error(fx, "gatedage001", reason="Sign in to confirm your age",
-                    subreason="This video may be inappropriate for some users.")
-    off.write_error(fx, "gatedbot001", reason="Sign in to confirm you\u2019re not a bot",
-                    subreason="This helps protect our community. Learn more")
-    off.write_error(fx, "geoblock001", reason="Video unavailable",
-                    subreason="The uploader has not made this video available in your country", countries=["DE", "FR"])
+    off.write_error(
+        fx, "private0001", reason="Private video", subreason="Sign in if you've been granted access to this video"
+    )
+    off.write_error(
+        fx, "removed0001", reason="Video unavailable", subreason="This video has been removed by the uploader"
+    )
+    off.write_error(
+        fx,
+        "removed0002",
+        reason="Video unavailable",
+        subreason=(
+            "This video is no longer available because the YouTube account associated with this video has been terminated."
+        ),
+    )
+    off.write_error(
+        fx,
+        "gatedage001",
+        reason="Sign in to confirm your age",
+        subreason="This video may be inappropriate for some users.",
+    )
+    off.write_error(
+        fx,
+        "gatedbot001",
+        reason="Sign in to confirm you\u2019re not a bot",
+        subreason="This helps protect our community. Learn more",
+    )
+    off.write_error(
+        fx,
+        "geoblock001",
+        reason="Video unavailable",
+        subreason="The uploader has not made this video available in your country",
+        countries=["DE", "FR"],
+    )
     off.write_error(fx, "ratelimit01", reason="This content isn't available, try again later.")
     off.write_error(fx, "ratelimit02", fetch=server_429)
     off.write_error(fx, "network0001", fetch=off.closed_port_url())
@@ -252,7 +297,10 @@ def test_each_failure_class_is_a_status_row_and_reruns_retry_only_what_can_succe
         assert {o.unit: o.state for o in res.outcomes} == {u: "failed" for u in FAILURES}
         for u, (kind, retryable) in FAILURES.items():
             row = store.read_status("download", u)
-            assert (row["state"], row["error_class"], row["retryable"]) == ("failed", kind, retryable), (u, row["error"])
+            assert (row["state"], row["error_class"], row["retryable"]) == ("failed", kind, retryable), (
+                u,
+                row["error"],
+            )
             assert row["error"] and row["attempts"] == 1
         assert "HTTP Error 429" in store.read_status("download", "ratelimit02")["error"]
         assert "in your country" in store.read_status("download", "geoblock001")["error"]
@@ -305,25 +353,35 @@ def test_a_search_that_fails_half_way_resumes_without_asking_again(env):
     off.write_search(env["fx"], {"360° city walk": [], "360° train station walk": [H]})
     res = tc.run_crawl(cfg, store)
     assert [(o.stage, o.unit, o.state) for o in res.outcomes] == [
-        ("search", "all", "computed"), ("download", A, "computed"), ("download", H, "computed")]
+        ("search", "all", "computed"),
+        ("download", A, "computed"),
+        ("download", H, "computed"),
+    ]
     assert not (Path(store.root) / "cache" / "crawl-search").exists() or not any(
-        (Path(store.root) / "cache" / "crawl-search").iterdir())
+        (Path(store.root) / "cache" / "crawl-search").iterdir()
+    )
 
 
 def test_from_release_fetches_exactly_its_ids_and_reports_the_lost(env):
     search_fixtures(env)
-    off.write_error(env["fx"], "removed0001", reason="Video unavailable",
-                    subreason="This video has been removed by the uploader")
+    off.write_error(
+        env["fx"], "removed0001", reason="Video unavailable", subreason="This video has been removed by the uploader"
+    )
     release = env["tmp"] / "release.jsonl"
-    rows = [{"doc_id": f"{v}|{i}", "video_name": f"{s}_{v}.mp4", "task_type": "VOC"}
-            for i, (s, v) in enumerate([(A, "front"), (A, "back"), ("removed0001", "left"), ("unavail0001", "right")])]
+    rows = [
+        {"doc_id": f"{v}|{i}", "video_name": f"{s}_{v}.mp4", "task_type": "VOC"}
+        for i, (s, v) in enumerate([(A, "front"), (A, "back"), ("removed0001", "left"), ("unavail0001", "right")])
+    ]
     release.write_text("".join(json.dumps(r) + "\n" for r in rows))
     cfg = env["config"](**{"crawl.release_file": str(release)})
     store = Store(env["root"])
     res = tc.run_crawl(cfg, store)
     assert [o.stage for o in res.outcomes] == ["download"] * 3  # no search
     assert {r["source_id"]: (r["state"], r["error_class"]) for r in res.report} == {
-        A: ("done", None), "removed0001": ("failed", "removed"), "unavail0001": ("failed", "unavailable")}
+        A: ("done", None),
+        "removed0001": ("failed", "removed"),
+        "unavail0001": ("failed", "unavailable"),
+    }
     reg = store.registry().to_pylist()
     assert [r["source_id"] for r in reg] == [A]
     assert json.loads(reg[0]["provenance"])["requested_by"] == "release:release.jsonl"
@@ -340,13 +398,30 @@ def test_cli_crawl_dry_run_and_from_release(env):
     runner = CliRunner()
     search_fixtures(env)
     cfgfile = env["tmp"] / "crawl.yaml"
-    cfgfile.write_text(yaml.safe_dump({"crawl": {
-        "search": {"queries_file": str(env["tmp"] / "queries.yaml"), "min_height": 128},
-        "download": {"max_height": 200},
-        "net": {"extractors": off.EXTRACTORS, "extractor_args": {"youtube": {"fixtures_dir": [str(env["fx"])]}},
-                "enable_file_urls": True, "proxy": "", "min_interval_s": 0, "sleep_requests_s": 0,
-                "sleep_before_download_s": 0, "max_sleep_before_download_s": 0, "rate_limit": None,
-                "unit_retries": 0, "backoff_s": 0}}}, allow_unicode=True))
+    cfgfile.write_text(
+        yaml.safe_dump(
+            {
+                "crawl": {
+                    "search": {"queries_file": str(env["tmp"] / "queries.yaml"), "min_height": 128},
+                    "download": {"max_height": 200},
+                    "net": {
+                        "extractors": off.EXTRACTORS,
+                        "extractor_args": {"youtube": {"fixtures_dir": [str(env["fx"])]}},
+                        "enable_file_urls": True,
+                        "proxy": "",
+                        "min_interval_s": 0,
+                        "sleep_requests_s": 0,
+                        "sleep_before_download_s": 0,
+                        "max_sleep_before_download_s": 0,
+                        "rate_limit": None,
+                        "unit_retries": 0,
+                        "backoff_s": 0,
+                    },
+                }
+            },
+            allow_unicode=True,
+        )
+    )
     root = str(env["root"])
 
     r = runner.invoke(app, ["crawl", "-c", str(cfgfile), "-d", root, "--dry-run"])
@@ -355,8 +430,9 @@ def test_cli_crawl_dry_run_and_from_release(env):
     assert not env["root"].exists()  # nothing ran, nothing was created
 
     release = env["tmp"] / "release.jsonl"
-    release.write_text(json.dumps({"video_name": f"{A}_front.mp4"}) + "\n"
-                       + json.dumps({"video_name": "private0001_back.mp4"}) + "\n")
+    release.write_text(
+        json.dumps({"video_name": f"{A}_front.mp4"}) + "\n" + json.dumps({"video_name": "private0001_back.mp4"}) + "\n"
+    )
     off.write_error(env["fx"], "private0001", reason="Video unavailable", subreason="This video is private")
     r = runner.invoke(app, ["crawl", "-c", str(cfgfile), "-d", root, "--from-release", str(release)])
     assert r.exit_code == 1, r.output
@@ -367,8 +443,7 @@ def test_cli_crawl_dry_run_and_from_release(env):
 def test_cookies_file_is_passed_to_ytdlp(env):
     search_fixtures(env)
     cookies = env["tmp"] / "cookies.txt"
-    cookies.write_text("# Netscape HTTP Cookie File\n"
-                       ".youtube.com\tTRUE\t/\tTRUE\t2147483647\tPREF\tf6=40000000\n")
+    cookies.write_text("# Netscape HTTP Cookie File\n.youtube.com\tTRUE\t/\tTRUE\t2147483647\tPREF\tf6=40000000\n")
     store = Store(env["root"])
     missing = env["config"](**{"crawl.ids": [A], "crawl.net.cookies_file": str(env["tmp"] / "nope.txt")})
     tc.run_crawl(missing, store)
@@ -391,8 +466,14 @@ def test_politeness_spaces_operations_and_limits_bandwidth(env):
     with session.turn(net):
         pass
     assert len(waits) == 1 and 4.0 < waits[0] <= 5.0
-    cfg = env["config"](**{"crawl.net.rate_limit": "2M", "crawl.net.sleep_before_download_s": 0.1,
-                           "crawl.net.max_sleep_before_download_s": 0.2, "crawl.net.sleep_requests_s": 1.5})
+    cfg = env["config"](
+        **{
+            "crawl.net.rate_limit": "2M",
+            "crawl.net.sleep_before_download_s": 0.1,
+            "crawl.net.max_sleep_before_download_s": 0.2,
+            "crawl.net.sleep_requests_s": 1.5,
+        }
+    )
     client = tc.make_client(cfg, Store(env["root"]))
     p = client.params()
     assert p["sleep_interval_requests"] == 1.5

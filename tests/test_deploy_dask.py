@@ -29,7 +29,9 @@ BLOCK = "tests/test_deploy_dask.py runs these lines"
 
 
 def _run(cmd: list[str], cwd, env, timeout=900) -> subprocess.CompletedProcess:
-    out = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    out = subprocess.run(
+        cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+    )
     assert out.returncode == 0, f"{shlex.join(cmd)} exited {out.returncode}\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}"
     return out
 
@@ -37,7 +39,9 @@ def _run(cmd: list[str], cwd, env, timeout=900) -> subprocess.CompletedProcess:
 def test_dask_cluster_gives_the_sequential_artifacts(tmp_path):
     scheduler_line, worker_line, run_line = doc_block(BLOCK)
     port = free_port()  # instead of the doc's 8786, which another program may hold
-    scheduler_line, worker_line, run_line = (x.replace("8786", str(port)) for x in (scheduler_line, worker_line, run_line))
+    scheduler_line, worker_line, run_line = (
+        x.replace("8786", str(port)) for x in (scheduler_line, worker_line, run_line)
+    )
     assert scheduler_line.endswith(" &") and worker_line.endswith(" &")
 
     work = tmp_path / "work"
@@ -49,16 +53,27 @@ def test_dask_cluster_gives_the_sequential_artifacts(tmp_path):
 
     # the sequential reference: one unit at a time on the thread runner
     ref = tmp_path / "sequential"
-    _run(["vsi-wild", "run", "--config", "configs/sample.yaml", "--data-root", str(ref), "--set", "run.workers=1"],
-         work, env)
+    _run(
+        ["vsi-wild", "run", "--config", "configs/sample.yaml", "--data-root", str(ref), "--set", "run.workers=1"],
+        work,
+        env,
+    )
 
     procs = []
     client = None
     try:
         for line in (scheduler_line, worker_line):
             with open(tmp_path / f"{line.split()[1]}.log", "wb") as log:
-                procs.append(subprocess.Popen(shlex.split(line.removesuffix("&").strip()), cwd=work, env=env,
-                                              stdout=log, stderr=subprocess.STDOUT, start_new_session=True))
+                procs.append(
+                    subprocess.Popen(
+                        shlex.split(line.removesuffix("&").strip()),
+                        cwd=work,
+                        env=env,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         from distributed import Client
 
         address = f"tcp://127.0.0.1:{port}"
@@ -82,8 +97,11 @@ def test_dask_cluster_gives_the_sequential_artifacts(tmp_path):
         rows, ref_rows = status_rows(work / "data" / "out"), status_rows(ref)
         assert rows.keys() == ref_rows.keys()
         for k, r in rows.items():
-            assert (r["state"], r["key"], r["fingerprint"]) == (ref_rows[k]["state"], ref_rows[k]["key"],
-                                                                 ref_rows[k]["fingerprint"]), k
+            assert (r["state"], r["key"], r["fingerprint"]) == (
+                ref_rows[k]["state"],
+                ref_rows[k]["key"],
+                ref_rows[k]["fingerprint"],
+            ), k
         # the units ran on the cluster's workers, not in the flow's process
         executed = client.run(lambda dask_worker: dask_worker.state.executed_count)
         computed = sum(1 for r in rows.values() if r["state"] == "done")

@@ -40,13 +40,24 @@ def _sh(cmd: str, cwd: Path, env: dict[str, str], timeout: float = 900) -> subpr
     """One line of the doc in bash, after `source .deploy/env` once that file exists (the doc's
     second line: a shell keeps it for the lines after)."""
     prefix = "source .deploy/env && " if (cwd / ".deploy" / "env").is_file() and not cmd.startswith("source ") else ""
-    return subprocess.run(["bash", "-c", f"set -euo pipefail; {prefix}{cmd}"], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        ["bash", "-c", f"set -euo pipefail; {prefix}{cmd}"],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def _api(url: str, path: str, body: dict | None = None) -> object:
-    req = urllib.request.Request(f"{url}{path}", data=json.dumps(body).encode() if body is not None else None,
-                                 headers={"Content-Type": "application/json"}, method="POST" if body is not None else "GET")
+    req = urllib.request.Request(
+        f"{url}{path}",
+        data=json.dumps(body).encode() if body is not None else None,
+        headers={"Content-Type": "application/json"},
+        method="POST" if body is not None else "GET",
+    )
     with urllib.request.urlopen(req, timeout=30) as r:
         return json.loads(r.read())
 
@@ -59,7 +70,9 @@ def _logs(proj: Path) -> str:
 
 
 def _check(out: subprocess.CompletedProcess, proj: Path, what: str) -> None:
-    assert out.returncode == 0, f"{what} exited {out.returncode}\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}\n{_logs(proj)}"
+    assert out.returncode == 0, (
+        f"{what} exited {out.returncode}\n{out.stdout[-4000:]}\n{out.stderr[-4000:]}\n{_logs(proj)}"
+    )
 
 
 def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
@@ -76,13 +89,16 @@ def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
     (proj / "configs" / "sample.yaml").write_text(small_sample_yaml())
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PREFECT_API_URL", "VSI_WILD_HOME", "DEPLOY_"))}
-    env.update({
-        "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
-        "VENV": sys.prefix, "SETUP": "",  # this interpreter's environment, as it is
-        "DEPLOY_PORT": str(port),  # a free port: another server may hold 4200
-        "PREFECT_WORKER_QUERY_SECONDS": "1",
-        "PREFECT_UI_ENABLED": "false",
-    })
+    env.update(
+        {
+            "PATH": f"{BIN}{os.pathsep}{env['PATH']}",
+            "VENV": sys.prefix,
+            "SETUP": "",  # this interpreter's environment, as it is
+            "DEPLOY_PORT": str(port),  # a free port: another server may hold 4200
+            "PREFECT_WORKER_QUERY_SECONDS": "1",
+            "PREFECT_UI_ENABLED": "false",
+        }
+    )
     home = proj / ".deploy" / "prefect"
     api = f"http://127.0.0.1:{port}/api"
     try:
@@ -116,7 +132,10 @@ def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
 
         # the run's report as its Prefect artifacts: summary, per-task counts, a link to report.html
         sample_dep = _api(api, "/deployments/name/build-vsi-wild/sample")
-        run_ids = [r["id"] for r in _api(api, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [sample_dep["id"]]}}})]
+        run_ids = [
+            r["id"]
+            for r in _api(api, "/flow_runs/filter", {"flow_runs": {"deployment_id": {"any_": [sample_dep["id"]]}}})
+        ]
         arts = {a["key"]: a for a in _api(api, "/artifacts/filter", {"artifacts": {"flow_run_id": {"any_": run_ids}}})}
         assert {"vsi-wild-report", "vsi-wild-report-tasks", "vsi-wild-report-html"} <= set(arts), sorted(arts)
         assert arts["vsi-wild-report"]["data"].startswith("# VSI-Super-Wild build report")
@@ -140,8 +159,11 @@ def test_make_deploy_runs_the_deployments_and_stops_everything(tmp_path):
         assert artifact_digests(ref) == deployed
         ref_rows = status_rows(ref)
         for k, r in status_rows(data).items():
-            assert (r["state"], r["key"], r["fingerprint"]) == (ref_rows[k]["state"], ref_rows[k]["key"],
-                                                                 ref_rows[k]["fingerprint"]), k
+            assert (r["state"], r["key"], r["fingerprint"]) == (
+                ref_rows[k]["state"],
+                ref_rows[k]["key"],
+                ref_rows[k]["fingerprint"],
+            ), k
 
         # one stage after one input changed: only the affected unit is recomputed
         before = status_rows(data)
@@ -174,7 +196,8 @@ def _fix_one_video(proj: Path) -> None:
     fixes = proj / "data" / "out" / "fixes"
     fixes.mkdir(parents=True, exist_ok=True)
     (fixes / "sample-small_front.yaml").write_text(
-        "video_id: sample-small_front\nfixes:\n  - op: motion\n    clip: 0\n    state: none\n")
+        "video_id: sample-small_front\nfixes:\n  - op: motion\n    clip: 0\n    state: none\n"
+    )
 
 
 CHANGE_ONE_INPUT = {"metadata": _fix_one_video}

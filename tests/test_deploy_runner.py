@@ -28,15 +28,24 @@ def test_dask_without_address_starts_a_local_cluster_of_run_workers_processes():
 
 
 def test_dask_cluster_settings_pass_through():
-    r = task_runner(load_config(None, {"run.task_runner": "dask", "run.dask_cluster_kwargs": {"n_workers": 1},
-                                       "run.dask_adapt_kwargs": {"minimum": 1, "maximum": 4}}))
+    r = task_runner(
+        load_config(
+            None,
+            {
+                "run.task_runner": "dask",
+                "run.dask_cluster_kwargs": {"n_workers": 1},
+                "run.dask_adapt_kwargs": {"minimum": 1, "maximum": 4},
+            },
+        )
+    )
     assert r.cluster_kwargs == {"n_workers": 1} and r.adapt_kwargs == {"minimum": 1, "maximum": 4}
 
 
 def test_missing_cluster_package_is_a_config_error_naming_the_key():
     with pytest.raises(ConfigError, match=r"run\.dask_cluster_class.*no_such_jobqueue"):
-        task_runner(load_config(None, {"run.task_runner": "dask",
-                                       "run.dask_cluster_class": "no_such_jobqueue.SLURMCluster"}))
+        task_runner(
+            load_config(None, {"run.task_runner": "dask", "run.dask_cluster_class": "no_such_jobqueue.SLURMCluster"})
+        )
 
 
 def test_unknown_runner_is_rejected():

@@ -30,10 +30,18 @@ def s3(tmp_path_factory):
     """A local S3 server; yields the environment that points fsspec/botocore at it."""
     port = free_port()
     with open(tmp_path_factory.mktemp("moto") / "moto.log", "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    env = {
+        "AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
     saved = {k: os.environ.get(k) for k in env}
     os.environ.update(env)
     try:
@@ -100,13 +108,20 @@ def test_listings_are_never_stale(s3, tmp_path):
     """A status row written by another process (a Dask worker) is seen at once."""
     root = _root()
     store = Store(root, local_cache=tmp_path / "cache")
-    row = {n: None for n in schema.STATUS.names} | {"stage": "probe", "state": "done", "key": "k", "attempts": 1,
-                                                      "pipeline_version": "0"}
+    row = {n: None for n in schema.STATUS.names} | {
+        "stage": "probe",
+        "state": "done",
+        "key": "k",
+        "attempts": 1,
+        "pipeline_version": "0",
+    }
     store.write_status(row | {"unit": "local-a-00000000"})
     assert len(store.status_table()) == 1
     other = _other_client()
-    other.pipe(f"{root.removeprefix('s3://')}/status/probe/local-b-00000000.parquet",
-               table_bytes(schema.table(schema.STATUS, [row | {"unit": "local-b-00000000"}])))
+    other.pipe(
+        f"{root.removeprefix('s3://')}/status/probe/local-b-00000000.parquet",
+        table_bytes(schema.table(schema.STATUS, [row | {"unit": "local-b-00000000"}])),
+    )
     assert len(store.status_table()) == 2
     assert store.read_status("probe", "local-b-00000000")["state"] == "done"
 
@@ -135,8 +150,13 @@ def test_pipeline_on_s3_matches_a_local_run(s3, tmp_path):
     local_root, s3_root = tmp_path / "local", _root()
 
     def run(root: str) -> None:
-        out = subprocess.run(["vsi-wild", "run", "--config", str(cfg), "--data-root", root], env=env,
-                             capture_output=True, text=True, timeout=900)
+        out = subprocess.run(
+            ["vsi-wild", "run", "--config", str(cfg), "--data-root", root],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
         assert out.returncode == 0, out.stdout + out.stderr
 
     run(str(local_root))
@@ -144,8 +164,11 @@ def test_pipeline_on_s3_matches_a_local_run(s3, tmp_path):
     local_rows, s3_rows = status_rows(local_root), status_rows(s3_root)
     assert local_rows and local_rows.keys() == s3_rows.keys()
     for k, r in local_rows.items():
-        assert (r["state"], r["key"], r["fingerprint"]) == (s3_rows[k]["state"], s3_rows[k]["key"],
-                                                             s3_rows[k]["fingerprint"]), k
+        assert (r["state"], r["key"], r["fingerprint"]) == (
+            s3_rows[k]["state"],
+            s3_rows[k]["key"],
+            s3_rows[k]["fingerprint"],
+        ), k
     # again: everything is cached, no unit ran (a unit that runs rewrites its status row)
     run(s3_root)
     assert status_rows(s3_root) == s3_rows

@@ -27,7 +27,8 @@ def _flow_name(entrypoint: str) -> str:
 
 def test_committed_prefect_yaml_is_current():
     assert (REPO / "prefect.yaml").read_text() == deploy.render_prefect_yaml(), (
-        "prefect.yaml is stale: run `python -m vsi_wild.deploy yaml`")
+        "prefect.yaml is stale: run `python -m vsi_wild.deploy yaml`"
+    )
 
 
 def test_every_stage_has_a_flow_and_deployments():

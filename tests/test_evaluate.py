@@ -15,9 +15,17 @@ if not RELEASE.exists():  # CI checkouts keep shared/ beside the repository
 
 
 def mc(doc: str, options: list[str], answer: str, task: str = "VMR", source: str = "s1", subtype: str = "") -> dict:
-    return {"doc_id": doc, "video_name": f"{source}_front.mp4", "task_type": task, "question": "q",
-            "answer": answer, "frame_indices": None, "options": [f"{letter}) {t}" for letter, t in zip("ABCD", options, strict=True)],
-            "source_id": source, "subtype": subtype}
+    return {
+        "doc_id": doc,
+        "video_name": f"{source}_front.mp4",
+        "task_type": task,
+        "question": "q",
+        "answer": answer,
+        "frame_indices": None,
+        "options": [f"{letter}) {t}" for letter, t in zip("ABCD", options, strict=True)],
+        "source_id": source,
+        "subtype": subtype,
+    }
 
 
 def test_mra_matches_its_definition():
@@ -58,8 +66,15 @@ def test_shuffle24_metrics_for_an_always_a_model():
 
 def test_prior_baseline_finds_a_leaky_answer_and_only_from_other_sources():
     # "forward" is always right in sources s1..s4: a blind prior answers it everywhere.
-    rows = [mc(f"d{i}", ["left", "forward", "right", "backward"][i % 4:] + ["left", "forward", "right", "backward"][: i % 4],
-               "ABCD"[(1 - i) % 4], source=f"s{i % 4 + 1}") for i in range(40)]
+    rows = [
+        mc(
+            f"d{i}",
+            ["left", "forward", "right", "backward"][i % 4 :] + ["left", "forward", "right", "backward"][: i % 4],
+            "ABCD"[(1 - i) % 4],
+            source=f"s{i % 4 + 1}",
+        )
+        for i in range(40)
+    ]
     for r in rows:
         assert ev.option_texts(r)[ev.correct_index(r)] == "forward"
     rep = ev.blind_report(rows)
@@ -74,14 +89,25 @@ def test_prior_baseline_finds_a_leaky_answer_and_only_from_other_sources():
 def test_consensus_baseline_exploits_perturbed_distractors():
     # distractors made by swapping neighbours of the true order all agree most with it
     truth = ["cone", "bench", "ball", "bin"]
-    opts = [" → ".join(truth), " → ".join(["bench", "cone", "ball", "bin"]),
-            " → ".join(["cone", "ball", "bench", "bin"]), " → ".join(["cone", "bench", "bin", "ball"])]
+    opts = [
+        " → ".join(truth),
+        " → ".join(["bench", "cone", "ball", "bin"]),
+        " → ".join(["cone", "ball", "bench", "bin"]),
+        " → ".join(["cone", "bench", "bin", "ball"]),
+    ]
     rows = [mc("d1", opts[1:2] + opts[:1] + opts[2:], "B", task="VOO")]
     assert ev.consensus_baseline(rows) == {"d1": "B"}
 
 
 def test_duration_bins():
-    assert [ev.duration_bin(m) for m in (0, 9.9, 10, 45, 61, 500)] == ["0-10", "0-10", "10-30", "30-60", "60-120", "120+"]
+    assert [ev.duration_bin(m) for m in (0, 9.9, 10, 45, 61, 500)] == [
+        "0-10",
+        "0-10",
+        "10-30",
+        "30-60",
+        "60-120",
+        "120+",
+    ]
 
 
 @pytest.mark.skipif(not RELEASE.exists(), reason="public release file not beside the repository")

@@ -20,16 +20,20 @@ def test_the_gpu_check_runs_in_its_reduced_form(tmp_path, monkeypatch, capsys):
     gpu_check = load_bench("gpu_check")
     out = tmp_path / "gpu_check.json"
     # no time limit: a loaded machine must not skip the runs the test checks
-    report = gpu_check.main(["--cpu", "--tiny", "--stages", "detect,pose,faces,text", "--out", str(out),
-                             "--budget-s", "1e9"])
+    report = gpu_check.main(
+        ["--cpu", "--tiny", "--stages", "detect,pose,faces,text", "--out", str(out), "--budget-s", "1e9"]
+    )
     assert report["errors"] == {}
     assert json.loads(out.read_text()) == report
     rows = report["stages"]
     by = {(r["stage"], r["variant"]): r for r in rows}
     assert {r["stage"] for r in rows} == {"detect", "pose", "faces", "text"}
     assert {v for s, v in by if s == "detect"} == {"fp16, batch 16", "fp32, batch 16", "fp16, batch 1"}
-    assert {v for s, v in by if s == "pose"} == {"fp32, views one at a time", "fp32, views batched",
-                                                  "fp32 reference, views batched"}
+    assert {v for s, v in by if s == "pose"} == {
+        "fp32, views one at a time",
+        "fp32, views batched",
+        "fp32 reference, views batched",
+    }
     production = {r["stage"]: r for r in rows if r["production"]}
     assert production["detect"]["variant"] == "fp32, batch 16"  # fp16 (yolo_world_half) is off until measured
     assert production["pose"]["variant"] == "fp32, views one at a time"  # what the pose stage calls
@@ -44,7 +48,9 @@ def test_the_gpu_check_runs_in_its_reduced_form(tmp_path, monkeypatch, capsys):
     before = [by[("detect", "fp32, batch 16")]["video_hours_per_gpu_hour"], rates[1]]
     assert report["overall_video_hours_per_gpu_hour_by_way"]["before"] == pytest.approx(1 / sum(1 / x for x in before))
     fp16 = [by[("detect", "fp16, batch 16")]["video_hours_per_gpu_hour"], rates[1]]
-    assert report["overall_video_hours_per_gpu_hour_by_way"]["detect_fp16"] == pytest.approx(1 / sum(1 / x for x in fp16))
+    assert report["overall_video_hours_per_gpu_hour_by_way"]["detect_fp16"] == pytest.approx(
+        1 / sum(1 / x for x in fp16)
+    )
     # the faster ways against the reference ways, on the same frames: batching the views' DA3
     # windows changes nothing; on the CPU everything is fp32, so the precision comparisons run but
     # claim nothing (unmeasured)

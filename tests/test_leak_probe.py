@@ -39,10 +39,17 @@ def vmr_set(leak: bool, sources: int = 40, per_source: int = 6, seed: int = 1) -
                 leaky.add(doc)
             options = DIRECTIONS[:]
             rng.shuffle(options)
-            rows.append({"doc_id": doc, "video_name": f"src{s:02d}_front.mp4", "task_type": "VMR",
-                         "question": f"In the {place}, which direction is the camera moving?",
-                         "answer": "ABCD"[options.index(correct)], "source_id": f"src{s:02d}",
-                         "options": [f"{'ABCD'[i]}) {o}" for i, o in enumerate(options)]})
+            rows.append(
+                {
+                    "doc_id": doc,
+                    "video_name": f"src{s:02d}_front.mp4",
+                    "task_type": "VMR",
+                    "question": f"In the {place}, which direction is the camera moving?",
+                    "answer": "ABCD"[options.index(correct)],
+                    "source_id": f"src{s:02d}",
+                    "options": [f"{'ABCD'[i]}) {o}" for i, o in enumerate(options)],
+                }
+            )
     return rows, leaky
 
 
@@ -57,9 +64,16 @@ def voo_longest_set(sources: int = 30, per_source: int = 5, seed: int = 2) -> li
             options = [" → ".join(rng.sample(short, 4)) for _ in range(3)] + [" → ".join(long)]
             rng.shuffle(options)
             answer = max(range(4), key=lambda i: len(options[i]))
-            rows.append({"doc_id": f"v{s}_back.mp4|{v}|VOO|0", "video_name": f"v{s}_back.mp4", "task_type": "VOO",
-                         "question": "Choose the option listing the four objects by first-appearance time.",
-                         "answer": "ABCD"[answer], "options": [f"{'ABCD'[i]}) {o}" for i, o in enumerate(options)]})
+            rows.append(
+                {
+                    "doc_id": f"v{s}_back.mp4|{v}|VOO|0",
+                    "video_name": f"v{s}_back.mp4",
+                    "task_type": "VOO",
+                    "question": "Choose the option listing the four objects by first-appearance time.",
+                    "answer": "ABCD"[answer],
+                    "options": [f"{'ABCD'[i]}) {o}" for i, o in enumerate(options)],
+                }
+            )
     return rows
 
 
@@ -72,9 +86,16 @@ def voc_set(leak: bool, sources: int = 30, per_source: int = 4, seed: int = 3) -
         for v in range(per_source):
             concept = rng.choice(CONCEPTS)
             count = typical[concept] if leak else rng.randint(1, 27)
-            rows.append({"doc_id": f"c{s}_left.mp4|{v}|VOC|0", "video_name": f"c{s}_left.mp4", "task_type": "VOC",
-                         "question": f"count the total number of {concept}(s) you observe.", "answer": str(count),
-                         "options": None})
+            rows.append(
+                {
+                    "doc_id": f"c{s}_left.mp4|{v}|VOC|0",
+                    "video_name": f"c{s}_left.mp4",
+                    "task_type": "VOC",
+                    "question": f"count the total number of {concept}(s) you observe.",
+                    "answer": str(count),
+                    "options": None,
+                }
+            )
     return rows
 
 
@@ -122,7 +143,9 @@ def test_best_constant_maximises_mra():
 def test_folds_are_grouped_by_source_video():
     rows, _ = vmr_set(leak=True, sources=13, per_source=4)
     for r in rows:  # four views of one source: the rows name videos of every view
-        r["video_name"] = r["video_name"].replace("_front", ["_front", "_right", "_back", "_left"][int(r["doc_id"].split("|")[1]) % 4])
+        r["video_name"] = r["video_name"].replace(
+            "_front", ["_front", "_right", "_back", "_left"][int(r["doc_id"].split("|")[1]) % 4]
+        )
         del r["source_id"]  # the public file's rows: the source comes from the video name
     res = lp.probe(lp.items_from_release(rows))
     fold_of_source: dict[str, set[int]] = {}
@@ -179,12 +202,30 @@ def question_rows(rows: list[dict]) -> list[dict]:
         correct = texts[ev.correct_index(r)]
         video = r["video_name"].removesuffix(".mp4")
         row = {n: None for n in schema.QA_QUESTIONS.names}
-        row.update(video_id=video, source_id=r["source_id"], view="front", video_name=r["video_name"],
-                   task_type="VMR", subtype="cardinal", split="release", index=i, item=f"clip{i}",
-                   question=r["question"], correct=correct, distractors=[t for t in texts if t != correct],
-                   query_times=[10.0], answers=[correct], evidence=[[{"start": 9.0, "end": 11.0}]],
-                   frame_indices=[80], frame_times=[10.0], fps=8.0, duration_s=600.0, seed=0,
-                   metadata_fingerprint="m", pipeline_version="0")
+        row.update(
+            video_id=video,
+            source_id=r["source_id"],
+            view="front",
+            video_name=r["video_name"],
+            task_type="VMR",
+            subtype="cardinal",
+            split="release",
+            index=i,
+            item=f"clip{i}",
+            question=r["question"],
+            correct=correct,
+            distractors=[t for t in texts if t != correct],
+            query_times=[10.0],
+            answers=[correct],
+            evidence=[[{"start": 9.0, "end": 11.0}]],
+            frame_indices=[80],
+            frame_times=[10.0],
+            fps=8.0,
+            duration_s=600.0,
+            seed=0,
+            metadata_fingerprint="m",
+            pipeline_version="0",
+        )
         out.append(row)
     return out
 
@@ -217,8 +258,12 @@ def test_export_writes_text_bias_and_debias_drops_leaking_questions():
 def test_cli_blind_json_is_one_object_per_line(tmp_path: Path):
     rows, _ = vmr_set(leak=True)
     qa = tmp_path / "qa.jsonl"
-    qa.write_text("".join(json.dumps({k: r[k] for k in ("doc_id", "video_name", "task_type", "question", "answer",
-                                                         "options")}) + "\n" for r in rows))
+    qa.write_text(
+        "".join(
+            json.dumps({k: r[k] for k in ("doc_id", "video_name", "task_type", "question", "answer", "options")}) + "\n"
+            for r in rows
+        )
+    )
     res = vsi_wild("evaluate", "--qa", str(qa), "--blind", "--json", env={"COLUMNS": "20"}, timeout=300)
     assert res.returncode == 0, res.stderr
     records = [json.loads(line) for line in res.stdout.splitlines()]
@@ -231,8 +276,12 @@ def test_cli_blind_json_is_one_object_per_line(tmp_path: Path):
 
 # ------------------------------------------------------------------------------------ the report
 def write_jsonl(path: Path, rows: list[dict]) -> Path:
-    path.write_text("".join(json.dumps({k: r[k] for k in ("doc_id", "video_name", "task_type", "question", "answer",
-                                                           "options")}) + "\n" for r in rows))
+    path.write_text(
+        "".join(
+            json.dumps({k: r[k] for k in ("doc_id", "video_name", "task_type", "question", "answer", "options")}) + "\n"
+            for r in rows
+        )
+    )
     return path
 
 

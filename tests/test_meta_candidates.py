@@ -45,7 +45,12 @@ def test_mllm_term_is_canonical_for_a_human_synonym():
     # terms without a synonym are their own concepts
     assert got["chair"].concept == "chair" and got["table"].concept == "table" and got["bench"].concept == "bench"
     assert cand.concepts_of(cand.normalise(seeds, proposals, table_embed, 0.92)) == [
-        "couch", "garbage bin", "bench", "chair", "table"]
+        "couch",
+        "garbage bin",
+        "bench",
+        "chair",
+        "table",
+    ]
     assert 0.92 <= got["sofa"].similarity < 1.0
 
 
@@ -57,13 +62,19 @@ def test_threshold_separates_synonyms_from_unrelated_terms():
 
 def test_duplicates_and_case_are_normalised():
     got = cand.normalise(["TV ", "tv", " chair."], ["Television"], table_embed, 0.92)
-    assert [(c.term, c.concept) for c in got] == [("television", "television"), ("tv", "television"),
-                                                  ("chair", "chair")]
+    assert [(c.term, c.concept) for c in got] == [
+        ("television", "television"),
+        ("tv", "television"),
+        ("chair", "chair"),
+    ]
 
 
 def test_proposals_files(tmp_path):
     assert cand.parse_proposals("# from the MLLM\ncouch, bench\n\n  Trash Can \n", "v.txt") == [
-        "couch", "bench", "trash can"]
+        "couch",
+        "bench",
+        "trash can",
+    ]
     assert cand.parse_proposals('["couch", "Bench"]', "v.json") == ["couch", "bench"]
     assert cand.parse_proposals('{"terms": ["couch"]}', "v.json") == ["couch"]
     with pytest.raises(UnitError, match=r"v\.json:1: not valid JSON"):

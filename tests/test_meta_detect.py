@@ -8,17 +8,22 @@ from vsi_wild.stages import detect as det
 
 
 def rows(concept, samples, score=0.9, per_frame=1):
-    return [{"concept": concept, "sample_index": k, "time": k / 2.0, "score": score}
-            for k in samples for _ in range(per_frame)]
+    return [
+        {"concept": concept, "sample_index": k, "time": k / 2.0, "score": score}
+        for k in samples
+        for _ in range(per_frame)
+    ]
 
 
 def test_frequency_filter_reasons():
     n = 200  # 100 s at 2 FPS
     p = det.DetectParams(min_fraction=0.02, min_frames=3, max_fraction=0.5, gap_s=2.0, min_score=0.3)
-    dets = (rows("rare", [10, 11])  # 2 timestamps: too rare
-            + rows("everywhere", range(0, 150))  # 75 %: too frequent
-            + rows("good", list(range(20, 30)) + list(range(100, 110)), per_frame=2)  # two appearances
-            + rows("faint", range(40, 80), score=0.1))  # below min_score: never counted
+    dets = (
+        rows("rare", [10, 11])  # 2 timestamps: too rare
+        + rows("everywhere", range(0, 150))  # 75 %: too frequent
+        + rows("good", list(range(20, 30)) + list(range(100, 110)), per_frame=2)  # two appearances
+        + rows("faint", range(40, 80), score=0.1)
+    )  # below min_score: never counted
     stats = {s.concept: s for s in det.occurrence_stats(["rare", "everywhere", "good", "faint", "absent"], dets, n, p)}
     assert not stats["rare"].kept and stats["rare"].reason.startswith("dropped: too rare")
     assert not stats["everywhere"].kept and "too frequent" in stats["everywhere"].reason

@@ -14,34 +14,122 @@ FPS = 8.0
 
 
 def obs(iid, concept, samples):
-    return [{"video_id": VID, "instance_id": iid, "concept": concept, "sample_index": k, "time": k / 2, "frame": 4 * k,
-             "fps": FPS, "x0": 1.0, "y0": 2.0, "x1": 30.0, "y1": 40.0, "area": 100, "origin": "auto"} for k in samples]
+    return [
+        {
+            "video_id": VID,
+            "instance_id": iid,
+            "concept": concept,
+            "sample_index": k,
+            "time": k / 2,
+            "frame": 4 * k,
+            "fps": FPS,
+            "x0": 1.0,
+            "y0": 2.0,
+            "x1": 30.0,
+            "y1": 40.0,
+            "area": 100,
+            "origin": "auto",
+        }
+        for k in samples
+    ]
 
 
 def auto():
     """Automatic metadata of a 70 s video in 30 s clips: two chairs (one per visit), a couch seen
     in clips 0 and 1, and two motion clips."""
-    observations = obs(1, "chair", range(0, 10)) + obs(2, "chair", range(100, 110)) + \
-        obs(3, "couch", list(range(20, 31)) + list(range(70, 76)))
+    observations = (
+        obs(1, "chair", range(0, 10))
+        + obs(2, "chair", range(100, 110))
+        + obs(3, "couch", list(range(20, 31)) + list(range(70, 76)))
+    )
     members = [
-        {"video_id": VID, "instance_id": 1, "concept": "chair", "clip_index": 0, "local_id": 5, "first_time": 0.0, "last_time": 4.5},
-        {"video_id": VID, "instance_id": 2, "concept": "chair", "clip_index": 1, "local_id": 2, "first_time": 50.0, "last_time": 54.5},
-        {"video_id": VID, "instance_id": 3, "concept": "couch", "clip_index": 0, "local_id": 7, "first_time": 10.0, "last_time": 15.0},
-        {"video_id": VID, "instance_id": 3, "concept": "couch", "clip_index": 1, "local_id": 9, "first_time": 35.0, "last_time": 37.5},
+        {
+            "video_id": VID,
+            "instance_id": 1,
+            "concept": "chair",
+            "clip_index": 0,
+            "local_id": 5,
+            "first_time": 0.0,
+            "last_time": 4.5,
+        },
+        {
+            "video_id": VID,
+            "instance_id": 2,
+            "concept": "chair",
+            "clip_index": 1,
+            "local_id": 2,
+            "first_time": 50.0,
+            "last_time": 54.5,
+        },
+        {
+            "video_id": VID,
+            "instance_id": 3,
+            "concept": "couch",
+            "clip_index": 0,
+            "local_id": 7,
+            "first_time": 10.0,
+            "last_time": 15.0,
+        },
+        {
+            "video_id": VID,
+            "instance_id": 3,
+            "concept": "couch",
+            "clip_index": 1,
+            "local_id": 9,
+            "first_time": 35.0,
+            "last_time": 37.5,
+        },
     ]
     motion = [
-        {"video_id": VID, "clip_index": i, "clip_start": 30.0 * i, "clip_end": min(30.0 * (i + 1), 70.0),
-         "state": "ok", "pivot_time": 30.0 * i + 10, "pivot_frame": int((30 * i + 10) * FPS), "fps": FPS,
-         "angle_deg": 0.0, "speed": 1.0, "stability": 0.95, "views_consistent": True, "reason": "auto", "origin": "auto"}
-        for i in range(3)]
-    samples = [{"video_id": VID, "sample_index": k, "time": k / 2, "frame": 4 * k, "fps": FPS, "clip_index": int(k // 60),
-                "angle_deg": 30.0, "speed": 1.0, "stability": 0.9, "moving": True, "candidate": True} for k in range(140)]
+        {
+            "video_id": VID,
+            "clip_index": i,
+            "clip_start": 30.0 * i,
+            "clip_end": min(30.0 * (i + 1), 70.0),
+            "state": "ok",
+            "pivot_time": 30.0 * i + 10,
+            "pivot_frame": int((30 * i + 10) * FPS),
+            "fps": FPS,
+            "angle_deg": 0.0,
+            "speed": 1.0,
+            "stability": 0.95,
+            "views_consistent": True,
+            "reason": "auto",
+            "origin": "auto",
+        }
+        for i in range(3)
+    ]
+    samples = [
+        {
+            "video_id": VID,
+            "sample_index": k,
+            "time": k / 2,
+            "frame": 4 * k,
+            "fps": FPS,
+            "clip_index": int(k // 60),
+            "angle_deg": 30.0,
+            "speed": 1.0,
+            "stability": 0.9,
+            "moving": True,
+            "candidate": True,
+        }
+        for k in range(140)
+    ]
     return observations, members, motion, samples
 
 
 def inputs(observations, members, motion, samples, params):
-    return meta.FixInputs(video_id=VID, observations=observations, members=members, motion=motion,
-                          motion_samples=samples, duration_s=70.0, fps=FPS, params=params, clip_seconds=30.0)
+    return meta.FixInputs(
+        video_id=VID,
+        observations=observations,
+        members=members,
+        motion=motion,
+        motion_samples=samples,
+        duration_s=70.0,
+        fps=FPS,
+        params=params,
+        clip_seconds=30.0,
+    )
 
 
 def apply(text: str):
@@ -68,7 +156,13 @@ def test_merge_two_instances():
     got = by_id(d)
     assert sorted(got) == [1, 3]  # the merged instance keeps the smaller id
     c = got[1]
-    assert (c["concept"], c["first_time"], c["last_time"], c["n_observations"], c["origin"]) == ("chair", 0.0, 54.5, 20, "fix")
+    assert (c["concept"], c["first_time"], c["last_time"], c["n_observations"], c["origin"]) == (
+        "chair",
+        0.0,
+        54.5,
+        20,
+        "fix",
+    )
     assert c["spans"] == [{"start": 0.0, "end": 4.5}, {"start": 50.0, "end": 54.5}]
     assert {o["instance_id"] for o in d.observations} == {1, 3}
     assert d.applied[0]["op"] == "merge" and d.applied[0]["line"] == 3
@@ -83,7 +177,9 @@ def test_rename_a_concept():
 
 
 def test_add_a_missed_instance():
-    d = apply(f"video_id: {VID}\nfixes:\n  - op: add_instance\n    concept: chair\n    spans: [[60, 61], [65.2, 65.2]]\n")
+    d = apply(
+        f"video_id: {VID}\nfixes:\n  - op: add_instance\n    concept: chair\n    spans: [[60, 61], [65.2, 65.2]]\n"
+    )
     got = by_id(d)
     new = got[4]  # after the largest automatic id
     assert (new["concept"], new["first_time"], new["last_time"], new["origin"]) == ("chair", 60.0, 65.2, "fix")
@@ -108,8 +204,10 @@ def test_recalibrate_appearance_order():
 
 
 def test_remove_and_split():
-    d = apply(f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 2\n"
-              f"  - op: split\n    clip: 1\n    local_id: 9\n")
+    d = apply(
+        f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 2\n"
+        f"  - op: split\n    clip: 1\n    local_id: 9\n"
+    )
     got = by_id(d)
     assert 2 not in got
     assert (got[3]["first_time"], got[3]["last_time"]) == (10.0, 15.0)
@@ -117,27 +215,38 @@ def test_remove_and_split():
 
 
 def test_motion_pivot_angle_and_none():
-    d = apply(f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    state: none\n"
-              f"  - op: motion\n    clip: 0\n    pivot_time: 12.2\n    angle_deg: -90\n"
-              f"  - op: motion\n    clip: 2\n    pivot_time: 61\n")
+    d = apply(
+        f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    state: none\n"
+        f"  - op: motion\n    clip: 0\n    pivot_time: 12.2\n    angle_deg: -90\n"
+        f"  - op: motion\n    clip: 2\n    pivot_time: 61\n"
+    )
     m = {r["clip_index"]: r for r in d.motion}
-    assert m[1]["state"] == "none" and m[1]["pivot_time"] is None and m[1]["angle_deg"] is None and m[1]["origin"] == "fix"
+    assert (
+        m[1]["state"] == "none" and m[1]["pivot_time"] is None and m[1]["angle_deg"] is None and m[1]["origin"] == "fix"
+    )
     assert (m[0]["state"], m[0]["pivot_time"], m[0]["pivot_frame"], m[0]["angle_deg"]) == ("ok", 12.0, 96, -90.0)
     assert (m[2]["pivot_time"], m[2]["angle_deg"]) == (61.0, 30.0)  # angle read from the motion samples
     assert m[0]["origin"] == "fix"
 
 
-@pytest.mark.parametrize("body,line,field,why", [
-    ("  - op: merge\n    instances: [1, 99]\n", 4, "instances", "no instance 99"),
-    ("  - op: merge\n    instances: [1, 3]\n", 4, "instances", "different concepts"),
-    ("  - op: rename_concept\n    from: table\n    to: desk\n", 4, "from", "no instance has concept 'table'"),
-    ("  - op: motion\n    clip: 7\n    state: none\n", 4, "clip", "no motion clip 7"),
-    ("  - op: motion\n    clip: 0\n    pivot_time: 45\n", 5, "pivot_time", "outside clip 0"),
-    ("  - op: add_instance\n    concept: cup\n    spans: [[60, 90]]\n", 5, "spans", "ends after the video"),
-    ("  - op: remove_instance\n    instance: 1\n  - op: set_appearance\n    instance: 1\n    first_time: 3\n",
-     6, "instance", "was removed by the fix at line 3"),
-    ("  - op: split\n    clip: 0\n    local_id: 5\n", 5, "local_id", "nothing to split"),
-])
+@pytest.mark.parametrize(
+    "body,line,field,why",
+    [
+        ("  - op: merge\n    instances: [1, 99]\n", 4, "instances", "no instance 99"),
+        ("  - op: merge\n    instances: [1, 3]\n", 4, "instances", "different concepts"),
+        ("  - op: rename_concept\n    from: table\n    to: desk\n", 4, "from", "no instance has concept 'table'"),
+        ("  - op: motion\n    clip: 7\n    state: none\n", 4, "clip", "no motion clip 7"),
+        ("  - op: motion\n    clip: 0\n    pivot_time: 45\n", 5, "pivot_time", "outside clip 0"),
+        ("  - op: add_instance\n    concept: cup\n    spans: [[60, 90]]\n", 5, "spans", "ends after the video"),
+        (
+            "  - op: remove_instance\n    instance: 1\n  - op: set_appearance\n    instance: 1\n    first_time: 3\n",
+            6,
+            "instance",
+            "was removed by the fix at line 3",
+        ),
+        ("  - op: split\n    clip: 0\n    local_id: 5\n", 5, "local_id", "nothing to split"),
+    ],
+)
 def test_bad_fixes_name_file_line_and_field(body, line, field, why):
     o, m, mo, s = auto()
     snapshot = copy.deepcopy((o, m, mo, s))
@@ -151,17 +260,24 @@ def test_bad_fixes_name_file_line_and_field(body, line, field, why):
     assert (o, m, mo, s) == snapshot  # the automatic metadata is untouched
 
 
-@pytest.mark.parametrize("text,line,field", [
-    (f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1, x]\n", 4, "instances.1"),
-    (f"video_id: {VID}\nfixes:\n  - op: mrege\n    instances: [1, 2]\n", 3, "op"),
-    (f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: a\n    too: b\n", 5, "too"),
-    (f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    state: none\n    angle_deg: 30\n", 6, "angle_deg"),
-    (f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    angle_deg: 180\n", 5, "angle_deg"),
-    (f"video_id: {VID}\nfixes:\n  - op: set_appearance\n    instance: 1\n    first_time: 5\n    last_time: 2\n", 6, "last_time"),
-    ("video_id: other_front\nfixes: []\n", 1, "video_id"),
-    (f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1\n", None, None),
-    (f"video_id: {VID}\nextra: 1\nfixes: []\n", 2, "extra"),
-])
+@pytest.mark.parametrize(
+    "text,line,field",
+    [
+        (f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1, x]\n", 4, "instances.1"),
+        (f"video_id: {VID}\nfixes:\n  - op: mrege\n    instances: [1, 2]\n", 3, "op"),
+        (f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: a\n    too: b\n", 5, "too"),
+        (f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    state: none\n    angle_deg: 30\n", 6, "angle_deg"),
+        (f"video_id: {VID}\nfixes:\n  - op: motion\n    clip: 1\n    angle_deg: 180\n", 5, "angle_deg"),
+        (
+            f"video_id: {VID}\nfixes:\n  - op: set_appearance\n    instance: 1\n    first_time: 5\n    last_time: 2\n",
+            6,
+            "last_time",
+        ),
+        ("video_id: other_front\nfixes: []\n", 1, "video_id"),
+        (f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1\n", None, None),
+        (f"video_id: {VID}\nextra: 1\nfixes: []\n", 2, "extra"),
+    ],
+)
 def test_invalid_files_are_rejected_with_file_line_and_field(text, line, field):
     with pytest.raises(fx.FixError) as e:
         fx.parse_fix_text(text, "f.yaml", VID)
@@ -191,9 +307,11 @@ def boxes_of(d, iid):
 
 
 def test_a_drawn_track_is_interpolated_between_keyframes_and_ends_at_outside():
-    d = apply(f"video_id: {VID}\nfixes:\n  - op: add_instance\n    concept: chair\n    boxes:\n"
-              "      - {time: 60.0, box: [10, 20, 30, 40]}\n      - {time: 62.0, box: [50, 20, 70, 60]}\n"
-              "      - {time: 63.2, outside: true}\n      - {time: 65.1, box: [0, 0, 8, 8]}\n")
+    d = apply(
+        f"video_id: {VID}\nfixes:\n  - op: add_instance\n    concept: chair\n    boxes:\n"
+        "      - {time: 60.0, box: [10, 20, 30, 40]}\n      - {time: 62.0, box: [50, 20, 70, 60]}\n"
+        "      - {time: 63.2, outside: true}\n      - {time: 65.1, box: [0, 0, 8, 8]}\n"
+    )
     new = max(by_id(d))
     got = boxes_of(d, new)
     # 60, 60.5, ... 62 interpolated linearly (a quarter of the way per half second), held to 63.2, none
@@ -206,8 +324,10 @@ def test_a_drawn_track_is_interpolated_between_keyframes_and_ends_at_outside():
 
 
 def test_set_box_moves_boxes_and_split_at_cuts_a_track():
-    d = apply(f"video_id: {VID}\nfixes:\n  - op: set_box\n    instance: 1\n    boxes:\n"
-              "      - {time: 1.0, box: [100, 100, 120, 140]}\n      - {time: 2.0, box: [100, 100, 120, 140]}\n")
+    d = apply(
+        f"video_id: {VID}\nfixes:\n  - op: set_box\n    instance: 1\n    boxes:\n"
+        "      - {time: 1.0, box: [100, 100, 120, 140]}\n      - {time: 2.0, box: [100, 100, 120, 140]}\n"
+    )
     got = boxes_of(d, 1)
     assert got[1.0] == got[1.5] == got[2.0] == (100, 100, 120, 140) and got[0.5] == (1.0, 2.0, 30.0, 40.0)
     d = apply(f"video_id: {VID}\nfixes:\n  - op: split_at\n    instance: 3\n    time: 36.0\n")
@@ -235,26 +355,40 @@ def test_review_pair_merges_or_keeps_apart_and_members_follow():
 
 
 def test_the_vocabulary_renames_before_the_video_fixes_and_is_recorded():
-    vocab = fx.parse_vocabulary_text("vocabulary:\n  - op: synonyms\n    concept: sofa\n    synonyms: [couch, settee]\n"
-                                     "  - op: rename_concept\n    from: lamp\n    to: light\n", "fixes/vocabulary.yaml")
-    fs = fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: sofa\n    to: divan\n",
-                           f"fixes/{VID}.yaml", VID)
+    vocab = fx.parse_vocabulary_text(
+        "vocabulary:\n  - op: synonyms\n    concept: sofa\n    synonyms: [couch, settee]\n"
+        "  - op: rename_concept\n    from: lamp\n    to: light\n",
+        "fixes/vocabulary.yaml",
+    )
+    fs = fx.parse_fix_text(
+        f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: sofa\n    to: divan\n", f"fixes/{VID}.yaml", VID
+    )
     o, m, mo, s = auto()
     d = meta.apply_fixes(fs, inputs(o, m, mo, s, meta.MetadataParams()), vocabulary=vocab)
     assert by_id(d)[3]["concept"] == "divan"
-    assert [(a["file"], a["line"], a["op"]) for a in d.applied] == [("fixes/vocabulary.yaml", 2, "synonyms"),
-                                                                    (f"fixes/{VID}.yaml", 3, "rename_concept")]
+    assert [(a["file"], a["line"], a["op"]) for a in d.applied] == [
+        ("fixes/vocabulary.yaml", 2, "synonyms"),
+        (f"fixes/{VID}.yaml", 3, "rename_concept"),
+    ]
     with pytest.raises(fx.FixError, match="no instance has concept 'couch'"):  # the video's fixes see the new names
-        meta.apply_fixes(fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: couch\n"
-                                           "    to: x\n", "f.yaml", VID), inputs(o, m, mo, s, meta.MetadataParams()), vocab)
+        meta.apply_fixes(
+            fx.parse_fix_text(
+                f"video_id: {VID}\nfixes:\n  - op: rename_concept\n    from: couch\n    to: x\n", "f.yaml", VID
+            ),
+            inputs(o, m, mo, s, meta.MetadataParams()),
+            vocab,
+        )
 
 
-@pytest.mark.parametrize("text, line, field", [
-    ("vocabulary:\n  - op: rename_concept\n    from: a\n    to: b\n    instances: [1]\n", 5, "instances"),
-    ("vocabulary:\n  - op: merge\n    instances: [1, 2]\n", 2, "op"),
-    ("vocabulary:\n  - op: synonyms\n    concept: sofa\n    synonyms: [sofa]\n", 4, "synonyms"),
-    ("fixes: []\n", 1, "fixes"),
-])
+@pytest.mark.parametrize(
+    "text, line, field",
+    [
+        ("vocabulary:\n  - op: rename_concept\n    from: a\n    to: b\n    instances: [1]\n", 5, "instances"),
+        ("vocabulary:\n  - op: merge\n    instances: [1, 2]\n", 2, "op"),
+        ("vocabulary:\n  - op: synonyms\n    concept: sofa\n    synonyms: [sofa]\n", 4, "synonyms"),
+        ("fixes: []\n", 1, "fixes"),
+    ],
+)
 def test_a_bad_vocabulary_names_line_and_field(text, line, field):
     with pytest.raises(fx.FixError) as e:
         fx.parse_vocabulary_text(text, "fixes/vocabulary.yaml")
@@ -262,9 +396,14 @@ def test_a_bad_vocabulary_names_line_and_field(text, line, field):
 
 
 def test_who_and_when_are_kept_and_checked():
-    fs = fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n    by: ana\n"
-                           "    at: 2026-12-05T10:00:00Z\n", "f.yaml", VID)
+    fs = fx.parse_fix_text(
+        f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n    by: ana\n"
+        "    at: 2026-12-05T10:00:00Z\n",
+        "f.yaml",
+        VID,
+    )
     assert (fs.fixes[0].op.by, fs.fixes[0].op.at) == ("ana", "2026-12-05T10:00:00Z")
     with pytest.raises(fx.FixError, match="field 'at'"):
-        fx.parse_fix_text(f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n    at: yesterday\n",
-                          "f.yaml", VID)
+        fx.parse_fix_text(
+            f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n    at: yesterday\n", "f.yaml", VID
+        )

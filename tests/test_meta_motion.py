@@ -19,8 +19,16 @@ def track(path, view_yaw=0.0):
     R = np.array([CV @ geometry.rotation_yaw_pitch(yaw + view_yaw, 0.0).T for _, _, yaw in path])
     C = np.array([[x, y, 1.6] for x, y, _ in path])
     n = len(path)
-    return po.Track(np.arange(n), np.arange(n) * 0.5, np.arange(n) * 4, 8.0, R, C, np.repeat(np.eye(3)[None], n, 0),
-                    np.ones(n, bool))
+    return po.Track(
+        np.arange(n),
+        np.arange(n) * 0.5,
+        np.arange(n) * 4,
+        8.0,
+        R,
+        C,
+        np.repeat(np.eye(3)[None], n, 0),
+        np.ones(n, bool),
+    )
 
 
 def walk():

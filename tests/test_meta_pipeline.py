@@ -78,8 +78,9 @@ def built(tmp_path_factory):
     (root / "data" / "proposals").mkdir(parents=True)
     # an MLLM's proposals for one view: "couch" is a synonym of the human seed "sofa"
     (root / "data" / "proposals" / f"{SID}_front.txt").write_text("couch\nbench\n")
-    config = MetaConfig(sample=SampleParams(source_id=SID, width=640, fps=2.0, truth_view_width=320,
-                                            truth_view_height=180))
+    config = MetaConfig(
+        sample=SampleParams(source_id=SID, width=640, fps=2.0, truth_view_width=320, truth_view_height=180)
+    )
     plan = run(store, config)
     failed = {k: o.error for k, o in outcomes(plan).items() if o.state == "failed"}
     assert not failed, failed
@@ -109,7 +110,8 @@ def test_the_frequency_filter_and_the_revisit(built):
         assert stats[absent]["reason"] == "dropped: never detected"
         # the plaza is seen at the start and again at the end: an object of it in the first clip and the last
         seen = {r["instance_id"] for r in vis if r["view"] == view and r["time"] < 30} & {
-            r["instance_id"] for r in vis if r["view"] == view and r["time"] >= 90}
+            r["instance_id"] for r in vis if r["view"] == view and r["time"] >= 90
+        }
         assert seen & set().union(*truth.values()), view
 
 
@@ -136,8 +138,11 @@ def test_counts_per_category_equal_the_truth_across_the_revisit(built):
         for r in table(store, plan, "metadata", vid, "instances.parquet"):
             got[r["concept"]] = got.get(r["concept"], 0) + 1
         ref = UnitRef("metadata", vid, plan.outcomes["metadata"][vid].key)
-        pending = ({r["concept"] for r in store.read_table(ref, "review_pending.parquet").to_pylist()}
-                   if store.has_file(ref, "review_pending.parquet") else set())
+        pending = (
+            {r["concept"] for r in store.read_table(ref, "review_pending.parquet").to_pylist()}
+            if store.has_file(ref, "review_pending.parquet")
+            else set()
+        )
         assert set(got) == set(truth), view
         silent += [(view, c, got[c], len(v)) for c, v in truth.items() if c not in pending and got[c] != len(v)]
         _, reviewed = reviewed_voc(read, SID, view, config, truth_tables)
@@ -147,8 +152,10 @@ def test_counts_per_category_equal_the_truth_across_the_revisit(built):
         clips_of: dict[int, set[int]] = {}
         for m in table(store, plan, "reconcile", vid, "members.parquet"):
             clips_of.setdefault(m["instance_id"], set()).add(m["clip_index"])
-        asked = any(d["review"] and {d["clip_a"], d["clip_b"]} == {0, 3}
-                    for d in table(store, plan, "reconcile", vid, "merge_decisions.parquet"))
+        asked = any(
+            d["review"] and {d["clip_a"], d["clip_b"]} == {0, 3}
+            for d in table(store, plan, "reconcile", vid, "merge_decisions.parquet")
+        )
         assert any(0 in c and 3 in c for c in clips_of.values()) or asked, view
     assert len(silent) <= 1, silent
     assert all(0 < got - want <= 3 for _, _, got, want in off) and len(off) <= 2, off
@@ -184,7 +191,8 @@ def test_fix_file_changes_metadata_and_recomputes_only_that_video(built, tmp_pat
         f"video_id: {vid}\nfixes:\n"
         f"  - op: merge\n    instances: [{benches[0]}, {benches[1]}]\n"
         f"  - op: rename_concept\n    from: traffic cone\n    to: cone\n"
-        f"  - op: motion\n    clip: 1\n    state: none\n")
+        f"  - op: motion\n    clip: 1\n    state: none\n"
+    )
     before = table(store, plan, "metadata", vid, "instances.parquet")
     plan2 = run(store, config)
     out = outcomes(plan2)
@@ -213,4 +221,6 @@ def test_fix_file_changes_metadata_and_recomputes_only_that_video(built, tmp_pat
     assert f"fixes/{vid}.yaml:4: field 'instances': no instance 999" in o.error
     assert all(x.state == "cached" for k, x in outcomes(plan3).items() if k != ("metadata", vid))
     assert store.is_complete(UnitRef("metadata", vid, good.key))
-    assert pq.read_table(store.unit_dir(UnitRef("metadata", vid, good.key)) + "/instances.parquet").num_rows == len(after)
+    assert pq.read_table(store.unit_dir(UnitRef("metadata", vid, good.key)) + "/instances.parquet").num_rows == len(
+        after
+    )

@@ -46,8 +46,16 @@ def truth_angles(path, view_yaw: float, dt: float = 0.5):
 def test_views_are_the_source_turned_by_their_yaw():
     path = [(0.0, 0.0, 30.0), (0.3, 0.4, 30.0), (0.7, 0.7, 35.0), (1.2, 0.9, 40.0)]
     E = truth_extrinsics(path, 0.0)
-    src = po.Track(np.arange(4), np.arange(4) * 0.5, np.arange(4) * 4, 8.0, E[:, :, :3],
-                   -np.einsum("nji,nj->ni", E[:, :, :3], E[:, :, 3]), np.repeat(np.eye(3)[None], 4, 0), np.ones(4, bool))
+    src = po.Track(
+        np.arange(4),
+        np.arange(4) * 0.5,
+        np.arange(4) * 4,
+        8.0,
+        E[:, :, :3],
+        -np.einsum("nji,nj->ni", E[:, :, :3], E[:, :, 3]),
+        np.repeat(np.eye(3)[None], 4, 0),
+        np.ones(4, bool),
+    )
     for view, yaw in VIEWS.items():
         derived = po.derive_view(src, yaw)
         want = truth_extrinsics(path, yaw)
@@ -57,7 +65,8 @@ def test_views_are_the_source_turned_by_their_yaw():
         assert np.allclose(po.wrap(a - ta), 0.0, atol=1e-6), view
     # the right view sees forward motion going to its left
     assert po.motion_vectors(po.derive_view(src, 90.0))[0][1] == pytest.approx(
-        po.wrap(po.motion_vectors(src)[0][1] - 90.0))
+        po.wrap(po.motion_vectors(src)[0][1] - 90.0)
+    )
 
 
 class ExactPoses:
@@ -115,8 +124,12 @@ def rendered():
 def test_twoview_motion_directions_and_scale(rendered):
     path, frames = rendered
     est = base.create("pose_estimator", "twoview", hfov_deg=90.0, camera_height=1.6)
-    tracks = {v: po.estimate_chunked(est, iter([(k, k * 0.5, 4 * k, f) for k, f in enumerate(frames[v])]),
-                                     f"sample-x_{v}", 8.0, chunk=30) for v in VIEWS}
+    tracks = {
+        v: po.estimate_chunked(
+            est, iter([(k, k * 0.5, 4 * k, f) for k, f in enumerate(frames[v])]), f"sample-x_{v}", 8.0, chunk=30
+        )
+        for v in VIEWS
+    }
     fused = po.fuse_views(tracks, VIEWS)
     for v, yaw in VIEWS.items():
         ta, moving = truth_angles(path, yaw)
@@ -146,8 +159,10 @@ def test_a_step_twoview_missed_does_not_lose_the_next_one(rendered):
 
     def track(view, blanked):
         est = base.create("pose_estimator", "twoview", hfov_deg=90.0, camera_height=1.6)
-        items = [(k, k * 0.5, 4 * k, np.full_like(frames[view][k], 128) if blanked and k == blank else frames[view][k])
-                 for k in span]
+        items = [
+            (k, k * 0.5, 4 * k, np.full_like(frames[view][k], 128) if blanked and k == blank else frames[view][k])
+            for k in span
+        ]
         return po.estimate_chunked(est, iter(items), f"sample-x_{view}", 8.0, chunk=64)
 
     clean = {v: track(v, False) for v in VIEWS}
@@ -270,11 +285,23 @@ def test_fused_rotation_is_not_pulled_by_one_failed_view():
         for k in range(1, len(path)):
             step = R_true[k] @ R_true[k - 1].T
             if k % 4 == i:
-                err = geometry.rotation_yaw_pitch(5.0, 0.0, 0.0) if k % 8 < 4 else geometry.rotation_yaw_pitch(0.0, 5.0, 0.0)
+                err = (
+                    geometry.rotation_yaw_pitch(5.0, 0.0, 0.0)
+                    if k % 8 < 4
+                    else geometry.rotation_yaw_pitch(0.0, 5.0, 0.0)
+                )
                 step = (CV @ err @ CV.T) @ step
             R[k] = step @ R[k - 1]
-        tracks[view] = po.Track(np.arange(len(path)), np.arange(len(path)) * 0.5, np.arange(len(path)) * 4, 8.0, R, C,
-                                np.repeat(np.eye(3)[None], len(path), 0), np.ones(len(path), bool))
+        tracks[view] = po.Track(
+            np.arange(len(path)),
+            np.arange(len(path)) * 0.5,
+            np.arange(len(path)) * 4,
+            8.0,
+            R,
+            C,
+            np.repeat(np.eye(3)[None], len(path), 0),
+            np.ones(len(path), bool),
+        )
     fused = po.fuse_views(tracks, VIEWS)
     truth = truth_extrinsics(path, 0.0)[:, :, :3]
     # compare the rig's rotation relative to its first pose with the truth's
@@ -327,7 +354,9 @@ def test_the_rig_solves_a_steps_direction_and_rotation_from_all_its_views(direct
     tol = 2.0 / 320.0
     got = po.rig_translation(pairs, dR, tol)
     assert math.degrees(math.acos(np.clip(got @ (c / 0.6), -1, 1))) < 1.0
-    off = po.yaw_matrix(3.0) @ np.array([[1, 0, 0], [0, math.cos(0.005), -math.sin(0.005)], [0, math.sin(0.005), math.cos(0.005)]])
+    off = po.yaw_matrix(3.0) @ np.array(
+        [[1, 0, 0], [0, math.cos(0.005), -math.sin(0.005)], [0, math.sin(0.005), math.cos(0.005)]]
+    )
     R2, c2 = po.rig_motion(pairs, off, tol)
     err = math.degrees(math.acos(np.clip((np.trace(R2.T @ dR) - 1) / 2, -1, 1)))
     assert err < 0.1
@@ -363,8 +392,17 @@ def test_a_views_standing_still_in_rounding_is_no_measured_length():
     tracks = {}
     for view, centres in (("front", front_C), ("back", C)):
         R = np.repeat(po.yaw_matrix(VIEWS[view]).T[None], n, 0)
-        tracks[view] = po.Track(np.arange(n), np.arange(n) * 0.5, np.arange(n) * 4, 8.0, R, centres,
-                                np.repeat(np.eye(3)[None], n, 0), np.ones(n, bool), metric=np.ones(n, bool))
+        tracks[view] = po.Track(
+            np.arange(n),
+            np.arange(n) * 0.5,
+            np.arange(n) * 4,
+            8.0,
+            R,
+            centres,
+            np.repeat(np.eye(3)[None], n, 0),
+            np.ones(n, bool),
+            metric=np.ones(n, bool),
+        )
     fused = po.fuse_views(tracks, {v: VIEWS[v] for v in tracks})
     assert np.linalg.norm(fused.C[3] - fused.C[2]) == pytest.approx(0.6, rel=1e-6)
     assert np.linalg.norm(np.diff(fused.C, axis=0), axis=1) == pytest.approx([0.6] * (n - 1), rel=1e-6)

@@ -35,8 +35,12 @@ def test_rle_round_trip_through_pycocotools():
 def test_clip_spans_cover_every_sample_once():
     spans = seg.clip_spans(125.0, 30.0)
     assert [(c.index, c.start, c.end, c.first_sample, c.n_samples) for c in spans] == [
-        (0, 0.0, 30.0, 0, 60), (1, 30.0, 60.0, 60, 60), (2, 60.0, 90.0, 120, 60), (3, 90.0, 120.0, 180, 60),
-        (4, 120.0, 125.0, 240, 10)]
+        (0, 0.0, 30.0, 0, 60),
+        (1, 30.0, 60.0, 60, 60),
+        (2, 60.0, 90.0, 120, 60),
+        (3, 90.0, 120.0, 180, 60),
+        (4, 120.0, 125.0, 240, 10),
+    ]
     assert seg.n_samples(125.0) == 250 == sum(c.n_samples for c in spans)
     assert len(seg.clip_spans(3600.0, 300.0)) == 12
     assert seg.clip_spans(0.0, 30.0) == []
@@ -48,17 +52,25 @@ def test_clip_tables_from_segmenter_records():
     batch = FrameBatch("sample-x_front", [img, img], [10.0, 10.5], [80, 84], [20, 21], 8.0)
     m = np.zeros((40, 60), bool)
     m[5:15, 10:30] = True
-    recs = [SegmentRecord(0, "cup", 7, (10, 5, 30, 15), 0.9, m), SegmentRecord(1, "cup", 7, (10, 5, 30, 15), 0.8, m),
-            SegmentRecord(1, "cup", 8, (0, 0, 1, 1), 0.1, m)]  # below min_score: dropped
+    recs = [
+        SegmentRecord(0, "cup", 7, (10, 5, 30, 15), 0.9, m),
+        SegmentRecord(1, "cup", 7, (10, 5, 30, 15), 0.8, m),
+        SegmentRecord(1, "cup", 8, (0, 0, 1, 1), 0.1, m),
+    ]  # below min_score: dropped
     segs, insts = seg.clip_tables("sample-x_front", 3, batch, recs, "test", seg.SegmentParams(min_score=0.3))
     assert len(segs) == 2 and len(insts) == 1
     s = segs[0]
     assert (s["x0"], s["y0"], s["x1"], s["y1"], s["area"]) == (10.0, 5.0, 30.0, 15.0, 200)
     assert np.array_equal(seg.decode_rle(s["mask_rle"], 40, 60), m)
     i = insts[0]
-    assert (i["clip_index"], i["local_id"], i["first_time"], i["last_time"], i["n_observations"]) == (3, 7, 10.0, 10.5, 2)
+    assert (i["clip_index"], i["local_id"], i["first_time"], i["last_time"], i["n_observations"]) == (
+        3,
+        7,
+        10.0,
+        10.5,
+        2,
+    )
     assert seg.bhattacharyya(i["appearance"], i["appearance"]) == pytest.approx(1.0)
-
 
 
 def test_sam3_reads_the_clip_folder_when_the_frames_are_its_files(tmp_path):
@@ -98,8 +110,9 @@ def _level_camera(height: float = 1.6, focal: float = 320.0) -> po.Track:
     """One level camera at the origin looking along world +y (camera x: right, y: down = world -z)."""
     R = np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]])
     K = np.array([[[focal, 0.0, W / 2], [0.0, focal, H / 2], [0.0, 0.0, 1.0]]])
-    return po.Track(np.array([10]), np.array([5.0]), np.array([40]), 8.0, R, np.array([[0.0, 0.0, height]]), K,
-                    np.array([True]))
+    return po.Track(
+        np.array([10]), np.array([5.0]), np.array([40]), 8.0, R, np.array([[0.0, 0.0, height]]), K, np.array([True])
+    )
 
 
 def _ground_row(distance: float, height: float = 1.6, focal: float = 320.0) -> float:
@@ -111,8 +124,16 @@ def _still_camera(samples: Sequence[int], height: float = 1.6, focal: float = 32
     """``_level_camera`` standing still over several samples."""
     one = _level_camera(height, focal)
     n = len(samples)
-    return po.Track(np.array(samples), np.array(samples) * 0.5, np.array(samples) * 4, 8.0, np.repeat(one.R, n, 0),
-                    np.repeat(one.C, n, 0), np.repeat(one.K, n, 0), np.ones(n, bool))
+    return po.Track(
+        np.array(samples),
+        np.array(samples) * 0.5,
+        np.array(samples) * 4,
+        8.0,
+        np.repeat(one.R, n, 0),
+        np.repeat(one.C, n, 0),
+        np.repeat(one.K, n, 0),
+        np.ones(n, bool),
+    )
 
 
 def test_the_metadata_positions_leave_out_hidden_feet_as_reconciliation_does():
@@ -125,13 +146,26 @@ def test_the_metadata_positions_leave_out_hidden_feet_as_reconciliation_does():
     ten, eight, ball_foot = _ground_row(10.0), _ground_row(8.0), _ground_row(5.0)
 
     def row(k, box):
-        return {"time": k * 0.5, "frame": 4 * k, "fps": 8.0, "area": 200, "x0": box[0], "y0": box[1], "x1": box[2],
-                "y1": box[3]}
+        return {
+            "time": k * 0.5,
+            "frame": 4 * k,
+            "fps": 8.0,
+            "area": 200,
+            "x0": box[0],
+            "y0": box[1],
+            "x1": box[2],
+            "y1": box[3],
+        }
 
-    hydrant = md.Inst(1, "fire hydrant", {k: row(k, (W / 2 - 6, v - 20, W / 2 + 6, v))
-                                          for k, v in ((10, eight), (11, eight), (12, ten))})
+    hydrant = md.Inst(
+        1,
+        "fire hydrant",
+        {k: row(k, (W / 2 - 6, v - 20, W / 2 + 6, v)) for k, v in ((10, eight), (11, eight), (12, ten))},
+    )
     ball = md.Inst(2, "beach ball", {k: row(k, (W / 2 - 14, eight, W / 2 + 14, ball_foot)) for k in (10, 11)})
-    rows = {r["instance_id"]: r for r in md.instance_rows("sample-x_left", [hydrant, ball], 8.0, md.MetadataParams(),
-                                                          camera, 1.6, (W, H))}
+    rows = {
+        r["instance_id"]: r
+        for r in md.instance_rows("sample-x_left", [hydrant, ball], 8.0, md.MetadataParams(), camera, 1.6, (W, H))
+    }
     assert rows[1]["y"] == pytest.approx(10.0, abs=1e-6) and rows[1]["x"] == pytest.approx(0.0, abs=1e-6)
     assert rows[2]["y"] == pytest.approx(5.0, abs=1e-6)

@@ -23,7 +23,7 @@ def _records(n_tracks: int = 6, n_positions: int = 60) -> list[SegmentRecord]:
             x0, y0 = 10 + 40 * t + pos * 0.2, 60.0
             box = (x0, y0, x0 + 20, y0 + 40)
             mask = np.zeros((H, W), bool)
-            mask[int(y0):int(y0) + 40, int(x0):int(x0) + 20] = True
+            mask[int(y0) : int(y0) + 40, int(x0) : int(x0) + 20] = True
             out.append(SegmentRecord(pos, "bin" if t % 2 else "cone", t, box, 1.0, mask))
     return out
 
@@ -33,8 +33,9 @@ def test_none_changes_nothing_and_a_level_is_deterministic():
     assert me.perturb_segments(recs, "none", me.rng_for(1, "v", 0), (W, H), 0.5, ["bin", "cone"]) == recs
     a = me.perturb_segments(recs, "severe", me.rng_for(1, "v", 0), (W, H), 0.5, ["bin", "cone"])
     b = me.perturb_segments(recs, "severe", me.rng_for(1, "v", 0), (W, H), 0.5, ["bin", "cone"])
-    assert [(r.frame_pos, r.local_id, r.concept, r.box) for r in a] == [(r.frame_pos, r.local_id, r.concept, r.box)
-                                                                        for r in b]
+    assert [(r.frame_pos, r.local_id, r.concept, r.box) for r in a] == [
+        (r.frame_pos, r.local_id, r.concept, r.box) for r in b
+    ]
     c = me.perturb_segments(recs, "severe", me.rng_for(2, "v", 0), (W, H), 0.5, ["bin", "cone"])
     assert [r.box for r in a] != [r.box for r in c]
 
@@ -62,13 +63,15 @@ def test_severe_segmenter_errors_break_miss_add_shrink_and_confuse():
 def test_a_switch_swaps_two_look_alikes_ids_and_fragmentation_splits_a_track():
     # two tracks of two concepts: no switch between them, each output id keeps one concept (a
     # confusion renames a whole track)
-    out = me.perturb_segments(_records(n_tracks=2, n_positions=400), "severe", me.rng_for(5, "v", 0), (W, H), 0.5,
-                              ["bin", "cone"])
+    out = me.perturb_segments(
+        _records(n_tracks=2, n_positions=400), "severe", me.rng_for(5, "v", 0), (W, H), 0.5, ["bin", "cone"]
+    )
     for i in {r.local_id for r in out}:
         assert len({r.concept for r in out if r.local_id == i}) == 1
     # two look-alikes seen together for 200 s: at 2 switches a minute, one id holds both objects' boxes
-    same = [SegmentRecord(r.frame_pos, "bin", r.local_id, r.box, 1.0, r.mask)
-            for r in _records(n_tracks=2, n_positions=400)]
+    same = [
+        SegmentRecord(r.frame_pos, "bin", r.local_id, r.box, 1.0, r.mask) for r in _records(n_tracks=2, n_positions=400)
+    ]
     out = me.perturb_segments(same, "severe", me.rng_for(6, "v", 0), (W, H), 0.5, ["bin"])
     xs_by_id: dict[int, list[float]] = {}
     for r in out:

@@ -20,9 +20,20 @@ class Opened(Exception):
 
 def test_each_view_feed_decodes_and_is_named_for_its_own_view(monkeypatch) -> None:
     views = ["front", "right", "back", "left"]
-    table = pa.Table.from_pylist([
-        {"view": v, "video_id": f"src_{v}", "yaw_deg": 90.0 * i, "hfov_deg": 90.0, "fps": 30.0, "width": 64,
-         "path": f"src/{v}.mp4"} for i, v in enumerate(views)])
+    table = pa.Table.from_pylist(
+        [
+            {
+                "view": v,
+                "video_id": f"src_{v}",
+                "yaw_deg": 90.0 * i,
+                "hfov_deg": 90.0,
+                "fps": 30.0,
+                "width": 64,
+                "path": f"src/{v}.mp4",
+            }
+            for i, v in enumerate(views)
+        ]
+    )
     opened: list[tuple[str, str]] = []
     monkeypatch.setattr(tm, "sampled_frames", lambda path, fps, max_width=None: iter([str(path)]))
     monkeypatch.setattr(tm, "prefetched", lambda items, depth, name: opened.append((next(items), name)) or iter(()))
@@ -33,9 +44,11 @@ def test_each_view_feed_decodes_and_is_named_for_its_own_view(monkeypatch) -> No
         raise Opened
 
     monkeypatch.setattr(po, "estimate_source", estimate_source)
-    job = SimpleNamespace(config=SimpleNamespace(pose=po.PoseParams()),
-                          read=lambda stage, name: table if (stage, name) == ("project", VIEWS_FILE) else None,
-                          file=lambda stage, path: f"/root/{stage}/{path}")
+    job = SimpleNamespace(
+        config=SimpleNamespace(pose=po.PoseParams()),
+        read=lambda stage, name: table if (stage, name) == ("project", VIEWS_FILE) else None,
+        file=lambda stage, path: f"/root/{stage}/{path}",
+    )
     with pytest.raises(Opened):
         tm.run_pose(job)
     wanted = [v for v in po.PoseParams().views if v in views]

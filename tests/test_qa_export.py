@@ -31,8 +31,14 @@ def all_questions(n_worlds: int, params: QAParams = PARAMS):
         w = make_world(100 + s)
         for row in views_table(w).to_pylist():
             v = VideoInfo.from_row(row)
-            res = plan_video(v, instances_table(w, v.view), motion_table(w, v.view, params.clip_seconds),
-                             poses_table(w, v.view), params, Provenance(params.seed, "fp", "test"))
+            res = plan_video(
+                v,
+                instances_table(w, v.view),
+                motion_table(w, v.view, params.clip_seconds),
+                poses_table(w, v.view),
+                params,
+                Provenance(params.seed, "fp", "test"),
+            )
             tables.append(questions_table(res.questions))
     return pa.concat_tables(tables)
 
@@ -111,8 +117,16 @@ def test_no_duplicates(export):
     ids = [r["doc_id"] for r in export.rows]
     assert len(ids) == len(set(ids))
     release = export.split_rows("release")
-    keys = [(r["video_name"], r["question"], json.dumps(r["frame_indices"]), json.dumps(sorted(o[3:] for o in r["options"] or [])),
-             r["answer_text"]) for r in release]
+    keys = [
+        (
+            r["video_name"],
+            r["question"],
+            json.dumps(r["frame_indices"]),
+            json.dumps(sorted(o[3:] for o in r["options"] or [])),
+            r["answer_text"],
+        )
+        for r in release
+    ]
     assert len(keys) == len(set(keys))
 
 
@@ -137,10 +151,19 @@ def test_duplicate_questions_are_dropped(questions):
 def test_same_inputs_same_bytes(tmp_path, questions):
     a = write(tmp_path / "a", ex.assemble(all_questions(3), PARAMS))
     b = write(tmp_path / "b", ex.assemble(all_questions(3), PARAMS))
-    for rel in ("vsi_super_wild_qa.jsonl", "qa.parquet", "splits/vpo_unrotated/vsi_super_wild_qa.jsonl",
-                "splits/voc_repeat/vsi_super_wild_qa.jsonl", "splits/voc_stream.parquet", "counts.json"):
+    for rel in (
+        "vsi_super_wild_qa.jsonl",
+        "qa.parquet",
+        "splits/vpo_unrotated/vsi_super_wild_qa.jsonl",
+        "splits/voc_repeat/vsi_super_wild_qa.jsonl",
+        "splits/voc_stream.parquet",
+        "counts.json",
+    ):
         assert (a / rel).read_bytes() == (b / rel).read_bytes(), rel
-    c = write(tmp_path / "c", ex.assemble(all_questions(3, PARAMS.model_copy(update={"seed": 9})), PARAMS.model_copy(update={"seed": 9})))
+    c = write(
+        tmp_path / "c",
+        ex.assemble(all_questions(3, PARAMS.model_copy(update={"seed": 9})), PARAMS.model_copy(update={"seed": 9})),
+    )
     assert (a / "vsi_super_wild_qa.jsonl").read_bytes() != (c / "vsi_super_wild_qa.jsonl").read_bytes()
 
 
@@ -160,20 +183,27 @@ def _shape(row: dict) -> dict:
         "types": {k: type(v).__name__ for k, v in row.items()},
         "frame_indices": None if fi is None else (len(fi), all(type(x) is int for x in fi)),
         "options": None if opts is None else (len(opts), all(re.fullmatch(r"[ABCD]\) .+", o) for o in opts)),
-        "answer": "int" if re.fullmatch(r"\d+", row["answer"]) else ("letter" if re.fullmatch(r"[ABCD]", row["answer"]) else "?"),
+        "answer": "int"
+        if re.fullmatch(r"\d+", row["answer"])
+        else ("letter" if re.fullmatch(r"[ABCD]", row["answer"]) else "?"),
     }
 
 
 def test_release_file_has_the_public_shape(tmp_path, export, reference):
     ref_rows = [json.loads(line) for line in reference]
     # the public file's own conventions, measured (so this test notices if the reference differs)
-    assert all(json.dumps(r, ensure_ascii=False, separators=(",", ":")) == line for r, line in zip(ref_rows, reference, strict=True))
+    assert all(
+        json.dumps(r, ensure_ascii=False, separators=(",", ":")) == line
+        for r, line in zip(ref_rows, reference, strict=True)
+    )
     ref_shapes = {}
     for r in ref_rows:
         ref_shapes.setdefault(r["task_type"], []).append(_shape(r))
     ref_questions = {t: {r["question"] for r in ref_rows if r["task_type"] == t} for t in ("VMR", "VPO", "VOO")}
-    voc_template = re.compile(r"\[Fill-in-the-Blank\] Throughout this video, count the total number of (.+)\(s\) you observe\. "
-                              r"Report the total count as a single integer\.")
+    voc_template = re.compile(
+        r"\[Fill-in-the-Blank\] Throughout this video, count the total number of (.+)\(s\) you observe\. "
+        r"Report the total count as a single integer\."
+    )
     assert all(voc_template.fullmatch(r["question"]) for r in ref_rows if r["task_type"] == "VOC")
 
     out = write(tmp_path, export)
@@ -190,8 +220,10 @@ def test_release_file_has_the_public_shape(tmp_path, export, reference):
         assert list(row) == list(ref_rows[0])  # exactly the seven keys, in the release's order
         s = _shape(row)
         assert s in ref_shapes[task], (task, s)
-        assert re.fullmatch(r"[A-Za-z0-9_-]{11}_(front|back|left|right)\.mp4|sample-[a-z0-9-]+_(front|back|left|right)\.mp4",
-                            row["video_name"])
+        assert re.fullmatch(
+            r"[A-Za-z0-9_-]{11}_(front|back|left|right)\.mp4|sample-[a-z0-9-]+_(front|back|left|right)\.mp4",
+            row["video_name"],
+        )
         if task == "VOC":
             assert voc_template.fullmatch(row["question"])
         else:
@@ -224,7 +256,9 @@ def test_voc_repeat_keeps_the_totals(export):
         assert r["video_name"] == base["video_name"][:-4] + f"_repeat{r['repeat']}.mp4"
         assert r["duration_s"] == pytest.approx(r["repeat"] * base["duration_s"])
         assert r["query_times"] == [pytest.approx(r["repeat"] * base["duration_s"])]
-    assert {(s, k) for s, _, k in export.repeats} == {(b["video_name"], k) for b in totals.values() for k in PARAMS.repeat_times}
+    assert {(s, k) for s, _, k in export.repeats} == {
+        (b["video_name"], k) for b in totals.values() for k in PARAMS.repeat_times
+    }
 
 
 def test_vpo_control_pairs_with_its_rotated_twin(export):
@@ -253,11 +287,21 @@ def test_rich_parquet_loads_with_pyarrow_and_datasets(tmp_path, export):
     t = pq.read_table(out / "qa.parquet")
     assert t.num_rows == len(export.rows)
     assert t.column_names[:7] == list(ex.RELEASE_KEYS)
-    for col in ("query_times", "answers", "evidence", "image_paths", "seed", "metadata_fingerprint", "pipeline_version"):
+    for col in (
+        "query_times",
+        "answers",
+        "evidence",
+        "image_paths",
+        "seed",
+        "metadata_fingerprint",
+        "pipeline_version",
+    ):
         assert col in t.column_names
     import datasets  # the dev extra installs it: a missing install fails here, not skips
-    ds = datasets.load_dataset("parquet", data_files={"test": str(out / "qa.parquet")}, split="test",
-                               cache_dir=str(tmp_path / "hf"))
+
+    ds = datasets.load_dataset(
+        "parquet", data_files={"test": str(out / "qa.parquet")}, split="test", cache_dir=str(tmp_path / "hf")
+    )
     assert len(ds) == len(export.rows)
     row = ds[0]
     assert row["doc_id"] == export.rows[0]["doc_id"]

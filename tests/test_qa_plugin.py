@@ -33,11 +33,22 @@ def kinds_questions(inputs: VideoInputs, params: QAParams, prov: Provenance) -> 
     video = inputs.video
     concepts = sorted({r["concept"] for r in inputs.instances.to_pylist() if r["video_id"] == video.video_id})
     if not concepts:
-        return TaskQuestions([], [{"video_id": video.video_id, "task_type": "KND", "item": "all", "reason": "no objects"}])
-    q = Question(**base_fields(video, prov), task_type="KND", subtype="total", split="release", index=0, item="all",
-                 question="[Fill-in-the-Blank] How many kinds of object appear in this video?",
-                 query_times=[video.duration_s], answers=[str(len(concepts))],
-                 evidence=[[interval(0.0, video.duration_s)]], concepts=concepts)
+        return TaskQuestions(
+            [], [{"video_id": video.video_id, "task_type": "KND", "item": "all", "reason": "no objects"}]
+        )
+    q = Question(
+        **base_fields(video, prov),
+        task_type="KND",
+        subtype="total",
+        split="release",
+        index=0,
+        item="all",
+        question="[Fill-in-the-Blank] How many kinds of object appear in this video?",
+        query_times=[video.duration_s],
+        answers=[str(len(concepts))],
+        evidence=[[interval(0.0, video.duration_s)]],
+        concepts=concepts,
+    )
     return TaskQuestions([q], [])
 
 
@@ -46,9 +57,15 @@ def kinds_report(entry) -> list[str]:
 
 
 KINDS = QATask(
-    name="KND", order=4, release_rank=4, kind=NUMBER, metric=ev.MRA, questions=kinds_questions,
+    name="KND",
+    order=4,
+    release_rank=4,
+    kind=NUMBER,
+    metric=ev.MRA,
+    questions=kinds_questions,
     export_columns=copied("concepts"),
-    summarise=lambda rows: {"most_kinds": max(int(r["answer"]) for r in rows)}, report_section=kinds_report,
+    summarise=lambda rows: {"most_kinds": max(int(r["answer"]) for r in rows)},
+    report_section=kinds_report,
 )
 
 
@@ -90,7 +107,9 @@ def test_a_registered_task_is_built_exported_evaluated_and_reported(kinds, tmp_p
     # evaluated with its metric (MRA): exact counts on half of its rows, twice the count on the rest
     release_rows = export.split_rows("release")
     mine = sorted((r for r in release_rows if r["task_type"] == "KND"), key=lambda r: r["doc_id"])
-    preds = {r["doc_id"]: (f"I see {r['answer']}" if i % 2 == 0 else str(2 * int(r["answer"]))) for i, r in enumerate(mine)}
+    preds = {
+        r["doc_id"]: (f"I see {r['answer']}" if i % 2 == 0 else str(2 * int(r["answer"]))) for i, r in enumerate(mine)
+    }
     scores = ev.evaluate(release_rows, preds)
     assert scores["KND"] == {"score": 0.5, "n": 8}
     assert ev.score(mine[0], mine[0]["answer"]) == 1.0
@@ -110,8 +129,17 @@ def test_registration_refuses_a_clash(kinds):
     with pytest.raises(ValueError, match="name, order, release_rank already taken by KND"):
         register_task(KINDS)
     with pytest.raises(ValueError, match="not task columns"):
-        register_task(QATask(name="BAD", order=9, release_rank=9, kind=NUMBER, metric=ev.MRA,
-                             questions=kinds_questions, export_columns=copied("doc_id")))
+        register_task(
+            QATask(
+                name="BAD",
+                order=9,
+                release_rank=9,
+                kind=NUMBER,
+                metric=ev.MRA,
+                questions=kinds_questions,
+                export_columns=copied("doc_id"),
+            )
+        )
 
 
 def test_the_plugin_is_gone_afterwards():

@@ -35,24 +35,52 @@ def _video(duration: float = 60.0, fps: float = 8.0) -> VideoInfo:
     return VideoInfo(VID, "sample-test", "front", 0.0, 0.0, 90.0, 58.7, W, H, fps, int(duration * fps), duration)
 
 
-def _metadata(seen: dict[int, tuple[str, dict[float, int]]], origin: dict[int, str] | None = None,
-              duration: float = 60.0) -> tuple[pa.Table, pa.Table]:
+def _metadata(
+    seen: dict[int, tuple[str, dict[float, int]]], origin: dict[int, str] | None = None, duration: float = 60.0
+) -> tuple[pa.Table, pa.Table]:
     """INSTANCES and VISIBILITY of instances seen at {time: mask area} (every other 2 FPS time: not seen)."""
     inst, vis = [], []
     for iid, (concept, at) in sorted(seen.items()):
         ts = sorted(at)
-        inst.append({"video_id": VID, "concept": concept, "instance_id": iid, "first_time": ts[0], "last_time": ts[-1],
-                     "first_frame": int(ts[0] * 8), "last_frame": int(ts[-1] * 8), "fps": 8.0, "n_observations": len(ts),
-                     "spans": [{"start": ts[0], "end": ts[-1]}], "x": None, "y": None, "z": None,
-                     "origin": (origin or {}).get(iid, "auto")})
+        inst.append(
+            {
+                "video_id": VID,
+                "concept": concept,
+                "instance_id": iid,
+                "first_time": ts[0],
+                "last_time": ts[-1],
+                "first_frame": int(ts[0] * 8),
+                "last_frame": int(ts[-1] * 8),
+                "fps": 8.0,
+                "n_observations": len(ts),
+                "spans": [{"start": ts[0], "end": ts[-1]}],
+                "x": None,
+                "y": None,
+                "z": None,
+                "origin": (origin or {}).get(iid, "auto"),
+            }
+        )
         for k in range(int(duration * 2) + 1):
             t = k * 0.5
             area = at.get(t)
-            vis.append({"video_id": VID, "instance_id": iid, "concept": concept, "sample_index": k, "time": t,
-                        "frame": int(t * 8), "fps": 8.0, "state": "visible" if area is not None else "not_seen",
-                        "geometric": False, "x0": 0.0 if area is not None else None, "y0": 0.0 if area is not None else None,
-                        "x1": 10.0 if area is not None else None, "y1": 10.0 if area is not None else None,
-                        "area": area})
+            vis.append(
+                {
+                    "video_id": VID,
+                    "instance_id": iid,
+                    "concept": concept,
+                    "sample_index": k,
+                    "time": t,
+                    "frame": int(t * 8),
+                    "fps": 8.0,
+                    "state": "visible" if area is not None else "not_seen",
+                    "geometric": False,
+                    "x0": 0.0 if area is not None else None,
+                    "y0": 0.0 if area is not None else None,
+                    "x1": 10.0 if area is not None else None,
+                    "y1": 10.0 if area is not None else None,
+                    "area": area,
+                }
+            )
     return schema.table(schema.INSTANCES, inst), schema.table(schema.VISIBILITY, vis)
 
 
@@ -62,11 +90,14 @@ def _span(a: float, b: float, area: int) -> dict[float, int]:
 
 # ----------------------------------------------------------------------------- sightings
 def test_sightings_under_each_reading():
-    instances, visibility = _metadata({
-        1: ("cone", {**_span(2, 2, 400), **_span(10, 11, 30)}),  # a clear glimpse, then a sustained speck
-        2: ("cone", _span(5, 5, 20)),  # one frame, a speck
-        3: ("cone", {1.0: 30}),  # added by a person: its times stand
-    }, origin={3: "fix"})
+    instances, visibility = _metadata(
+        {
+            1: ("cone", {**_span(2, 2, 400), **_span(10, 11, 30)}),  # a clear glimpse, then a sustained speck
+            2: ("cone", _span(5, 5, 20)),  # one frame, a speck
+            3: ("cone", {1.0: 30}),  # added by a person: its times stand
+        },
+        origin={3: "fix"},
+    )
     pixels = W * H
 
     def times(reading: Sighting) -> dict[int, tuple[float, ...]]:
@@ -76,7 +107,9 @@ def test_sightings_under_each_reading():
     assert times(Sighting(name="clearly", min_area_frac=50 / pixels)) == {1: (2.0,), 3: (1.0,)}
     assert times(Sighting(name="sustained", min_visible_s=1.0)) == {1: (10.0, 10.5, 11.0), 3: (1.0,)}
     # without a visibility track every instance is seen from its first to its last time, whatever the reading
-    unknown = {i: s.times for i, s in seen_under(instances, None, VID, pixels, Sighting(name="x", min_area_frac=1)).items()}
+    unknown = {
+        i: s.times for i, s in seen_under(instances, None, VID, pixels, Sighting(name="x", min_area_frac=1)).items()
+    }
     assert unknown == {1: (2.0, 11.0), 2: (5.0,), 3: (1.0,)}
 
 
@@ -92,8 +125,12 @@ def _voc(seen, params=VOC_PARAMS):
 
 
 def test_a_speck_that_changes_a_count_is_not_asked():
-    seen = {1: ("bench", _span(1, 3, CLEAR)), 2: ("bench", _span(25, 27, CLEAR)), 3: ("bench", _span(45, 50, 20)),
-            4: ("cone", _span(4, 8, CLEAR))}
+    seen = {
+        1: ("bench", _span(1, 3, CLEAR)),
+        2: ("bench", _span(25, 27, CLEAR)),
+        3: ("bench", _span(45, 50, 20)),
+        4: ("cone", _span(4, 8, CLEAR)),
+    }
     qs, skipped = _voc(seen)
     assert ("bench", "total") not in qs and ("bench", "stream") not in qs  # 3 seen at all, 2 seen clearly
     (row,) = [s for s in skipped if s["item"] == "bench"]
@@ -138,8 +175,12 @@ def _voo_last(seen, params=VOO_LAST_PARAMS):
 
 
 def test_a_glimpse_that_reorders_a_last_appearance_is_not_asked():
-    seen = {1: ("hydrant", {**_span(95, 100, CLEAR), 144.0: CLEAR}),  # glimpsed clearly for half a second at 144 s
-            2: ("bench", _span(105, 110, CLEAR)), 3: ("cone", _span(115, 120, CLEAR)), 4: ("sign", _span(125, 130, CLEAR))}
+    seen = {
+        1: ("hydrant", {**_span(95, 100, CLEAR), 144.0: CLEAR}),  # glimpsed clearly for half a second at 144 s
+        2: ("bench", _span(105, 110, CLEAR)),
+        3: ("cone", _span(115, 120, CLEAR)),
+        4: ("sign", _span(125, 130, CLEAR)),
+    }
     qs, skipped = _voo_last(seen)
     assert qs == []  # the only set: hydrant last-seen at 100 s sustained, at 144 s in a glimpse
     assert [s.get("reading") for s in skipped if s.get("reading")] == ["glimpse"]
@@ -148,39 +189,77 @@ def test_a_glimpse_that_reorders_a_last_appearance_is_not_asked():
     seen[5] = ("ball", _span(135, 140, CLEAR))
     (q,), skipped = _voo_last(seen)
     assert q.correct == ordering_text(["bench", "cone", "sign", "ball"])
-    assert [s["item"] for s in skipped if s.get("reading")] == ["bench|cone|hydrant|sign"] or \
-        all("hydrant" in s["item"] for s in skipped if s.get("reading"))
+    assert [s["item"] for s in skipped if s.get("reading")] == ["bench|cone|hydrant|sign"] or all(
+        "hydrant" in s["item"] for s in skipped if s.get("reading")
+    )
     # without the glimpse (too small to be seen clearly, too short to be sustained) every reading agrees
     del seen[5]
     seen[1] = ("hydrant", {**_span(95, 100, CLEAR), 144.0: 20})
     (q,), skipped = _voo_last(seen)
-    assert q.correct == ordering_text(["hydrant", "bench", "cone", "sign"]) and not [s for s in skipped if s.get("reading")]
+    assert q.correct == ordering_text(["hydrant", "bench", "cone", "sign"]) and not [
+        s for s in skipped if s.get("reading")
+    ]
 
 
 def test_appearances_closer_than_the_gap_under_one_reading():
     # sustained: cone first at 20 s; a clear glimpse at 9 s puts it 1 s after the bench (8 s): too close to order
-    seen = {1: ("bench", _span(8, 12, CLEAR)), 2: ("cone", {9.0: CLEAR, **_span(20, 24, CLEAR)}),
-            3: ("sign", _span(30, 34, CLEAR)), 4: ("ball", _span(40, 44, CLEAR))}
+    seen = {
+        1: ("bench", _span(8, 12, CLEAR)),
+        2: ("cone", {9.0: CLEAR, **_span(20, 24, CLEAR)}),
+        3: ("sign", _span(30, 34, CLEAR)),
+        4: ("ball", _span(40, 44, CLEAR)),
+    }
     instances, visibility = _metadata(seen)
     qs, skipped = voo_questions(instances, _video(), QAParams(voo_first=1, voo_last=0), PROV, visibility)
     assert qs == [] and "bench and cone 1.0 s apart seen glimpse" in skipped[0]["reason"]
 
 
 # ----------------------------------------------------------------------------- VMR
-def _motion(angle: float, samples: dict[float, float], clip=(0.0, 30.0), pivot=10.0, origin="auto") -> tuple[pa.Table, pa.Table]:
+def _motion(
+    angle: float, samples: dict[float, float], clip=(0.0, 30.0), pivot=10.0, origin="auto"
+) -> tuple[pa.Table, pa.Table]:
     """One ok clip with its pivot at ``pivot`` (angle ``angle``) and the 2 FPS moments {time: angle}
     (moving, steady); every other moment of the clip is still."""
-    motion = schema.table(schema.MOTION, [{
-        "video_id": VID, "clip_index": 0, "clip_start": clip[0], "clip_end": clip[1], "state": "ok", "pivot_time": pivot,
-        "pivot_frame": int(pivot * 8), "fps": 8.0, "angle_deg": angle, "speed": 1.0, "stability": 1.0,
-        "views_consistent": True, "reason": None, "origin": origin}])
+    motion = schema.table(
+        schema.MOTION,
+        [
+            {
+                "video_id": VID,
+                "clip_index": 0,
+                "clip_start": clip[0],
+                "clip_end": clip[1],
+                "state": "ok",
+                "pivot_time": pivot,
+                "pivot_frame": int(pivot * 8),
+                "fps": 8.0,
+                "angle_deg": angle,
+                "speed": 1.0,
+                "stability": 1.0,
+                "views_consistent": True,
+                "reason": None,
+                "origin": origin,
+            }
+        ],
+    )
     rows = []
     for k in range(int(clip[1] * 2)):
         t = k * 0.5
         a = samples.get(t)
-        rows.append({"video_id": VID, "sample_index": k, "time": t, "frame": int(t * 8), "fps": 8.0, "clip_index": 0,
-                     "angle_deg": a, "speed": 1.0 if a is not None else 0.0, "stability": 1.0 if a is not None else None,
-                     "moving": a is not None, "candidate": a is not None})
+        rows.append(
+            {
+                "video_id": VID,
+                "sample_index": k,
+                "time": t,
+                "frame": int(t * 8),
+                "fps": 8.0,
+                "clip_index": 0,
+                "angle_deg": a,
+                "speed": 1.0 if a is not None else 0.0,
+                "stability": 1.0 if a is not None else None,
+                "moving": a is not None,
+                "candidate": a is not None,
+            }
+        )
     return motion, schema.table(schema.MOTION_SAMPLES, rows)
 
 
@@ -229,10 +308,26 @@ def test_metadata_without_unstable_items_drops_nothing():
         video = VideoInfo.from_row(next(r for r in views_table(w, W, H).to_pylist() if r["view"] == view))
         instances = instances_table(w, view)
         # every sighting a clear mask, runs of at least 1 s (the world's spans are 0.5-20 s: lengthen the short)
-        vis = [{"video_id": video.video_id, "instance_id": v["instance_id"], "concept": v["category"],
-                "sample_index": int(v["time"] * 2), "time": v["time"], "frame": int(round(v["time"] * w.fps)), "fps": w.fps,
-                "state": "visible", "geometric": False, "x0": 0.0, "y0": 0.0, "x1": 40.0, "y1": 40.0, "area": 1600}
-               for v in w.visibility if v["view"] == view]
+        vis = [
+            {
+                "video_id": video.video_id,
+                "instance_id": v["instance_id"],
+                "concept": v["category"],
+                "sample_index": int(v["time"] * 2),
+                "time": v["time"],
+                "frame": int(round(v["time"] * w.fps)),
+                "fps": w.fps,
+                "state": "visible",
+                "geometric": False,
+                "x0": 0.0,
+                "y0": 0.0,
+                "x1": 40.0,
+                "y1": 40.0,
+                "area": 1600,
+            }
+            for v in w.visibility
+            if v["view"] == view
+        ]
         visibility = schema.table(schema.VISIBILITY, _sustained(vis))
         instances = _instances_of(visibility, instances)
         samples = motion_samples_table(w, view, 60.0)
@@ -294,7 +389,7 @@ def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_v
             p["x"], p["y"] = 60.0 * (1 - f), 40.0 * (1 - f)
     params = QAParams(clip_seconds=60.0, vpo_min_gap_s=30.0, vpo_per_video=3)
     video = VideoInfo.from_row(next(r for r in views_table(w).to_pylist() if r["view"] == "front"))
-    extent = (60.0 ** 2 + 40.0 ** 2) ** 0.5
+    extent = (60.0**2 + 40.0**2) ** 0.5
     radius = params.vpo_min_position_frac * extent
 
     def interleaved(q) -> bool:
@@ -302,27 +397,48 @@ def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_v
         return any(a[1] >= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
     def rotated(params: QAParams):
-        res = plan_video(video, instances_table(w, "front"), motion_table(w, "front", 60.0), poses_table(w, "front"),
-                         params, PROV)
+        res = plan_video(
+            video, instances_table(w, "front"), motion_table(w, "front", 60.0), poses_table(w, "front"), params, PROV
+        )
         return [q for q in res.questions if q.task_type == "VPO" and q.subtype == "rotated"], res.skipped
 
     before, _ = rotated(params.model_copy(update={"stable_answers": False}))
     after, skipped = rotated(params)
     assert any(interleaved(q) for q in before)  # what the place rule alone asked
     assert after and not any(interleaved(q) for q in after)
-    assert [s["reading"] for s in skipped if s["task_type"] == "VPO" and s.get("reading")] == \
-        ["another visit of the place"] * sum(interleaved(q) for q in before)
+    assert [s["reading"] for s in skipped if s["task_type"] == "VPO" and s.get("reading")] == [
+        "another visit of the place"
+    ] * sum(interleaved(q) for q in before)
 
 
 # ----------------------------------------------------------------------------- the report
 def test_the_report_counts_what_readings_left_unasked():
     from vsi_wild.stages.report import _readings_markdown, readings_summary
 
-    rows = [{"video_id": "v_front", "task_type": "VOC", "item": "bench", "reason": "total not asked: 6 seen at all, 3 seen clearly",
-             "reading": "clearly"},
-            {"video_id": "v_front", "task_type": "VOC", "item": "cone", "reason": "checkpoint 30 s not asked: ...", "reading": "clearly"},
-            {"video_id": "v_back", "task_type": "VMR", "item": "clip0002", "reason": "...", "reading": "the motion at 41.5 s"},
-            {"video_id": "v_back", "task_type": "VOC", "item": "x", "reason": "answer balance: ...", "reading": None}]
+    rows = [
+        {
+            "video_id": "v_front",
+            "task_type": "VOC",
+            "item": "bench",
+            "reason": "total not asked: 6 seen at all, 3 seen clearly",
+            "reading": "clearly",
+        },
+        {
+            "video_id": "v_front",
+            "task_type": "VOC",
+            "item": "cone",
+            "reason": "checkpoint 30 s not asked: ...",
+            "reading": "clearly",
+        },
+        {
+            "video_id": "v_back",
+            "task_type": "VMR",
+            "item": "clip0002",
+            "reason": "...",
+            "reading": "the motion at 41.5 s",
+        },
+        {"video_id": "v_back", "task_type": "VOC", "item": "x", "reason": "answer balance: ...", "reading": None},
+    ]
     summary = readings_summary(rows)
     assert summary["VOC"]["n"] == 2 and summary["VOC"]["by_reading"] == {"clearly": 2}
     assert summary["VMR"]["by_reading"] == {"the motion at 41.5 s": 1} and summary["VOO"]["n"] == 0

@@ -37,8 +37,14 @@ def video_of(w, view) -> VideoInfo:
 
 
 def plan(w, view, params=PARAMS, **kw):
-    return plan_video(video_of(w, view), instances_table(w, view), motion_table(w, view, params.clip_seconds, **kw),
-                      poses_table(w, view), params, PROV)
+    return plan_video(
+        video_of(w, view),
+        instances_table(w, view),
+        motion_table(w, view, params.clip_seconds, **kw),
+        poses_table(w, view),
+        params,
+        PROV,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -47,13 +53,33 @@ def worlds():
 
 
 # ----------------------------------------------------------------------------- VMR
-@pytest.mark.parametrize("angle,label", [
-    (0, "forward"), (22.49, "forward"), (22.5, "forward-right"), (45, "forward-right"), (67.49, "forward-right"),
-    (67.5, "right"), (90, "right"), (112.5, "backward-right"), (135, "backward-right"), (157.5, "backward"),
-    (179.99, "backward"), (-180, "backward"), (-157.51, "backward"), (-157.5, "backward-left"),
-    (-135, "backward-left"), (-112.5, "left"), (-90, "left"), (-67.51, "left"), (-67.5, "forward-left"),
-    (-45, "forward-left"), (-22.51, "forward-left"), (-22.5, "forward"),
-])
+@pytest.mark.parametrize(
+    "angle,label",
+    [
+        (0, "forward"),
+        (22.49, "forward"),
+        (22.5, "forward-right"),
+        (45, "forward-right"),
+        (67.49, "forward-right"),
+        (67.5, "right"),
+        (90, "right"),
+        (112.5, "backward-right"),
+        (135, "backward-right"),
+        (157.5, "backward"),
+        (179.99, "backward"),
+        (-180, "backward"),
+        (-157.51, "backward"),
+        (-157.5, "backward-left"),
+        (-135, "backward-left"),
+        (-112.5, "left"),
+        (-90, "left"),
+        (-67.51, "left"),
+        (-67.5, "forward-left"),
+        (-45, "forward-left"),
+        (-22.51, "forward-left"),
+        (-22.5, "forward"),
+    ],
+)
 def test_sector_table(angle, label):
     assert sector(angle) == label
 
@@ -61,8 +87,16 @@ def test_sector_table(angle, label):
 @settings(max_examples=300, deadline=None)
 @given(st.floats(-180, 179.999999, allow_nan=False))
 def test_sector_is_the_nearest_of_8_directions(angle):
-    centres = {"forward": 0, "forward-right": 45, "right": 90, "backward-right": 135, "backward": 180,
-               "backward-left": -135, "left": -90, "forward-left": -45}
+    centres = {
+        "forward": 0,
+        "forward-right": 45,
+        "right": 90,
+        "backward-right": 135,
+        "backward": 180,
+        "backward-left": -135,
+        "left": -90,
+        "forward-left": -45,
+    }
     cos = {k: math.cos(math.radians(angle - c)) for k, c in centres.items()}
     best = max(cos.values())
     if sum(1 for v in cos.values() if best - v < 1e-9) > 1:
@@ -141,7 +175,9 @@ def test_voc_stream_and_total_match_truth(worlds):
             assert {q.concepts[0] for q in qs if q.subtype == "total"} == cats
             for q in qs:
                 cat = q.concepts[0]
-                expect_cps = [k * CLIP for k in range(1, int(w.duration // CLIP) + 1) if k * CLIP < w.duration] + [w.duration]
+                expect_cps = [k * CLIP for k in range(1, int(w.duration // CLIP) + 1) if k * CLIP < w.duration] + [
+                    w.duration
+                ]
                 if q.subtype == "stream":
                     assert q.query_times == pytest.approx(expect_cps)
                     assert q.split == "voc_stream"
@@ -218,8 +254,10 @@ def test_voo_gap_is_enforced_when_concepts_crowd():
     first-appearance question (and the reason is recorded); last appearances are unaffected."""
     w = make_world(3, n_categories=6)
     vis = [v for v in w.visibility if not (v["view"] == "front" and v["time"] < 10.0)]
-    vis += [{"view": "front", "time": 5.0 + 0.5 * int(c[-1]), "instance_id": 500 + int(c[-1]), "category": c}
-            for c in sorted({v["category"] for v in w.visibility})]
+    vis += [
+        {"view": "front", "time": 5.0 + 0.5 * int(c[-1]), "instance_id": 500 + int(c[-1]), "category": c}
+        for c in sorted({v["category"] for v in w.visibility})
+    ]
     w.visibility = vis
     res = plan(w, "front")
     assert not [q for q in res.questions if q.task_type == "VOO" and q.subtype == "first"]

@@ -35,8 +35,16 @@ from sample_oracle import (
 
 pytestmark = pytest.mark.slow
 
-DIRS = {"forward": 0, "forward-right": 45, "right": 90, "backward-right": 135, "backward": 180,
-        "backward-left": 225, "left": 270, "forward-left": 315}
+DIRS = {
+    "forward": 0,
+    "forward-right": 45,
+    "right": 90,
+    "backward-right": 135,
+    "backward": 180,
+    "backward-left": 225,
+    "left": 270,
+    "forward-left": 315,
+}
 
 
 # ------------------------------------------------------------------ QA on the sample's truth
@@ -56,16 +64,43 @@ def _oracle_metadata(truth, params, view: str, clip_s: float):
     instances = []
     for iid, vs in sorted(inst.items()):
         vs.sort(key=lambda v: v["time"])
-        instances.append({"video_id": vid, "concept": vs[0]["category"], "instance_id": iid,
-                          "first_time": vs[0]["time"], "last_time": vs[-1]["time"], "first_frame": vs[0]["frame"],
-                          "last_frame": vs[-1]["frame"], "fps": params.fps, "n_observations": len(vs),
-                          "spans": [{"start": vs[0]["time"], "end": vs[-1]["time"]}], "x": None, "y": None, "z": None,
-                          "origin": "auto"})
+        instances.append(
+            {
+                "video_id": vid,
+                "concept": vs[0]["category"],
+                "instance_id": iid,
+                "first_time": vs[0]["time"],
+                "last_time": vs[-1]["time"],
+                "first_frame": vs[0]["frame"],
+                "last_frame": vs[-1]["frame"],
+                "fps": params.fps,
+                "n_observations": len(vs),
+                "spans": [{"start": vs[0]["time"], "end": vs[-1]["time"]}],
+                "x": None,
+                "y": None,
+                "z": None,
+                "origin": "auto",
+            }
+        )
     frames = {p["frame"]: p for p in truth["poses"].to_pylist()}
     samples = truth_samples(params)
-    poses = [{"video_id": vid, "sample_index": k, "time": t, "frame": f, "fps": params.fps, "extrinsics": [0.0] * 12,
-              "intrinsics": [0.0] * 9, "x": frames[f]["x"], "y": frames[f]["y"], "z": frames[f]["z"], "valid": True,
-              "backend": "truth"} for k, t, f in samples]
+    poses = [
+        {
+            "video_id": vid,
+            "sample_index": k,
+            "time": t,
+            "frame": f,
+            "fps": params.fps,
+            "extrinsics": [0.0] * 12,
+            "intrinsics": [0.0] * 9,
+            "x": frames[f]["x"],
+            "y": frames[f]["y"],
+            "z": frames[f]["z"],
+            "valid": True,
+            "backend": "truth",
+        }
+        for k, t, f in samples
+    ]
     motion = []
     n_clips = int(math.ceil(params.duration_s / clip_s))
     for c in range(n_clips):
@@ -80,16 +115,30 @@ def _oracle_metadata(truth, params, view: str, clip_s: float):
             margin = min(t - lo, hi - t)
             if best is None or margin > best[0]:
                 best = (margin, t, f, _rel_angle(frames, samples, t, view))
-        base = {"video_id": vid, "clip_index": c, "clip_start": lo, "clip_end": hi, "fps": params.fps, "speed": None,
-                "stability": None, "views_consistent": None, "reason": None, "origin": "auto"}
+        base = {
+            "video_id": vid,
+            "clip_index": c,
+            "clip_start": lo,
+            "clip_end": hi,
+            "fps": params.fps,
+            "speed": None,
+            "stability": None,
+            "views_consistent": None,
+            "reason": None,
+            "origin": "auto",
+        }
         if best is None:
             motion.append({**base, "state": "none", "pivot_time": None, "pivot_frame": None, "angle_deg": None})
         else:
             _, t, f, ang = best
-            motion.append({**base, "state": "ok", "pivot_time": t, "pivot_frame": f,
-                           "angle_deg": (ang + 180.0) % 360.0 - 180.0})
-    return (schema.table(schema.INSTANCES, instances), schema.table(schema.POSES, poses),
-            schema.table(schema.MOTION, motion))
+            motion.append(
+                {**base, "state": "ok", "pivot_time": t, "pivot_frame": f, "angle_deg": (ang + 180.0) % 360.0 - 180.0}
+            )
+    return (
+        schema.table(schema.INSTANCES, instances),
+        schema.table(schema.POSES, poses),
+        schema.table(schema.MOTION, motion),
+    )
 
 
 def _rel_angle(frames, samples, t, view, half=0.5):
@@ -125,8 +174,20 @@ def qa_on_truth(tmp_path_factory):
     tables, images = [], {}
     n = int(round(params.duration_s * params.fps))
     for view, yaw in VIEW_YAW.items():
-        video = VideoInfo(f"{params.source_id}_{view}", params.source_id, view, yaw, 0.0, 90.0, 58.7155, 128, 72,
-                          params.fps, n, params.duration_s)
+        video = VideoInfo(
+            f"{params.source_id}_{view}",
+            params.source_id,
+            view,
+            yaw,
+            0.0,
+            90.0,
+            58.7155,
+            128,
+            72,
+            params.fps,
+            n,
+            params.duration_s,
+        )
         instances, poses, motion = _oracle_metadata(truth, params, view, qa.clip_seconds)
 
         def dest(rel, view=view, video=video):
@@ -183,8 +244,13 @@ def _pose_at(poses: list[dict], t: float) -> dict:
 def test_exports_exist_and_counts_are_printed(built):
     root, _, output = built
     ex = root / "exports"
-    for rel in ("vsi_super_wild_qa.jsonl", "qa.parquet", "counts.json", "splits/vpo_unrotated/vsi_super_wild_qa.jsonl",
-                "splits/voc_repeat/vsi_super_wild_qa.jsonl"):
+    for rel in (
+        "vsi_super_wild_qa.jsonl",
+        "qa.parquet",
+        "counts.json",
+        "splits/vpo_unrotated/vsi_super_wild_qa.jsonl",
+        "splits/voc_repeat/vsi_super_wild_qa.jsonl",
+    ):
         assert (ex / rel).exists(), rel
     counts = json.loads((ex / "counts.json").read_text())
     for task in ("VMR", "VPO", "VOO", "VOC"):
@@ -208,16 +274,24 @@ def test_every_answer_matches_the_truth_unless_provisional(built, sample_config)
     sure = [r for r in rows if not r["provisional"]]
     min_px = min_pixels(sample_config, truth)
     wrong = [r for r in sure if r["task_type"] == "VOC" and _voc_wrong(truth, r, min_px)]
-    _check_rows(truths, [r for r in sure if r not in wrong], min_pixels=min_px,
-                min_visible_s=sample_config.qa.voo_readings[0].min_visible_s)
-    assert len({(r["view"], r["concepts"][0]) for r in wrong}) <= 1, [(r["view"], r["concepts"], r["split"]) for r in wrong]
+    _check_rows(
+        truths,
+        [r for r in sure if r not in wrong],
+        min_pixels=min_px,
+        min_visible_s=sample_config.qa.voo_readings[0].min_visible_s,
+    )
+    assert len({(r["view"], r["concepts"][0]) for r in wrong}) <= 1, [
+        (r["view"], r["concepts"], r["split"]) for r in wrong
+    ]
 
 
 def _voc_wrong(truth, r, min_px: float) -> bool:
     """A VOC row's answers differ from the truth's (as ``_check_rows`` derives them)."""
     vis = visible(truth, r["view"], min_px)
-    return any(int(ans) != len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0]
-                                and v["time"] <= qt + 1e-9}) for qt, ans in zip(r["query_times"], r["answers"], strict=True))
+    return any(
+        int(ans) != len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0] and v["time"] <= qt + 1e-9})
+        for qt, ans in zip(r["query_times"], r["answers"], strict=True)
+    )
 
 
 def test_reconciled_counts_equal_the_truth_in_every_view(built, sample_config):
@@ -270,8 +344,11 @@ def test_voo_asks_every_valid_concept_set(built, sample_config):
     for view in VIEW_YAW:
         for which, count in (("first", qa.voo_first), ("last", qa.voo_last)):
             _, valid = stable_voo_sets(truth, view, sample_config, which)
-            asked = [frozenset(r["concepts"]) for r in rows
-                     if r["task_type"] == "VOO" and r["view"] == view and r["subtype"] == which]
+            asked = [
+                frozenset(r["concepts"])
+                for r in rows
+                if r["task_type"] == "VOO" and r["view"] == view and r["subtype"] == which
+            ]
             assert len(asked) == len(set(asked)) == min(count, len(valid)), (view, which, len(valid))
             assert set(asked) <= valid, (view, which)
 
@@ -295,8 +372,15 @@ def test_every_exported_answer_holds_under_every_reading(built, sample_config):
                 counts = set()
                 for reading in qa.voc_readings:
                     vis = visible(truth, view, reading_pixels(sample_config, truth, reading))
-                    counts.add(len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0]
-                                    and v["time"] <= qt + 1e-9}))
+                    counts.add(
+                        len(
+                            {
+                                v["instance_id"]
+                                for v in vis
+                                if v["category"] == r["concepts"][0] and v["time"] <= qt + 1e-9
+                            }
+                        )
+                    )
                 assert len(counts) == 1, (r["doc_id"], r["split"], qt, counts)
                 checked[task] += 1
         elif task == "VOO" and r["split"] == "release":
@@ -310,7 +394,9 @@ def test_every_exported_answer_holds_under_every_reading(built, sample_config):
         elif task == "VMR":
             t, w = r["frame_times"][0], qa.vmr_evidence_s
             labels = set()
-            for k in range(math.ceil(max(0.0, t - w) * 2 - 1e-9), math.floor(min(r["duration_s"], t + w) * 2 + 1e-9) + 1):
+            for k in range(
+                math.ceil(max(0.0, t - w) * 2 - 1e-9), math.floor(min(r["duration_s"], t + w) * 2 + 1e-9) + 1
+            ):
                 a, b = _pose_at(poses, k / 2 - 0.5), _pose_at(poses, k / 2 + 0.5)
                 heading = _pose_at(poses, k / 2)["yaw_deg"] + VIEW_YAW[view]
                 angle = math.degrees(math.atan2(b["x"] - a["x"], b["y"] - a["y"])) - heading
@@ -321,11 +407,15 @@ def test_every_exported_answer_holds_under_every_reading(built, sample_config):
     assert all(checked.values()), checked
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "the sample's loop ends where it began: by the truth, 6 of its 12 VPO questions hold a frame of the first "
-    "seconds whose place the walk's last seconds come back to (a viewer may date it first or last); the CPU pose "
-    "backend's track ends 5.1 m from its start (1.3 m by the truth), beyond the place radius, so the qa stage "
-    "does not see those revisits (stages/qa/vpo.py other_visits)"))
+@pytest.mark.xfail(
+    strict=True,
+    reason=(
+        "the sample's loop ends where it began: by the truth, 6 of its 12 VPO questions hold a frame of the first "
+        "seconds whose place the walk's last seconds come back to (a viewer may date it first or last); the CPU pose "
+        "backend's track ends 5.1 m from its start (1.3 m by the truth), beyond the place radius, so the qa stage "
+        "does not see those revisits (stages/qa/vpo.py other_visits)"
+    ),
+)
 def test_vpo_orders_hold_when_a_frame_is_taken_for_another_visit(built, sample_config):
     """Each anchor dated at its moment or at any moment of another visit of its place (the camera
     back within qa.vpo_min_position_frac of the truth track's extent after leaving it): the order of
@@ -366,7 +456,9 @@ def _check_rows(truths, rows, min_pixels: float, min_visible_s: float = 0.0):
         if task == "VOC":
             vis = visible(truth, view, min_pixels)
             for qt, ans in zip(r["query_times"], r["answers"], strict=True):
-                expect = len({v["instance_id"] for v in vis if v["category"] == r["concepts"][0] and v["time"] <= qt + 1e-9})
+                expect = len(
+                    {v["instance_id"] for v in vis if v["category"] == r["concepts"][0] and v["time"] <= qt + 1e-9}
+                )
                 assert int(ans) == expect, (r["doc_id"], qt)
         elif task == "VOO":
             times = appearance_times(visible(truth, view, min_pixels), r["subtype"], min_visible_s)
@@ -379,7 +471,7 @@ def _check_rows(truths, rows, min_pixels: float, min_visible_s: float = 0.0):
             times = [by_frame[f] for f in r["frame_indices"]]
             order = sorted(range(4), key=lambda i: times[i])
             assert r["answer_text"] == " → ".join(f"Frame {i + 1}" for i in order), r["doc_id"]
-            assert all(abs(a - b) >= 30.0 - 0.5 for i, a in enumerate(times) for b in times[i + 1:])
+            assert all(abs(a - b) >= 30.0 - 0.5 for i, a in enumerate(times) for b in times[i + 1 :])
         elif task == "VMR":
             poses = truth["poses"].to_pylist()
             t = r["frame_times"][0]

@@ -44,8 +44,15 @@ SOURCES = ("sample-qa-a", "sample-qa-b")
 
 
 class QAConfig(Config):
-    qa: QAParams = QAParams(clip_seconds=10.0, vpo_per_video=2, vpo_min_gap_s=3.0, vpo_edge_margin_s=0.5,
-                            image_width=128, image_height=72, repeat_times=[2, 3])
+    qa: QAParams = QAParams(
+        clip_seconds=10.0,
+        vpo_per_video=2,
+        vpo_min_gap_s=3.0,
+        vpo_edge_margin_s=0.5,
+        image_width=128,
+        image_height=72,
+        repeat_times=[2, 3],
+    )
     faces: FaceParams = FaceParams()
 
 
@@ -65,7 +72,9 @@ def _pose(job):
     w = world(job.unit)
     import pyarrow as pa
 
-    job.out.write_table("poses.parquet", pa.concat_tables([poses_table(w, v) for v in ("front", "right", "back", "left")]))
+    job.out.write_table(
+        "poses.parquet", pa.concat_tables([poses_table(w, v) for v in ("front", "right", "back", "left")])
+    )
 
 
 def _metadata(job):
@@ -75,10 +84,32 @@ def _metadata(job):
     job.out.write_table("motion.parquet", motion_table(w, view, 10.0))
     job.out.write_table("motion_samples.parquet", motion_samples_table(w, view, 10.0))
     # every sighting of the world is a real one (visible, a box well above any size floor)
-    job.out.write_table("visibility.parquet", schema.table(schema.VISIBILITY, [
-        {"video_id": job.unit, "instance_id": v["instance_id"], "concept": v["category"], "sample_index": int(v["time"] * 2),
-         "time": v["time"], "frame": int(round(v["time"] * FPS)), "fps": FPS, "state": "visible", "geometric": False,
-         "x0": 0.0, "y0": 0.0, "x1": 32.0, "y1": 32.0, "area": 1024} for v in w.visibility if v["view"] == view]))
+    job.out.write_table(
+        "visibility.parquet",
+        schema.table(
+            schema.VISIBILITY,
+            [
+                {
+                    "video_id": job.unit,
+                    "instance_id": v["instance_id"],
+                    "concept": v["category"],
+                    "sample_index": int(v["time"] * 2),
+                    "time": v["time"],
+                    "frame": int(round(v["time"] * FPS)),
+                    "fps": FPS,
+                    "state": "visible",
+                    "geometric": False,
+                    "x0": 0.0,
+                    "y0": 0.0,
+                    "x1": 32.0,
+                    "y1": 32.0,
+                    "area": 1024,
+                }
+                for v in w.visibility
+                if v["view"] == view
+            ],
+        ),
+    )
 
 
 def _probe(job):
@@ -161,11 +192,17 @@ def test_exports_are_published(built, capsys):
     assert counts["release"]["VOC"] == sum(r["task_type"] == "VOC" for r in rows)
     assert (ex / "splits/vpo_unrotated/vsi_super_wild_qa.jsonl").exists()
     # what a reading left unasked, from every qa unit, is in exports/skipped.parquet with the reading
-    unstable = [r for p in sorted((root / "artifacts" / "qa").glob("*/*/skipped.parquet"))
-                for r in pq.read_table(p).to_pylist() if r["reading"]]
+    unstable = [
+        r
+        for p in sorted((root / "artifacts" / "qa").glob("*/*/skipped.parquet"))
+        for r in pq.read_table(p).to_pylist()
+        if r["reading"]
+    ]
     exported = [r for r in pq.read_table(ex / "skipped.parquet").to_pylist() if r["reading"]]
     assert unstable and sorted(map(str, exported)) == sorted(map(str, unstable))
-    assert counts["readings_dropped"] == {t: sum(r["task_type"] == t for r in unstable) for t in ("VMR", "VPO", "VOO", "VOC")}
+    assert counts["readings_dropped"] == {
+        t: sum(r["task_type"] == t for r in unstable) for t in ("VMR", "VPO", "VOO", "VOC")
+    }
     assert "not asked, another reading gives another answer: VMR" in summary_line("exports", counts)
 
 
@@ -198,14 +235,20 @@ def test_same_inputs_same_bytes_in_another_root(built, tmp_path, pano, capsys):
     for task, n in counts["release"].items():
         assert f"{task} {n}" in out
     assert f"VOC-Repeat {counts['splits']['voc_repeat']['VOC']}" in out
-    for rel in ("vsi_super_wild_qa.jsonl", "qa.parquet", "splits/voc_repeat/vsi_super_wild_qa.jsonl",
-                "splits/voc_repeat/videos/sample-qa-a_front_repeat2.mp4"):
+    for rel in (
+        "vsi_super_wild_qa.jsonl",
+        "qa.parquet",
+        "splits/voc_repeat/vsi_super_wild_qa.jsonl",
+        "splits/voc_repeat/videos/sample-qa-a_front_repeat2.mp4",
+    ):
         a, b = root / "exports" / rel, other / "exports" / rel
         if rel.endswith(".mp4") and not a.exists():
             continue
         assert a.read_bytes() == b.read_bytes(), rel
     imgs = sorted((root / "exports" / "images").rglob("*.jpg"))
-    assert imgs and all(p.read_bytes() == (other / "exports" / p.relative_to(root / "exports")).read_bytes() for p in imgs)
+    assert imgs and all(
+        p.read_bytes() == (other / "exports" / p.relative_to(root / "exports")).read_bytes() for p in imgs
+    )
 
 
 @pytest.mark.parametrize("root", ["local", "memory"])

@@ -47,7 +47,7 @@ def decode(path, wanted) -> dict[int, tuple[float, np.ndarray]]:
 
 def psnr(a: np.ndarray, b: np.ndarray) -> float:
     mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
-    return 99.0 if mse == 0 else 10 * math.log10(255.0 ** 2 / mse)
+    return 99.0 if mse == 0 else 10 * math.log10(255.0**2 / mse)
 
 
 def read_image(path) -> np.ndarray:
@@ -74,8 +74,15 @@ def small_video(w, view: str, width=128, height=72) -> VideoInfo:
 def test_rendered_views_match_py360convert_at_the_recorded_yaw(tmp_path, pano, centerface, view, fmt):
     w = make_world(4, duration=DURATION, fps=FPS)
     video = small_video(w, view)
-    params = QAParams(clip_seconds=10, vpo_per_video=2, vpo_min_gap_s=2.0, vpo_edge_margin_s=0.5,
-                      image_format=fmt, voo_first=0, voo_last=0)
+    params = QAParams(
+        clip_seconds=10,
+        vpo_per_video=2,
+        vpo_min_gap_s=2.0,
+        vpo_edge_margin_s=0.5,
+        image_format=fmt,
+        voo_first=0,
+        voo_last=0,
+    )
     written = {}
 
     def dest(rel):
@@ -83,8 +90,17 @@ def test_rendered_views_match_py360convert_at_the_recorded_yaw(tmp_path, pano, c
         written[rel].parent.mkdir(parents=True, exist_ok=True)
         return written[rel]
 
-    res = build_video(video, instances_table(w, view), motion_table(w, view, 10), poses_table(w, view), params,
-                      Provenance(0, "fp", "t"), pano, dest, image_blurrer(centerface, FaceParams()))
+    res = build_video(
+        video,
+        instances_table(w, view),
+        motion_table(w, view, 10),
+        poses_table(w, view),
+        params,
+        Provenance(0, "fp", "t"),
+        pano,
+        dest,
+        image_blurrer(centerface, FaceParams()),
+    )
     vpo = [q for q in res.questions if q.task_type == "VPO"]
     assert len(vpo) == 4  # 2 rotated + 2 unrotated controls
     frames = decode(pano, {f for q in vpo for f in q.frame_indices})
@@ -92,18 +108,23 @@ def test_rendered_views_match_py360convert_at_the_recorded_yaw(tmp_path, pano, c
     for q in vpo:
         assert q.frame_times == pytest.approx([frames[f][0] for f in q.frame_indices])
         assert q.query_times == [max(q.frame_times)]
-        for f, file, yaw, off in zip(q.frame_indices, q.image_files, q.render_yaw_deg, q.render_offset_deg, strict=True):
+        for f, file, yaw, off in zip(
+            q.frame_indices, q.image_files, q.render_yaw_deg, q.render_offset_deg, strict=True
+        ):
             img = read_image(written[file])
             assert img.shape == (72, 128, 3)
             ref = py360convert.e2p(frames[f][1], fov_deg=(90.0, video.vfov_deg), u_deg=yaw, v_deg=0.0, out_hw=(72, 128))
             assert psnr(img, ref) > min_ok, (file, yaw)
             if q.subtype == "rotated":
                 assert 30 <= abs(off) <= 60
-                unrotated = py360convert.e2p(frames[f][1], fov_deg=(90.0, video.vfov_deg), u_deg=yaw - off, v_deg=0.0,
-                                             out_hw=(72, 128))
+                unrotated = py360convert.e2p(
+                    frames[f][1], fov_deg=(90.0, video.vfov_deg), u_deg=yaw - off, v_deg=0.0, out_hw=(72, 128)
+                )
                 assert psnr(img, unrotated) < 20.0, "the view is not rotated"
                 other = frames[min(frames, key=lambda g: (g == f, abs(g - f)))][1]
-                wrong_frame = py360convert.e2p(other, fov_deg=(90.0, video.vfov_deg), u_deg=yaw, v_deg=0.0, out_hw=(72, 128))
+                wrong_frame = py360convert.e2p(
+                    other, fov_deg=(90.0, video.vfov_deg), u_deg=yaw, v_deg=0.0, out_hw=(72, 128)
+                )
                 assert psnr(img, wrong_frame) < 22.0, "rendered from the wrong frame"
             else:
                 assert off == 0.0

@@ -23,9 +23,15 @@ from vsi_wild.stages.reconcile import multicut as mc
 
 # two bins are 3 m apart, and objects of one concept look identical.
 OBJECTS = [
-    (0, "bench", 4.0, 6.0, 1.6, 0.5), (1, "bench", 4.0, 9.0, 1.6, 0.5), (2, "bin", -3.5, 14.0, 0.6, 1.0),
-    (3, "bin", -3.5, 17.0, 0.6, 1.0), (4, "cone", 12.0, 23.5, 0.5, 0.7), (5, "bench", 26.0, 24.0, 1.6, 0.5),
-    (6, "cone", 34.0, 12.0, 0.5, 0.7), (7, "bin", 24.0, -3.5, 0.6, 1.0), (8, "cone", 10.0, -4.0, 0.5, 0.7),
+    (0, "bench", 4.0, 6.0, 1.6, 0.5),
+    (1, "bench", 4.0, 9.0, 1.6, 0.5),
+    (2, "bin", -3.5, 14.0, 0.6, 1.0),
+    (3, "bin", -3.5, 17.0, 0.6, 1.0),
+    (4, "cone", 12.0, 23.5, 0.5, 0.7),
+    (5, "bench", 26.0, 24.0, 1.6, 0.5),
+    (6, "cone", 34.0, 12.0, 0.5, 0.7),
+    (7, "bin", 24.0, -3.5, 0.6, 1.0),
+    (8, "cone", 10.0, -4.0, 0.5, 0.7),
 ]
 W, H, HFOV = 640, 360, 90.0
 
@@ -82,13 +88,35 @@ def scene(drift_deg: float, clip_s: float = 40.0, n: int = 320):
                     local[obj[0]] = int(rng.integers(0, 1000)) * 10 + len(local)
                 lid = local[obj[0]]
                 truth_of[(c.index, lid)] = obj[0]
-                seg_rows.append({"clip_index": c.index, "local_id": lid, "sample_index": k, "time": k * 0.5,
-                                 "frame": 4 * k, "fps": 8.0, "x0": box[0], "y0": box[1], "x1": box[2], "y1": box[3],
-                                 "area": int((box[2] - box[0]) * (box[3] - box[1])), "image_width": W, "image_height": H})
+                seg_rows.append(
+                    {
+                        "clip_index": c.index,
+                        "local_id": lid,
+                        "sample_index": k,
+                        "time": k * 0.5,
+                        "frame": 4 * k,
+                        "fps": 8.0,
+                        "x0": box[0],
+                        "y0": box[1],
+                        "x1": box[2],
+                        "y1": box[3],
+                        "area": int((box[2] - box[0]) * (box[3] - box[1])),
+                        "image_width": W,
+                        "image_height": H,
+                    }
+                )
         for oid, lid in local.items():
             ts = [r["time"] for r in seg_rows if r["clip_index"] == c.index and r["local_id"] == lid]
-            inst_rows.append({"clip_index": c.index, "local_id": lid, "concept": OBJECTS[oid][1], "first_time": min(ts),
-                              "last_time": max(ts), "appearance": [1.0] + [0.0] * 71})
+            inst_rows.append(
+                {
+                    "clip_index": c.index,
+                    "local_id": lid,
+                    "concept": OBJECTS[oid][1],
+                    "first_time": min(ts),
+                    "last_time": max(ts),
+                    "appearance": [1.0] + [0.0] * 71,
+                }
+            )
     # Poses with drift: the estimated world turns by up to drift_deg and is 2 % too large.
     K = geometry.view_intrinsics(W, H, HFOV)
     cv_axes = np.array([[1.0, 0, 0], [0, 0, -1.0], [0, 1.0, 0]])  # (right, forward, up) -> OpenCV
@@ -98,10 +126,18 @@ def scene(drift_deg: float, clip_s: float = 40.0, n: int = 320):
         Rd = geometry.rotation_yaw_pitch(e, 0.0)
         pos = (np.array([x, y, 1.6]) @ Rd.T) * 1.02
         R = cv_axes @ geometry.rotation_yaw_pitch(yaw + e, 0.0).T
-        pose_rows.append({"sample_index": k, "time": k * 0.5, "frame": 4 * k, "fps": 8.0, "valid": True,
-                          "extrinsics": np.c_[R, -R @ pos].ravel().tolist(), "intrinsics": K.ravel().tolist()})
+        pose_rows.append(
+            {
+                "sample_index": k,
+                "time": k * 0.5,
+                "frame": 4 * k,
+                "fps": 8.0,
+                "valid": True,
+                "extrinsics": np.c_[R, -R @ pos].ravel().tolist(),
+                "intrinsics": K.ravel().tolist(),
+            }
+        )
     return clips, inst_rows, seg_rows, truth_of, po.track_from_rows(pose_rows)
-
 
 
 def _groups(res, truth_of):
@@ -138,8 +174,14 @@ def test_reconciliation_recovers_the_objects_across_cuts_and_revisits(drift_deg)
 
 def test_the_same_instances_in_any_order_give_the_same_partition_and_rows():
     clips, inst_rows, seg_rows, _, poses = scene(8.0)
-    first = rc.reconcile("sample-x_front", rc.load_clip_instances(inst_rows, seg_rows), clips, rc.ReconcileParams(),
-                         poses, camera_height=1.6 * 1.02)
+    first = rc.reconcile(
+        "sample-x_front",
+        rc.load_clip_instances(inst_rows, seg_rows),
+        clips,
+        rc.ReconcileParams(),
+        poses,
+        camera_height=1.6 * 1.02,
+    )
     rng = random.Random(7)
     for _ in range(2):
         inst, segs = list(inst_rows), list(seg_rows)
@@ -147,8 +189,7 @@ def test_the_same_instances_in_any_order_give_the_same_partition_and_rows():
         rng.shuffle(segs)
         instances = rc.load_clip_instances(inst, segs)
         rng.shuffle(instances)
-        again = rc.reconcile("sample-x_front", instances, clips, rc.ReconcileParams(), poses,
-                             camera_height=1.6 * 1.02)
+        again = rc.reconcile("sample-x_front", instances, clips, rc.ReconcileParams(), poses, camera_height=1.6 * 1.02)
         assert again.members == first.members
         assert again.decisions == first.decisions
 
@@ -161,8 +202,9 @@ def test_without_poses_only_the_cuts_are_bridged_surely():
     res = rc.reconcile("sample-x_front", rc.load_clip_instances(inst_rows, seg_rows), clips, rc.ReconcileParams())
     assert all(d["llr_position"] is None for d in res.decisions)
     bridged = [d for d in res.decisions if d["decision"] == "merge" and d["boundary"] and d["llr_continuity"] > 0]
-    assert bridged and all(truth_of[(d["clip_a"], d["local_a"])] == truth_of[(d["clip_b"], d["local_b"])]
-                           for d in bridged)
+    assert bridged and all(
+        truth_of[(d["clip_a"], d["local_a"])] == truth_of[(d["clip_b"], d["local_b"])] for d in bridged
+    )
     assert all(not d["review"] for d in bridged)
     unsure = [d for d in res.decisions if d not in bridged and d["decision"] == "merge"]
     assert all(d["review"] and 0.3 < d["posterior"] < 0.7 for d in unsure)
@@ -185,8 +227,9 @@ def _level_camera(height: float = 1.6, focal: float = 320.0) -> po.Track:
     """One level camera at the origin looking along world +y (camera x: right, y: down = world -z)."""
     R = np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]])
     K = np.array([[[focal, 0.0, W / 2], [0.0, focal, H / 2], [0.0, 0.0, 1.0]]])
-    return po.Track(np.array([10]), np.array([5.0]), np.array([40]), 8.0, R, np.array([[0.0, 0.0, height]]), K,
-                    np.array([True]))
+    return po.Track(
+        np.array([10]), np.array([5.0]), np.array([40]), 8.0, R, np.array([[0.0, 0.0, height]]), K, np.array([True])
+    )
 
 
 @pytest.mark.parametrize("distance", [8.0, 32.0])
@@ -201,7 +244,7 @@ def test_a_ground_contacts_covariance_is_what_a_pixel_moves_it(distance):
     down = distance - 320.0 * 1.6 / (320.0 * 1.6 / distance + 1.0)
     assert math.sqrt(got.cov[1, 1]) == pytest.approx(down, rel=1e-6)
     assert math.sqrt(got.cov[0, 0]) == pytest.approx(distance / 320.0, rel=1e-6)
-    assert down == pytest.approx(distance ** 2 / (1.6 * 320.0), rel=0.1)
+    assert down == pytest.approx(distance**2 / (1.6 * 320.0), rel=0.1)
     # the metadata stage's positions (pixel error 0) are the same point
     assert loc.locate(sighting, _level_camera(), 1.6, 3.0).position == pytest.approx(got.position)
 
@@ -218,7 +261,7 @@ def test_a_box_cut_off_at_the_side_is_located_across_as_loosely_as_its_hidden_ha
     Y, Y1 = f * h / (v - H / 2), f * h / (v + 1 - H / 2)
     beside = np.array([Y / f, 0.0])
     lower = np.array([(u - W / 2) * (Y1 - Y) / f, Y1 - Y])
-    want = 11.0 ** 2 * np.outer(beside, beside) + 1.0 ** 2 * np.outer(lower, lower)
+    want = 11.0**2 * np.outer(beside, beside) + 1.0**2 * np.outer(lower, lower)
     assert got.position[:2] == pytest.approx([(u - W / 2) * Y / f, Y], abs=1e-6)
     assert got.cov[:2, :2] == pytest.approx(want, rel=1e-6, abs=1e-12)
 
@@ -226,9 +269,17 @@ def test_a_box_cut_off_at_the_side_is_located_across_as_loosely_as_its_hidden_ha
 # ------------------------------------------------------------------------------ layout
 def _placed(clip: int, local: int, concept: str, xy, sd: float = 0.1) -> rc.ClipInstance:
     k = clip * 100 + local
-    ci = rc.ClipInstance(clip, local, concept, k * 0.5, k * 0.5, np.ones(72), 2000.0,
-                         {k: rc.Obs(k * 0.5, (100.0, 100.0, 120.0, 140.0), 800, 4 * k, 8.0, (W, H))})
-    ci.where = loc.Located(np.asarray(xy, dtype=float), np.eye(2) * sd ** 2, 8.0, 0.0, "ground")
+    ci = rc.ClipInstance(
+        clip,
+        local,
+        concept,
+        k * 0.5,
+        k * 0.5,
+        np.ones(72),
+        2000.0,
+        {k: rc.Obs(k * 0.5, (100.0, 100.0, 120.0, 140.0), 800, 4 * k, 8.0, (W, H))},
+    )
+    ci.where = loc.Located(np.asarray(xy, dtype=float), np.eye(2) * sd**2, 8.0, 0.0, "ground")
     return ci
 
 
@@ -242,8 +293,10 @@ def test_a_revisited_layout_is_aligned_and_an_unrelated_one_is_not():
     first = [_placed(0, i, concepts[i % 3], p) for i, p in enumerate(pts)]
     m = complex(math.cos(math.radians(12)), math.sin(math.radians(12)))
     moved = [m * complex(*p) + 3 + 1j for p in pts]
-    again = [_placed(1, i, concepts[i % 3], (z.real + rng.normal(0, 0.1), z.imag + rng.normal(0, 0.1)))
-             for i, z in enumerate(moved)]
+    again = [
+        _placed(1, i, concepts[i % 3], (z.real + rng.normal(0, 0.1), z.imag + rng.normal(0, 0.1)))
+        for i, z in enumerate(moved)
+    ]
     other = [_placed(2, i, concepts[i % 3], p) for i, p in enumerate(rng.uniform(0, 25, (12, 2)))]
     aligned = lay.align_clips(first + again + other)
     assert (0, 1) in aligned and (0, 2) not in aligned and (1, 2) not in aligned
@@ -260,7 +313,7 @@ def _set_partitions(items):
     first, rest = items[0], items[1:]
     for p in _set_partitions(rest):
         for i in range(len(p)):
-            yield p[:i] + [[first] + p[i]] + p[i + 1:]
+            yield p[:i] + [[first] + p[i]] + p[i + 1 :]
         yield [[first]] + p
 
 
@@ -272,9 +325,14 @@ def test_the_exact_partition_is_the_best_of_all_partitions(seed):
     n = 7
     weight = {(i, j): rng.uniform(-3, 3) for i in range(n) for j in range(i + 1, n) if rng.random() < 0.8}
     cannot = {p for p in itertools.combinations(range(n), 2) if rng.random() < 0.15}
-    best = max((p for p in _set_partitions(list(range(n)))
-                if not any((min(a, b), max(a, b)) in cannot for g in p for a, b in itertools.combinations(g, 2))),
-               key=lambda p: mc.objective(p, weight))
+    best = max(
+        (
+            p
+            for p in _set_partitions(list(range(n)))
+            if not any((min(a, b), max(a, b)) in cannot for g in p for a, b in itertools.combinations(g, 2))
+        ),
+        key=lambda p: mc.objective(p, weight),
+    )
     part = mc.Partition(n, weight, cannot)
     got = {}
     for i, lab in enumerate(part.labels):
@@ -284,9 +342,15 @@ def test_the_exact_partition_is_the_best_of_all_partitions(seed):
     for i, j in [(0, 1), (2, 5)]:
         margin, _ = part.margin(i, j)
         joined = part.labels[i] == part.labels[j]
-        alt = max((mc.objective(p, weight) for p in _set_partitions(list(range(n)))
-                   if not any((min(a, b), max(a, b)) in cannot for g in p for a, b in itertools.combinations(g, 2))
-                   and (any(i in g and j in g for g in p) != joined)), default=-math.inf)
+        alt = max(
+            (
+                mc.objective(p, weight)
+                for p in _set_partitions(list(range(n)))
+                if not any((min(a, b), max(a, b)) in cannot for g in p for a, b in itertools.combinations(g, 2))
+                and (any(i in g and j in g for g in p) != joined)
+            ),
+            default=-math.inf,
+        )
         if alt == -math.inf:
             assert margin == -math.inf
         else:
@@ -333,7 +397,7 @@ def test_two_instances_seen_together_are_never_one_object():
 def _seen(clip: int, local: int, samples, xy, concept: str = "bin") -> rc.ClipInstance:
     obs = {k: rc.Obs(k * 0.5, (100.0, 100.0, 120.0, 140.0), 800, 4 * k, 8.0, (W, H)) for k in samples}
     ci = rc.ClipInstance(clip, local, concept, min(samples) * 0.5, max(samples) * 0.5, np.ones(72), 800.0, obs)
-    ci.where = loc.Located(np.asarray(xy, dtype=float), np.eye(2) * 0.3 ** 2, 8.0, 0.0, "ground")
+    ci.where = loc.Located(np.asarray(xy, dtype=float), np.eye(2) * 0.3**2, 8.0, 0.0, "ground")
     return ci
 
 
@@ -376,8 +440,12 @@ def test_review_items_are_the_decisions_expected_to_get_answers_wrong():
     assert last is None or (not last.merged and not last.review)
     unsure = [dec for _, dec in seen if dec is not None and 0.3 < dec.posterior < 0.7]
     assert unsure and all(dec.review and dec.answer_impact >= 3 for dec in unsure)
-    assert all(dec.review == (min(dec.posterior, 1 - dec.posterior) * dec.answer_impact
-                              >= rc.ReconcileParams().review_expected_errors) for _, dec in seen if dec is not None)
+    assert all(
+        dec.review
+        == (min(dec.posterior, 1 - dec.posterior) * dec.answer_impact >= rc.ReconcileParams().review_expected_errors)
+        for _, dec in seen
+        if dec is not None
+    )
     a1 = _seen(0, 1, [10, 11], (-0.6, 5.0))
     a2 = _seen(0, 2, [10, 11], (0.6, 5.0))  # seen together: two objects
     b = _seen(2, 3, [140, 141], (0.0, 5.0))

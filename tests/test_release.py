@@ -83,7 +83,9 @@ def test_a_release_never_changes_and_a_fix_is_in_the_changelog(builds, tmp_path)
     before = [json.loads(x) for x in (root / "releases" / "v1" / "vsi_super_wild_qa.jsonl").read_text().splitlines()]
     video = "sample-small_front"
     (root / "fixes").mkdir(exist_ok=True)
-    (root / "fixes" / f"{video}.yaml").write_text(f"video_id: {video}\nfixes:\n  - op: motion\n    clip: 0\n    state: none\n")
+    (root / "fixes" / f"{video}.yaml").write_text(
+        f"video_id: {video}\nfixes:\n  - op: motion\n    clip: 0\n    state: none\n"
+    )
     res = vsi_wild("run", "-c", str(cfg), "--data-root", str(root))
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     refused = vsi_wild("release", "v1", "-c", str(cfg), "--data-root", str(root))
@@ -92,8 +94,9 @@ def test_a_release_never_changes_and_a_fix_is_in_the_changelog(builds, tmp_path)
     assert made.returncode == 0, made.stdout + made.stderr
     after = [json.loads(x) for x in (root / "releases" / "v2" / "vsi_super_wild_qa.jsonl").read_text().splitlines()]
     # every release row of the other videos is the same row, whole
-    assert [r for r in before if not r["video_name"].startswith(video)] == \
-        [r for r in after if not r["video_name"].startswith(video)]
+    assert [r for r in before if not r["video_name"].startswith(video)] == [
+        r for r in after if not r["video_name"].startswith(video)
+    ]
     log = json.loads((root / "releases" / "v2" / "changelog.json").read_text())
     assert log["previous"] == "v1" and log["questions"]
     for e in log["questions"]:
@@ -103,8 +106,17 @@ def test_a_release_never_changes_and_a_fix_is_in_the_changelog(builds, tmp_path)
     key = Store(str(root)).read_status("report", "all")["key"]
     report = json.loads((root / "artifacts" / "report" / "all" / key / "report.json").read_text())
     assert report["changes"]["letters"] == 0 and report["changes"]["order"] == 0
-    pushed = vsi_wild("release", "v2", "-c", str(cfg), "--data-root", str(root), "--push", "someone/vsi-wild",
-                      env={"HF_TOKEN": "", "HF_HUB_OFFLINE": "1"})
+    pushed = vsi_wild(
+        "release",
+        "v2",
+        "-c",
+        str(cfg),
+        "--data-root",
+        str(root),
+        "--push",
+        "someone/vsi-wild",
+        env={"HF_TOKEN": "", "HF_HUB_OFFLINE": "1"},
+    )
     assert pushed.returncode == 2 and "HF_TOKEN" in pushed.stderr
 
 
@@ -118,8 +130,17 @@ def test_push_through_huggingface_hub_to_a_local_hub(builds, tmp_path):
     cfg = small_sample_config(tmp_path / "c.yaml", root)
     hub = Hub()
     try:
-        res = vsi_wild("release", "v1", "-c", str(cfg), "--data-root", str(root), "--push", "vsi/vsi-super-wild",
-                       env={"HF_TOKEN": "hf_local", "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub.url})
+        res = vsi_wild(
+            "release",
+            "v1",
+            "-c",
+            str(cfg),
+            "--data-root",
+            str(root),
+            "--push",
+            "vsi/vsi-super-wild",
+            env={"HF_TOKEN": "hf_local", "HF_HUB_OFFLINE": "0", "HF_ENDPOINT": hub.url},
+        )
     finally:
         hub.close()
     assert res.returncode == 0, res.stdout + res.stderr
@@ -127,7 +148,9 @@ def test_push_through_huggingface_hub_to_a_local_hub(builds, tmp_path):
     local = {p.relative_to(folder).as_posix(): p.read_bytes() for p in folder.rglob("*") if p.is_file()}
     assert hub.files == local
     assert hub.repos == [{"name": "vsi-super-wild", "organization": "vsi", "visibility": "public", "type": "dataset"}]
-    assert [v["repoType"] for v in hub.validated] == ["dataset"] and hub.validated[0]["content"] == local["README.md"].decode()
+    assert [v["repoType"] for v in hub.validated] == ["dataset"] and hub.validated[0]["content"] == local[
+        "README.md"
+    ].decode()
     assert [t["tag"] for t in hub.tags.values()] == ["v1"]
 
 
@@ -169,8 +192,14 @@ def test_lmms_eval_loads_the_release_task_and_scores_it(builds, tmp_path):
     rows = [json.loads(x) for x in (folder / "vsi_super_wild_qa.jsonl").read_text().splitlines()]
     predictions = _predictions(rows)
     (tmp_path / "p.json").write_text(json.dumps(predictions))
-    res = subprocess.run([str(python), "-c", LMMS_CHECK, "vsi_super_wild_v1", str(tmp_path / "p.json")], cwd=folder,
-                         capture_output=True, text=True, timeout=900, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+    res = subprocess.run(
+        [str(python), "-c", LMMS_CHECK, "vsi_super_wild_v1", str(tmp_path / "p.json")],
+        cwd=folder,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
     assert res.returncode == 0, res.stderr[-3000:]
     got = json.loads(res.stdout.strip().splitlines()[-1])
     ours = ev.evaluate(rows, predictions)

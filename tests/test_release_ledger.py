@@ -35,8 +35,14 @@ def video_questions(seed: int, drop_instance: dict[str, int] | None = None) -> d
         inst = instances_table(w, v.view)
         if drop_instance and v.view in drop_instance:
             inst = inst.filter(pa.array([i != drop_instance[v.view] for i in inst["instance_id"].to_pylist()]))
-        res = plan_video(v, inst, motion_table(w, v.view, PARAMS.clip_seconds), poses_table(w, v.view), PARAMS,
-                         Provenance(PARAMS.seed, f"fp-{inst.num_rows}", "test"))
+        res = plan_video(
+            v,
+            inst,
+            motion_table(w, v.view, PARAMS.clip_seconds),
+            poses_table(w, v.view),
+            PARAMS,
+            Provenance(PARAMS.seed, f"fp-{inst.num_rows}", "test"),
+        )
         out[v.video_id] = questions_table(res.questions)
     return out
 
@@ -69,8 +75,10 @@ def rows_by_video(export: ex.Export) -> dict[str, list]:
 
 def assert_bound(export: ex.Export) -> None:
     release = [r for r in export.rows if r["split"] == "release" and r["options"]]
-    rows = [{"doc_id": r["doc_id"], "task_type": r["task_type"], "subtype": r["subtype"], "correct": r["answer_text"]}
-            for r in release]
+    rows = [
+        {"doc_id": r["doc_id"], "task_type": r["task_type"], "subtype": r["subtype"], "correct": r["answer_text"]}
+        for r in release
+    ]
     assert bound_violations(rows, {r["doc_id"]: r["answer_index"] for r in release}) == {}
 
 
@@ -101,6 +109,7 @@ def test_fix_one_video_changes_only_what_the_fix_explains(per_video, first):
     others = sorted(set(before_rows) - {video})
     assert others and all(before_rows[v] == after_rows[v] for v in others)
     assert_bound(after)
+
     # the fixed video: a row changed beyond its provenance (the metadata fingerprint every row of the
     # video carries) only where the video's own question table changed (the qa stage's output: a
     # question added, gone or re-derived), and every such question's row changed
@@ -115,8 +124,11 @@ def test_fix_one_video_changes_only_what_the_fix_explains(per_video, first):
     doc_identity = {r["doc_id"]: r["identity"] for r in [*first.ledger, *after.ledger] if r["doc_id"]}
     old = {r["doc_id"]: content(r) for r in first.rows if r["video_id"] == video}
     new = {r["doc_id"]: content(r) for r in after.rows if r["video_id"] == video}
-    changed = {doc_identity[(new.get(d) or old[d])["base_doc_id"] or d]
-               for d in old.keys() | new.keys() if old.get(d) != new.get(d)}
+    changed = {
+        doc_identity[(new.get(d) or old[d])["base_doc_id"] or d]
+        for d in old.keys() | new.keys()
+        if old.get(d) != new.get(d)
+    }
     assert changed and changed <= explained
     asked = {r["identity"] for r in [*first.ledger, *after.ledger] if r["state"] == "asked"}
     assert explained & asked <= changed
@@ -149,10 +161,16 @@ def test_add_remove_and_reorder_sources(per_video, first):
     for result in (build(concat(added), ledger), without := build(concat(kept), ledger)):
         now = rows_by_video(result)
         forced_out = {r["doc_id"] for r in result.ledger if r["forced_out"]}
-        moved = {m.doc_id for m in result.moves} | forced_out | {
-            "|".join((r["video_id"], r["task_type"], r["item"])) for r in result.ledger if r["forced_out"]}
-        assert all(r["state"] == "unasked" and r["reason"].startswith("answer balance")
-                   for r in result.ledger if r["doc_id"] in forced_out)
+        moved = (
+            {m.doc_id for m in result.moves}
+            | forced_out
+            | {"|".join((r["video_id"], r["task_type"], r["item"])) for r in result.ledger if r["forced_out"]}
+        )
+        assert all(
+            r["state"] == "unasked" and r["reason"].startswith("answer balance")
+            for r in result.ledger
+            if r["doc_id"] in forced_out
+        )
         for v, rows in before.items():
             if v.startswith(removed_source + "_"):
                 continue
@@ -196,11 +214,17 @@ def test_a_forced_move_is_the_fewest_and_named(per_video, first):
     target = Counter(r["answer"] for r in release)
     drop_ids = {r["doc_id"] for r in release if r["answer"] == "A"}
     drop = list(sorted(drop_ids))[: len(drop_ids) // 2 + 4]
-    dropped_items = {(r["video_id"], r["subtype"], r["question"], tuple(r["query_times"]))
-                     for r in release if r["doc_id"] in set(drop)}
+    dropped_items = {
+        (r["video_id"], r["subtype"], r["question"], tuple(r["query_times"]))
+        for r in release
+        if r["doc_id"] in set(drop)
+    }
     q = concat(per_video)
-    keep = [(r["video_id"], r["subtype"], r["question"], tuple(r["query_times"])) not in dropped_items
-            or r["task_type"] != "VMR" for r in q.to_pylist()]
+    keep = [
+        (r["video_id"], r["subtype"], r["question"], tuple(r["query_times"])) not in dropped_items
+        or r["task_type"] != "VMR"
+        for r in q.to_pylist()
+    ]
     after = build(q.filter(pa.array(keep)), Ledger.from_rows(first.ledger))
     assert_bound(after)
     assert target["A"] > 0 and after.moves, "the scenario must break the bound"

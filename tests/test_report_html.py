@@ -45,8 +45,9 @@ def run(config_path: Path, root: Path, from_stage: str | None = None) -> engine.
 
 def report_json(root: Path) -> dict:
     store = Store(root)
-    return json.loads(store.local_file(UnitRef("report", "all", store.read_status("report", "all")["key"]),
-                                       REPORT_JSON).read_text())
+    return json.loads(
+        store.local_file(UnitRef("report", "all", store.read_status("report", "all")["key"]), REPORT_JSON).read_text()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +85,9 @@ def test_numbers_equal_counts_from_the_export_and_the_registry(built):
             assert rep["statistics"]["tasks"][t.name]["letter_balance"]["counts"] == {x: letters[x] for x in "ABCD"}
         else:
             hist = Counter(int(r["answer"]) for r in mine)
-            assert rep["statistics"]["tasks"][t.name]["answer_histogram"] == {str(k): v for k, v in sorted(hist.items())}
+            assert rep["statistics"]["tasks"][t.name]["answer_histogram"] == {
+                str(k): v for k, v in sorted(hist.items())
+            }
     videos = {r["video_id"]: r["duration_s"] for r in rows}
     st = rep["statistics"]
     assert st["videos"] == len(videos) and st["hours"] == pytest.approx(sum(videos.values()) / 3600)
@@ -102,8 +105,10 @@ def test_numbers_equal_counts_from_the_export_and_the_registry(built):
         texts.setdefault((r["task_type"], r["subtype"]), Counter())[r["answer_text"]] += 1
     for (t, st), hist in texts.items():
         n = sum(hist.values())
-        assert (f"<tr><td>{t}</td><td>{st}</td><td class=n>{n}</td><td class=n>{len(hist)}</td>"
-                f"<td class=n>{max(hist.values()) / n:.1%}</td>") in page, (t, st)
+        assert (
+            f"<tr><td>{t}</td><td>{st}</td><td class=n>{n}</td><td class=n>{len(hist)}</td>"
+            f"<td class=n>{max(hist.values()) / n:.1%}</td>"
+        ) in page, (t, st)
     # the markdown report keeps its tables and says the same
     md = (root / "report.md").read_text()
     assert md.startswith("# VSI-Super-Wild build report") and "## Lost on the way" in md and "## Scene categories" in md
@@ -147,15 +152,18 @@ def _merge_fix(root: Path) -> tuple[str, str]:
             a, b = sorted(by_concept[two[0]])[:2]
             (root / "fixes").mkdir(exist_ok=True)
             (root / "fixes" / f"{video}.yaml").write_text(
-                f"video_id: {video}\nfixes:\n  - op: merge\n    instances: [{a}, {b}]\n    note: one object\n")
+                f"video_id: {video}\nfixes:\n  - op: merge\n    instances: [{a}, {b}]\n    note: one object\n"
+            )
             return video, two[0]
     pytest.fail("no view of the sample has two instances of one concept")
 
 
 def _voc_answers(root: Path) -> dict[tuple[str, str], str]:
-    return {(r["video_id"], r["question"]): r["answer_text"]
-            for r in pq.read_table(root / "exports" / "qa.parquet").to_pylist()
-            if r["split"] == "release" and r["task_type"] == "VOC"}
+    return {
+        (r["video_id"], r["question"]): r["answer_text"]
+        for r in pq.read_table(root / "exports" / "qa.parquet").to_pylist()
+        if r["split"] == "release" and r["task_type"] == "VOC"
+    }
 
 
 def test_the_build_diff_lists_exactly_the_voc_questions_a_merge_changed(copy_of, built):
@@ -165,19 +173,24 @@ def test_the_build_diff_lists_exactly_the_voc_questions_a_merge_changed(copy_of,
     plan = run(cfg, root, from_stage="metadata")
     assert plan.outcomes["metadata"][video].state == "computed"
     after = _voc_answers(root)
-    expected = sorted((v, q, before[(v, q)], after[(v, q)]) for (v, q) in before
-                      if (v, q) in after and before[(v, q)] != after[(v, q)])
+    expected = sorted(
+        (v, q, before[(v, q)], after[(v, q)])
+        for (v, q) in before
+        if (v, q) in after and before[(v, q)] != after[(v, q)]
+    )
     assert expected and all(v == video and concept in q for v, q, _, _ in expected)
     changes = report_json(root)["changes"]
-    listed = sorted((c["video_id"], c["question"], c["before"]["answer"], c["after"]["answer"])
-                    for c in changes["changed_questions"])
+    listed = sorted(
+        (c["video_id"], c["question"], c["before"]["answer"], c["after"]["answer"])
+        for c in changes["changed_questions"]
+    )
     assert listed == expected
     assert [c["task_type"] for c in changes["changed_questions"]] == ["VOC"] * len(expected)
     assert changes["per_video"][video]["changed"] == len(expected)
     assert any(c.startswith("fix added: merge") for c in changes["per_video"][video]["causes"])
     page = (root / "report.html").read_text()
-    table = page[page.index('id="changed-questions"'):]
-    table = table[:table.index("</table>")]
+    table = page[page.index('id="changed-questions"') :]
+    table = table[: table.index("</table>")]
     assert len(re.findall("<tr><td>VOC</td>", table)) == len(expected)
     for _, _q, b, a in expected:
         assert f"<td class=before>{b}</td><td class=after>{a}</td>" in table
@@ -204,13 +217,31 @@ def test_the_build_diff_lists_exactly_the_voc_questions_a_merge_changed(copy_of,
 # ------------------------------------------------------------------ bad input (no sample needed)
 def _row(task, answer, video="s1_front", subtype="x", **kw):
     mc = task != "VOC"
-    return {"doc_id": f"{video}.mp4|{task}|{answer}|{kw.get('q', '')}", "video_name": f"{video}.mp4", "video_id": video,
-            "source_id": video.rsplit("_", 1)[0], "task_type": task, "question": f"q {kw.get('q', '')}",
-            "answer": answer, "options": [f"{x}) o{x}" for x in "ABCD"] if mc else None, "split": "release",
-            "subtype": subtype, "answer_text": f"o{answer}" if mc else answer, "frame_times": None, "frame_indices": None,
-            "duration_s": 700.0, "fps": 8.0, "query_times": [5.0], "concepts": ["cone"] if not mc else None,
-            "angle_deg": None, "render_offset_deg": None, "metadata_fingerprint": "m", "pipeline_version": "p",
-            "answer_index": "ABCD".index(answer) if mc else None, "image_paths": None}
+    return {
+        "doc_id": f"{video}.mp4|{task}|{answer}|{kw.get('q', '')}",
+        "video_name": f"{video}.mp4",
+        "video_id": video,
+        "source_id": video.rsplit("_", 1)[0],
+        "task_type": task,
+        "question": f"q {kw.get('q', '')}",
+        "answer": answer,
+        "options": [f"{x}) o{x}" for x in "ABCD"] if mc else None,
+        "split": "release",
+        "subtype": subtype,
+        "answer_text": f"o{answer}" if mc else answer,
+        "frame_times": None,
+        "frame_indices": None,
+        "duration_s": 700.0,
+        "fps": 8.0,
+        "query_times": [5.0],
+        "concepts": ["cone"] if not mc else None,
+        "angle_deg": None,
+        "render_offset_deg": None,
+        "metadata_fingerprint": "m",
+        "pipeline_version": "p",
+        "answer_index": "ABCD".index(answer) if mc else None,
+        "image_paths": None,
+    }
 
 
 def _page(rows, status=(), sources=(), previous=None):
@@ -239,25 +270,36 @@ def test_a_single_task_and_its_changes():
     old = [_row("VMR", "A", q="1"), _row("VMR", "B", q="2")]
     new = [_row("VMR", "C", q="1"), _row("VMR", "B", q="3")]
     new[0]["answer_text"] = "oC"  # its answer changed; q 2 removed, q 3 added
-    rep, _, page, md = _page(new, sources=[{"source_id": "s1", "origin": "local", "duration_s": 700.0, "category": "retail"}],
-                             previous=snapshot(old))
+    rep, _, page, md = _page(
+        new,
+        sources=[{"source_id": "s1", "origin": "local", "duration_s": 700.0, "category": "retail"}],
+        previous=snapshot(old),
+    )
     assert "No questions for VPO, VOO, VOC." in page
     c = rep["changes"]
     assert (c["added"], c["removed"], c["changed"]) == (1, 1, 1)
     assert [(x["before"]["answer"], x["after"]["answer"]) for x in c["changed_questions"]] == [("oA", "oC")]
-    assert rep["statistics"]["categories"] == {"retail": {"videos": 1, "hours": 700 / 3600, "count_share": 1.0,
-                                                          "duration_share": 1.0}}
+    assert rep["statistics"]["categories"] == {
+        "retail": {"videos": 1, "hours": 700 / 3600, "count_share": 1.0, "duration_share": 1.0}
+    }
     assert rep["statistics"]["duration_bins"] == {"retail": {"10-30": 1}}
     assert "| retail | 1 | 100.00% |" in md
 
 
 def test_verification_records_are_shown():
     rep = build_report([_row("VOC", "3")], [], [])
-    rep["verification"] = {"s1_front.json": {"temporal_verified": True, "clips_verified": [0, 2],
-                                             "questions": {"a": "accept", "b": "reject", "c": "accept"},
-                                             "updated_at": "2026-12-01T10:00:00+00:00"},
-                           "notes.json": {"by": "someone", "videos": [1, 2]}}
+    rep["verification"] = {
+        "s1_front.json": {
+            "temporal_verified": True,
+            "clips_verified": [0, 2],
+            "questions": {"a": "accept", "b": "reject", "c": "accept"},
+            "updated_at": "2026-12-01T10:00:00+00:00",
+        },
+        "notes.json": {"by": "someone", "videos": [1, 2]},
+    }
     page = render_html(rep, [], [])
-    assert ("<tr><td>s1_front</td><td>yes</td><td class=n>2</td><td class=n>2</td><td class=n>1</td>"
-            "<td>2026-12-01T10:00:00+00:00</td></tr>") in page
+    assert (
+        "<tr><td>s1_front</td><td>yes</td><td class=n>2</td><td class=n>2</td><td class=n>1</td>"
+        "<td>2026-12-01T10:00:00+00:00</td></tr>"
+    ) in page
     assert "<h3>notes.json</h3>" in page and "<td>2 items</td>" in page

@@ -33,25 +33,36 @@ HEADER = "source_id,decision,reason,reviewer,suggestion,motion_score\n"
 
 
 def test_a_valid_file_parses():
-    text = ("\ufeff" + HEADER + "local-a-00000001,Keep,,ann,keep,0.1\n"
-            'local-b-00000002,reject,"static camera, tripod",ann,,\n\nlocal-c-00000003,,,,,\n')
+    text = (
+        "\ufeff" + HEADER + "local-a-00000001,Keep,,ann,keep,0.1\n"
+        'local-b-00000002,reject,"static camera, tripod",ann,,\n\nlocal-c-00000003,,,,,\n'
+    )
     got = rv.parse_decisions(text, KNOWN, file="d.csv")
     assert [(d.source_id, d.decision, d.reason, d.reviewer, d.line) for d in got.decisions] == [
-        ("local-a-00000001", "keep", None, "ann", 2), ("local-b-00000002", "reject", "static camera, tripod", "ann", 3)]
+        ("local-a-00000001", "keep", None, "ann", 2),
+        ("local-b-00000002", "reject", "static camera, tripod", "ann", 3),
+    ]
     assert got.decisions[0].motion_score == pytest.approx(0.1) and got.decisions[0].suggestion == "keep"
     assert got.pending == ["local-c-00000003"]
 
 
-@pytest.mark.parametrize("body,line,what", [
-    ("local-a-00000001,keep,,ann\nlocal-x-99999999,keep,,ann\n", 3, "unknown source id 'local-x-99999999'"),
-    ("local-a-00000001,maybe,,ann\n", 2, "decision 'maybe'"),
-    ("local-a-00000001,keep,,ann\nlocal-b-00000002,keep,,ann\nlocal-a-00000001,reject,x,ann\n", 4, "already on line 2"),
-    ("local-a-00000001,reject,,ann\n", 2, "needs a reason"),
-    ("local-a-00000001,keep,,\n", 2, "no reviewer"),
-    ("local-a-00000001,keep,a,b,c,0.1,extra\n", 2, "7 fields but the header has 6"),
-    ("local-a-00000001,keep,,ann,,fast\n", 2, "motion_score 'fast'"),
-    (",keep,,ann\n", 2, "empty source_id"),
-])
+@pytest.mark.parametrize(
+    "body,line,what",
+    [
+        ("local-a-00000001,keep,,ann\nlocal-x-99999999,keep,,ann\n", 3, "unknown source id 'local-x-99999999'"),
+        ("local-a-00000001,maybe,,ann\n", 2, "decision 'maybe'"),
+        (
+            "local-a-00000001,keep,,ann\nlocal-b-00000002,keep,,ann\nlocal-a-00000001,reject,x,ann\n",
+            4,
+            "already on line 2",
+        ),
+        ("local-a-00000001,reject,,ann\n", 2, "needs a reason"),
+        ("local-a-00000001,keep,,\n", 2, "no reviewer"),
+        ("local-a-00000001,keep,a,b,c,0.1,extra\n", 2, "7 fields but the header has 6"),
+        ("local-a-00000001,keep,,ann,,fast\n", 2, "motion_score 'fast'"),
+        (",keep,,ann\n", 2, "empty source_id"),
+    ],
+)
 def test_a_bad_line_is_named(body, line, what):
     with pytest.raises(rv.ReviewError) as e:
         rv.parse_decisions(HEADER + body, KNOWN, file="d.csv")
@@ -63,8 +74,9 @@ def test_a_bad_header_is_named():
         rv.parse_decisions("source_id,decision,reason\n", KNOWN, file="d.csv")
     with pytest.raises(rv.ReviewError, match="empty file"):
         rv.parse_decisions("", KNOWN, file="d.csv")
-    got = rv.parse_decisions("source_id,decision,reason,reviewer\nlocal-a-00000001,keep,,\n", KNOWN,
-                             file="d.csv", default_reviewer="bob")
+    got = rv.parse_decisions(
+        "source_id,decision,reason,reviewer\nlocal-a-00000001,keep,,\n", KNOWN, file="d.csv", default_reviewer="bob"
+    )
     assert got.decisions[0].reviewer == "bob"
 
 
@@ -84,9 +96,28 @@ def videos(tmp_path_factory) -> dict[str, Path]:
 
 def ffmpeg_frame(path: Path, t: float, w: int, h: int) -> np.ndarray:
     """The frame at ``t`` decoded by the ffmpeg CLI (an independent decoder path)."""
-    raw = subprocess.run(["ffmpeg", "-v", "error", "-ss", f"{t}", "-i", str(path), "-frames:v", "1", "-vf",
-                          f"scale={w}:{h}:flags=area", "-f", "rawvideo", "-pix_fmt", "bgr24", "-"],
-                         check=True, capture_output=True).stdout
+    raw = subprocess.run(
+        [
+            "ffmpeg",
+            "-v",
+            "error",
+            "-ss",
+            f"{t}",
+            "-i",
+            str(path),
+            "-frames:v",
+            "1",
+            "-vf",
+            f"scale={w}:{h}:flags=area",
+            "-f",
+            "rawvideo",
+            "-pix_fmt",
+            "bgr24",
+            "-",
+        ],
+        check=True,
+        capture_output=True,
+    ).stdout
     return np.frombuffer(raw, np.uint8).reshape(h, w, 3).astype(np.float32)
 
 
@@ -127,7 +158,9 @@ def _project_run(job):
     job.out.write_table("seen.parquet", pa.table({"source_id": [job.unit], "decision": [d["decision"]]}))
 
 
-PROJECT = Stage(name="project", version="t", unit_kind="source", run=_project_run, outputs=ANY_OUTPUT, needs=("review",))
+PROJECT = Stage(
+    name="project", version="t", unit_kind="source", run=_project_run, outputs=ANY_OUTPUT, needs=("review",)
+)
 
 
 def run_dag(config, store):
@@ -214,7 +247,9 @@ def test_review_round_trip_only_kept_sources_reach_projection(tmp_path, videos):
 
     # applying the same file again changes nothing; changing one decision re-runs only that source
     assert runner.invoke(app, ["review", "apply", "-d", root, str(out / "decisions.csv")]).exit_code == 0
-    assert {o.state for (s, u), o in run_dag(cfg, store).items() if s == "review" and u in (ids["moving"], "sample-walk")} == {"cached"}
+    assert {
+        o.state for (s, u), o in run_dag(cfg, store).items() if s == "review" and u in (ids["moving"], "sample-walk")
+    } == {"cached"}
     flip = tmp_path / "flip.csv"
     flip.write_text(f"source_id,decision,reason,reviewer\n{ids['moving']},reject,in-car,bob\n")
     r = runner.invoke(app, ["review", "apply", "-d", root, str(flip)])

@@ -54,8 +54,11 @@ def _checkpoints(config) -> list[float]:
 def _truth_counts(truth, config) -> dict[tuple[str, str], list[int]]:
     """(view, kept category) -> the number of its truth instances first seen by each checkpoint."""
     cps = _checkpoints(config)
-    return {(view, c): [sum(t <= cp + 1e-9 for t in first.values()) for cp in cps]
-            for view in VIEW_YAW for c, first in instances_seen(truth, view, config).items()}
+    return {
+        (view, c): [sum(t <= cp + 1e-9 for t in first.values()) for cp in cps]
+        for view in VIEW_YAW
+        for c, first in instances_seen(truth, view, config).items()
+    }
 
 
 def test_voc_totals_spread_over_one_to_eight(oracle):
@@ -94,7 +97,11 @@ def test_voc_answers_agree_with_the_truth_unless_provisional_and_after_review(or
     want = _truth_counts(truth, config)
     first = {(view, c): seen for view in VIEW_YAW for c, seen in instances_seen(truth, view, config).items()}
     stream = [r for r in _rows(rows, "VOC", "voc_stream") if not r["provisional"]]
-    got = {(r["view"], r["concepts"][0], t): int(a) for r in stream for t, a in zip(r["query_times"], r["answers"], strict=True)}
+    got = {
+        (r["view"], r["concepts"][0], t): int(a)
+        for r in stream
+        for t, a in zip(r["query_times"], r["answers"], strict=True)
+    }
     expect = {(v, c, t): sum(s <= t + 1e-9 for s in first[(v, c)].values()) for v, c, t in got}
     wrong = {k: (expect[k], n) for k, n in got.items() if expect[k] != n}
     assert got and len(wrong) <= 0.02 * len(got), wrong
@@ -157,8 +164,11 @@ def test_vmr_has_both_option_sets_and_a_clip_without_motion(oracle):
     clip_s, half = config.metadata.motion_clip_seconds, config.metadata.stability_window_s
     n_clips = math.ceil(config.sample.duration_s / clip_s - 1e-9)
     times = np.arange(0.0, config.sample.duration_s, 0.5)
-    still = {c for c in range(n_clips)
-             if not any(_steady_at(poses, t, half) for t in times if c * clip_s <= t < (c + 1) * clip_s)}
+    still = {
+        c
+        for c in range(n_clips)
+        if not any(_steady_at(poses, t, half) for t in times if c * clip_s <= t < (c + 1) * clip_s)
+    }
     assert still and len(still) < n_clips / 2, still
     vmr = _rows(rows, "VMR")
     assert {r["subtype"] for r in vmr} == {"cardinal", "diagonal"}
@@ -189,8 +199,10 @@ def _revisits(oracle):
         near = qa.vpo_min_position_frac * float(np.linalg.norm(xy.max(axis=0) - xy.min(axis=0))) / 2
 
         def revisit(fa: int, fb: int, video=video, near=near) -> bool:
-            return (abs(video.time_of(fa) - video.time_of(fb)) >= qa.vpo_min_gap_s
-                    and math.dist(at_frame[fa], at_frame[fb]) < near)
+            return (
+                abs(video.time_of(fa) - video.time_of(fb)) >= qa.vpo_min_gap_s
+                and math.dist(at_frame[fa], at_frame[fb]) < near
+            )
 
         yield view, video, cands, revisit
 
@@ -207,7 +219,7 @@ def test_vpo_selection_meets_the_revisit(oracle):
     for _, video, cands, revisit in _revisits(oracle):
         assert any(revisit(a.frame, b.frame) for a in cands for b in cands), video.video_id
         for s in choose_anchor_sets(cands, qa.vpo_per_video, loose, video):
-            asked_without_rule += any(revisit(a.frame, b.frame) for i, a in enumerate(s) for b in s[i + 1:])
+            asked_without_rule += any(revisit(a.frame, b.frame) for i, a in enumerate(s) for b in s[i + 1 :])
     assert asked_without_rule > 0
 
 

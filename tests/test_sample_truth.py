@@ -56,7 +56,7 @@ def steady_runs(poses, fps):
         j = i
         while j + 1 < len(moving) and moving[j + 1] and abs(_wrap(rel[j + 1] - rel[i])) < 2.0:
             j += 1
-        runs.append((t[i], t[j + 1], float(np.median(rel[i:j + 1]))))
+        runs.append((t[i], t[j + 1], float(np.median(rel[i : j + 1]))))
         i = j + 1
     return runs
 
@@ -88,8 +88,11 @@ def test_route_motion_requirements(full):
         assert any(w0 <= a and b <= w0 + 30.0 for a, b, _ in long_runs), f"no steady move in [{w0}, {w0 + 30}]"
     # 15 s motion clips (configs/sample.yaml): all but one hold the middle of a steady move of >= 4 s
     # (+- 2 s around it, what VMR's pivot needs); the one without is the stop with a pause of >= 3 s
-    still = [c0 for c0 in np.arange(0.0, 120.0, 15.0)
-             if not any(a + 2.0 < c0 + 15.0 and b - 2.0 >= c0 for a, b, _ in long_runs)]
+    still = [
+        c0
+        for c0 in np.arange(0.0, 120.0, 15.0)
+        if not any(a + 2.0 < c0 + 15.0 and b - 2.0 >= c0 for a, b, _ in long_runs)
+    ]
     assert len(still) == 1, still
     assert any(a < still[0] + 15.0 and b > still[0] and b - a >= 3.0 - 1e-6 for a, b in still_runs(p, FULL.fps))
     # the 8 directions relative to the heading, each as a steady move of >= 4 s
@@ -132,7 +135,7 @@ def test_route_revisits_a_place_with_objects_seen_on_both_visits(full):
     assert {v[0] for v in visits} == {"plaza", "street", "hall", "corridor"}
     revisited = []
     for i, (pl, a, b) in enumerate(visits):
-        for pl2, a2, b2 in visits[i + 1:]:
+        for pl2, a2, b2 in visits[i + 1 :]:
             if pl2 == pl and a2 - b >= 20.0:
                 revisited.append((pl, (a, b), (a2, b2)))
     assert revisited, visits
@@ -193,8 +196,13 @@ def test_objects_table(full):
 
 
 def _z_range(t, g):
-    return {BOX: (g[4], g[5]), CYL: (g[3], g[4]), CONE: (g[3], g[4]), SPHERE: (g[2] - g[3], g[2] + g[3]),
-            QUAD: (g[5], g[6])}[int(t)]
+    return {
+        BOX: (g[4], g[5]),
+        CYL: (g[3], g[4]),
+        CONE: (g[3], g[4]),
+        SPHERE: (g[2] - g[3], g[2] + g[3]),
+        QUAD: (g[5], g[6]),
+    }[int(t)]
 
 
 def _footprint_distance(t, g, xy):
@@ -218,8 +226,9 @@ def _aabb(t, g):
     if t == SPHERE:
         return np.array([g[0] - g[3], g[0] + g[3], g[1] - g[3], g[1] + g[3], g[2] - g[3], g[2] + g[3]])
     ends = np.array([[g[0] - g[4] * g[2], g[1] - g[4] * g[3]], [g[0] + g[4] * g[2], g[1] + g[4] * g[3]]])
-    return np.array([ends[:, 0].min() - 0.01, ends[:, 0].max() + 0.01, ends[:, 1].min() - 0.01,
-                     ends[:, 1].max() + 0.01, g[5], g[6]])
+    return np.array(
+        [ends[:, 0].min() - 0.01, ends[:, 0].max() + 0.01, ends[:, 1].min() - 0.01, ends[:, 1].max() + 0.01, g[5], g[6]]
+    )
 
 
 def segments_hit_boxes(p0, p1, boxes):
@@ -235,8 +244,14 @@ def segments_hit_boxes(p0, p1, boxes):
 
 
 def corners(c, s):
-    return np.array([[c[0] + sx * s[0] / 2, c[1] + sy * s[1] / 2, c[2] + sz * s[2] / 2]
-                     for sx in (-1, 1) for sy in (-1, 1) for sz in (-1, 1)])
+    return np.array(
+        [
+            [c[0] + sx * s[0] / 2, c[1] + sy * s[1] / 2, c[2] + sz * s[2] / 2]
+            for sx in (-1, 1)
+            for sy in (-1, 1)
+            for sz in (-1, 1)
+        ]
+    )
 
 
 def outside_frustum(local, tx, ty):
@@ -293,8 +308,10 @@ def test_visibility_agrees_with_independent_geometry(full):
                 # clearly visible: the centre is well inside the image, big enough, and the segment
                 # to it clears every other primitive's bounding box (inflated 5 cm)
                 centre_cam = geometry.world_to_camera(np.array([inst.centre]), pos, yaw)
-                (cx, cy), front = geometry.project_to_view(centre_cam, vw, vh, hfov, vyaw)[0][0], \
-                    geometry.project_to_view(centre_cam, vw, vh, hfov, vyaw)[1][0]
+                (cx, cy), front = (
+                    geometry.project_to_view(centre_cam, vw, vh, hfov, vyaw)[0][0],
+                    geometry.project_to_view(centre_cam, vw, vh, hfov, vyaw)[1][0],
+                )
                 if not front:
                     continue
                 pc, fr_ok = geometry.project_to_view(cam, vw, vh, hfov, vyaw)
@@ -308,8 +325,12 @@ def test_visibility_agrees_with_independent_geometry(full):
                 if listed:
                     # the truth box lies inside the projected corners' box (pixel edges = centres + 0.5)
                     i = rows[key]
-                    if not (vis["x0"][i] >= pc[:, 0].min() + 0.5 - 1.0 and vis["x1"][i] <= pc[:, 0].max() + 0.5 + 1.0
-                            and vis["y0"][i] >= pc[:, 1].min() + 0.5 - 1.0 and vis["y1"][i] <= pc[:, 1].max() + 0.5 + 1.0):
+                    if not (
+                        vis["x0"][i] >= pc[:, 0].min() + 0.5 - 1.0
+                        and vis["x1"][i] <= pc[:, 0].max() + 0.5 + 1.0
+                        and vis["y0"][i] >= pc[:, 1].min() + 0.5 - 1.0
+                        and vis["y1"][i] <= pc[:, 1].max() + 0.5 + 1.0
+                    ):
                         problems.append(("box outside the projected corners", key))
                 if blocked or not size_ok or not inside:
                     continue
@@ -320,7 +341,7 @@ def test_visibility_agrees_with_independent_geometry(full):
                 i = rows[key]
                 m = mask_utils.decode({"size": [vh, vw], "counts": vis["mask_rle"][i].encode()})
                 u, v = int(round(cx)), int(round(cy))
-                if not m[v - 1:v + 2, u - 1:u + 2].any():
+                if not m[v - 1 : v + 2, u - 1 : u + 2].any():
                     problems.append(("centre pixel not in the mask", key))
                 if not (vis["x0"][i] <= cx + 0.5 <= vis["x1"][i] and vis["y0"][i] <= cy + 0.5 <= vis["y1"][i]):
                     problems.append(("centre outside the box", key))
@@ -351,8 +372,13 @@ def test_faces_agree_with_projected_face_region(full):
     nx, ny = face.normal
     ex, ey = -ny, nx
     cx, cy, cz = face.centre
-    quad = np.array([[cx + sx * face.width / 2 * ex, cy + sx * face.width / 2 * ey, cz + sz * face.height / 2]
-                     for sx in (-1, 1) for sz in (-1, 1)])
+    quad = np.array(
+        [
+            [cx + sx * face.width / 2 * ex, cy + sx * face.width / 2 * ey, cz + sz * face.height / 2]
+            for sx in (-1, 1)
+            for sz in (-1, 1)
+        ]
+    )
     poses = full.poses.to_pydict()
     f = full.faces.to_pydict()
     assert full.faces.schema.equals(schema.TRUTH_FACES, check_metadata=False)
@@ -371,8 +397,15 @@ def test_faces_agree_with_projected_face_region(full):
                 assert front.all() and facing
                 assert f["x0"][i] >= pc[:, 0].min() - 0.6 and f["x1"][i] <= pc[:, 0].max() + 1.6
                 assert f["y0"][i] >= pc[:, 1].min() - 0.6 and f["y1"][i] <= pc[:, 1].max() + 1.6
-            elif front.all() and facing and pc[:, 0].min() > 2 and pc[:, 0].max() < vw - 3 \
-                    and pc[:, 1].min() > 2 and pc[:, 1].max() < vh - 3 and (pc[:, 0].max() - pc[:, 0].min()) > 8:
+            elif (
+                front.all()
+                and facing
+                and pc[:, 0].min() > 2
+                and pc[:, 0].max() < vw - 3
+                and pc[:, 1].min() > 2
+                and pc[:, 1].max() < vh - 3
+                and (pc[:, 0].max() - pc[:, 0].min()) > 8
+            ):
                 # fully in view and facing the camera: only an occluder could hide it
                 blocked = False
                 for j in range(len(w.ptype)):

@@ -33,8 +33,9 @@ def decode_frames(path: Path, wanted: set[int]) -> dict[int, np.ndarray]:
 
 def to_view(pano: np.ndarray, view: str, w: int, h: int, hfov: float) -> np.ndarray:
     yaw = float(geometry.wrap_deg(VIEWS[view]))
-    return py360convert.e2p(pano, fov_deg=(hfov, geometry.vfov_deg(hfov, w, h)), u_deg=yaw, v_deg=0.0,
-                            out_hw=(h, w), mode="bilinear")
+    return py360convert.e2p(
+        pano, fov_deg=(hfov, geometry.vfov_deg(hfov, w, h)), u_deg=yaw, v_deg=0.0, out_hw=(h, w), mode="bilinear"
+    )
 
 
 def chroma(rgb: np.ndarray) -> np.ndarray:
@@ -67,13 +68,15 @@ def test_instance_pixels_in_the_video_have_their_category_colour(tmp_path):
         if key in done or vis["pixels"][i] < 120:
             continue
         done.add(key)
-        m = mask_utils.decode({"size": [vis["image_height"][i], vis["image_width"][i]],
-                               "counts": vis["mask_rle"][i].encode()}).astype(bool)
+        m = mask_utils.decode(
+            {"size": [vis["image_height"][i], vis["image_width"][i]], "counts": vis["mask_rle"][i].encode()}
+        ).astype(bool)
         core = erode(m, 2)
         if core.sum() < 30:
             continue
-        img = to_view(frames[vis["frame"][i]], vis["view"][i], p.truth_view_width, p.truth_view_height,
-                      p.truth_hfov_deg)
+        img = to_view(
+            frames[vis["frame"][i]], vis["view"][i], p.truth_view_width, p.truth_view_height, p.truth_hfov_deg
+        )
         rgb = img[core].astype(float)
         saturated = (rgb.max(-1) - rgb.min(-1)) >= 0.3 * np.maximum(rgb.max(-1), 1.0)
         px = chroma(rgb[saturated])
@@ -85,7 +88,12 @@ def test_instance_pixels_in_the_video_have_their_category_colour(tmp_path):
             bad.append((key, vis["category"][i], round(float(saturated.mean()), 2), round(share, 2)))
         # and the box of those pixels is the truth box
         ys, xs = np.nonzero(m)
-        assert (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1) == (vis["x0"][i], vis["y0"][i], vis["x1"][i], vis["y1"][i])
+        assert (xs.min(), ys.min(), xs.max() + 1, ys.max() + 1) == (
+            vis["x0"][i],
+            vis["y0"][i],
+            vis["x1"][i],
+            vis["y1"][i],
+        )
     assert checked >= 40, checked
     assert len(bad) <= max(1, checked // 50), bad
 
@@ -124,8 +132,13 @@ def test_same_seed_same_bytes_other_seed_differs(tmp_path):
     da["video"] = hashlib.sha256((tmp_path / "a.mp4").read_bytes()).hexdigest()
     # the second run in another process, with one render thread and another hash seed
     code = _CHILD.format(tests=str(Path(__file__).parent), params=p.model_dump_json(), out=str(tmp_path / "b.mp4"))
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600,
-                       env={**os.environ, "PYTHONHASHSEED": "12345", "NUMBA_NUM_THREADS": "1"})
+    r = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "PYTHONHASHSEED": "12345", "NUMBA_NUM_THREADS": "1"},
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     db = json.loads(r.stdout.strip().splitlines()[-1])
     assert da == db
@@ -161,7 +174,9 @@ def test_face_found_by_centerface_where_truth_puts_it(tmp_path):
     f = truth.faces.to_pydict()
     assert truth.faces.num_rows > 0
     frames = decode_frames(tmp_path / "f.mp4", set(f["frame"]))
-    det = CenterFace(in_shape=(p.truth_view_width, p.truth_view_height), override_execution_provider="CPUExecutionProvider")
+    det = CenterFace(
+        in_shape=(p.truth_view_width, p.truth_view_height), override_execution_provider="CPUExecutionProvider"
+    )
     tried, found, scores = 0, 0, []
     for i in range(len(f["frame"])):
         w_box = f["x1"][i] - f["x0"][i]
@@ -232,8 +247,10 @@ def test_panorama_convention_matches_py360convert():
         for view, vyaw in VIEWS.items():
             direct, _ = r.render(Camera.view(640, 360, 90.0, vyaw), x, y, z, yaw)
             cut = to_view(pano, view, 640, 360, 90.0)
-            a, b = (cv2.GaussianBlur(cv2.cvtColor(im, cv2.COLOR_RGB2GRAY).astype(np.float32), (0, 0), 1.5)
-                    for im in (direct, cut))
+            a, b = (
+                cv2.GaussianBlur(cv2.cvtColor(im, cv2.COLOR_RGB2GRAY).astype(np.float32), (0, 0), 1.5)
+                for im in (direct, cut)
+            )
             (dx, dy), _ = cv2.phaseCorrelate(a, b, win)
-            psnr = 10 * np.log10(255.0 ** 2 / np.mean((a - b) ** 2))
+            psnr = 10 * np.log10(255.0**2 / np.mean((a - b) ** 2))
             assert abs(dx) < 0.2 and abs(dy) < 0.2 and psnr > 40, (t, view, dx, dy, psnr)

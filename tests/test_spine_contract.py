@@ -37,9 +37,15 @@ def _run(store: Store, stages: list[Stage], config: Config | None = None, only: 
 
 
 def _src(run, **kw) -> Stage:
-    return Stage("src", "1", "source", run, outputs=(schema._parquet("t.parquet", ROWS),
-                                                     schema.Artifact("media/*.bin", optional=True)),
-                 units=lambda plan, st: plan.sources(), **kw)
+    return Stage(
+        "src",
+        "1",
+        "source",
+        run,
+        outputs=(schema._parquet("t.parquet", ROWS), schema.Artifact("media/*.bin", optional=True)),
+        units=lambda plan, st: plan.sources(),
+        **kw,
+    )
 
 
 def test_an_output_that_breaks_its_declaration_is_not_committed(tmp_path):
@@ -60,9 +66,11 @@ def test_an_output_that_breaks_its_declaration_is_not_committed(tmp_path):
         job.out.write_table("t.parquet", _rows(job.unit))
         job.out.path("media/x.bin").write_bytes(b"x")
 
-    for run, expected in ((undeclared, "undeclared files ['notes.txt']"),
-                          (wrong_schema, "t.parquet: column 'n': type double != int64"),
-                          (missing, "missing t.parquet")):
+    for run, expected in (
+        (undeclared, "undeclared files ['notes.txt']"),
+        (wrong_schema, "t.parquet: column 'n': type double != int64"),
+        (missing, "missing t.parquet"),
+    ):
         plan = _run(store, [_src(run)])
         o = plan.outcomes["src"]["local-a-1"]
         assert o.state == "failed" and expected in o.error and "schema.ARTIFACTS['src']" in o.error
@@ -92,7 +100,9 @@ def test_a_read_is_checked_against_the_upstream_declaration(tmp_path):
 
     # the upstream file changed under the declaration (another version wrote it): the reader fails, naming it
     ref = UnitRef("src", "local-a-1", plan.current["src"]["local-a-1"][0])
-    (tmp_path / "artifacts" / "src" / "local-a-1" / ref.key / "t.parquet").write_bytes(table_bytes(pa.table({"unit": ["x"]})))
+    (tmp_path / "artifacts" / "src" / "local-a-1" / ref.key / "t.parquet").write_bytes(
+        table_bytes(pa.table({"unit": ["x"]}))
+    )
     stages[1] = Stage("vid", "2", "video", vid, outputs=stages[1].outputs, needs=("src",))
     plan = _run(store, stages, only=1)
     errors = {o.error for o in plan.outcomes["vid"].values()}
@@ -119,17 +129,20 @@ def test_a_stage_reads_only_the_config_sections_it_declares(tmp_path):
 
     def reads_more(job):
         job.config.qa  # noqa: B018 - not declared
+
     plan = _run(store, [_src(reads_more, sections=("probe",))])
     err = plan.outcomes["src"]["local-a-1"].error
     assert "reads config section 'qa' without declaring it" in err
 
     def reads_other_sub(job):
         job.config.crawl.download  # noqa: B018 - only crawl.search is declared
+
     plan = _run(store, [_src(reads_other_sub, sections=("crawl.search",))])
     assert "'crawl.download' without declaring it" in plan.outcomes["src"]["local-a-1"].error
 
     def reads_models(job):
         job.config.models  # noqa: B018 - only a stage that builds backends sees models
+
     plan = _run(store, [_src(reads_models, sections=("probe",))])
     assert "'models' without declaring it" in plan.outcomes["src"]["local-a-1"].error
 
@@ -145,8 +158,13 @@ def weighted_backend():
             path = ctx.models.weight_path("sam3_checkpoint")
             self.model = P.load_once(("test-seg", str(path)), lambda: (loads.append(path) or object(), "cpu")).model
 
-    backends.register("segmenter", "test_weighted", fields=("sam3_checkpoint",), weights=("sam3_checkpoint",),
-                      packages=(("json", "json"),))(Seg)
+    backends.register(
+        "segmenter",
+        "test_weighted",
+        fields=("sam3_checkpoint",),
+        weights=("sam3_checkpoint",),
+        packages=(("json", "json"),),
+    )(Seg)
     yield loads
     del backends._SPECS["segmenter"]["test_weighted"]
     P.clear_cache()
@@ -167,8 +185,9 @@ def test_a_missing_weight_file_is_one_error_for_the_stage_naming_its_key(tmp_pat
 
     stage = _src(seg, sections=("segment",), backends=(BackendUse("segmenter", "segment.backend"),))
     down = Stage("down", "1", "source", after, outputs=stage.outputs[:1], needs=("src",))
-    config = Config.model_validate({"segment": {"backend": "test_weighted"},
-                                    "models": {"weights_dir": str(tmp_path / "w")}})
+    config = Config.model_validate(
+        {"segment": {"backend": "test_weighted"}, "models": {"weights_dir": str(tmp_path / "w")}}
+    )
     plan = _run(store, [stage, down], config)
     assert calls == []  # no unit ran
     summary = engine.summarize(plan, str(tmp_path))
@@ -177,9 +196,15 @@ def test_a_missing_weight_file_is_one_error_for_the_stage_naming_its_key(tmp_pat
     assert "model weights not found" in failure["error"] and "`models.sam3_checkpoint`" in failure["error"]
     assert store.read_status("src", "local-a-1") is None  # not a failure of each unit
     assert "down" not in plan.outcomes  # no unit: the summary says why
-    assert summary["no_units"] == [{"stage": "down", "reason": (
-        f"src has no current output for local-a-1, local-b-2, local-c-3 (stage src could not start: "
-        f"{failure['error']}); make it ready: vsi-wild run --from src")}]
+    assert summary["no_units"] == [
+        {
+            "stage": "down",
+            "reason": (
+                f"src has no current output for local-a-1, local-b-2, local-c-3 (stage src could not start: "
+                f"{failure['error']}); make it ready: vsi-wild run --from src"
+            ),
+        }
+    ]
 
     # with the file there, every unit runs, the model loads once, and is released after the stage
     (tmp_path / "w" / "sam3").mkdir(parents=True)
@@ -201,8 +226,9 @@ def test_backend_fingerprints_come_from_declarations(tmp_path, weighted_backend)
     stage = _src(lambda job: None, sections=("segment",), backends=(BackendUse("segmenter", "segment.backend"),))
 
     def key(**models) -> str:
-        config = Config.model_validate({"segment": {"backend": "test_weighted"},
-                                        "models": {"weights_dir": str(tmp_path / "w"), **models}})
+        config = Config.model_validate(
+            {"segment": {"backend": "test_weighted"}, "models": {"weights_dir": str(tmp_path / "w"), **models}}
+        )
         return Plan.load(config, store, [stage]).backend_fingerprints(stage)["segment.backend"]
 
     base = key()
@@ -239,10 +265,16 @@ def test_a_run_that_selects_nothing_says_why(tmp_path, capsys):
     plan = Plan.load(Config(), store, registry.STAGES)
     engine.run_stages(plan, stages, engine.run_inline(plan))
     summary = engine.summarize(plan, str(tmp_path))
-    assert summary["no_units"] == [{"stage": "project", "reason": (
-        "probe has no current output for local-new-1 (probe has not run for it); make it ready: "
-        "vsi-wild run --from probe; review has no current output for local-new-1 (review has not run for it); "
-        "make it ready: vsi-wild run --from review")}]
+    assert summary["no_units"] == [
+        {
+            "stage": "project",
+            "reason": (
+                "probe has no current output for local-new-1 (probe has not run for it); make it ready: "
+                "vsi-wild run --from probe; review has no current output for local-new-1 (review has not run for it); "
+                "make it ready: vsi-wild run --from review"
+            ),
+        }
+    ]
     _print_summary(summary)
     out = capsys.readouterr().out
     assert "nothing to do project: probe has no current output for local-new-1" in out

@@ -49,19 +49,38 @@ def _all_run(job):
 
 def stages(src_version: str = "1", raw: dict | None = None) -> list[Stage]:
     return [
-        Stage("src", src_version, "source", _src_run, outputs=ANY_OUTPUT, units=lambda plan, st: plan.sources(),
-              sections=("review",), raw_inputs=(lambda c, s, u: raw or {})),
+        Stage(
+            "src",
+            src_version,
+            "source",
+            _src_run,
+            outputs=ANY_OUTPUT,
+            units=lambda plan, st: plan.sources(),
+            sections=("review",),
+            raw_inputs=(lambda c, s, u: raw or {}),
+        ),
         Stage("vid", "1", "video", _vid_run, outputs=ANY_OUTPUT, needs=("src",)),
         Stage("all", "1", "all", _all_run, outputs=ANY_OUTPUT, needs=("vid",)),
     ]
 
 
-def run(store: Store, config: Config | None = None, sts: list[Stage] | None = None, only: list[str] | None = None,
-        videos: set[str] | None = None, force: bool = False) -> Plan:
+def run(
+    store: Store,
+    config: Config | None = None,
+    sts: list[Stage] | None = None,
+    only: list[str] | None = None,
+    videos: set[str] | None = None,
+    force: bool = False,
+) -> Plan:
     sts = sts or stages()
     chosen = [s for s in sts if not only or s.name in only]
-    plan = Plan.load(config or Config(), store, sts, selection=Selection(frozenset(videos or ())),
-                     force=frozenset(s.name for s in chosen) if force else frozenset())
+    plan = Plan.load(
+        config or Config(),
+        store,
+        sts,
+        selection=Selection(frozenset(videos or ())),
+        force=frozenset(s.name for s in chosen) if force else frozenset(),
+    )
     engine.run_stages(plan, chosen, engine.run_inline(plan))
     return plan
 
@@ -87,7 +106,9 @@ def test_second_run_computes_nothing(tmp_path):
     CALLS.clear()
     p2 = run(store)
     assert CALLS == []
-    assert counts(p2, "src") == {"cached": 2} and counts(p2, "vid") == {"cached": 8} and counts(p2, "all") == {"cached": 1}
+    assert (
+        counts(p2, "src") == {"cached": 2} and counts(p2, "vid") == {"cached": 8} and counts(p2, "all") == {"cached": 1}
+    )
     out = store.read_table(UnitRef("all", "all", p2.current["all"]["all"][0]), "t.parquet")
     assert out["units"].to_pylist() == sorted(ids.video_id(s, v) for s in ("local-a-1", "local-b-2") for v in ids.VIEWS)
 
@@ -159,15 +180,20 @@ def test_changed_upstream_content_recomputes_only_its_dependents(tmp_path):
         job.out.write_table("t.parquet", pa.table({"unit": [job.unit], "v": [extra]}))
 
     sts = stages()
-    sts[0] = Stage("src", "1", "source", src_run, outputs=ANY_OUTPUT, units=lambda plan, st: plan.sources(), sections=("run",))
+    sts[0] = Stage(
+        "src", "1", "source", src_run, outputs=ANY_OUTPUT, units=lambda plan, st: plan.sources(), sections=("run",)
+    )
     store = Store(tmp_path)
     _register(store, "local-a-1", "local-b-2")
     run(store, sts=sts)
     CALLS.clear()
     run(store, sts=sts, config=Config.model_validate({"run": {"workers": 7}}))
     recomputed = sorted(CALLS)
-    assert recomputed == sorted([("src", "local-a-1"), ("src", "local-b-2")]
-                                + [("vid", ids.video_id("local-a-1", v)) for v in ids.VIEWS] + [("all", "all")])
+    assert recomputed == sorted(
+        [("src", "local-a-1"), ("src", "local-b-2")]
+        + [("vid", ids.video_id("local-a-1", v)) for v in ids.VIEWS]
+        + [("all", "all")]
+    )
 
 
 def test_only_and_videos_selection(tmp_path):
@@ -193,7 +219,8 @@ def test_unregistered_sources_leave_global_outputs(tmp_path):
     plan = run(store)
     key = plan.current["all"]["all"][0]
     assert store.read_table(UnitRef("all", "all", key), "t.parquet")["units"].to_pylist() == sorted(
-        ids.video_id("local-a-1", v) for v in ids.VIEWS)
+        ids.video_id("local-a-1", v) for v in ids.VIEWS
+    )
 
 
 def test_skip_reason_names_the_missing_input(tmp_path):

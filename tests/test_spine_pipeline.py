@@ -66,8 +66,10 @@ def test_second_run_executes_no_stage_function(copy_of, monkeypatch):
     r = cli("run", "-c", str(cfg), "-q")
     assert r.exit_code == 0, r.output
     counts = table_counts(r.output)
-    assert counts and all(computed == 0 and cached > 0 and skipped == 0 and failed == 0
-                          for computed, cached, skipped, failed in counts.values()), counts
+    assert counts and all(
+        computed == 0 and cached > 0 and skipped == 0 and failed == 0
+        for computed, cached, skipped, failed in counts.values()
+    ), counts
     assert "exports:" in r.output and "VMR" in r.output
 
 

@@ -21,8 +21,9 @@ pytestmark = pytest.mark.slow
 
 def _cli(cfg: Path, **popen) -> subprocess.Popen:
     exe = Path(sys.executable).with_name("vsi-wild")
-    return subprocess.Popen([str(exe), "run", "-c", str(cfg), "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, **popen)
+    return subprocess.Popen(
+        [str(exe), "run", "-c", str(cfg), "-q"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **popen
+    )
 
 
 def _states(root: Path) -> dict[tuple[str, str], dict]:
@@ -39,7 +40,9 @@ def _artifact_hashes(root: Path) -> dict[str, str]:
             continue
         ref = UnitRef(stage, unit, row["key"])
         for f in st.files(ref):
-            out[f"{stage}/{unit}/{row['key']}/{f}"] = hashlib.sha256((Path(st.unit_dir(ref)) / f).read_bytes()).hexdigest()
+            out[f"{stage}/{unit}/{row['key']}/{f}"] = hashlib.sha256(
+                (Path(st.unit_dir(ref)) / f).read_bytes()
+            ).hexdigest()
     return out
 
 

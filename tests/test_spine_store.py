@@ -144,6 +144,7 @@ def test_removed_sources_are_not_registered_again_by_the_sample_and_add_override
 
     def register_sample() -> None:  # what the engine does with the sample's output, cached or computed
         engine.register_sources(store, registration)
+
     register_sample()
     assert store.registry()["source_id"].to_pylist() == ["sample-walk"]
     assert store.remove_source("sample-walk", "not needed") and store.is_removed("sample-walk")
@@ -212,8 +213,9 @@ def test_two_processes_committing_one_unit_leave_it_whole(tmp_path):
                 for j in range(4):
                     w.path(f"{{me}}-{{j}}.bin").write_bytes((me * 2000).encode())
     """)
-    procs = [subprocess.Popen([sys.executable, "-c", code, name], stderr=subprocess.PIPE, text=True)
-             for name in ("a", "b")]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", code, name], stderr=subprocess.PIPE, text=True) for name in ("a", "b")
+    ]
     errors = [p.communicate(timeout=600)[1] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], errors
     store, ref = Store(tmp_path), UnitRef("s", "u", "k")

@@ -86,8 +86,8 @@ def hand_written(split) -> str:
 video_id: {VID}
 fixes:
   - op: split   # seen again later, split on purpose
-    clip: {split['clip']}
-    local_id: {split['local_id']}
+    clip: {split["clip"]}
+    local_id: {split["local_id"]}
 """
 
 
@@ -129,7 +129,9 @@ def truth_count(root: Path, config, concept: str) -> int:
 
     v = load_truth(Store(root), SID)["visibility"]
     v = v.filter(pc.and_(pc.equal(v["view"], "front"), pc.equal(v["category"], concept)))
-    scale = (v["image_width"][0].as_py() * v["image_height"][0].as_py()) / (config.project.width * config.project.height)
+    scale = (v["image_width"][0].as_py() * v["image_height"][0].as_py()) / (
+        config.project.width * config.project.height
+    )
     return len({r["instance_id"] for r in v.to_pylist() if r["pixels"] >= config.segment.min_area * scale})
 
 
@@ -177,11 +179,14 @@ def test_masks_drawn_cover_the_truth_mask_at_a_seeked_time(page: Page, live, roo
     page.evaluate(f"document.getElementById('video').currentTime = {big['time']}")
     page.wait_for_function(f"document.getElementById('overlay').dataset.sample === '{big['sample_index']}'")
     w, h = page.evaluate("[document.getElementById('overlay').width, document.getElementById('overlay').height]")
-    alpha = np.array(page.evaluate(
-        "(() => { const c = document.getElementById('overlay');"
-        " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
-        " const a = new Array(c.width * c.height); for (let i = 0; i < a.length; i++) a[i] = d[4 * i + 3]; return a; })()"),
-        dtype=np.uint8).reshape(h, w)
+    alpha = np.array(
+        page.evaluate(
+            "(() => { const c = document.getElementById('overlay');"
+            " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
+            " const a = new Array(c.width * c.height); for (let i = 0; i < a.length; i++) a[i] = d[4 * i + 3]; return a; })()"
+        ),
+        dtype=np.uint8,
+    ).reshape(h, w)
     truth = mask_utils.decode({"size": [big["image_height"], big["image_width"]], "counts": big["mask_rle"].encode()})
     truth = np.asarray(truth, dtype=np.uint8)
     if truth.shape != (h, w):
@@ -198,8 +203,10 @@ def test_masks_drawn_cover_the_truth_mask_at_a_seeked_time(page: Page, live, roo
 # ------------------------------------------------------------------------------ a reviewer's session
 def plain_fixes(root: Path) -> list[dict]:
     """The fix file's fixes without who made them and when (the app stamps every fix it writes)."""
-    return [{k: v for k, v in f.items() if k not in ("by", "at")}
-            for f in YAML(typ="safe").load(fix_file(root).read_text())["fixes"]]
+    return [
+        {k: v for k, v in f.items() if k not in ("by", "at")}
+        for f in YAML(typ="safe").load(fix_file(root).read_text())["fixes"]
+    ]
 
 
 def test_stale_saves_are_rebased_and_a_reload_loses_nothing(page: Page, live, root, hand_written, screenshot_dir):
@@ -260,8 +267,9 @@ def test_leaving_with_pending_fixes_asks_first(page: Page, live):
     assert dialogs == ["beforeunload"]  # nothing pending: no question
 
 
-def test_merge_the_duplicate_back_and_the_voc_count_is_the_truths(page: Page, live, root, config, split, hand_written,
-                                                                  screenshot_dir):
+def test_merge_the_duplicate_back_and_the_voc_count_is_the_truths(
+    page: Page, live, root, config, split, hand_written, screenshot_dir
+):
     truth = truth_count(root, config, CONCEPT)
     open_temporal(page, live)
     expect(page.locator("#pending li.saved")).to_have_count(3)  # the hand-written split, a verdict, a rename
@@ -299,8 +307,10 @@ def test_an_invalid_fix_is_refused_next_to_its_control(page: Page, live, root):
 
 def seek(page: Page, t: float) -> None:
     page.evaluate(f"document.getElementById('video').currentTime = {t}")
-    page.wait_for_function(f"Math.abs(document.getElementById('video').currentTime - {t}) < 0.01 && "
-                           f"document.getElementById('overlay').dataset.sample === '{round(t * 2)}'")
+    page.wait_for_function(
+        f"Math.abs(document.getElementById('video').currentTime - {t}) < 0.01 && "
+        f"document.getElementById('overlay').dataset.sample === '{round(t * 2)}'"
+    )
 
 
 def drag_box(page: Page, box: tuple[float, float, float, float]) -> None:
@@ -325,7 +335,11 @@ def truth_box(root: Path, t: float) -> tuple[float, float, float, float]:
 
     v = load_truth(Store(root), SID)["visibility"]
     rows = [r for r in v.filter(pc.equal(v["view"], "front")).to_pylist() if r["time"] in (40.0, 44.5)]
-    both = {i for i in {r["instance_id"] for r in rows} if {r["time"] for r in rows if r["instance_id"] == i} == {40.0, 44.5}}
+    both = {
+        i
+        for i in {r["instance_id"] for r in rows}
+        if {r["time"] for r in rows if r["instance_id"] == i} == {40.0, 44.5}
+    }
     best = max(both, key=lambda i: sum(r["pixels"] for r in rows if r["instance_id"] == i))
     r = next(r for r in rows if r["instance_id"] == best and r["time"] == t)
     s = 640 / r["image_width"]
@@ -383,13 +397,19 @@ def test_reject_and_accept_questions(page: Page, live, root, screenshot_dir):
     expect(accepted).to_have_class("card accepted")
     page.screenshot(path=str(screenshot_dir / "verify_questions.png"))
     assert plain_fixes(root)[-2:] == [
-        {"op": "review_question", "question": REVIEWED["reject"], "verdict": "reject",
-         "reason": "not answerable from the video"},
-        {"op": "review_question", "question": REVIEWED["accept"], "verdict": "accept"}]
+        {
+            "op": "review_question",
+            "question": REVIEWED["reject"],
+            "verdict": "reject",
+            "reason": "not answerable from the video",
+        },
+        {"op": "review_question", "question": REVIEWED["accept"], "verdict": "accept"},
+    ]
 
 
-def test_vmr_pivot_from_the_keyboard_angle_from_the_compass_and_a_clip_marked_none(page: Page, live, root, none_clip,
-                                                                                     screenshot_dir):
+def test_vmr_pivot_from_the_keyboard_angle_from_the_compass_and_a_clip_marked_none(
+    page: Page, live, root, none_clip, screenshot_dir
+):
     page.goto(f"{live}/videos/{VID}/spatial")
     page.wait_for_function("window.pageReady === true")
     auto = float(page.locator(f'#clips tr[data-clip="{FIXED_CLIP}"] td').nth(4).inner_text().rstrip("°"))
@@ -415,8 +435,10 @@ def test_vmr_pivot_from_the_keyboard_angle_from_the_compass_and_a_clip_marked_no
     page.check("#clip-verified")
     page.screenshot(path=str(screenshot_dir / "verify_spatial.png"), full_page=True)
     save(page)
-    assert plain_fixes(root)[-2:] == [{"op": "motion", "clip": FIXED_CLIP, "pivot_time": pivot + 2, "angle_deg": target},
-                                      {"op": "motion", "clip": none_clip, "state": "none"}]
+    assert plain_fixes(root)[-2:] == [
+        {"op": "motion", "clip": FIXED_CLIP, "pivot_time": pivot + 2, "angle_deg": target},
+        {"op": "motion", "clip": none_clip, "state": "none"},
+    ]
     REVIEWED["vmr_sector"] = {-135.0: "backward-left", 45.0: "forward-right"}[target]
 
 
@@ -437,23 +459,34 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     assert len(added) == 1 and added[0]["origin"] == "fix"
     # the drawn track's observations, read back from the artifacts: a box at every 2 FPS timestamp,
     # interpolated between the keyframes; and visibility rows like any instance's
-    obs = [o for o in _current(root, "metadata", VID, "observations.parquet") if o["instance_id"] == added[0]["instance_id"]]
+    obs = [
+        o
+        for o in _current(root, "metadata", VID, "observations.parquet")
+        if o["instance_id"] == added[0]["instance_id"]
+    ]
     (t0, a), (t1, b) = ((f["time"], np.array(f["box"])) for f in DRAWN["frames"])
     assert [o["time"] for o in obs] == [40.0 + 0.5 * i for i in range(10)]
     for o in obs:
         assert np.allclose([o["x0"], o["y0"], o["x1"], o["y1"]], a + (b - a) * (o["time"] - t0) / (t1 - t0))
-    vis = [v for v in _current(root, "metadata", VID, "visibility.parquet") if v["instance_id"] == added[0]["instance_id"]]
+    vis = [
+        v for v in _current(root, "metadata", VID, "visibility.parquet") if v["instance_id"] == added[0]["instance_id"]
+    ]
     assert {v["time"] for v in vis if v["state"] == "visible"} == {o["time"] for o in obs}
     assert len(vis) > len(obs)  # a state at every timestamp of the video, as for the automatic instances
     # the drawn boxes became masks in the segment stage (its clip 30-60 s), at least at both keyframes
     prompted = _current(root, "segment", f"{VID}@0001", "prompted.parquet")
     assert {40.0, 44.5} <= {r["time"] for r in prompted if r["area"] > 0}
     qa = pq.read_table(root / "exports" / "qa.parquet").to_pylist()
-    voc = {r["concepts"][0]: int(r["answer"]) for r in qa if r["video_id"] == VID and r["task_type"] == "VOC"
-           and r["split"] == "release"}
+    voc = {
+        r["concepts"][0]: int(r["answer"])
+        for r in qa
+        if r["video_id"] == VID and r["task_type"] == "VOC" and r["split"] == "release"
+    }
     assert voc[CONCEPT] == truth and voc["park bench"] == benches + 1
     assert "trash can" not in voc  # the rejected question left the export
-    answers = [r["answer_text"] for r in qa if r["video_id"] == VID and r["task_type"] == "VMR" and r["split"] == "release"]
+    answers = [
+        r["answer_text"] for r in qa if r["video_id"] == VID and r["task_type"] == "VMR" and r["split"] == "release"
+    ]
     assert REVIEWED["vmr_sector"] in answers
     motion = _current(root, "metadata", VID, "motion.parquet")  # after the fixes: the marked clip is none
     assert [m["state"] for m in motion if m["clip_index"] == none_clip] == ["none"]
@@ -467,7 +500,9 @@ def test_rederive_from_the_page_updates_the_outputs(page: Page, live, root, conf
     assert any(r["reason"] == "rejected by a person: not answerable from the video" for r in skipped)
     expect(page.locator("#pending li.saved")).to_have_count(10)  # the page reloaded from the new outputs
     seek(page, 40.0)  # the overlay draws the drawn instance with its mask
-    page.wait_for_function(f"S.player.shownMasks.masks.some(m => m.instance_id === {added[0]['instance_id']} && m.prompt)")
+    page.wait_for_function(
+        f"S.player.shownMasks.masks.some(m => m.instance_id === {added[0]['instance_id']} && m.prompt)"
+    )
     page.screenshot(path=str(screenshot_dir / "verify_temporal_rederived.png"), full_page=True)
     # the app serves the re-derived build report, whose video names lead back to these pages
     page.click("header nav a:has-text('Report')")
@@ -536,14 +571,25 @@ def raw(base: str, method: str, path: str, headers: dict[str, str] | None = None
 
 def test_traversal_ids_and_posts_without_the_token_are_refused(live, root):
     before = sorted(p for p in root.rglob("*"))
-    for vid in ("..", "%2E%2E", "..%2F..%2F..%2Fetc%2Fpasswd", "%2Fetc%2Fpasswd", "sample-walk_front%2F..%2F..",
-                "..%5C..%5Cetc"):
-        for path in (f"/api/videos/{vid}", f"/api/videos/{vid}/media", f"/api/videos/{vid}/masks?k=1",
-                     f"/videos/{vid}"):
+    for vid in (
+        "..",
+        "%2E%2E",
+        "..%2F..%2F..%2Fetc%2Fpasswd",
+        "%2Fetc%2Fpasswd",
+        "sample-walk_front%2F..%2F..",
+        "..%5C..%5Cetc",
+    ):
+        for path in (
+            f"/api/videos/{vid}",
+            f"/api/videos/{vid}/media",
+            f"/api/videos/{vid}/masks?k=1",
+            f"/videos/{vid}",
+        ):
             status, _ = raw(live, "GET", path)
             assert status == 404, (path, status)
-        status, _ = raw(live, "POST", f"/api/videos/{vid}/fixes", {"X-Verify-Token": TOKEN},
-                        '{"fixes": [], "sha256": "none"}')
+        status, _ = raw(
+            live, "POST", f"/api/videos/{vid}/fixes", {"X-Verify-Token": TOKEN}, '{"fixes": [], "sha256": "none"}'
+        )
         assert status == 404, (vid, status)
     status, _ = raw(live, "GET", f"/api/videos/{VID}/images/..%2F..%2F..%2Fstatus%2Fqa%2F{VID}.parquet")
     assert status == 404

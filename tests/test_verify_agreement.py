@@ -16,8 +16,16 @@ VID = "sample-walk_right"
 
 
 def pair(decision, by, local_b=7):
-    return {"op": "review_pair", "clip_a": 0, "local_a": 0, "clip_b": 3, "local_b": local_b, "decision": decision,
-            "by": by, "at": "2026-12-05T10:00:00Z"}
+    return {
+        "op": "review_pair",
+        "clip_a": 0,
+        "local_a": 0,
+        "clip_b": 3,
+        "local_b": local_b,
+        "decision": decision,
+        "by": by,
+        "at": "2026-12-05T10:00:00Z",
+    }
 
 
 def test_kappa_and_sectors_against_hand_counts():
@@ -32,13 +40,17 @@ def test_kappa_and_sectors_against_hand_counts():
 
 def test_the_cli_reports_agreement_per_category_and_each_disagreement(sample_root, tmp_path):
     root = copy_root(sample_root[0], tmp_path / "data")
-    fixes = [pair("merge", "ana"), pair("merge", "ben"), pair("apart", "ana", 8), pair("merge", "ben", 8),
-             {"op": "motion", "clip": 2, "angle_deg": 100.0, "by": "ana"},  # right
-             {"op": "motion", "clip": 2, "angle_deg": 80.0, "by": "ben"},   # right too
-             {"op": "motion", "clip": 4, "state": "none", "by": "ben"},
-             {"op": "review_question", "question": "0123456789ab", "verdict": "accept", "by": "ana"},
-             {"op": "review_question", "question": "0123456789ab", "verdict": "reject", "reason": "ambiguous",
-              "by": "ben"}]
+    fixes = [
+        pair("merge", "ana"),
+        pair("merge", "ben"),
+        pair("apart", "ana", 8),
+        pair("merge", "ben", 8),
+        {"op": "motion", "clip": 2, "angle_deg": 100.0, "by": "ana"},  # right
+        {"op": "motion", "clip": 2, "angle_deg": 80.0, "by": "ben"},  # right too
+        {"op": "motion", "clip": 4, "state": "none", "by": "ben"},
+        {"op": "review_question", "question": "0123456789ab", "verdict": "accept", "by": "ana"},
+        {"op": "review_question", "question": "0123456789ab", "verdict": "reject", "reason": "ambiguous", "by": "ben"},
+    ]
     from ruamel.yaml import YAML
 
     (root / "fixes").mkdir()

@@ -63,8 +63,12 @@ def test_export_edit_as_cvat_would_import_gives_the_edit(root, tmp_path):
     iid = int(track.attrib["group_id"])
     shape = track.find("mask")
     k = round(int(shape.attrib["frame"]) / 8 * 2)  # the sample's 8 fps, 2 FPS timestamps
-    mine = exchange.cvat_mask([int(v) for v in shape.attrib["rle"].split(",")], *(int(shape.attrib[a]) for a in
-                              ("left", "top", "width", "height")), w, h)
+    mine = exchange.cvat_mask(
+        [int(v) for v in shape.attrib["rle"].split(",")],
+        *(int(shape.attrib[a]) for a in ("left", "top", "width", "height")),
+        w,
+        h,
+    )
     coco = mask_utils.decode({"size": [h, w], "counts": ann[iid]["segmentations"][k]["counts"].encode()})
     assert mine.sum() > 50 and np.array_equal(mine, coco)
     assert ann[iid]["areas"][k] == mine.sum()
@@ -90,15 +94,30 @@ def test_export_edit_as_cvat_would_import_gives_the_edit(root, tmp_path):
     parts = [s for s in by_id[split].findall("box")]
     cut = parts[len(parts) // 2]
     second = ET.SubElement(doc, "track", {**by_id[split].attrib, "id": "9999"})
-    for shape in parts[len(parts) // 2:]:
+    for shape in parts[len(parts) // 2 :]:
         by_id[split].remove(shape)
         second.append(shape)
     drawn = ET.SubElement(doc, "track", {"id": "10000", "label": "bench", "source": "manual"})
-    for frame, box, outside in ((320, (100, 200, 160, 260), "0"), (344, (130, 200, 190, 262), "0"),
-                                (360, (130, 200, 190, 262), "1")):
-        b = ET.SubElement(drawn, "box", {"frame": str(frame), "keyframe": "1", "outside": outside, "occluded": "0",
-                                         "xtl": f"{box[0]:.2f}", "ytl": f"{box[1]:.2f}", "xbr": f"{box[2]:.2f}",
-                                         "ybr": f"{box[3]:.2f}", "z_order": "0"})
+    for frame, box, outside in (
+        (320, (100, 200, 160, 260), "0"),
+        (344, (130, 200, 190, 262), "0"),
+        (360, (130, 200, 190, 262), "1"),
+    ):
+        b = ET.SubElement(
+            drawn,
+            "box",
+            {
+                "frame": str(frame),
+                "keyframe": "1",
+                "outside": outside,
+                "occluded": "0",
+                "xtl": f"{box[0]:.2f}",
+                "ytl": f"{box[1]:.2f}",
+                "xbr": f"{box[2]:.2f}",
+                "ybr": f"{box[3]:.2f}",
+                "z_order": "0",
+            },
+        )
         ET.SubElement(b, "attribute", {"name": "instance_id"}).text = ""  # CVAT fills the default
     tree.write(xml, encoding="utf-8", xml_declaration=True)
 
@@ -106,15 +125,27 @@ def test_export_edit_as_cvat_would_import_gives_the_edit(root, tmp_path):
     box = lambda s: [float(s.attrib[a]) for a in ("xtl", "ytl", "xbr", "ybr")]  # noqa: E731
     expected = [
         {"op": "rename_concept", "from": "traffic cone", "to": "pylon", "instances": [relabel]},
-        {"op": "set_box", "instance": moved, "boxes": [{"time": t(shapes[mid - 1].attrib["frame"]), "box": box(shapes[mid - 1])},
-                                                       {"time": t(s.attrib["frame"]), "box": new_box},
-                                                       {"time": t(shapes[mid + 1].attrib["frame"]), "box": box(shapes[mid + 1])}]},
+        {
+            "op": "set_box",
+            "instance": moved,
+            "boxes": [
+                {"time": t(shapes[mid - 1].attrib["frame"]), "box": box(shapes[mid - 1])},
+                {"time": t(s.attrib["frame"]), "box": new_box},
+                {"time": t(shapes[mid + 1].attrib["frame"]), "box": box(shapes[mid + 1])},
+            ],
+        },
         {"op": "merge", "instances": [keep, into]},
         {"op": "split_at", "instance": split, "time": t(cut.attrib["frame"])},
         {"op": "remove_instance", "instance": gone},
-        {"op": "add_instance", "concept": "bench", "boxes": [{"time": 40.0, "box": [100.0, 200.0, 160.0, 260.0]},
-                                                             {"time": 43.0, "box": [130.0, 200.0, 190.0, 262.0]},
-                                                             {"time": 45.0, "outside": True}]},
+        {
+            "op": "add_instance",
+            "concept": "bench",
+            "boxes": [
+                {"time": 40.0, "box": [100.0, 200.0, 160.0, 260.0]},
+                {"time": 43.0, "box": [130.0, 200.0, 190.0, 262.0]},
+                {"time": 45.0, "outside": True},
+            ],
+        },
     ]
     dry = cli("fixes", "import-cvat", str(xml), "--dry-run", "--json", *common(root))
     assert dry.exit_code == 0, dry.output

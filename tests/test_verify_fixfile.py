@@ -28,12 +28,17 @@ def parse(text: str) -> None:
 
 
 def test_render_keeps_comments_and_writes_new_fixes_as_the_docs_do():
-    text = fixfile.render(HAND.encode(), VID, [RENAME, MERGE, {"op": "add_instance", "concept": "chair",
-                                                               "spans": [[1.0, 2.5]]}])
+    text = fixfile.render(
+        HAND.encode(), VID, [RENAME, MERGE, {"op": "add_instance", "concept": "chair", "spans": [[1.0, 2.5]]}]
+    )
     assert text.startswith("# reviewed by Ana\n")
     assert "  - op: merge   # same chair\n" in text and "  # the next one was hard\n  - op: rename_concept" in text
     assert "    spans: [[1.0, 2.5]]\n" in text
-    assert [f.op.op for f in fx.parse_fix_text(text, "t.yaml", VID).fixes] == ["rename_concept", "merge", "add_instance"]
+    assert [f.op.op for f in fx.parse_fix_text(text, "t.yaml", VID).fixes] == [
+        "rename_concept",
+        "merge",
+        "add_instance",
+    ]
     assert fixfile.render(None, VID, []) == f"video_id: {VID}\nfixes: []\n"
 
 
@@ -60,9 +65,22 @@ def add(fix):
 
 def test_edits_add_drop_and_replace_what_decides_one_thing():
     accept = {"op": "review_question", "question": "0123456789ab", "verdict": "accept", "by": "ana"}
-    reject = {"op": "review_question", "question": "0123456789ab", "verdict": "reject", "reason": "ambiguous", "by": "ana"}
-    out = fixfile.apply_edits([MERGE, accept], [add(RENAME), {"kind": "drop", "fix": MERGE}, add(reject),
-                                                {"kind": "drop", "fix": {"op": "merge", "instances": [1, 2]}}])
+    reject = {
+        "op": "review_question",
+        "question": "0123456789ab",
+        "verdict": "reject",
+        "reason": "ambiguous",
+        "by": "ana",
+    }
+    out = fixfile.apply_edits(
+        [MERGE, accept],
+        [
+            add(RENAME),
+            {"kind": "drop", "fix": MERGE},
+            add(reject),
+            {"kind": "drop", "fix": {"op": "merge", "instances": [1, 2]}},
+        ],
+    )
     assert out == [RENAME, reject]  # her later verdict replaces her earlier; dropping a fix that is gone is nothing
     second = {**accept, "by": "ben"}  # a second reviewer's verdict is kept beside hers (agreement compares them)
     assert fixfile.apply_edits(out, [add(second)]) == [RENAME, reject, second]

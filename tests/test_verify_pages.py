@@ -32,8 +32,9 @@ def root(sample_root, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def live(root):
-    base, srv, t = serve(create_app(load_config(REPO / "configs" / "sample.yaml"), Store(root), token=TOKEN,
-                                    reviewer="ana"))
+    base, srv, t = serve(
+        create_app(load_config(REPO / "configs" / "sample.yaml"), Store(root), token=TOKEN, reviewer="ana")
+    )
     yield base
     srv.should_exit = True
     t.join(5)
@@ -60,15 +61,25 @@ def test_after_a_merge_the_pairs_name_the_instances_as_they_are_now(page: Page, 
     from vsi_wild.verify.review import Review
 
     review = Review(load_config(REPO / "configs" / "sample.yaml"), Store(root))
-    vid, first = next((v, p) for v in sorted(review.catalog.views()) for p in review.payload(v).get("review_pairs", [])
-                      if not p["merged"])  # a pair the metadata keeps apart
+    vid, first = next(
+        (v, p)
+        for v in sorted(review.catalog.views())
+        for p in review.payload(v).get("review_pairs", [])
+        if not p["merged"]
+    )  # a pair the metadata keeps apart
     page.goto(f"{live}/videos/{vid}")
     page.wait_for_function("window.pageReady === true")
     key = lambda p: f"{p['clip_a']}:{p['local_a']}:{p['clip_b']}:{p['local_b']}"  # noqa: E731
     keep, gone = sorted((first["instance_a"], first["instance_b"]))
-    others = [p for p in page.evaluate("S.view.review_pairs") if key(p) != key(first) and gone in (p["instance_a"], p["instance_b"])]
+    others = [
+        p
+        for p in page.evaluate("S.view.review_pairs")
+        if key(p) != key(first) and gone in (p["instance_a"], p["instance_b"])
+    ]
     page.locator(f'tr[data-pair="{key(first)}"] button.merge-pair').click()
-    expect(page.locator(f'tr[data-pair="{key(first)}"] td.state')).to_contain_text("one instance · decided: merge by ana")
+    expect(page.locator(f'tr[data-pair="{key(first)}"] td.state')).to_contain_text(
+        "one instance · decided: merge by ana"
+    )
     for p in others:  # a row that named the merged-away instance names the one it became, and offers no merge of it
         row = page.locator(f'tr[data-pair="{key(p)}"]')
         expect(row.locator("td.ids")).to_contain_text(f"#{keep} (was #{gone})")
@@ -76,7 +87,8 @@ def test_after_a_merge_the_pairs_name_the_instances_as_they_are_now(page: Page, 
     # the split list follows too: the merged instance's members include the other side's
     page.check(f'#instances input.sel[data-id="{keep}"]')
     expect(page.locator("#split-member option")).to_have_count(
-        sum(m["instance_id"] == keep for m in page.evaluate("S.view.members")))
+        sum(m["instance_id"] == keep for m in page.evaluate("S.view.members"))
+    )
     assert page.evaluate(f"S.view.members.filter(m => m.instance_id === {gone}).length") == 0
     page.screenshot(path=str(screenshot_dir / "verify_pairs_after_merge.png"), full_page=True)
     no_draft(page)
@@ -102,7 +114,9 @@ def test_a_rename_keeps_its_concept_chosen_and_the_overlay_shows_the_new_name(pa
 
 
 # ------------------------------------------------------------------------------ the player
-def test_the_player_is_wide_its_controls_below_the_frame_and_labels_do_not_overlap(page: Page, live, root, screenshot_dir):
+def test_the_player_is_wide_its_controls_below_the_frame_and_labels_do_not_overlap(
+    page: Page, live, root, screenshot_dir
+):
     open_page(page, live)
     video = page.locator("#video")
     assert video.get_attribute("controls") is None  # the browser's controls covered the bottom of the frame
@@ -117,9 +131,13 @@ def test_the_player_is_wide_its_controls_below_the_frame_and_labels_do_not_overl
     labels = page.evaluate("S.player.labels")
     assert len(labels) >= 4
     for i, a in enumerate(labels):
-        for b in labels[i + 1:]:
-            assert not (a["x"] < b["x"] + b["w"] and b["x"] < a["x"] + a["w"] and a["y"] < b["y"] + b["h"]
-                        and b["y"] < a["y"] + a["h"]), (a, b)
+        for b in labels[i + 1 :]:
+            assert not (
+                a["x"] < b["x"] + b["w"]
+                and b["x"] < a["x"] + a["w"]
+                and a["y"] < b["y"] + b["h"]
+                and b["y"] < a["y"] + a["h"]
+            ), (a, b)
     # the scrubber seeks
     page.locator(".controls .scrub").evaluate("(s) => { s.value = 30; s.dispatchEvent(new Event('input')); }")
     page.wait_for_function("Math.abs(document.getElementById('video').currentTime - 30) < 0.01")
@@ -145,7 +163,9 @@ def test_clicking_a_mask_selects_its_instance(page: Page, live, root):
     page.locator("#overlay").scroll_into_view_if_needed()
     r = page.locator("#overlay").bounding_box()
     # the middle of its box, a pixel of its mask for these solid objects
-    page.mouse.click(r["x"] + (obs["x0"] + obs["x1"]) / 2 * r["width"] / w, r["y"] + (obs["y0"] + obs["y1"]) / 2 * r["height"] / h)
+    page.mouse.click(
+        r["x"] + (obs["x0"] + obs["x1"]) / 2 * r["width"] / w, r["y"] + (obs["y0"] + obs["y1"]) / 2 * r["height"] / h
+    )
     expect(page.locator(f'#instances label[data-id="{obs["instance_id"]}"]')).to_have_class("selected")
 
 
@@ -164,18 +184,25 @@ def test_spatial_pivot_is_snapped_visibly_and_the_grey_arrow_is_the_estimate_at_
     # the grey arrow: the estimate at the pivot, wherever the playhead is
     samples = page.evaluate("M.info.motion_samples")
     at_pivot = samples["angle_deg"][round(pivot * 2)]
-    far = next(t for t, a in zip(samples["time"], samples["angle_deg"], strict=True)
-               if a is not None and abs((a - at_pivot + 180) % 360 - 180) > 60)
+    far = next(
+        t
+        for t, a in zip(samples["time"], samples["angle_deg"], strict=True)
+        if a is not None and abs((a - at_pivot + 180) % 360 - 180) > 60
+    )
     page.evaluate(f"document.getElementById('video').currentTime = {far}")
     page.wait_for_function(f"Math.abs(document.getElementById('video').currentTime - {far}) < 0.01")
     page.evaluate(f"M.angle = {at_pivot} + 180; render()")  # the blue arrow out of the way
     w = page.evaluate("document.getElementById('compass').width")
     rad = np.radians(at_pivot - 90)
     x, y = w / 2 + (w / 2 - 24) * 0.9 * np.cos(rad), w / 2 + (w / 2 - 24) * 0.9 * np.sin(rad)
-    px = page.evaluate(f"Array.from(document.getElementById('compass').getContext('2d').getImageData({int(x)}, {int(y)}, 1, 1).data)")
-    assert abs(px[0] - 0x9a) < 12 and abs(px[2] - 0xae) < 12, px  # grey at the pivot's direction
+    px = page.evaluate(
+        f"Array.from(document.getElementById('compass').getContext('2d').getImageData({int(x)}, {int(y)}, 1, 1).data)"
+    )
+    assert abs(px[0] - 0x9A) < 12 and abs(px[2] - 0xAE) < 12, px  # grey at the pivot's direction
     page.click("#apply")
-    expect(page.locator(f'#clips tr[data-clip="{clip}"] td').nth(3)).to_have_text(shown)  # the table says what was shown
+    expect(page.locator(f'#clips tr[data-clip="{clip}"] td').nth(3)).to_have_text(
+        shown
+    )  # the table says what was shown
     page.locator(".controls .scrub").evaluate("(s) => { s.value = 12; s.dispatchEvent(new Event('input')); }")
     page.wait_for_function("Math.abs(document.getElementById('video').currentTime - 12) < 0.01")  # a scrubber
     no_draft(page)
@@ -186,7 +213,12 @@ def test_vpo_views_are_labelled_and_the_evidence_player_stays_in_view(page: Page
     open_page(page, live, "/questions")
     vpo = page.locator(".card", has_text="VPO · rotated").first
     captions = vpo.locator("figcaption").all_inner_texts()
-    assert [c.split(" as shown")[0] for c in captions if "as shown" in c] == ["Frame 1", "Frame 2", "Frame 3", "Frame 4"]
+    assert [c.split(" as shown")[0] for c in captions if "as shown" in c] == [
+        "Frame 1",
+        "Frame 2",
+        "Frame 3",
+        "Frame 4",
+    ]
     assert any(re.search(r"turned [+-]\d+°", c) for c in captions)
     last = page.locator(".card").last
     last.scroll_into_view_if_needed()
@@ -196,7 +228,9 @@ def test_vpo_views_are_labelled_and_the_evidence_player_stays_in_view(page: Page
     page.screenshot(path=str(screenshot_dir / "verify_questions_scrolled.png"))
 
 
-def test_a_custom_rejection_reason_is_shown_and_reviewed_counts_only_asked_questions(page: Page, live, root, screenshot_dir):
+def test_a_custom_rejection_reason_is_shown_and_reviewed_counts_only_asked_questions(
+    page: Page, live, root, screenshot_dir
+):
     open_page(page, live, "/questions")
     card = page.locator(".card", has_text="VOC · total · release · beach ball ·")
     qid = card.get_attribute("data-question")

@@ -28,8 +28,9 @@ def root(sample_root, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def live(root):
-    base, srv, t = serve(create_app(load_config(REPO / "configs" / "sample.yaml"), Store(root), token=TOKEN,
-                                    reviewer="ana"))
+    base, srv, t = serve(
+        create_app(load_config(REPO / "configs" / "sample.yaml"), Store(root), token=TOKEN, reviewer="ana")
+    )
     yield base
     srv.should_exit = True
     t.join(5)
@@ -67,7 +68,9 @@ def test_the_queue_is_walked_to_the_end_with_the_keyboard_only(page: Page, live,
     # what was saved: one decision per pair and question, each by the reviewer; the clips marked verified
     fixes = YAML(typ="safe").load((root / "fixes" / f"{VID}.yaml").read_text())["fixes"]
     pairs = [f for f in fixes if f["op"] == "review_pair"]
-    assert len(pairs) == n_pairs and pairs[0]["decision"] == "merge" and all(f["by"] == "ana" and f["at"] for f in fixes)
+    assert (
+        len(pairs) == n_pairs and pairs[0]["decision"] == "merge" and all(f["by"] == "ana" and f["at"] for f in fixes)
+    )
     verdicts = [f for f in fixes if f["op"] == "review_question"]
     assert len(verdicts) == kinds.count("question") and sum(f["verdict"] == "reject" for f in verdicts) == 1
     page.reload()  # the server counts as the page did
@@ -88,7 +91,8 @@ def test_a_benchmark_rename_is_one_concept_in_the_report(page: Page, live, root,
     expect(page.locator("#status")).to_contain_text("saved fixes/vocabulary.yaml")
     doc = YAML(typ="safe").load((root / "fixes" / "vocabulary.yaml").read_text())
     assert [{k: v for k, v in f.items() if k not in ("by", "at")} for f in doc["vocabulary"]] == [
-        {"op": "rename_concept", "from": "trash can", "to": "garbage bin"}]
+        {"op": "rename_concept", "from": "trash can", "to": "garbage bin"}
+    ]
     page.click("#rederive")
     # every video's 4 segment clips (cached), reconcile, metadata and qa, then export and report
     expect(page.locator("#job")).to_contain_text("re-derive done: 30 / 30 units", timeout=600_000)

@@ -55,11 +55,14 @@ def _check(path):
             assert np.array_equal(g[4], w[4]), (path.name, start, end, g[0])
 
 
-@pytest.mark.parametrize("name, extra", [
-    ("gop25", ["-g", "25", "-bf", "3"]),
-    ("open_gop", ["-x264-params", "keyint=20:open-gop=1", "-bf", "3"]),
-    ("one_keyframe", ["-g", "1000"]),
-])
+@pytest.mark.parametrize(
+    "name, extra",
+    [
+        ("gop25", ["-g", "25", "-bf", "3"]),
+        ("open_gop", ["-x264-params", "keyint=20:open-gop=1", "-bf", "3"]),
+        ("one_keyframe", ["-g", "1000"]),
+    ],
+)
 def test_range_equals_the_whole_pass_at_constant_rate(tmp_path, name, extra):
     _check(make_video(tmp_path / f"{name}.mp4", 96, 48, 25, 12, extra=extra))
 
@@ -97,8 +100,10 @@ def test_a_late_range_decodes_only_its_neighbourhood(tmp_path, monkeypatch):
 def test_frame_batches_are_the_sampled_frames_in_consecutive_batches(tmp_path):
     path = make_video(tmp_path / "batches.mp4", 96, 48, 25, 12, extra=["-g", "25"])
     # the frames the model stages read: the sampler's, downscaled to max_width
-    want = [(k, t, i, cv2.resize(rgb, (64, 32), interpolation=cv2.INTER_AREA))
-            for k, t, i, _ft, rgb in sample_frames(path, 2.0)]
+    want = [
+        (k, t, i, cv2.resize(rgb, (64, 32), interpolation=cv2.INTER_AREA))
+        for k, t, i, _ft, rgb in sample_frames(path, 2.0)
+    ]
     got = list(sampled_frames(path, 2.0, max_width=64))
     assert [g[:3] for g in got] == [w[:3] for w in want]
     assert all(np.array_equal(g[3], w[3]) for g, w in zip(got, want, strict=True))

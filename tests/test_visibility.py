@@ -27,8 +27,16 @@ VID = "sample-test_front"
 def _walk(n: int) -> Track:
     """A camera looking along +z (OpenCV axes: x right, y down), one unit forward per sample."""
     K = np.array([[F, 0, (W - 1) / 2], [0, F, (H - 1) / 2], [0, 0, 1.0]])
-    return Track(np.arange(n), np.arange(n) * 0.5, np.arange(n) * 4, 8.0, np.repeat(np.eye(3)[None], n, 0),
-                 np.array([[0.0, 0.0, float(i)] for i in range(n)]), np.repeat(K[None], n, 0), np.ones(n, bool))
+    return Track(
+        np.arange(n),
+        np.arange(n) * 0.5,
+        np.arange(n) * 4,
+        8.0,
+        np.repeat(np.eye(3)[None], n, 0),
+        np.array([[0.0, 0.0, float(i)] for i in range(n)]),
+        np.repeat(K[None], n, 0),
+        np.ones(n, bool),
+    )
 
 
 def _box(centre: tuple[float, float, float], half: float, cam_z: float) -> tuple[float, float, float, float] | None:
@@ -43,17 +51,41 @@ def _box(centre: tuple[float, float, float], half: float, cam_z: float) -> tuple
 
 
 def _instance(i: int, concept: str, pos: tuple[float, float, float] | None, origin: str = "auto") -> dict:
-    return {"video_id": VID, "concept": concept, "instance_id": i, "first_time": 0.0, "last_time": 0.0,
-            "first_frame": 0, "last_frame": 0, "fps": 8.0, "n_observations": 0, "spans": [],
-            "x": None if pos is None else pos[0], "y": None if pos is None else pos[1],
-            "z": None if pos is None else pos[2], "origin": origin}
+    return {
+        "video_id": VID,
+        "concept": concept,
+        "instance_id": i,
+        "first_time": 0.0,
+        "last_time": 0.0,
+        "first_frame": 0,
+        "last_frame": 0,
+        "fps": 8.0,
+        "n_observations": 0,
+        "spans": [],
+        "x": None if pos is None else pos[0],
+        "y": None if pos is None else pos[1],
+        "z": None if pos is None else pos[2],
+        "origin": origin,
+    }
 
 
 def _obs(i: int, concept: str, k: int, box: tuple[float, float, float, float] | None) -> dict:
     b = box or (None,) * 4
-    return {"video_id": VID, "instance_id": i, "concept": concept, "sample_index": k, "time": k * 0.5, "frame": k * 4,
-            "fps": 8.0, "x0": b[0], "y0": b[1], "x1": b[2], "y1": b[3], "area": None if box is None else 100,
-            "origin": "auto" if box is not None else "fix"}
+    return {
+        "video_id": VID,
+        "instance_id": i,
+        "concept": concept,
+        "sample_index": k,
+        "time": k * 0.5,
+        "frame": k * 4,
+        "fps": 8.0,
+        "x0": b[0],
+        "y0": b[1],
+        "x1": b[2],
+        "y1": b[3],
+        "area": None if box is None else 100,
+        "origin": "auto" if box is not None else "fix",
+    }
 
 
 def _states(cols: dict[str, list], instance_id: int) -> list[str]:
@@ -68,8 +100,12 @@ def test_states_follow_the_walk():
     obs += [_obs(2, "ball", k, _box(right, 0.5, k)) for k in range(3)]
     obs += [_obs(3, "bench", k, _box(ahead, 0.5, k)) for k in range(3)]  # no position
     obs += [_obs(4, "sign", k, _box(ahead, 0.5, k)) for k in range(3)]  # a position behind every sighting
-    instances = [_instance(1, "cone", ahead), _instance(2, "ball", right), _instance(3, "bench", None),
-                 _instance(4, "sign", (0.0, 0.0, -5.0))]
+    instances = [
+        _instance(1, "cone", ahead),
+        _instance(2, "ball", right),
+        _instance(3, "bench", None),
+        _instance(4, "sign", (0.0, 0.0, -5.0)),
+    ]
     cols = vz.visibility_columns(VID, instances, obs, track, (W, H), min_consistency=0.8)
     table = schema.table(schema.VISIBILITY, cols)  # the declared schema holds
     assert table.num_rows == 4 * n
@@ -110,15 +146,21 @@ def _truth_in_frustum(obj: dict, pose: dict, view: dict) -> bool:
     c = np.array([obj["x"], obj["y"], obj["z"]])
     half = np.array([obj["size_x"], obj["size_y"], obj["size_z"]]) / 2
     corners = np.array([c + half * (2 * np.array(s) - 1) for s in np.ndindex(2, 2, 2)])
-    cam = geo.world_to_camera(corners, [pose["x"], pose["y"], pose["z"]], pose["yaw_deg"], pose["pitch_deg"],
-                              pose["roll_deg"])
-    px, front = geo.project_to_view(cam, view["width"], view["height"], view["hfov_deg"], view["yaw_deg"],
-                                    view["pitch_deg"])
+    cam = geo.world_to_camera(
+        corners, [pose["x"], pose["y"], pose["z"]], pose["yaw_deg"], pose["pitch_deg"], pose["roll_deg"]
+    )
+    px, front = geo.project_to_view(
+        cam, view["width"], view["height"], view["hfov_deg"], view["yaw_deg"], view["pitch_deg"]
+    )
     if not front.any():
         return False
     q = px[front]
-    return bool(q[:, 0].max() > -0.5 and q[:, 0].min() < view["width"] - 0.5
-                and q[:, 1].max() > -0.5 and q[:, 1].min() < view["height"] - 0.5)
+    return bool(
+        q[:, 0].max() > -0.5
+        and q[:, 0].min() < view["width"] - 0.5
+        and q[:, 1].max() > -0.5
+        and q[:, 1].min() < view["height"] - 0.5
+    )
 
 
 def _truth_ids(observations: list[dict], truth_vis: list[dict], scale: float) -> dict[int, int]:
@@ -163,8 +205,14 @@ def sample_tracks(sample_root):
         return store.read_table(UnitRef(stage, unit, store.read_status(stage, unit)["key"]), name).to_pylist()
 
     views = read("project", source, schema.VIEWS_FILE)
-    per_view = {v["view"]: (v, read("metadata", v["video_id"], "visibility.parquet"),
-                            read("metadata", v["video_id"], "observations.parquet")) for v in views}
+    per_view = {
+        v["view"]: (
+            v,
+            read("metadata", v["video_id"], "visibility.parquet"),
+            read("metadata", v["video_id"], "observations.parquet"),
+        )
+        for v in views
+    }
     return truth, per_view, config
 
 
@@ -178,7 +226,7 @@ def test_sample_visibility_agrees_with_the_truth(sample_tracks):
         tv = [t for t in truth["visibility"] if t["view"] == view_name]
         scale = view["width"] / tv[0]["image_width"]
         # the segmenter drops masks under segment.min_area view pixels: so does the truth's visible state
-        min_pixels = config.segment.min_area / scale ** 2
+        min_pixels = config.segment.min_area / scale**2
         visible = {(t["instance_id"], t["sample_index"]) for t in tv if t["pixels"] >= min_pixels}
         truth_of = _truth_ids(observations, tv, scale)
         assert len(truth_of) == len({r["instance_id"] for r in rows}), view_name  # every instance was seen
@@ -207,14 +255,23 @@ def test_report_section_per_concept():
 
     states = {("v1", 1): "VVVOOC", ("v2", 1): "VOOOOO", ("v1", 2): "VVVVNN"}  # V visible, O out, C occluded, N not seen
     names = {"V": vz.VISIBLE, "O": vz.OUT_OF_VIEW, "C": vz.OCCLUDED, "N": vz.NOT_SEEN}
-    rows = [{"video_id": v, "instance_id": i, "concept": "cone" if i == 1 else "ball", "state": names[s]}
-            for (v, i), track in states.items() for s in track]
+    rows = [
+        {"video_id": v, "instance_id": i, "concept": "cone" if i == 1 else "ball", "state": names[s]}
+        for (v, i), track in states.items()
+        for s in track
+    ]
     summary = visibility_summary(rows, 0.5)
     assert summary["cone"]["instances"] == 2 and summary["ball"]["instances"] == 1
     assert summary["cone"]["median_visible_s"] == (1.5 + 0.5) / 2 and summary["cone"]["max_visible_s"] == 1.5
     assert summary["cone"]["unobserved"] == {"out_of_view": 7 / 8, "occluded": 1 / 8, "not_seen": 0.0}
     assert summary["ball"]["unobserved"]["not_seen"] == 1.0
-    rep = {"sources": {"n": 0, "hours": 0.0, "origins": {}}, "questions": {}, "splits": {}, "lost": {},
-           "statistics": {"videos": 0, "hours": 0.0, "categories": {}}, "visibility": summary}
+    rep = {
+        "sources": {"n": 0, "hours": 0.0, "origins": {}},
+        "questions": {},
+        "splits": {},
+        "lost": {},
+        "statistics": {"videos": 0, "hours": 0.0, "categories": {}},
+        "visibility": summary,
+    }
     text = render_markdown(rep)
     assert "| cone | 2 | 1.0 | 1.5 | 88% · 12% · 0% |" in text

@@ -33,8 +33,13 @@ def folder_backend():
             path = ctx.models.weight_path("da3_model_dir", kind="dir")
             self.model = P.load_once(("test-folder", str(path)), lambda: (loads.append(path) or object(), "cpu")).model
 
-    backends.register("pose_estimator", "test_folder", fields=("da3_model_dir",), weights=("da3_model_dir",),
-                      sources={"da3_model_dir": W.DA3_LARGE})(Pose)
+    backends.register(
+        "pose_estimator",
+        "test_folder",
+        fields=("da3_model_dir",),
+        weights=("da3_model_dir",),
+        sources={"da3_model_dir": W.DA3_LARGE},
+    )(Pose)
     yield loads
     del backends._SPECS["pose_estimator"]["test_folder"]
     P.clear_cache()
@@ -57,9 +62,16 @@ def _stage(calls: list[str]) -> Stage:
         job.backend("pose_estimator")
         job.out.write_table("t.parquet", schema.table(ROWS, [{"unit": job.unit, "n": 1}]))
 
-    return Stage("posed", "1", "source", run, outputs=(schema._parquet("t.parquet", ROWS),),
-                 units=lambda plan, st: plan.sources(), sections=("pose",),
-                 backends=(BackendUse("pose_estimator", "pose.backend"),))
+    return Stage(
+        "posed",
+        "1",
+        "source",
+        run,
+        outputs=(schema._parquet("t.parquet", ROWS),),
+        units=lambda plan, st: plan.sources(),
+        sections=("pose",),
+        backends=(BackendUse("pose_estimator", "pose.backend"),),
+    )
 
 
 def _config(weights_dir) -> Config:
@@ -119,8 +131,11 @@ def test_digests_are_computed_once_per_file_version_and_remembered_on_disk(tmp_p
 
 
 def test_the_check_tells_present_missing_and_wrong_checksum(tmp_path, folder_backend):
-    pinned = W.WeightSource(files=("m.pt",), url="http://127.0.0.1/m.pt",
-                            sha256="ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad")
+    pinned = W.WeightSource(
+        files=("m.pt",),
+        url="http://127.0.0.1/m.pt",
+        sha256="ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad",
+    )
     (tmp_path / "m.pt").write_bytes(b"abc")
     assert W.check_weight("models.x", tmp_path / "m.pt", pinned, tmp_path).state == "present"
     (tmp_path / "m.pt").write_bytes(b"abd")
@@ -151,4 +166,5 @@ def test_every_production_weight_declares_where_it_comes_from():
     assert W.SAM3.gated and W.SAM3.repo_id == "facebook/sam3"
     with pytest.raises(ValueError, match="not weight fields"):
         backends.register("segmenter", "x", fields=("sam3_checkpoint",), sources={"sam3_checkpoint": W.SAM3})(
-            lambda ctx: None)
+            lambda ctx: None
+        )

@@ -65,19 +65,28 @@ class Handler(http.server.BaseHTTPRequestHandler):
         parts = path.strip("/").split("/")
         if "resolve" in parts:
             i = parts.index("resolve")
-            repo, name = "/".join(parts[:i]), "/".join(parts[i + 2:])
+            repo, name = "/".join(parts[:i]), "/".join(parts[i + 2 :])
             if repo in srv.gated and self.headers.get("Authorization") != f"Bearer {TOKEN}":
-                return self._status(401 if "Authorization" not in self.headers else 403,
-                                    {"X-Error-Code": "GatedRepo", "X-Error-Message": f"Access to model {repo} is restricted."})
+                return self._status(
+                    401 if "Authorization" not in self.headers else 403,
+                    {"X-Error-Code": "GatedRepo", "X-Error-Message": f"Access to model {repo} is restricted."},
+                )
             data = srv.hub.get((repo, name))
             if data is None:
                 return self._status(404, {"X-Error-Code": "EntryNotFound", "X-Repo-Commit": COMMIT})
             sha = hashlib.sha256(data).hexdigest()
             # an LFS file: the Hub redirects to its blob on another host (here: the same server by
             # another name) and names it in X-Linked-* headers
-            return self._status(302, {"Location": f"http://localhost:{srv.server_address[1]}/blobs/{sha}", "X-Repo-Commit": COMMIT,
-                                      "X-Linked-Etag": f'"{sha}"', "X-Linked-Size": str(len(data)),
-                                      "ETag": f'"{sha}"'})
+            return self._status(
+                302,
+                {
+                    "Location": f"http://localhost:{srv.server_address[1]}/blobs/{sha}",
+                    "X-Repo-Commit": COMMIT,
+                    "X-Linked-Etag": f'"{sha}"',
+                    "X-Linked-Size": str(len(data)),
+                    "ETag": f'"{sha}"',
+                },
+            )
         if parts[0] == "blobs":
             data = next((d for d in srv.hub.values() if hashlib.sha256(d).hexdigest() == parts[1]), None)
         else:
@@ -205,8 +214,12 @@ def test_a_release_url_resumes_with_a_range_request_and_unpacks_an_archive_membe
         z.writestr("pack/scrfd.onnx", onnx)
     hub.plain["/release/pack.zip"] = buf.getvalue()
     hub.cut.add("/release/pack.zip")
-    src = W.WeightSource(files=("scrfd.onnx",), url=f"{hub.url}/release/pack.zip", archive_member="scrfd.onnx",
-                         sha256=hashlib.sha256(onnx).hexdigest())
+    src = W.WeightSource(
+        files=("scrfd.onnx",),
+        url=f"{hub.url}/release/pack.zip",
+        archive_member="scrfd.onnx",
+        sha256=hashlib.sha256(onnx).hexdigest(),
+    )
     target = tmp_path / "scrfd" / "scrfd.onnx"
     target.parent.mkdir()
     assert fetch(_needed(target, src, "faces.scrfd_weights"), tmp_path, progress=lambda m: None).usable
@@ -222,12 +235,19 @@ def test_the_cli_lists_checks_and_fetches_a_configs_weights(tmp_path, hub, monke
 
     hub.hub[("org/seg", "seg.pt")] = b"segmenter weights"
     src = W.WeightSource(files=("seg.pt",), repo_id="org/seg", license="MIT")
-    backends.register("segmenter", "test_fetched", fields=("sam3_checkpoint",), weights=("sam3_checkpoint",),
-                      sources={"sam3_checkpoint": src})(lambda ctx: None)
+    backends.register(
+        "segmenter",
+        "test_fetched",
+        fields=("sam3_checkpoint",),
+        weights=("sam3_checkpoint",),
+        sources={"sam3_checkpoint": src},
+    )(lambda ctx: None)
     try:
         cfg = tmp_path / "c.yaml"
-        cfg.write_text(f"segment: {{backend: test_fetched}}\nmodels: {{weights_dir: {tmp_path / 'w'}, "
-                       f"sam3_checkpoint: seg/seg.pt}}\n")
+        cfg.write_text(
+            f"segment: {{backend: test_fetched}}\nmodels: {{weights_dir: {tmp_path / 'w'}, "
+            f"sam3_checkpoint: seg/seg.pt}}\n"
+        )
         run = CliRunner().invoke
         listed = [json.loads(x) for x in run(app, ["weights", "list", "-c", str(cfg), "--json"]).output.splitlines()]
         (seg,) = [r for r in listed if r["key"] == "models.sam3_checkpoint"]
@@ -240,8 +260,9 @@ def test_the_cli_lists_checks_and_fetches_a_configs_weights(tmp_path, hub, monke
         assert run(app, ["weights", "check", "-c", str(cfg), "--only", "sam3_checkpoint"]).exit_code == 0
         unknown = run(app, ["weights", "check", "-c", str(cfg), "--only", "nope"])
         assert unknown.exit_code == 2 and "no weight nope" in unknown.output
-        models = Config.model_validate({"models": {"weights_dir": str(tmp_path / "w"),
-                                                   "sam3_checkpoint": "seg/seg.pt"}}).models
+        models = Config.model_validate(
+            {"models": {"weights_dir": str(tmp_path / "w"), "sam3_checkpoint": "seg/seg.pt"}}
+        ).models
         assert [s.state for s in weight_statuses(backends.spec("segmenter", "test_fetched"), models)] == ["present"]
     finally:
         del backends._SPECS["segmenter"]["test_fetched"]

@@ -80,10 +80,10 @@ class OfflineYoutubeIE(InfoExtractor):
                 reason += f". {subreason}"
         if "sign in" in reason.lower():
             reason = remove_end(reason, "This helps protect our community. Learn more")
-            reason = f'{remove_end(reason.strip(), ".")}. {_COOKIE_HINT}'
+            reason = f"{remove_end(reason.strip(), '.')}. {_COOKIE_HINT}"
         elif "This content isn't available, try again later" in reason:
             reason = (
-                f'{remove_end(reason.strip(), ".")}. The current session has been rate-limited by YouTube for up '
+                f"{remove_end(reason.strip(), '.')}. The current session has been rate-limited by YouTube for up "
                 "to an hour. It is recommended to use `-t sleep` to add a delay between video requests to avoid "
                 "exceeding the rate limit. For more information, refer to  "
                 "https://github.com/yt-dlp/yt-dlp/wiki/Extractors#this-content-isnt-available-try-again-later"
@@ -111,8 +111,13 @@ class OfflineYoutubeSearchIE(SearchInfoExtractor):
             info = json.loads(p.read_text()) if p.is_file() else {}
             # A flat entry as YouTube's search gives it: no formats, a few fields.
             yield self.url_result(
-                f"https://www.youtube.com/watch?v={vid}", "Youtube", vid, info.get("title"),
-                duration=info.get("duration"), channel=info.get("channel"), live_status=info.get("live_status"),
+                f"https://www.youtube.com/watch?v={vid}",
+                "Youtube",
+                vid,
+                info.get("title"),
+                duration=info.get("duration"),
+                channel=info.get("channel"),
+                live_status=info.get("live_status"),
             )
 
 
@@ -122,8 +127,15 @@ EXTRACTORS = ["ytdlp_offline:OfflineYoutubeIE", "ytdlp_offline:OfflineYoutubeSea
 # ---------------------------------------------------------------------------------------- fixtures
 
 
-def make_video(path: Path, width: int = 256, height: int = 128, seconds: float = 2.0, fps: int = 10,
-               kind: str = "testsrc2", scroll: float = 0.0) -> Path:
+def make_video(
+    path: Path,
+    width: int = 256,
+    height: int = 128,
+    seconds: float = 2.0,
+    fps: int = 10,
+    kind: str = "testsrc2",
+    scroll: float = 0.0,
+) -> Path:
     """A small H.264 test video. ``kind='scroll'`` pans a still pattern horizontally by ``scroll``
     of the width per frame (for an equirectangular frame, a pure yaw rotation);
     ``kind='static'`` is a still pattern with a small moving box (someone walking past a tripod)."""
@@ -133,18 +145,49 @@ def make_video(path: Path, width: int = 256, height: int = 128, seconds: float =
         vf = []
     elif kind in ("scroll", "static"):
         # A fixed random-looking texture (cellular automaton), scaled up: rich for optical flow.
-        src = ["-f", "lavfi", "-i", f"cellauto=size={width // 4}x{height // 4}:rate={fps}:rule=110:random_seed=7:scroll=0:full=1"]
-        chain = ["trim=start_frame=40:end_frame=41", "loop=loop=-1:size=1", f"scale={width}:{height}:flags=neighbor",
-                 "format=yuv420p", f"setpts=N/{fps}/TB"]
+        src = [
+            "-f",
+            "lavfi",
+            "-i",
+            f"cellauto=size={width // 4}x{height // 4}:rate={fps}:rule=110:random_seed=7:scroll=0:full=1",
+        ]
+        chain = [
+            "trim=start_frame=40:end_frame=41",
+            "loop=loop=-1:size=1",
+            f"scale={width}:{height}:flags=neighbor",
+            "format=yuv420p",
+            f"setpts=N/{fps}/TB",
+        ]
         if kind == "scroll":
             chain.append(f"scroll=horizontal={scroll}")
         else:
-            chain.append(f"drawbox=x='mod(t*{width // 4},{width})':y={height // 2}:w={width // 16}:h={height // 8}:color=red:t=fill")
+            chain.append(
+                f"drawbox=x='mod(t*{width // 4},{width})':y={height // 2}:w={width // 16}:h={height // 8}:color=red:t=fill"
+            )
         vf = ["-vf", ",".join(chain)]
     else:
         raise ValueError(kind)
-    cmd = ["ffmpeg", "-v", "error", "-y", *src, *vf, "-t", str(seconds), "-r", str(fps), "-c:v", "libx264",
-           "-preset", "ultrafast", "-g", str(fps), "-pix_fmt", "yuv420p", str(path)]
+    cmd = [
+        "ffmpeg",
+        "-v",
+        "error",
+        "-y",
+        *src,
+        *vf,
+        "-t",
+        str(seconds),
+        "-r",
+        str(fps),
+        "-c:v",
+        "libx264",
+        "-preset",
+        "ultrafast",
+        "-g",
+        str(fps),
+        "-pix_fmt",
+        "yuv420p",
+        str(path),
+    ]
     subprocess.run(cmd, check=True)
     return path
 
@@ -184,8 +227,15 @@ def inject_spherical_v1(src: Path, dst: Path) -> Path:
     return dst
 
 
-def fmt(path: Path, width: int, height: int, fps: float = 10.0, note: str = "", format_id: str | None = None,
-        acodec: str = "none") -> dict[str, Any]:
+def fmt(
+    path: Path,
+    width: int,
+    height: int,
+    fps: float = 10.0,
+    note: str = "",
+    format_id: str | None = None,
+    acodec: str = "none",
+) -> dict[str, Any]:
     return {
         "format_id": format_id or f"{height}p",
         "url": path.resolve().as_uri(),

@@ -39,6 +39,7 @@ def emit_json(record: dict[str, Any]) -> None:
     (written directly: no console wraps it, highlights it or reads markup in its strings)."""
     sys.stdout.write(json.dumps(record, default=str) + "\n")
 
+
 app = typer.Typer(
     name="vsi-wild",
     help=(
@@ -108,12 +109,18 @@ def _store(config: Path | None, data_root: str | None):
 @app.command()
 def run(
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
-    only: Annotated[str | None, typer.Option("--only", help="Run only these stages (comma-separated), e.g. `metadata,qa`.")] = None,
+    only: Annotated[
+        str | None, typer.Option("--only", help="Run only these stages (comma-separated), e.g. `metadata,qa`.")
+    ] = None,
     from_stage: Annotated[str | None, typer.Option("--from", help="Run this stage and every stage after it.")] = None,
-    videos: Annotated[str | None, typer.Option("--videos", help="Restrict to these source or video ids (comma-separated).")] = None,
+    videos: Annotated[
+        str | None, typer.Option("--videos", help="Restrict to these source or video ids (comma-separated).")
+    ] = None,
     force: Annotated[bool, typer.Option("--force", help="Recompute the selected stages even where cached.")] = False,
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
-    set_: Annotated[list[str] | None, typer.Option("--set", help="Override a config key: `--set run.workers=1` (repeatable).")] = None,
+    set_: Annotated[
+        list[str] | None, typer.Option("--set", help="Override a config key: `--set run.workers=1` (repeatable).")
+    ] = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q", help="No progress bars.")] = False,
 ) -> None:
     """Run the pipeline (all stages, or the selected ones) and print a summary.
@@ -136,15 +143,28 @@ def run(
 
     from vsi_wild.flows.build import PipelineFailed, build_vsi_wild
 
-    progress = None if quiet or not Console(stderr=True).is_terminal and os.environ.get("VSI_WILD_PROGRESS") != "1" else _Progress()
+    progress = (
+        None
+        if quiet or not Console(stderr=True).is_terminal and os.environ.get("VSI_WILD_PROGRESS") != "1"
+        else _Progress()
+    )
     try:
         if progress:
             progress.start()
         # a sync flow: return_state gives its State (its Any return type reads as maybe async to mypy)
-        state = cast("State[Any]", build_vsi_wild(
-            config=str(config), data_root=root, only=_split(only), from_stage=from_stage, videos=_split(videos),
-            force=force, overrides=overrides, return_state=True,
-        ))
+        state = cast(
+            "State[Any]",
+            build_vsi_wild(
+                config=str(config),
+                data_root=root,
+                only=_split(only),
+                from_stage=from_stage,
+                videos=_split(videos),
+                force=force,
+                overrides=overrides,
+                return_state=True,
+            ),
+        )
     finally:
         if progress:
             progress.stop()
@@ -166,8 +186,12 @@ def _print_summary(summary: dict[str, Any]) -> None:
     for col in ("stage", "computed", "cached", "skipped", "failed", "seconds"):
         t.add_column(col, justify="left" if col == "stage" else "right")
     for s in summary["stages"]:
-        t.add_row(s["stage"], *(str(s[k]) for k in ("computed", "cached", "skipped", "failed")), f"{s['seconds']:.1f}",
-                  style="red" if s["failed"] else None)
+        t.add_row(
+            s["stage"],
+            *(str(s[k]) for k in ("computed", "cached", "skipped", "failed")),
+            f"{s['seconds']:.1f}",
+            style="red" if s["failed"] else None,
+        )
     out.print(t)
     for f in summary["failed"]:
         out.print(f"[red]failed[/] {f['stage']}:{f['unit']}: {f['error']}", soft_wrap=True)
@@ -193,8 +217,14 @@ class _Progress:
     def __init__(self) -> None:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-        self.progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                                 TimeElapsedColumn(), console=Console(stderr=True), transient=False)
+        self.progress = Progress(
+            TextColumn("{task.description}"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeElapsedColumn(),
+            console=Console(stderr=True),
+            transient=False,
+        )
         self.stage_bars: dict[str, Any] = {}
         self.unit_bars: dict[tuple[str, str], Any] = {}
         self.lock = threading.Lock()
@@ -214,15 +244,17 @@ class _Progress:
     def on_event(self, event: str, p: dict[str, Any]) -> None:
         with self.lock:
             if event == "stage":
-                self.stage_bars[p["stage"]] = self.progress.add_task(f"{p['stage']:<10}", total=p["total"] or 1,
-                                                                     completed=0 if p["total"] else 1)
+                self.stage_bars[p["stage"]] = self.progress.add_task(
+                    f"{p['stage']:<10}", total=p["total"] or 1, completed=0 if p["total"] else 1
+                )
             elif event == "start":
                 self.unit_bars[(p["stage"], p["unit"])] = self.progress.add_task(f"  {p['unit']}", total=None)
             elif event == "progress":
                 bar = self.unit_bars.get((p["stage"], p["unit"]))
                 if bar is not None:
-                    self.progress.update(bar, completed=p["done"], total=p["total"],
-                                         description=f"  {p['unit']} {p['what']}".rstrip())
+                    self.progress.update(
+                        bar, completed=p["done"], total=p["total"], description=f"  {p['unit']} {p['what']}".rstrip()
+                    )
             elif event == "end":
                 bar = self.unit_bars.pop((p["stage"], p["unit"]), None)
                 if bar is not None:
@@ -244,21 +276,36 @@ def stages(
 
     for st in registry.STAGES:
         record: dict[str, Any] = {
-            "stage": st.name, "version": st.version, "unit": st.unit_kind, "needs": list(st.needs),
-            "sections": list(st.sections), "unkeyed_sections": list(st.unkeyed_sections),
+            "stage": st.name,
+            "version": st.version,
+            "unit": st.unit_kind,
+            "needs": list(st.needs),
+            "sections": list(st.sections),
+            "unkeyed_sections": list(st.unkeyed_sections),
             "backends": {u.selector: f"{u.kind}:{u.name(cfg)}" for u in st.backends},
-            "gpu": st.gpu, "gpu_memory_gib": st.gpu_memory_gib, "registers": st.registers,
-            "outputs": [{"file": a.name, "schema": a.doc if a.schema is not None else None,
-                         "columns": a.schema.names if a.schema is not None else None, "optional": a.optional}
-                        for a in st.outputs],
+            "gpu": st.gpu,
+            "gpu_memory_gib": st.gpu_memory_gib,
+            "registers": st.registers,
+            "outputs": [
+                {
+                    "file": a.name,
+                    "schema": a.doc if a.schema is not None else None,
+                    "columns": a.schema.names if a.schema is not None else None,
+                    "optional": a.optional,
+                }
+                for a in st.outputs
+            ],
             "description": st.description,
         }
         if as_json:
             emit_json(record)
             continue
         out = _console()
-        gpu = f"  [magenta]gpu[/] (~{st.gpu_memory_gib:g} GiB)" if st.gpu and st.gpu_memory_gib else (
-            "  [magenta]gpu[/]" if st.gpu else "")
+        gpu = (
+            f"  [magenta]gpu[/] (~{st.gpu_memory_gib:g} GiB)"
+            if st.gpu and st.gpu_memory_gib
+            else ("  [magenta]gpu[/]" if st.gpu else "")
+        )
         out.print(f"[bold]{st.name}[/] v{st.version} per {st.unit_kind}{gpu}: {st.description}", soft_wrap=True)
         if st.needs:
             out.print(f"  reads      {', '.join(st.needs)}", soft_wrap=True)
@@ -268,15 +315,20 @@ def stages(
             out.print(f"  backend    {sel} = {name}", soft_wrap=True)
         for a in st.outputs:
             kind = "table" if a.schema is not None else "file"
-            out.print(f"  writes     {a.name}{' (optional)' if a.optional else ''}  ({kind}) {a.doc}", soft_wrap=True,
-                      markup=False)
+            out.print(
+                f"  writes     {a.name}{' (optional)' if a.optional else ''}  ({kind}) {a.doc}",
+                soft_wrap=True,
+                markup=False,
+            )
 
 
 @app.command()
 def status(
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
-    failed: Annotated[bool, typer.Option("--failed", help="Show only units with a failed stage, with the errors.")] = False,
+    failed: Annotated[
+        bool, typer.Option("--failed", help="Show only units with a failed stage, with the errors.")
+    ] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the status rows as JSON lines.")] = False,
 ) -> None:
     """Show the state of every unit: units (rows) x stages (columns).
@@ -326,8 +378,10 @@ def status(
     out.print("columns: " + ", ".join(f"{n[:4]}={n}" for n in stages if len(n) > 5))
     for r in rows:
         if r["state"] == "failed" or (failed and r["state"] == "skipped"):
-            out.print(f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}",
-                       soft_wrap=True)
+            out.print(
+                f"[red]{r['state']}[/] {r['stage']}:{r['unit']} (attempts {r['attempts']}): {r['error']}",
+                soft_wrap=True,
+            )
     from vsi_wild.cli_verify import verification_lines
 
     for line in verification_lines(cfg, store):
@@ -356,8 +410,14 @@ def add(
 def remove(
     source_ids: Annotated[list[str], typer.Argument(help="Source ids to unregister (see `vsi-wild sources`).")],
     reason: Annotated[str | None, typer.Option("--reason", help="Why (kept with the removal).")] = None,
-    undo: Annotated[bool, typer.Option("--undo", help="Take removals back: the next run registers the "
-                              "sources again (a crawled or sample source from its cached output).")] = False,
+    undo: Annotated[
+        bool,
+        typer.Option(
+            "--undo",
+            help="Take removals back: the next run registers the "
+            "sources again (a crawled or sample source from its cached output).",
+        ),
+    ] = False,
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
@@ -399,7 +459,8 @@ def sources(
 
             probed = store.read_table(UnitRef("probe", r["source_id"], st["key"]), "source.parquet").to_pylist()[0]
         t.add_row(
-            r["source_id"], r["origin"],
+            r["source_id"],
+            r["origin"],
             f"{probed['duration_s']:.1f} s" if probed else "",
             f"{probed['width']}x{probed['height']}" if probed else "",
             f"{probed['fps']:.2f}" if probed else "",
@@ -409,13 +470,17 @@ def sources(
     out.print(t)
     removed = store.removed_sources().to_pylist()
     if removed:
-        out.print("removed (kept out of runs; `vsi-wild remove --undo ID` takes it back): "
-                  + ", ".join(r["source_id"] + (f" ({r['reason']})" if r["reason"] else "") for r in removed))
+        out.print(
+            "removed (kept out of runs; `vsi-wild remove --undo ID` takes it back): "
+            + ", ".join(r["source_id"] + (f" ({r['reason']})" if r["reason"] else "") for r in removed)
+        )
 
 
 @app.command()
 def sample(
-    out_dir: Annotated[Path, typer.Option("--out", help="Folder for sample.mp4 and the truth tables.")] = Path("data/sample"),
+    out_dir: Annotated[Path, typer.Option("--out", help="Folder for sample.mp4 and the truth tables.")] = Path(
+        "data/sample"
+    ),
     seed: Annotated[int, typer.Option(help="Seed: the same seed gives the same bytes.")] = 0,
     duration: Annotated[float, typer.Option(help="Length of the walk in seconds.")] = 120.0,
     width: Annotated[int, typer.Option(help="Panorama width (height = width / 2).")] = 1280,
@@ -432,8 +497,9 @@ def sample(
 
     with Progress(console=Console(stderr=True)) as bar:
         task_id = bar.add_task("rendering", total=None)
-        truth = generate_sample(params, out_dir / "sample.mp4",
-                                progress=lambda d, t: bar.update(task_id, completed=d, total=t))
+        truth = generate_sample(
+            params, out_dir / "sample.mp4", progress=lambda d, t: bar.update(task_id, completed=d, total=t)
+        )
     for name in ("poses", "objects", "visibility", "faces", "places"):
         (out_dir / f"truth_{name}.parquet").write_bytes(table_bytes(getattr(truth, name)))
     _console().print(f"wrote {out_dir / 'sample.mp4'} and truth_*.parquet")
@@ -441,12 +507,37 @@ def sample(
 
 @app.command()
 def evaluate(
-    qa: Annotated[Path, typer.Option("--qa", help="The questions: exports/qa.parquet (rich: per-bin results) or a release-format .jsonl.")] = Path("data/out/exports/qa.parquet"),
-    predictions: Annotated[Path | None, typer.Option("--predictions", "-p", help='JSONL of {"doc_id": ..., "prediction": ...}; a letter for MC, a number for VOC.')] = None,
-    blind: Annotated[bool, typer.Option("--blind", help="Score the blind baselines (no video: the rule priors and "
-                               "the learned text probe) and flag leaking tasks.")] = False,
-    blind_json: Annotated[bool, typer.Option("--json", help="With --blind: one JSON object per baseline and task.")] = False,
-    write_shuffle24: Annotated[Path | None, typer.Option("--write-shuffle24", help="Write every MC question in its 24 option orders (for Shuffle24) to this JSONL.")] = None,
+    qa: Annotated[
+        Path,
+        typer.Option(
+            "--qa", help="The questions: exports/qa.parquet (rich: per-bin results) or a release-format .jsonl."
+        ),
+    ] = Path("data/out/exports/qa.parquet"),
+    predictions: Annotated[
+        Path | None,
+        typer.Option(
+            "--predictions",
+            "-p",
+            help='JSONL of {"doc_id": ..., "prediction": ...}; a letter for MC, a number for VOC.',
+        ),
+    ] = None,
+    blind: Annotated[
+        bool,
+        typer.Option(
+            "--blind",
+            help="Score the blind baselines (no video: the rule priors and "
+            "the learned text probe) and flag leaking tasks.",
+        ),
+    ] = False,
+    blind_json: Annotated[
+        bool, typer.Option("--json", help="With --blind: one JSON object per baseline and task.")
+    ] = False,
+    write_shuffle24: Annotated[
+        Path | None,
+        typer.Option(
+            "--write-shuffle24", help="Write every MC question in its 24 option orders (for Shuffle24) to this JSONL."
+        ),
+    ] = None,
 ) -> None:
     """Score predictions on the benchmark (accuracy for MC, MRA for VOC; per task, subtype and
     duration bin), run the blind baselines, or write the Shuffle24 variant of the questions.
@@ -468,8 +559,24 @@ def evaluate(
             for r in rows:
                 if r["task_type"] in ev.mc_tasks():
                     for c in ev.shuffle24(r):
-                        fh.write(json.dumps({k: c[k] for k in ("doc_id", "video_name", "task_type", "question", "answer",
-                                                               "frame_indices", "options")}, ensure_ascii=False) + "\n")
+                        fh.write(
+                            json.dumps(
+                                {
+                                    k: c[k]
+                                    for k in (
+                                        "doc_id",
+                                        "video_name",
+                                        "task_type",
+                                        "question",
+                                        "answer",
+                                        "frame_indices",
+                                        "options",
+                                    )
+                                },
+                                ensure_ascii=False,
+                            )
+                            + "\n"
+                        )
         out.print(f"wrote {write_shuffle24}")
     if blind:
         counts = collections.Counter(r["task_type"] for r in rows)
@@ -490,23 +597,40 @@ def evaluate(
         raise typer.Exit(2)
 
 
-def _blind_records(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str],
-                   counts: dict[str, int]) -> list[dict[str, Any]]:
+def _blind_records(
+    rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str], counts: dict[str, int]
+) -> list[dict[str, Any]]:
     """One record per (blind baseline, task): its metric, score, chance, questions, and whether it
     flags the task (``metrics``: task -> its metric's name; the rule baselines' chance is that of
     accuracy, none for a task scored otherwise; ``counts``: task -> questions)."""
     flagged = {x["task"] for x in rules["leaks"]}
-    records = [{"baseline": name, "task": t, "metric": metrics[t], "score": value,
-                "chance": rules["chance"] if metrics[t] == "accuracy" else None, "n": counts[t],
-                "flagged": t in flagged and value > rules["chance"] + rules["margin"]}
-               for name, scores in rules["baselines"].items() for t, value in scores.items()]
-    records += [{"baseline": text_probe["probe"], **{("score" if k == "probe" else k): v for k, v in p.items()},
-                 "folds": text_probe["folds"]} for p in text_probe["tasks"]]
+    records = [
+        {
+            "baseline": name,
+            "task": t,
+            "metric": metrics[t],
+            "score": value,
+            "chance": rules["chance"] if metrics[t] == "accuracy" else None,
+            "n": counts[t],
+            "flagged": t in flagged and value > rules["chance"] + rules["margin"],
+        }
+        for name, scores in rules["baselines"].items()
+        for t, value in scores.items()
+    ]
+    records += [
+        {
+            "baseline": text_probe["probe"],
+            **{("score" if k == "probe" else k): v for k, v in p.items()},
+            "folds": text_probe["folds"],
+        }
+        for p in text_probe["tasks"]
+    ]
     return records
 
 
-def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str], counts: dict[str, int],
-                 as_json: bool) -> None:
+def _print_blind(
+    rules: dict[str, Any], text_probe: dict[str, Any], metrics: dict[str, str], counts: dict[str, int], as_json: bool
+) -> None:
     records = _blind_records(rules, text_probe, metrics, counts)
     if as_json:
         for r in records:
@@ -518,8 +642,7 @@ def _print_blind(rules: dict[str, Any], text_probe: dict[str, Any], metrics: dic
     for r in records:
         chance = "" if r["chance"] is None else f"{r['chance']:.3f}"
         score = "" if r["score"] is None else f"{r['score']:.3f}"
-        t.add_row(r["baseline"], r["task"], r["metric"], score, chance, str(r["n"]),
-                  "LEAK" if r["flagged"] else "")
+        t.add_row(r["baseline"], r["task"], r["metric"], score, chance, str(r["n"]), "LEAK" if r["flagged"] else "")
     _console().print(t)
     for p in text_probe["tasks"]:
         if p.get("note"):
@@ -531,12 +654,31 @@ def release(
     version: Annotated[str, typer.Argument(help="The release's version, e.g. v1.0: its folder releases/<version>/.")],
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
-    license_id: Annotated[str, typer.Option("--license", help="The dataset card's licence id (of the questions "
-                                   "and metadata; each video keeps its own, listed in videos.jsonl).")] = "cc-by-4.0",
-    include_videos: Annotated[bool, typer.Option("--include-videos", help="Copy the view videos into the release "
-                                        "(default: videos.jsonl lists them with their sha256 and source).")] = False,
-    push_to: Annotated[str | None, typer.Option("--push", metavar="REPO_ID", help="Upload the release to this Hugging "
-                                          "Face dataset repository and tag it with the version (reads HF_TOKEN).")] = None,
+    license_id: Annotated[
+        str,
+        typer.Option(
+            "--license",
+            help="The dataset card's licence id (of the questions "
+            "and metadata; each video keeps its own, listed in videos.jsonl).",
+        ),
+    ] = "cc-by-4.0",
+    include_videos: Annotated[
+        bool,
+        typer.Option(
+            "--include-videos",
+            help="Copy the view videos into the release "
+            "(default: videos.jsonl lists them with their sha256 and source).",
+        ),
+    ] = False,
+    push_to: Annotated[
+        str | None,
+        typer.Option(
+            "--push",
+            metavar="REPO_ID",
+            help="Upload the release to this Hugging "
+            "Face dataset repository and tag it with the version (reads HF_TOKEN).",
+        ),
+    ] = None,
     private: Annotated[bool, typer.Option("--private", help="With --push: create the repository private.")] = False,
 ) -> None:
     """Freeze the current export as `releases/VERSION/`: a Hugging Face dataset folder (README.md card,
@@ -558,8 +700,12 @@ def release(
     problems = validate_card((made.path / "README.md").read_text())
     out = _console()
     state = "made" if made.created else "already there, identical"
-    out.print(f"release {version}: {made.path} ({state}; {made.files} files; changelog against "
-              f"{made.previous or 'nothing: the first release'})", soft_wrap=True, markup=False)
+    out.print(
+        f"release {version}: {made.path} ({state}; {made.files} files; changelog against "
+        f"{made.previous or 'nothing: the first release'})",
+        soft_wrap=True,
+        markup=False,
+    )
     if problems:
         err.print("dataset card problems: " + "; ".join(problems), soft_wrap=True, markup=False)
         raise typer.Exit(1)

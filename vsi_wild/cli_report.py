@@ -14,8 +14,10 @@ import typer
 
 from vsi_wild.cli_sources import ConfigOpt, DataRootOpt, _fail, _open
 
-CompareOpt = Annotated[str | None, typer.Option(
-    "--compare", help="Another data root: report what changed from its current build to this one's.")]
+CompareOpt = Annotated[
+    str | None,
+    typer.Option("--compare", help="Another data root: report what changed from its current build to this one's."),
+]
 
 
 def report(config: ConfigOpt = None, data_root: DataRootOpt = None, compare: CompareOpt = None) -> None:

@@ -22,14 +22,21 @@ from vsi_wild.store import Store
 
 ConfigOpt = Annotated[
     Path | None,
-    typer.Option("--config", "-c", help="YAML config (e.g. configs/crawl-example.yaml); defaults apply without one.",
-                 dir_okay=False),
+    typer.Option(
+        "--config",
+        "-c",
+        help="YAML config (e.g. configs/crawl-example.yaml); defaults apply without one.",
+        dir_okay=False,
+    ),
 ]
 DataRootOpt = Annotated[
     str | None,
-    typer.Option("--data-root", "-d",
-                 help="where outputs, the registry and decisions live (a folder or s3://...); "
-                      "default: the config's run.data_root"),
+    typer.Option(
+        "--data-root",
+        "-d",
+        help="where outputs, the registry and decisions live (a folder or s3://...); "
+        "default: the config's run.data_root",
+    ),
 ]
 
 
@@ -58,25 +65,44 @@ def _open(config: Path | None, data_root: str | None, overrides: dict[str, Any] 
 def crawl(
     config: ConfigOpt = None,
     data_root: DataRootOpt = None,
-    from_release: Annotated[Path | None, typer.Option(
-        "--from-release", dir_okay=False,
-        help="a release QA file (jsonl, video_name = <id>_<view>.mp4): download exactly its YouTube ids, "
-             "no search, and report which can no longer be had")] = None,
-    ids: Annotated[str | None, typer.Option(
-        "--ids", help="comma-separated YouTube ids to download (no search)")] = None,
-    max_results: Annotated[int | None, typer.Option(
-        "--max-results", min=1, help="results per query (crawl.search.results_per_query)")] = None,
-    max_queries: Annotated[int | None, typer.Option(
-        "--max-queries", min=1, help="ask at most this many queries (a trial run)")] = None,
-    languages: Annotated[str | None, typer.Option(
-        "--languages", help="comma-separated languages of the query table, or '*' (crawl.search.languages)")] = None,
-    cookies: Annotated[Path | None, typer.Option(
-        "--cookies", dir_okay=False,
-        help="Netscape cookies.txt for gated videos and bot checks (crawl.net.cookies_file)")] = None,
-    dry_run: Annotated[bool, typer.Option(
-        "--dry-run", help="print the queries (or the ids) that would be used; contact nothing")] = False,
-    force: Annotated[bool, typer.Option(
-        "--force", help="search again and recompute downloads (files the archive lists are reused)")] = False,
+    from_release: Annotated[
+        Path | None,
+        typer.Option(
+            "--from-release",
+            dir_okay=False,
+            help="a release QA file (jsonl, video_name = <id>_<view>.mp4): download exactly its YouTube ids, "
+            "no search, and report which can no longer be had",
+        ),
+    ] = None,
+    ids: Annotated[
+        str | None, typer.Option("--ids", help="comma-separated YouTube ids to download (no search)")
+    ] = None,
+    max_results: Annotated[
+        int | None, typer.Option("--max-results", min=1, help="results per query (crawl.search.results_per_query)")
+    ] = None,
+    max_queries: Annotated[
+        int | None, typer.Option("--max-queries", min=1, help="ask at most this many queries (a trial run)")
+    ] = None,
+    languages: Annotated[
+        str | None,
+        typer.Option(
+            "--languages", help="comma-separated languages of the query table, or '*' (crawl.search.languages)"
+        ),
+    ] = None,
+    cookies: Annotated[
+        Path | None,
+        typer.Option(
+            "--cookies",
+            dir_okay=False,
+            help="Netscape cookies.txt for gated videos and bot checks (crawl.net.cookies_file)",
+        ),
+    ] = None,
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="print the queries (or the ids) that would be used; contact nothing")
+    ] = False,
+    force: Annotated[
+        bool, typer.Option("--force", help="search again and recompute downloads (files the archive lists are reused)")
+    ] = False,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="show yt-dlp's messages")] = False,
 ) -> None:
     """Find 360° videos on YouTube and download them into the source registry.
@@ -190,8 +216,12 @@ review_app = typer.Typer(
 def review_export(
     config: ConfigOpt = None,
     data_root: DataRootOpt = None,
-    out: Annotated[Path | None, typer.Option(
-        "--out", "-o", file_okay=False, help="folder to write (default: review/export-<time>/ under the data root)")] = None,
+    out: Annotated[
+        Path | None,
+        typer.Option(
+            "--out", "-o", file_okay=False, help="folder to write (default: review/export-<time>/ under the data root)"
+        ),
+    ] = None,
     all_: Annotated[bool, typer.Option("--all", help="also sources already decided or kept automatically")] = False,
 ) -> None:
     """Write a contact sheet per pending source and a decision file to fill.
@@ -230,8 +260,9 @@ def review_apply(
     file: Annotated[Path, typer.Argument(dir_okay=False, help="the filled decisions.csv")],
     config: ConfigOpt = None,
     data_root: DataRootOpt = None,
-    reviewer: Annotated[str | None, typer.Option(
-        "--reviewer", help="reviewer name for rows that leave the column empty")] = None,
+    reviewer: Annotated[
+        str | None, typer.Option("--reviewer", help="reviewer name for rows that leave the column empty")
+    ] = None,
 ) -> None:
     """Record the decisions of a filled decision file.
 
@@ -251,5 +282,7 @@ def review_apply(
         res = tr.apply_decisions(store, file, default_reviewer=reviewer)
     except ReviewError as e:
         raise _fail(f"{e}\nnothing was recorded") from None
-    typer.echo(f"kept {len(res.kept)}, rejected {len(res.rejected)}, pending {len(res.pending)}"
-               + (f", changed {len(res.changed)}: {', '.join(res.changed)}" if res.changed else ""))
+    typer.echo(
+        f"kept {len(res.kept)}, rejected {len(res.rejected)}, pending {len(res.pending)}"
+        + (f", changed {len(res.changed)}: {', '.join(res.changed)}" if res.changed else "")
+    )

@@ -33,8 +33,9 @@ def _review(config: Path, data_root: str | None):
         raise typer.Exit(2) from None
     store = Store(data_root or cfg.run.data_root)
     if not store.is_local:
-        typer.secho(f"error: the verification app needs a local data root, not {store.url}", err=True,
-                    fg=typer.colors.RED)
+        typer.secho(
+            f"error: the verification app needs a local data root, not {store.url}", err=True, fg=typer.colors.RED
+        )
         raise typer.Exit(2)
     return cfg, store, Review(cfg, store)
 
@@ -42,12 +43,24 @@ def _review(config: Path, data_root: str | None):
 def verify(
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
-    host: Annotated[str, typer.Option("--host", help="Address to bind; anything but loopback needs a token.")] = "127.0.0.1",
+    host: Annotated[
+        str, typer.Option("--host", help="Address to bind; anything but loopback needs a token.")
+    ] = "127.0.0.1",
     port: Annotated[int, typer.Option("--port")] = 8765,
-    token: Annotated[str | None, typer.Option("--token", help="The session token (default: generated and printed "
-                                        "when binding beyond loopback).")] = None,
-    reviewer: Annotated[str | None, typer.Option("--reviewer", help="The name fixes are recorded under when a page "
-                                           "names none (default: your login name); each page can set its own.")] = None,
+    token: Annotated[
+        str | None,
+        typer.Option(
+            "--token", help="The session token (default: generated and printed when binding beyond loopback)."
+        ),
+    ] = None,
+    reviewer: Annotated[
+        str | None,
+        typer.Option(
+            "--reviewer",
+            help="The name fixes are recorded under when a page "
+            "names none (default: your login name); each page can set its own.",
+        ),
+    ] = None,
 ) -> None:
     """Serve the verification app: people check and correct each video's metadata and questions
     in a browser; it writes the fix files the pipeline consumes (docs/verify.md)."""
@@ -71,7 +84,9 @@ def verify(
 
 @fixes_app.command("check")
 def check(
-    videos: Annotated[list[str] | None, typer.Argument(help="Video ids (default: every video with a fix file).")] = None,
+    videos: Annotated[
+        list[str] | None, typer.Argument(help="Video ids (default: every video with a fix file).")
+    ] = None,
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
@@ -111,7 +126,9 @@ def check(
 
 @fixes_app.command("agreement")
 def agreement(
-    videos: Annotated[list[str] | None, typer.Argument(help="Video ids (default: every video with a fix file).")] = None,
+    videos: Annotated[
+        list[str] | None, typer.Argument(help="Video ids (default: every video with a fix file).")
+    ] = None,
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print the report as one JSON object.")] = False,
@@ -143,8 +160,10 @@ def agreement(
             if marks.by.get(f"clip:{c}"):
                 verified_by[c] = [marks.by[f"clip:{c}"]]
         try:
-            automatic = {m["clip_index"]: "none" if m["angle_deg"] is None else ag.sector(m["angle_deg"])
-                         for m in review.auto_inputs(vid).motion}
+            automatic = {
+                m["clip_index"]: "none" if m["angle_deg"] is None else ag.sector(m["angle_deg"])
+                for m in review.auto_inputs(vid).motion
+            }
         except NotReady:
             automatic = {}
         per_video.append(ag.decisions(vid, fixes, verified_by, automatic))
@@ -159,10 +178,20 @@ def agreement(
 @fixes_app.command("export-cvat")
 def export_cvat(
     video: Annotated[str, typer.Argument(help="The view video (e.g. sample-walk_front).")],
-    output: Annotated[Path | None, typer.Option("--output", "-o", help="File to write (default: <video>.xml, or "
-                                          "<video>.json with --format coco).")] = None,
-    fmt: Annotated[str, typer.Option("--format", help="cvat: CVAT for video 1.1 XML (tracks with boxes and masks); "
-                            "coco: YouTube-VIS JSON with COCO RLE masks.")] = "cvat",
+    output: Annotated[
+        Path | None,
+        typer.Option(
+            "--output", "-o", help="File to write (default: <video>.xml, or <video>.json with --format coco)."
+        ),
+    ] = None,
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="cvat: CVAT for video 1.1 XML (tracks with boxes and masks); "
+            "coco: YouTube-VIS JSON with COCO RLE masks.",
+        ),
+    ] = "cvat",
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
@@ -186,18 +215,25 @@ def export_cvat(
         raise typer.Exit(2) from None
     out = output or Path(f"{vid}.{'xml' if fmt == 'cvat' else 'json'}")
     out.write_bytes(data)
-    typer.echo(f"{out}: {vid} as {'CVAT for video 1.1' if fmt == 'cvat' else 'YouTube-VIS (COCO RLE)'}: "
-               + ", ".join(f"{v} {k}" for k, v in stats.items()))
+    typer.echo(
+        f"{out}: {vid} as {'CVAT for video 1.1' if fmt == 'cvat' else 'YouTube-VIS (COCO RLE)'}: "
+        + ", ".join(f"{v} {k}" for k, v in stats.items())
+    )
 
 
 @fixes_app.command("import-cvat")
 def import_cvat(
-    file: Annotated[Path, typer.Argument(help="A CVAT for video 1.1 XML file exported by export-cvat and edited in CVAT.")],
+    file: Annotated[
+        Path, typer.Argument(help="A CVAT for video 1.1 XML file exported by export-cvat and edited in CVAT.")
+    ],
     video: Annotated[str | None, typer.Option("--video", help="The video (default: the file's task name).")] = None,
-    reviewer: Annotated[str | None, typer.Option("--reviewer", help="Recorded as who made the fixes "
-                                           "(default: your login name).")] = None,
+    reviewer: Annotated[
+        str | None, typer.Option("--reviewer", help="Recorded as who made the fixes (default: your login name).")
+    ] = None,
     dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the fix ops, save nothing.")] = False,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the fix ops (and what did not apply) as JSON.")] = False,
+    as_json: Annotated[
+        bool, typer.Option("--json", help="Print the fix ops (and what did not apply) as JSON.")
+    ] = False,
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
 ) -> None:
@@ -219,8 +255,13 @@ def import_cvat(
         typer.secho(f"error: {review.relative(str(e))}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
     if dry_run:
-        typer.echo(json.dumps({"video_id": vid, "fixes": ops}) if as_json else
-                   "\n".join([f"{vid}: {len(ops)} fix ops (dry run, nothing saved)"] + [f"  {json.dumps(o)}" for o in ops]))
+        typer.echo(
+            json.dumps({"video_id": vid, "fixes": ops})
+            if as_json
+            else "\n".join(
+                [f"{vid}: {len(ops)} fix ops (dry run, nothing saved)"] + [f"  {json.dumps(o)}" for o in ops]
+            )
+        )
         return
     who = reviewer or default_reviewer_name()
     res = review.save(vid, who, [{"kind": "add", "fix": o} for o in ops])
@@ -244,6 +285,7 @@ def verification_lines(config, store) -> list[str]:
     from vsi_wild.verify.review import Review
 
     videos = {v["video_id"]: v for v in Review(config, store).videos()}
-    lines = progress.status_lines(store, {v: r["clips"] for v, r in videos.items()},
-                                  {v: r["questions"] for v, r in videos.items()})
+    lines = progress.status_lines(
+        store, {v: r["clips"] for v, r in videos.items()}, {v: r["questions"] for v, r in videos.items()}
+    )
     return ["verification (vsi-wild verify):", *(f"  {line}" for line in lines)]

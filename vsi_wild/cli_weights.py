@@ -14,11 +14,14 @@ import typer
 
 from vsi_wild.cli_sources import ConfigOpt, _config, _fail
 
-weights_app = typer.Typer(help="Model weights: list where they come from, check them, fetch them.",
-                          no_args_is_help=True)
+weights_app = typer.Typer(
+    help="Model weights: list where they come from, check them, fetch them.", no_args_is_help=True
+)
 
-OnlyOpt = Annotated[list[str] | None, typer.Option(
-    "--only", help="Only this config key, e.g. models.sam3_checkpoint or sam3_checkpoint (repeatable).")]
+OnlyOpt = Annotated[
+    list[str] | None,
+    typer.Option("--only", help="Only this config key, e.g. models.sam3_checkpoint or sam3_checkpoint (repeatable)."),
+]
 JsonOpt = Annotated[bool, typer.Option("--json", help="One JSON object per weight.")]
 
 
@@ -48,8 +51,10 @@ def list_weights(config: ConfigOpt = None, only: OnlyOpt = None, as_json: JsonOp
         typer.echo(f"  path     {row['path']}  [{row['state']}]")
         typer.echo(f"  source   {row['origin'] or 'none declared'}")
         typer.echo(f"  size     {_size(row['size'])}   sha256 {row['sha256'] or row['checksum_note'] or '?'}")
-        typer.echo(f"  license  {row['license'] or '?'}" + ("   GATED: needs an accepted license and HF_TOKEN"
-                                                            if row["gated"] else ""))
+        typer.echo(
+            f"  license  {row['license'] or '?'}"
+            + ("   GATED: needs an accepted license and HF_TOKEN" if row["gated"] else "")
+        )
 
 
 @weights_app.command("check")
@@ -67,8 +72,9 @@ def check(config: ConfigOpt = None, only: OnlyOpt = None, as_json: JsonOpt = Fal
     bad = [w for w in needed if not w.status.usable]
     if bad:
         if not as_json:
-            typer.echo(f"{len(bad)} of {len(needed)} weights not usable: `vsi-wild weights fetch` downloads them",
-                       err=True)
+            typer.echo(
+                f"{len(bad)} of {len(needed)} weights not usable: `vsi-wild weights fetch` downloads them", err=True
+            )
         raise typer.Exit(1)
 
 

@@ -104,9 +104,12 @@ class Config(Section):
     segment: SegmentParams = Field(SegmentParams(), description="instance masks per clip (stages/segment)")
     reconcile: ReconcileParams = Field(ReconcileParams(), description="cross-clip instance merging (stages/reconcile)")
     model_errors: ModelErrorParams = Field(
-        ModelErrorParams(), description="simulated segmenter and pose errors, for benchmarks (stages/model_errors)")
+        ModelErrorParams(), description="simulated segmenter and pose errors, for benchmarks (stages/model_errors)"
+    )
     pose: PoseParams = Field(PoseParams(), description="camera poses (stages/pose)")
-    metadata: MetadataParams = Field(MetadataParams(), description="derived instances and motion, fixes (stages/metadata)")
+    metadata: MetadataParams = Field(
+        MetadataParams(), description="derived instances and motion, fixes (stages/metadata)"
+    )
     qa: QAParams = Field(QAParams(), description="question generation and export (stages/qa, stages/export)")
     report: ReportParams = Field(ReportParams(), description="the build report (stages/report)")
 

@@ -16,7 +16,9 @@ import re
 from typing import Any
 
 TASKS = ("VMR", "VPO", "VOO", "VOC")
-_CHECKPOINT = re.compile(r"\.\s*At each checkpoint,\s*report the cumulative count up to that point as a single integer\.")
+_CHECKPOINT = re.compile(
+    r"\.\s*At each checkpoint,\s*report the cumulative count up to that point as a single integer\."
+)
 
 
 def video_path(doc: dict[str, Any]) -> str:
@@ -48,7 +50,9 @@ def doc_to_visual(doc: dict[str, Any]) -> list[Any]:
 def doc_to_text(doc: dict[str, Any], lmms_eval_specific_kwargs: dict[str, Any] | None = None) -> str:
     question = _CHECKPOINT.sub(". Report the total count up to this point as a single integer.", doc["question"])
     if doc.get("options"):
-        return question + "\n\nOptions:\n" + "\n".join(doc["options"]) + "\n\nAnswer with only the letter (A, B, C, or D)."
+        return (
+            question + "\n\nOptions:\n" + "\n".join(doc["options"]) + "\n\nAnswer with only the letter (A, B, C, or D)."
+        )
     return question + "\n\nAnswer with only a single integer number."
 
 

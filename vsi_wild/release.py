@@ -29,8 +29,16 @@ HISTORY = "history.txt"  # releases/history.txt: the versions in the order they 
 MANIFEST = "manifest.json"
 TASK_DIR = "lmms_eval"
 # The export's files a release carries (the rest, links and the ledger's bookkeeping, stay behind).
-EXPORT_FILES = ("vsi_super_wild_qa.jsonl", "qa.parquet", "counts.json", "ledger.parquet", "text_bias.parquet",
-                "skipped.parquet", "text_debias.parquet", "reviewed.parquet")
+EXPORT_FILES = (
+    "vsi_super_wild_qa.jsonl",
+    "qa.parquet",
+    "counts.json",
+    "ledger.parquet",
+    "text_bias.parquet",
+    "skipped.parquet",
+    "text_debias.parquet",
+    "reviewed.parquet",
+)
 
 
 class ReleaseError(Exception):
@@ -54,8 +62,10 @@ def _check_version(version: str) -> None:
 def _current(store: Store, stage: str) -> UnitRef:
     row = store.read_status(stage, "all")
     if row is None or row["state"] != "done":
-        raise ReleaseError(f"no current {stage} under {store.url}: run `vsi-wild run` first "
-                           f"({stage}: {row['state'] + (': ' + row['error'] if row['error'] else '') if row else 'not run'})")
+        raise ReleaseError(
+            f"no current {stage} under {store.url}: run `vsi-wild run` first "
+            f"({stage}: {row['state'] + (': ' + row['error'] if row['error'] else '') if row else 'not run'})"
+        )
     return UnitRef(stage, "all", row["key"])
 
 
@@ -68,8 +78,9 @@ def _release_rows(path: Path) -> list[dict[str, Any]]:
     return [r for r in pq.read_table(path).to_pylist() if r["split"] == "release"]
 
 
-def build_folder(store: Store, version: str, dest: Path, license_id: str, include_videos: bool,
-                 previous: str | None) -> dict[str, Any]:
+def build_folder(
+    store: Store, version: str, dest: Path, license_id: str, include_videos: bool, previous: str | None
+) -> dict[str, Any]:
     """Write the release into ``dest`` (a new folder); returns its manifest."""
     export = _current(store, "export")
     report_ref = _current(store, "report")
@@ -120,9 +131,20 @@ def build_folder(store: Store, version: str, dest: Path, license_id: str, includ
     written["README.md"] = rel.card(version, license_id, report, counts, log, include_videos, TASK_DIR).encode()
     written[f"{task_dir}/{rel.task_name(version)}.yaml"] = rel.task_yaml(version).encode()
     written[f"{task_dir}/utils.py"] = Path(__file__).with_name("lmms_task_utils.py").read_bytes()
-    written["release.json"] = (json.dumps({"version": version, "previous": previous, "export_key": export.key,
-                                           "license": license_id, "videos_included": include_videos},
-                                          indent=1, sort_keys=True) + "\n").encode()
+    written["release.json"] = (
+        json.dumps(
+            {
+                "version": version,
+                "previous": previous,
+                "export_key": export.key,
+                "license": license_id,
+                "videos_included": include_videos,
+            },
+            indent=1,
+            sort_keys=True,
+        )
+        + "\n"
+    ).encode()
     for rel_path, data in written.items():
         out = dest / rel_path
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -148,10 +170,23 @@ def _videos_manifest(store: Store, links: dict[str, str], included: bool) -> byt
         name = path.removeprefix("videos/")
         source_id = name.rsplit("_", 1)[0]
         src = sources.get(source_id, {})
-        lines.append(json.dumps({"video_name": name, "sha256": sha256_file(local), "bytes": os.path.getsize(local),
-                                 "source_id": source_id, "origin": src.get("origin"), "url": src.get("url"),
-                                 "title": src.get("title"), "license": src.get("license"),
-                                 "in_release": included}, sort_keys=True, ensure_ascii=False))
+        lines.append(
+            json.dumps(
+                {
+                    "video_name": name,
+                    "sha256": sha256_file(local),
+                    "bytes": os.path.getsize(local),
+                    "source_id": source_id,
+                    "origin": src.get("origin"),
+                    "url": src.get("url"),
+                    "title": src.get("title"),
+                    "license": src.get("license"),
+                    "in_release": included,
+                },
+                sort_keys=True,
+                ensure_ascii=False,
+            )
+        )
     return "".join(line + "\n" for line in lines).encode()
 
 
@@ -176,8 +211,10 @@ def make_release(store: Store, version: str, license_id: str = "cc-by-4.0", incl
             existing = json.loads((final / MANIFEST).read_text())
             diff = rel.manifest_difference(existing, manifest)
             if diff:
-                raise ReleaseError(f"release {version} exists with other content, and a release never changes: "
-                                   f"make a new version. " + "; ".join(diff[:10]) + (" ..." if len(diff) > 10 else ""))
+                raise ReleaseError(
+                    f"release {version} exists with other content, and a release never changes: "
+                    f"make a new version. " + "; ".join(diff[:10]) + (" ..." if len(diff) > 10 else "")
+                )
             return Release(version, final, False, len(manifest) + 1, previous)
         os.rename(staging, final)
     finally:
@@ -215,8 +252,14 @@ def validate_card(text: str) -> list[str]:
     return problems
 
 
-def push(folder: Path, repo_id: str, version: str, token: str | None = None, endpoint: str | None = None,
-         private: bool = False) -> str:
+def push(
+    folder: Path,
+    repo_id: str,
+    version: str,
+    token: str | None = None,
+    endpoint: str | None = None,
+    private: bool = False,
+) -> str:
     """Upload a release folder to the Hugging Face dataset repository ``repo_id`` and tag the commit
     with the version. The token is ``HF_TOKEN`` unless given; the Hub is ``HF_ENDPOINT``'s (default
     huggingface.co) unless ``endpoint`` is given. Returns the commit's URL."""
@@ -230,8 +273,13 @@ def push(folder: Path, repo_id: str, version: str, token: str | None = None, end
     api = HfApi(endpoint=endpoint, token=token)
     api.create_repo(repo_id, repo_type="dataset", private=private, exist_ok=True)
     # upload_folder has the Hub validate README.md's metadata (its /api/validate-yaml) before uploading
-    info = api.upload_folder(folder_path=str(folder), repo_id=repo_id, repo_type="dataset",
-                             commit_message=f"VSI-Super-Wild {version} (vsi-wild release)")
-    api.create_tag(repo_id, tag=version, repo_type="dataset", revision=info.oid,
-                   tag_message=f"VSI-Super-Wild {version}")
+    info = api.upload_folder(
+        folder_path=str(folder),
+        repo_id=repo_id,
+        repo_type="dataset",
+        commit_message=f"VSI-Super-Wild {version} (vsi-wild release)",
+    )
+    api.create_tag(
+        repo_id, tag=version, repo_type="dataset", revision=info.oid, tag_message=f"VSI-Super-Wild {version}"
+    )
     return str(info.commit_url)

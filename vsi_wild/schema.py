@@ -63,13 +63,16 @@ STATUS = _schema(
 )
 
 STATUS_INDEX = pa.schema(
-    list(STATUS) + [
+    list(STATUS)
+    + [
         f("file", pa.string(), doc="the row's file, relative to status/"),
         f("file_mtime_ns", pa.int64(), doc="that file's modification time when the row was read"),
         f("file_bytes", pa.int64()),
     ],
-    metadata={"doc": "status/_index.parquet: every status row with its file's stat, so a reader parses only "
-                     "the rows written since (Store.status_table)"},
+    metadata={
+        "doc": "status/_index.parquet: every status row with its file's stat, so a reader parses only "
+        "the rows written since (Store.status_table)"
+    },
 )
 
 # --------------------------------------------------------------------------------------------
@@ -324,8 +327,11 @@ INSTANCES = _schema(
     f("last_frame", pa.int64()),
     f("fps", pa.float64()),
     f("n_observations", pa.int64(), doc="2 FPS timestamps at which it is visible"),
-    f("spans", pa.list_(pa.struct([("start", pa.float64()), ("end", pa.float64())])),
-      doc="visible intervals (seconds)"),
+    f(
+        "spans",
+        pa.list_(pa.struct([("start", pa.float64()), ("end", pa.float64())])),
+        doc="visible intervals (seconds)",
+    ),
     f("x", pa.float64(), True, doc="world position when known"),
     f("y", pa.float64(), True),
     f("z", pa.float64(), True),
@@ -490,16 +496,29 @@ MERGE_DECISIONS = _schema(
     f("clip_b", pa.int64()),
     f("local_b", pa.int64()),
     f("decision", pa.string(), doc="merge | apart: what the automatic metadata does (the partition's outcome)"),
-    f("review", pa.bool_(), doc="the decision is uncertain (posterior in the review band, or the partition went "
-      "against the pair's own odds): a person should decide"),
+    f(
+        "review",
+        pa.bool_(),
+        doc="the decision is uncertain (posterior in the review band, or the partition went "
+        "against the pair's own odds): a person should decide",
+    ),
     f("log_odds", pa.float64(), doc="the sum of the llr_* terms: log P(same) / P(different)"),
     f("posterior", pa.float64(), doc="P(same object)"),
     f("llr_position", pa.float64(), True, doc="how well the two ground positions agree (null: not both located)"),
     f("llr_appearance", pa.float64(), True, doc="colour-histogram similarity (null: no histogram)"),
     f("llr_continuity", pa.float64(), True, doc="box overlap across the cut (null: not seen either side of one)"),
-    f("llr_prior", pa.float64(), True, doc="the look-alike prior: how many other objects of the concept could be there"),
-    f("answer_impact", pa.int64(), doc="how many of the video's VOC answers (counts at every checkpoint, the total) "
-      "and VOO appearance orders the opposite decision would change"),
+    f(
+        "llr_prior",
+        pa.float64(),
+        True,
+        doc="the look-alike prior: how many other objects of the concept could be there",
+    ),
+    f(
+        "answer_impact",
+        pa.int64(),
+        doc="how many of the video's VOC answers (counts at every checkpoint, the total) "
+        "and VOO appearance orders the opposite decision would change",
+    ),
     f("reason", pa.string(), doc="the terms in words, e.g. 'position -3.1, look-alike prior -1.0: left apart'"),
     f("boundary", pa.bool_(), doc="one was seen in the sample right before the other's first"),
     f("box_iou", pa.float64(), True, doc="IoU of those two boxes (boundary pairs only)"),
@@ -692,17 +711,35 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
     _q("view", pa.string()),
     _q("video_name", pa.string(), doc="release file name: f'{video_id}.mp4'"),
     _q("task_type", pa.string(), doc="VMR | VPO | VOO | VOC", identity=True),
-    _q("subtype", pa.string(), doc="VMR cardinal|diagonal; VPO rotated|unrotated; VOO first|last; VOC total|stream",
-       identity=True),
-    _q("split", pa.string(), doc="release | vpo_unrotated | voc_stream",
-       export_doc="release | vpo_unrotated | voc_stream | voc_repeat"),
+    _q(
+        "subtype",
+        pa.string(),
+        doc="VMR cardinal|diagonal; VPO rotated|unrotated; VOO first|last; VOC total|stream",
+        identity=True,
+    ),
+    _q(
+        "split",
+        pa.string(),
+        doc="release | vpo_unrotated | voc_stream",
+        export_doc="release | vpo_unrotated | voc_stream | voc_repeat",
+    ),
     _q("index", pa.int64(), doc="index within (video, task, subtype); seeds its random choices", tables=QUESTIONS),
-    _q("item", pa.string(), doc="what the question is about: clip, anchor set, concept set, concept",
-       tables=QUESTIONS, identity=True),
+    _q(
+        "item",
+        pa.string(),
+        doc="what the question is about: clip, anchor set, concept set, concept",
+        tables=QUESTIONS,
+        identity=True,
+    ),
     _q("question", pa.string()),
     _q("correct", pa.string(), True, doc="MC: the correct option's text", tables=QUESTIONS),
-    _q("distractors", pa.list_(pa.string()), True, doc="MC: 3 distinct wrong options, in a seeded order",
-       tables=QUESTIONS),
+    _q(
+        "distractors",
+        pa.list_(pa.string()),
+        True,
+        doc="MC: 3 distinct wrong options, in a seeded order",
+        tables=QUESTIONS,
+    ),
     _q("doc_id", pa.string(), tables=EXPORT),
     _q("answer", pa.string(), export_doc="MC: the letter; VOC: an integer as a string", tables=EXPORT),
     _q("options", pa.list_(pa.string()), True, export_doc="'A) ...' strings", tables=EXPORT),
@@ -716,33 +753,77 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
     _q("frame_times", pa.list_(pa.float64()), True),
     _q("fps", pa.float64()),
     _q("duration_s", pa.float64()),
-    _q("image_files", pa.list_(pa.string()), True, doc="VPO: rendered views, relative to the unit's folder",
-       tables=QUESTIONS),
-    _q("image_paths", pa.list_(pa.string()), True,
-       export_doc="VPO: rendered views, relative to the exports folder", tables=EXPORT, role="task"),
-    _q("render_yaw_deg", pa.list_(pa.float64()), True, doc="VPO: absolute yaw of each render (panorama frame)",
-       role="task"),
+    _q(
+        "image_files",
+        pa.list_(pa.string()),
+        True,
+        doc="VPO: rendered views, relative to the unit's folder",
+        tables=QUESTIONS,
+    ),
+    _q(
+        "image_paths",
+        pa.list_(pa.string()),
+        True,
+        export_doc="VPO: rendered views, relative to the exports folder",
+        tables=EXPORT,
+        role="task",
+    ),
+    _q(
+        "render_yaw_deg",
+        pa.list_(pa.float64()),
+        True,
+        doc="VPO: absolute yaw of each render (panorama frame)",
+        role="task",
+    ),
     _q("render_offset_deg", pa.list_(pa.float64()), True, doc="VPO: render yaw minus the view's yaw", role="task"),
     _q("render_pitch_deg", pa.float64(), True, role="task"),
     _q("render_hfov_deg", pa.float64(), True, role="task"),
     _q("concepts", pa.list_(pa.string()), True, doc="VOO: the 4 concepts; VOC: the concept", role="task"),
     _q("angle_deg", pa.float64(), True, doc="VMR: motion direction relative to the view's heading", role="task"),
-    _q("gaps_s", pa.list_(pa.float64()), True,
-       doc="VOO: gaps between the 4 ordered appearances; VPO: between the 4 anchors (s, time order)", role="task"),
-    _q("since_s", pa.list_(pa.float64()), True,
-       doc="per query time: VOC seconds since the last new instance; VMR seconds since the last turn or stop",
-       role="task"),
-    _q("difficulty_s", pa.float64(), True, doc="the stratified quantity: min(gaps_s), or since_s at the last query",
-       role="task"),
-    _q("difficulty_bin", pa.string(), True, doc="near | medium | far (difficulty_s by the task's QAParams edges)",
-       role="task"),
+    _q(
+        "gaps_s",
+        pa.list_(pa.float64()),
+        True,
+        doc="VOO: gaps between the 4 ordered appearances; VPO: between the 4 anchors (s, time order)",
+        role="task",
+    ),
+    _q(
+        "since_s",
+        pa.list_(pa.float64()),
+        True,
+        doc="per query time: VOC seconds since the last new instance; VMR seconds since the last turn or stop",
+        role="task",
+    ),
+    _q(
+        "difficulty_s",
+        pa.float64(),
+        True,
+        doc="the stratified quantity: min(gaps_s), or since_s at the last query",
+        role="task",
+    ),
+    _q(
+        "difficulty_bin",
+        pa.string(),
+        True,
+        doc="near | medium | far (difficulty_s by the task's QAParams edges)",
+        role="task",
+    ),
     _q("horizon_bin", pa.string(), True, doc="early | middle | late (last query time / duration)", role="task"),
-    _q("base_doc_id", pa.string(), True, export_doc="controls and repeats: the release row they derive from",
-       tables=EXPORT),
+    _q(
+        "base_doc_id",
+        pa.string(),
+        True,
+        export_doc="controls and repeats: the release row they derive from",
+        tables=EXPORT,
+    ),
     _q("repeat", pa.int64(), True, export_doc="VOC-Repeat: how many times the video is concatenated", tables=EXPORT),
-    _q("provisional", pa.bool_(), True,
-       doc="the answer rests on a reconciliation decision no person has reviewed yet (VOC: one of its concept's "
-       "review items; VOO: one of its four concepts'); filled for every question by the qa stage"),
+    _q(
+        "provisional",
+        pa.bool_(),
+        True,
+        doc="the answer rests on a reconciliation decision no person has reviewed yet (VOC: one of its concept's "
+        "review items; VOO: one of its four concepts'); filled for every question by the qa stage",
+    ),
     _q("provisional_reason", pa.string(), True, doc="which unreviewed decisions (null when not provisional)"),
     _q("seed", pa.int64()),
     _q("metadata_fingerprint", pa.string()),
@@ -751,8 +832,23 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
 
 # QA_EXPORT opens with the release row's seven fields, then what says which question of which
 # video it is; every other export column follows in QUESTION_COLUMNS' order.
-QA_EXPORT_HEAD = ("doc_id", "video_name", "task_type", "question", "answer", "frame_indices", "options", "split",
-                  "subtype", "video_id", "source_id", "view", "video_path", "answer_text", "answer_index")
+QA_EXPORT_HEAD = (
+    "doc_id",
+    "video_name",
+    "task_type",
+    "question",
+    "answer",
+    "frame_indices",
+    "options",
+    "split",
+    "subtype",
+    "video_id",
+    "source_id",
+    "view",
+    "video_path",
+    "answer_text",
+    "answer_index",
+)
 
 
 def question_column(name: str) -> QuestionColumn:
@@ -771,7 +867,8 @@ def _questions_schema(columns: Iterable[QuestionColumn] = QUESTION_COLUMNS) -> p
     return _schema(
         "The questions of one video, before answer letters are assigned (letters are balanced over a "
         "whole task at export). MC questions carry the correct option text and 3 distinct distractors.",
-        *(f(c.name, c.type, c.nullable, c.doc) for c in columns if c.in_questions))
+        *(f(c.name, c.type, c.nullable, c.doc) for c in columns if c.in_questions),
+    )
 
 
 def _export_schema(columns: Iterable[QuestionColumn] = QUESTION_COLUMNS) -> pa.Schema:
@@ -783,7 +880,8 @@ def _export_schema(columns: Iterable[QuestionColumn] = QUESTION_COLUMNS) -> pa.S
     return _schema(
         "The published benchmark, rich form (exports/qa.parquet): the release row's seven fields "
         "first, then the streaming fields and provenance.",
-        *(f(n, cols[n].type, cols[n].nullable, cols[n].export_doc) for n in order))
+        *(f(n, cols[n].type, cols[n].nullable, cols[n].export_doc) for n in order),
+    )
 
 
 QA_QUESTIONS = _questions_schema()
@@ -800,9 +898,21 @@ QA_IMAGES = _schema(
     f("hfov_deg", pa.float64()),
     f("width", pa.int64()),
     f("height", pa.int64()),
-    f("faces_blurred", pa.list_(pa.struct([("x0", pa.float64()), ("y0", pa.float64()), ("x1", pa.float64()),
-                                            ("y1", pa.float64()), ("score", pa.float64())])),
-      doc="enlarged boxes blurred, in the image's pixels"),
+    f(
+        "faces_blurred",
+        pa.list_(
+            pa.struct(
+                [
+                    ("x0", pa.float64()),
+                    ("y0", pa.float64()),
+                    ("x1", pa.float64()),
+                    ("y1", pa.float64()),
+                    ("score", pa.float64()),
+                ]
+            )
+        ),
+        doc="enlarged boxes blurred, in the image's pixels",
+    ),
 )
 
 QA_SKIPPED = _schema(
@@ -811,11 +921,17 @@ QA_SKIPPED = _schema(
     f("task_type", pa.string()),
     f("item", pa.string()),
     f("reason", pa.string()),
-    f("reading", pa.string(), True, doc="not asked because its answer differs under this reading of the question "
-      "(stages/qa/readings.py); null for the other reasons"),
+    f(
+        "reading",
+        pa.string(),
+        True,
+        doc="not asked because its answer differs under this reading of the question "
+        "(stages/qa/readings.py); null for the other reasons",
+    ),
 )
 
 QA_EXPORT = _export_schema()
+
 
 def _identity_field(name: str) -> pa.Field:
     c = question_column(name)
@@ -840,8 +956,12 @@ QA_LEDGER = _schema(
     f("frame_indices", pa.list_(pa.int64()), True),
     f("moved_from", pa.string(), True, doc="the letter before the balance bound forced it to move in this build"),
     f("moved_stratum", pa.string(), True, doc="the stratum whose bound forced the move (task/subtype/answer)"),
-    f("forced_out", pa.bool_(), True, doc="the previous build asked it and this build's bound (answer balance, "
-      "text debiasing) forced it out"),
+    f(
+        "forced_out",
+        pa.bool_(),
+        True,
+        doc="the previous build asked it and this build's bound (answer balance, text debiasing) forced it out",
+    ),
     f("dropped_round", pa.int64(), True, doc="text_biased: the debiasing round that dropped it"),
     f("dropped_text_bias", pa.float64(), True, doc="text_biased: its bias score in that round"),
 )
@@ -852,8 +972,13 @@ TEXT_BIAS = _schema(
     "learns from every other source), so it is kept apart from the rows, which change only with their own video.",
     f("doc_id", pa.string()),
     f("split", pa.string()),
-    f("text_bias", pa.float64(), True, doc="a twin row carries its release row's; None: the task had too few "
-      "source videos to probe (stages/leak_probe.py)"),
+    f(
+        "text_bias",
+        pa.float64(),
+        True,
+        doc="a twin row carries its release row's; None: the task had too few "
+        "source videos to probe (stages/leak_probe.py)",
+    ),
 )
 
 TEXT_DEBIAS = _schema(
@@ -905,7 +1030,9 @@ def table(schema: pa.Schema, rows: Iterable[Mapping[str, Any]] | Mapping[str, It
         cols = dict(rows)
     else:
         rows = list(rows)
-        cols = {name: [r[name] if name in r else _missing(name, i) for i, r in enumerate(rows)] for name in schema.names}
+        cols = {
+            name: [r[name] if name in r else _missing(name, i) for i, r in enumerate(rows)] for name in schema.names
+        }
         unknown = set().union(*(r.keys() for r in rows)) - set(schema.names) if rows else set()
         if unknown:
             raise KeyError(f"fields not in schema {schema.metadata.get(b'doc', b'')[:40]!r}: {sorted(unknown)}")
@@ -1064,8 +1191,11 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("skipped.parquet", QA_SKIPPED),
         _parquet("text_bias.parquet", TEXT_BIAS),
         _parquet("ledger.parquet", QA_LEDGER),
-        Artifact("ledger.json", doc="what the ledger was made from: the ledger before it and the export's inputs",
-                 optional=True),
+        Artifact(
+            "ledger.json",
+            doc="what the ledger was made from: the ledger before it and the export's inputs",
+            optional=True,
+        ),
     ),
     "report": (
         Artifact("report.md", doc="the build report"),

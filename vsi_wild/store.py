@@ -157,8 +157,10 @@ class Store:
                 self.fs.get_file(remote, str(tmp))
                 expected = self.manifest_sha256(relative)
                 if expected is not None and sha256_file(tmp) != expected:
-                    raise StoreError(f"{self.url}/{relative}: content differs from its unit's manifest "
-                                     "(changed after the unit was completed): re-run that stage with --force")
+                    raise StoreError(
+                        f"{self.url}/{relative}: content differs from its unit's manifest "
+                        "(changed after the unit was completed): re-run that stage with --force"
+                    )
                 os.replace(tmp, local)
             finally:
                 tmp.unlink(missing_ok=True)
@@ -238,8 +240,11 @@ class Store:
         if os.path.isdir(base):
             for stage_dir in os.scandir(base):
                 if stage_dir.is_dir():
-                    files += [(e.path, e.stat()) for e in os.scandir(stage_dir.path)
-                              if e.name.endswith(".parquet") and e.is_file()]
+                    files += [
+                        (e.path, e.stat())
+                        for e in os.scandir(stage_dir.path)
+                        if e.name.endswith(".parquet") and e.is_file()
+                    ]
         files.sort(key=lambda f: f[0])
         index_path = os.path.join(base, STATUS_INDEX)
         known: dict[str, dict[str, Any]] = {}
@@ -263,8 +268,10 @@ class Store:
             rows.append(row)
             fresh = True
         if fresh or len(known) != len(files):
-            index = [{**r, "file": os.path.relpath(p, base), "file_mtime_ns": st.st_mtime_ns, "file_bytes": st.st_size}
-                     for r, (p, st) in zip(rows, files, strict=True)]
+            index = [
+                {**r, "file": os.path.relpath(p, base), "file_mtime_ns": st.st_mtime_ns, "file_bytes": st.st_size}
+                for r, (p, st) in zip(rows, files, strict=True)
+            ]
             self.write_table_atomic(index_path, schema.table(schema.STATUS_INDEX, index))
         return schema.table(schema.STATUS, rows)
 
@@ -274,7 +281,9 @@ class Store:
         registered again (False) until its removal is undone (``undo_remove``)."""
         if self.is_removed(row["source_id"]):
             return False
-        self.write_table_atomic(self.path("registry", f"{row['source_id']}.parquet"), schema.table(schema.SOURCE, [row]))
+        self.write_table_atomic(
+            self.path("registry", f"{row['source_id']}.parquet"), schema.table(schema.SOURCE, [row])
+        )
         return True
 
     def registry_row(self, source_id: str) -> dict[str, Any] | None:

@@ -47,7 +47,10 @@ class NeededWeight:
     def row(self) -> dict[str, Any]:
         s, src = self.status, self.status.source
         return {
-            "key": s.key, "path": None if s.path is None else str(s.path), "state": s.state, "detail": s.detail,
+            "key": s.key,
+            "path": None if s.path is None else str(s.path),
+            "state": s.state,
+            "detail": s.detail,
             "backends": list(self.backends),
             "origin": None if src is None else src.origin,
             "size": None if src is None else src.size,
@@ -76,8 +79,9 @@ def needed_weights(config: Config, only: list[str] | None = None) -> list[Needed
     if only:
         unknown = [k for k in only if not any(k in (w.key, w.key.split(".", 1)[1]) for w in out)]
         if unknown:
-            raise FetchError(f"no weight {', '.join(unknown)} in this config; its weights: "
-                             f"{', '.join(w.key for w in out) or 'none'}")
+            raise FetchError(
+                f"no weight {', '.join(unknown)} in this config; its weights: {', '.join(w.key for w in out) or 'none'}"
+            )
         out = [w for w in out if w.key in only or w.key.split(".", 1)[1] in only]
     return out
 
@@ -109,10 +113,12 @@ def fetch(weight: NeededWeight, weights_dir: Path, progress: Callable[[str], Non
 
 def _gated_message(key: str, src: WeightSource, status: int | None) -> str:
     token = "HF_TOKEN is set, but its account has no access" if os.environ.get("HF_TOKEN") else "HF_TOKEN is not set"
-    return (f"`{key}`: {src.repo_id} is gated ({'HTTP ' + str(status) if status else 'no access'}; {token}). "
-            f"Request access: log in at huggingface.co, open {src.page or f'https://huggingface.co/{src.repo_id}'}, "
-            f"accept its license ({src.license or 'see the model card'}) and wait for approval; then create a "
-            f"read token at {TOKEN_URL} and `export HF_TOKEN=hf_...` before `vsi-wild weights fetch --only {key}`.")
+    return (
+        f"`{key}`: {src.repo_id} is gated ({'HTTP ' + str(status) if status else 'no access'}; {token}). "
+        f"Request access: log in at huggingface.co, open {src.page or f'https://huggingface.co/{src.repo_id}'}, "
+        f"accept its license ({src.license or 'see the model card'}) and wait for approval; then create a "
+        f"read token at {TOKEN_URL} and `export HF_TOKEN=hf_...` before `vsi-wild weights fetch --only {key}`."
+    )
 
 
 def _http_status(error: BaseException) -> int | None:
@@ -139,9 +145,16 @@ def _fetch_hub(key: str, src: WeightSource, path: Path, progress: Callable[[str]
     for name in src.files:
         progress(f"{key}: {src.repo_id}@{src.revision}/{name} -> {local_dir / name}")
         try:
-            got = Path(hf_hub_download(src.repo_id, name, revision=src.revision, local_dir=local_dir,
-                                       endpoint=os.environ.get("HF_ENDPOINT") or None,
-                                       token=os.environ.get("HF_TOKEN") or None))
+            got = Path(
+                hf_hub_download(
+                    src.repo_id,
+                    name,
+                    revision=src.revision,
+                    local_dir=local_dir,
+                    endpoint=os.environ.get("HF_ENDPOINT") or None,
+                    token=os.environ.get("HF_TOKEN") or None,
+                )
+            )
         except (GatedRepoError, HfHubHTTPError, LocalEntryNotFoundError) as e:
             status = _http_status(e)
             if isinstance(e, GatedRepoError) or status in (401, 403):
@@ -200,4 +213,3 @@ def _download_resumable(url: str, part: Path, progress: Callable[[str], None], t
             last = e
             progress(f"  interrupted ({e!r}); resuming")
     raise FetchError(f"{url}: gave up after {tries} tries ({last})")
-

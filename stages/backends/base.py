@@ -70,8 +70,7 @@ class TextEmbedder(Protocol):
 class OpenVocabDetector(Protocol):
     name: str
 
-    def detect(self, batch: FrameBatch, concepts: Sequence[str]) -> list[Detections]:
-        ...
+    def detect(self, batch: FrameBatch, concepts: Sequence[str]) -> list[Detections]: ...
 
 
 class Segmenter(Protocol):
@@ -81,8 +80,7 @@ class Segmenter(Protocol):
 
     name: str
 
-    def segment(self, batch: FrameBatch, concepts: Sequence[str]) -> list[SegmentRecord]:
-        ...
+    def segment(self, batch: FrameBatch, concepts: Sequence[str]) -> list[SegmentRecord]: ...
 
 
 @dataclass
@@ -101,8 +99,7 @@ def takes_box_prompts(segmenter: Any) -> bool:
 class PoseEstimator(Protocol):
     name: str
 
-    def estimate(self, batch: FrameBatch) -> PoseResult:
-        ...
+    def estimate(self, batch: FrameBatch) -> PoseResult: ...
 
 
 # ---------------------------------------------------------------------------------- registry
@@ -123,8 +120,10 @@ class BackendContext:
         if name in self.options:
             return self.options[name]
         if self.truth is None:
-            raise ValueError(f"this backend reads the sample's truth table {name!r}, and {self.unit or 'this unit'} "
-                             "has none (groundtruth backends run on the generated sample only)")
+            raise ValueError(
+                f"this backend reads the sample's truth table {name!r}, and {self.unit or 'this unit'} "
+                "has none (groundtruth backends run on the generated sample only)"
+            )
         return self.truth()[name]
 
 
@@ -164,10 +163,19 @@ KINDS = ("text_embedder", "open_vocab_detector", "segmenter", "pose_estimator", 
 _SPECS: dict[str, dict[str, BackendSpec]] = {}
 
 
-def register(kind: str, name: str, *, fields: tuple[str, ...], section: str = "models", weights: tuple[str, ...] = (),
-             packages: tuple[tuple[str, str], ...] = (), versions: tuple[str, ...] = (), gpu: bool = False,
-             sources: dict[str, WeightSource] | None = None, checks: Callable[[], list[str]] | None = None,
-             ) -> Callable[[Callable[[BackendContext], Any]], Callable[[BackendContext], Any]]:
+def register(
+    kind: str,
+    name: str,
+    *,
+    fields: tuple[str, ...],
+    section: str = "models",
+    weights: tuple[str, ...] = (),
+    packages: tuple[tuple[str, str], ...] = (),
+    versions: tuple[str, ...] = (),
+    gpu: bool = False,
+    sources: dict[str, WeightSource] | None = None,
+    checks: Callable[[], list[str]] | None = None,
+) -> Callable[[Callable[[BackendContext], Any]], Callable[[BackendContext], Any]]:
     """Register ``factory(context) -> backend`` as the ``kind`` backend ``name``. ``fields`` is
     required (``()`` for a backend whose outputs depend on none): what is not declared cannot
     reach the cache key, so a missing declaration is an error here, not a stale cache later.
@@ -178,9 +186,19 @@ def register(kind: str, name: str, *, fields: tuple[str, ...], section: str = "m
         raise ValueError(f"unknown backend kind {kind!r}; kinds: {', '.join(KINDS)}")
 
     def deco(factory: Callable[[BackendContext], Any]) -> Callable[[BackendContext], Any]:
-        _SPECS.setdefault(kind, {})[name] = BackendSpec(kind, name, factory, tuple(fields), section, tuple(weights),
-                                                        tuple(packages), tuple(versions), gpu,
-                                                        tuple((sources or {}).items()), checks)
+        _SPECS.setdefault(kind, {})[name] = BackendSpec(
+            kind,
+            name,
+            factory,
+            tuple(fields),
+            section,
+            tuple(weights),
+            tuple(packages),
+            tuple(versions),
+            gpu,
+            tuple((sources or {}).items()),
+            checks,
+        )
         return factory
 
     return deco

@@ -118,11 +118,22 @@ class YoloWorldDetector:
         return out
 
 
-@register("open_vocab_detector", "yolo_world",
-          fields=("yolo_world_weights", "yolo_world_imgsz", "yolo_world_conf", "yolo_world_iou", "yolo_world_max_det",
-                  "yolo_world_half", *OPEN_CLIP_FIELDS),
-          weights=("yolo_world_weights", "open_clip_weights"),
-          sources={"yolo_world_weights": W.YOLOV8X_WORLDV2, "open_clip_weights": W.OPENAI_CLIP_VIT_B_32},
-          packages=(("ultralytics", "ultralytics"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True)
+@register(
+    "open_vocab_detector",
+    "yolo_world",
+    fields=(
+        "yolo_world_weights",
+        "yolo_world_imgsz",
+        "yolo_world_conf",
+        "yolo_world_iou",
+        "yolo_world_max_det",
+        "yolo_world_half",
+        *OPEN_CLIP_FIELDS,
+    ),
+    weights=("yolo_world_weights", "open_clip_weights"),
+    sources={"yolo_world_weights": W.YOLOV8X_WORLDV2, "open_clip_weights": W.OPENAI_CLIP_VIT_B_32},
+    packages=(("ultralytics", "ultralytics"), ("open_clip", "open-clip-torch"), ("torch", "torch")),
+    gpu=True,
+)
 def make_yolo_world(ctx: BackendContext) -> YoloWorldDetector:
     return YoloWorldDetector(as_params(ctx.models, ctx.options))

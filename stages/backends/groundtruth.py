@@ -25,8 +25,21 @@ from vsi_wild.stages.segment import decode_rle
 
 class _TruthIndex:
     def __init__(self, visibility: pa.Table, min_pixels: int):
-        need = {"source_id", "view", "sample_index", "instance_id", "category", "x0", "y0", "x1", "y1",
-                "image_width", "image_height", "pixels", "mask_rle"}
+        need = {
+            "source_id",
+            "view",
+            "sample_index",
+            "instance_id",
+            "category",
+            "x0",
+            "y0",
+            "x1",
+            "y1",
+            "image_width",
+            "image_height",
+            "pixels",
+            "mask_rle",
+        }
         missing = need - set(visibility.column_names)
         if missing:
             raise ValueError(f"truth visibility table lacks columns {sorted(missing)}")
@@ -63,8 +76,13 @@ class GroundTruthDetector:
             for r in rows:
                 sx, sy = _scale(r, img)
                 boxes.append([r["x0"] * sx, r["y0"] * sy, r["x1"] * sx, r["y1"] * sy])
-            out.append(Detections(np.asarray(boxes, dtype=np.float64).reshape(-1, 4), np.ones(len(rows)),
-                                  [r["category"] for r in rows]))
+            out.append(
+                Detections(
+                    np.asarray(boxes, dtype=np.float64).reshape(-1, 4),
+                    np.ones(len(rows)),
+                    [r["category"] for r in rows],
+                )
+            )
         return out
 
 
@@ -90,11 +108,17 @@ class GroundTruthSegmenter:
                 if mask.shape != (h, w):
                     mask = cv2.resize(mask.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) > 0
                 sx, sy = _scale(r, img)
-                out.append(SegmentRecord(frame_pos=pos, concept=r["category"], local_id=lid,
-                                         box=(r["x0"] * sx, r["y0"] * sy, r["x1"] * sx, r["y1"] * sy),
-                                         score=1.0, mask=mask))
+                out.append(
+                    SegmentRecord(
+                        frame_pos=pos,
+                        concept=r["category"],
+                        local_id=lid,
+                        box=(r["x0"] * sx, r["y0"] * sy, r["x1"] * sx, r["y1"] * sy),
+                        score=1.0,
+                        mask=mask,
+                    )
+                )
         return out
-
 
     def segment_boxes(self, batch: FrameBatch, prompts: Sequence[BoxPrompt]) -> list[SegmentRecord]:
         """The truth mask each drawn box outlines (the object whose box overlaps it most, IoU >= 0.3),
@@ -115,9 +139,16 @@ class GroundTruthSegmenter:
             if mask.shape != (h, w):
                 mask = cv2.resize(mask.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) > 0
             sx, sy = _scale(row, img)
-            out.append(SegmentRecord(frame_pos=p.frame_pos, concept=row["category"], local_id=n,
-                                     box=(row["x0"] * sx, row["y0"] * sy, row["x1"] * sx, row["y1"] * sy),
-                                     score=float(best), mask=mask))
+            out.append(
+                SegmentRecord(
+                    frame_pos=p.frame_pos,
+                    concept=row["category"],
+                    local_id=n,
+                    box=(row["x0"] * sx, row["y0"] * sy, row["x1"] * sx, row["y1"] * sy),
+                    score=float(best),
+                    mask=mask,
+                )
+            )
         return out
 
 

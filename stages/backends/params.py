@@ -76,8 +76,10 @@ class ModelsParams(BaseModel):
     yolo_world_max_det: int = Field(300, ge=1)
     yolo_world_batch_size: int = Field(16, ge=1, description="frames per forward pass")
     yolo_world_half: bool = Field(
-        False, description="on a GPU: fp16 inference (ultralytics' quantize=16); the CPU runs fp32. Off until "
-        "`make gpu-check` has shown fp16's boxes hold against fp32's on the same frames (unmeasured: no GPU yet)")
+        False,
+        description="on a GPU: fp16 inference (ultralytics' quantize=16); the CPU runs fp32. Off until "
+        "`make gpu-check` has shown fp16's boxes hold against fp32's on the same frames (unmeasured: no GPU yet)",
+    )
 
     # -- SAM3 (instances)
     sam3_checkpoint: str = Field("sam3/sam3.pt", description="facebook/sam3 sam3.pt")
@@ -87,10 +89,13 @@ class ModelsParams(BaseModel):
         False, description="keep the clip's frames in host memory (long clips on small GPUs)"
     )
     sam3_shared_backbone: bool = Field(
-        True, description="one image-encoder pass per frame for all of a clip's concepts (false: the "
-        "per-concept path, one propagation per concept; same records, C times the encoder work)")
+        True,
+        description="one image-encoder pass per frame for all of a clip's concepts (false: the "
+        "per-concept path, one propagation per concept; same records, C times the encoder work)",
+    )
     sam3_precision: Literal["bf16", "fp32"] = Field(
-        "bf16", description="on a GPU: bf16 autocast (sam3's own choice) or fp32; the CPU runs fp32")
+        "bf16", description="on a GPU: bf16 autocast (sam3's own choice) or fp32; the CPU runs fp32"
+    )
 
     # -- Depth Anything 3 (camera poses)
     da3_model_dir: str = Field(
@@ -102,8 +107,10 @@ class ModelsParams(BaseModel):
     da3_ref_view_strategy: Literal["first", "middle", "saddle_balanced", "saddle_sim_range"] = "saddle_balanced"
     da3_use_ray_pose: bool = False
     da3_precision: Literal["bf16", "fp32"] = Field(
-        "bf16", description="on a GPU: DA3's own forward (bf16 autocast, fp16 where bf16 is unsupported) or "
-        "fp32; the CPU runs fp32")
+        "bf16",
+        description="on a GPU: DA3's own forward (bf16 autocast, fp16 where bf16 is unsupported) or "
+        "fp32; the CPU runs fp32",
+    )
 
     def model_post_init(self, __context: Any) -> None:
         if self.da3_overlap >= self.da3_window:
@@ -177,8 +184,14 @@ def weight_statuses(spec: Any, models: ModelsParams, section: Any = None) -> lis
     out = []
     for name in spec.weights:
         value = getattr(params, name)
-        out.append(check_weight(f"{spec.section}.{name}", None if value is None else models.resolve(value),
-                                spec.source(name), models.resolved_weights_dir()))
+        out.append(
+            check_weight(
+                f"{spec.section}.{name}",
+                None if value is None else models.resolve(value),
+                spec.source(name),
+                models.resolved_weights_dir(),
+            )
+        )
     return out
 
 

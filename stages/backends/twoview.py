@@ -45,11 +45,21 @@ class TwoViewPoseEstimator:
     # next one is measured from its own two frames (read by stages.pose.estimate_chunked)
     chains_steps = True
 
-    def __init__(self, hfov_deg: float = 90.0, max_width: int = 640, features: str = "sift",
-                 n_features: int = 2000, ratio: float = 0.8, min_matches: int = 25,
-                 min_parallax_deg: float = 0.15, ransac_px: float = 1.0, camera_height: float | None = 1.6,
-                 ground_min_depression_deg: float = 8.0, ground_max_tilt_deg: float = 25.0,
-                 ground_min_spread: float = 0.1):
+    def __init__(
+        self,
+        hfov_deg: float = 90.0,
+        max_width: int = 640,
+        features: str = "sift",
+        n_features: int = 2000,
+        ratio: float = 0.8,
+        min_matches: int = 25,
+        min_parallax_deg: float = 0.15,
+        ransac_px: float = 1.0,
+        camera_height: float | None = 1.6,
+        ground_min_depression_deg: float = 8.0,
+        ground_max_tilt_deg: float = 25.0,
+        ground_min_spread: float = 0.1,
+    ):
         if features not in ("sift", "orb"):
             raise ValueError(f"twoview features must be 'sift' or 'orb', not {features!r}")
         self.hfov_deg = float(hfov_deg)
@@ -155,7 +165,9 @@ class TwoViewPoseEstimator:
         self._pair = (b1[inl].astype(np.float32), b2[inl].astype(np.float32))  # 2.4 KB per 100 matches
         return R, c * scale, True
 
-    def _ground_height(self, q1: np.ndarray, q2: np.ndarray, K: np.ndarray, R: np.ndarray, t: np.ndarray) -> float | None:
+    def _ground_height(
+        self, q1: np.ndarray, q2: np.ndarray, K: np.ndarray, R: np.ndarray, t: np.ndarray
+    ) -> float | None:
         """Height of camera 1 above the ground plane, in units of the baseline; None when the
         ground is not seen well enough. Points are triangulated with a unit baseline; the plane is
         a RANSAC fit among points below the horizon whose normal is near the camera's down axis."""
@@ -168,9 +180,15 @@ class TwoViewPoseEstimator:
         z2 = (X @ R.T + t.reshape(1, 3))[:, 2]
         ray = X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
         c = -R.T @ t.ravel()
-        tri = np.arccos(np.clip(((X - c) / np.maximum(np.linalg.norm(X - c, axis=1, keepdims=True), 1e-12) * ray).sum(1), -1, 1))
-        below = (X[:, 2] > 0) & (z2 > 0) & (ray[:, 1] > np.sin(np.radians(self.ground_min_depression_deg))) \
+        tri = np.arccos(
+            np.clip(((X - c) / np.maximum(np.linalg.norm(X - c, axis=1, keepdims=True), 1e-12) * ray).sum(1), -1, 1)
+        )
+        below = (
+            (X[:, 2] > 0)
+            & (z2 > 0)
+            & (ray[:, 1] > np.sin(np.radians(self.ground_min_depression_deg)))
             & (tri > np.radians(0.5))
+        )
         pts = X[below]
         if len(pts) < 8:
             return None
@@ -235,8 +253,11 @@ class TwoViewPoseEstimator:
                 steps.append((R, c, self.last_height if ok else None))
                 bearings.append(self._pair if ok else None)
             prev = feats
-        ratios = [self.camera_height / hgt / np.linalg.norm(c) for _, c, hgt in steps
-                  if self.camera_height and hgt and np.linalg.norm(c) > 0]
+        ratios = [
+            self.camera_height / hgt / np.linalg.norm(c)
+            for _, c, hgt in steps
+            if self.camera_height and hgt and np.linalg.norm(c) > 0
+        ]
         ratio = float(np.median(ratios)) if ratios else 1.0
         ext = np.zeros((n, 3, 4))
         R_w = np.eye(3)
@@ -269,8 +290,13 @@ def _create(ctx: BackendContext) -> TwoViewPoseEstimator:
     return TwoViewPoseEstimator(**ctx.options)
 
 
-def rig_rotation(est: TwoViewPoseEstimator, before: dict[str, np.ndarray], after: dict[str, np.ndarray],
-                 yaws: dict[str, float], min_inliers: int = 20) -> tuple[np.ndarray, int] | None:
+def rig_rotation(
+    est: TwoViewPoseEstimator,
+    before: dict[str, np.ndarray],
+    after: dict[str, np.ndarray],
+    yaws: dict[str, float],
+    min_inliers: int = 20,
+) -> tuple[np.ndarray, int] | None:
     """The rotation of a rig of views (one camera, views turned by ``yaws``) between two instants,
     when the camera turned too fast for any view to overlap itself: every view after is matched
     against every view before (a 70° turn brings the right view's content into the front view),

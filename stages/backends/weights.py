@@ -63,25 +63,32 @@ OPENAI_CLIP_VIT_B_32 = WeightSource(
     # open_clip's pretrained.py and OpenAI's clip package download this URL; the path segment is
     # the file's sha256, which `clip` verifies after download.
     url="https://openaipublic.azureedge.net/clip/models/"
-        "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af/ViT-B-32.pt",
+    "40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af/ViT-B-32.pt",
     sha256="40d365715913c9da98579312b702a82c18be219cc2a73407c4526f58eba950af",
-    license="MIT (openai/CLIP)", page="https://github.com/openai/CLIP",
+    license="MIT (openai/CLIP)",
+    page="https://github.com/openai/CLIP",
 )
 YOLOV8X_WORLDV2 = WeightSource(
     files=("yolov8x-worldv2.pt",),
     url="https://github.com/ultralytics/assets/releases/download/v8.1.0/yolov8x-worldv2.pt",
     checksum_note="not published (the release lists no checksums)",
-    license="AGPL-3.0 (Ultralytics)", page="https://docs.ultralytics.com/models/yolo-world/",
+    license="AGPL-3.0 (Ultralytics)",
+    page="https://docs.ultralytics.com/models/yolo-world/",
 )
 SAM3 = WeightSource(
-    files=("sam3.pt",), repo_id="facebook/sam3",
+    files=("sam3.pt",),
+    repo_id="facebook/sam3",
     checksum_note="not published beside the file (the Hub's LFS sha256 is on its file page)",
-    license="SAM License (Meta)", gated=True, page="https://huggingface.co/facebook/sam3",
+    license="SAM License (Meta)",
+    gated=True,
+    page="https://huggingface.co/facebook/sam3",
 )
 DA3_LARGE = WeightSource(
-    files=("config.json", "model.safetensors"), repo_id="depth-anything/DA3-LARGE",
+    files=("config.json", "model.safetensors"),
+    repo_id="depth-anything/DA3-LARGE",
     checksum_note="not published",
-    license="CC BY-NC 4.0", page="https://huggingface.co/depth-anything/DA3-LARGE",
+    license="CC BY-NC 4.0",
+    page="https://huggingface.co/depth-anything/DA3-LARGE",
 )
 SCRFD_10G_BNKPS = WeightSource(
     # insightface publishes SCRFD-10G (with keypoints) inside its antelopev2 model pack, on the
@@ -90,7 +97,8 @@ SCRFD_10G_BNKPS = WeightSource(
     url="https://github.com/deepinsight/insightface/releases/download/model-zoo/antelopev2.zip",
     archive_member="scrfd_10g_bnkps.onnx",
     checksum_note="not published",
-    license="insightface models: non-commercial research use", page="https://github.com/deepinsight/insightface",
+    license="insightface models: non-commercial research use",
+    page="https://github.com/deepinsight/insightface",
 )
 
 
@@ -159,8 +167,9 @@ def file_sha256(p: Path, cache_dir: Path | None = None) -> str:
 def folder_files(p: Path) -> list[Path]:
     """A folder weight's files, in name order; hidden ones left out (the digest cache,
     huggingface_hub's download metadata under .cache/)."""
-    return sorted(q for q in p.rglob("*")
-                  if q.is_file() and not any(part.startswith(".") for part in q.relative_to(p).parts))
+    return sorted(
+        q for q in p.rglob("*") if q.is_file() and not any(part.startswith(".") for part in q.relative_to(p).parts)
+    )
 
 
 def content_digest(p: Path, cache_dir: Path | None = None) -> str | list[list[str]] | None:
@@ -214,8 +223,9 @@ def check_weight(key: str, path: Path | None, source: WeightSource | None, cache
         # (e.g. an open_clip state dict for the CLIP field), which no pin covers
         digest = file_sha256(path, cache_dir)
         if digest != source.sha256:
-            return WeightStatus(key, path, "wrong checksum", source, digest,
-                                f"sha256 {digest}, expected {source.sha256}")
+            return WeightStatus(
+                key, path, "wrong checksum", source, digest, f"sha256 {digest}, expected {source.sha256}"
+            )
         return WeightStatus(key, path, "present", source, digest)
     return WeightStatus(key, path, "present", source)
 
@@ -227,7 +237,11 @@ def problem_text(status: WeightStatus) -> str:
         return f"`{key}` is not set to its weight file"
     if status.state == "missing":
         extra = f" ({status.detail})" if status.detail else ""
-        return (f"model weights not found: {status.path}{extra} (config key `{key}`). "
-                f"Put the file there or point `{key}` at it; `vsi-wild weights fetch` downloads it.")
-    return (f"model weights at {status.path} have the wrong checksum: {status.detail} (config key `{key}`); "
-            f"`vsi-wild weights fetch --only {key}` replaces them.")
+        return (
+            f"model weights not found: {status.path}{extra} (config key `{key}`). "
+            f"Put the file there or point `{key}` at it; `vsi-wild weights fetch` downloads it."
+        )
+    return (
+        f"model weights at {status.path} have the wrong checksum: {status.detail} (config key `{key}`); "
+        f"`vsi-wild weights fetch --only {key}` replaces them."
+    )

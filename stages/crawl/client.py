@@ -61,7 +61,8 @@ class Session:
                 f"rate_limited: not contacting YouTube again in this run: it rate-limited "
                 f"{self.consecutive_rate_limits} operations in a row. Wait (up to an hour), consider "
                 f"crawl.net.cookies_file and a longer crawl.net.min_interval_s, then re-run",
-                kind="rate_limited", retryable=True,
+                kind="rate_limited",
+                retryable=True,
             )
         with self._semaphore(net.max_concurrent):
             with self._lock:
@@ -140,8 +141,14 @@ class Downloaded:
 class Ytdlp:
     """yt-dlp's Python API with the crawl's politeness, retries and error classes."""
 
-    def __init__(self, net: NetParams, *, archive: str | os.PathLike[str] | None = None,
-                 session: Session | None = None, logger: logging.Logger | None = None):
+    def __init__(
+        self,
+        net: NetParams,
+        *,
+        archive: str | os.PathLike[str] | None = None,
+        session: Session | None = None,
+        logger: logging.Logger | None = None,
+    ):
         self.net = net
         self.archive = os.fspath(archive) if archive else None
         self.session = session or SESSION
@@ -153,7 +160,7 @@ class Ytdlp:
         net = self.net
 
         def backoff(n: int) -> float:
-            return min(net.backoff_s * 2 ** n, net.max_backoff_s)
+            return min(net.backoff_s * 2**n, net.max_backoff_s)
 
         p: dict[str, Any] = {
             "quiet": True,
@@ -223,7 +230,7 @@ class Ytdlp:
                 return result
             if error.kind != "network" or attempt == retries:
                 raise error
-            wait = jitter(min(self.net.backoff_s * 2 ** attempt, self.net.max_backoff_s))
+            wait = jitter(min(self.net.backoff_s * 2**attempt, self.net.max_backoff_s))
             self.logger.warning("%s (attempt %d of %d; retrying in %.0f s)", error, attempt + 1, retries + 1, wait)
             self.session.sleep(wait)
         raise AssertionError("unreachable")
@@ -231,6 +238,7 @@ class Ytdlp:
     # ------------------------------------------------------------------ operations
     def search(self, text: str, n: int) -> list[dict[str, Any]]:
         """The first ``n`` results of a YouTube search (flat: id, url, title, duration, ...)."""
+
         def run(ydl: Any) -> list[dict[str, Any]]:
             res = ydl.extract_info(f"ytsearch{n}:{text}", download=False)
             return [ydl.sanitize_info(e) for e in (res or {}).get("entries") or [] if e]
@@ -239,6 +247,7 @@ class Ytdlp:
 
     def extract(self, url: str) -> dict[str, Any]:
         """The full info dict of one video, without downloading or choosing a format."""
+
         def run(ydl: Any) -> dict[str, Any]:
             info = ydl.extract_info(url, download=False, process=False)
             if not info:
@@ -266,8 +275,11 @@ class Ytdlp:
 
             rate = parse_bytes(net.rate_limit)
             if rate is None:
-                raise UnitError(f"crawl.net.rate_limit {net.rate_limit!r}: expected bytes/s like '10M'",
-                                kind="bad_input", retryable=False)
+                raise UnitError(
+                    f"crawl.net.rate_limit {net.rate_limit!r}: expected bytes/s like '10M'",
+                    kind="bad_input",
+                    retryable=False,
+                )
             extra["ratelimit"] = rate
         if use_archive and self.archive:
             Path(self.archive).parent.mkdir(parents=True, exist_ok=True)
@@ -276,8 +288,10 @@ class Ytdlp:
         def run(ydl: Any) -> Downloaded:
             info = ydl.extract_info(url, download=True)
             if info is None:
-                raise UnitError(f"{url}: the download archive {self.archive} already lists it but its file "
-                                "is not in the store", kind="ytdlp_error")
+                raise UnitError(
+                    f"{url}: the download archive {self.archive} already lists it but its file is not in the store",
+                    kind="ytdlp_error",
+                )
             info = ydl.sanitize_info(info)
             files = [Path(d["filepath"]) for d in info.get("requested_downloads") or [] if d.get("filepath")]
             if not files or not files[0].is_file():

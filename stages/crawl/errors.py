@@ -20,29 +20,58 @@ ERROR_KINDS: dict[str, bool] = {
 }
 
 _PATTERNS: list[tuple[str, bool, re.Pattern[str]]] = [
-    ("geo_blocked", False, re.compile(
-        r"not (?:made this video )?available in your country|blocked it in your country|"
-        r"geo.?restrict|not available from your location", re.I)),
-    ("rate_limited", True, re.compile(
-        r"HTTP Error 429|Too Many Requests|rate-?limit|try again later", re.I)),
+    (
+        "geo_blocked",
+        False,
+        re.compile(
+            r"not (?:made this video )?available in your country|blocked it in your country|"
+            r"geo.?restrict|not available from your location",
+            re.I,
+        ),
+    ),
+    ("rate_limited", True, re.compile(r"HTTP Error 429|Too Many Requests|rate-?limit|try again later", re.I)),
     ("private", False, re.compile(r"private video|this video is private", re.I)),
-    ("removed", False, re.compile(
-        r"has been removed|account associated with this video has been terminated|"
-        r"due to a copyright claim|violat\w+ YouTube", re.I)),
+    (
+        "removed",
+        False,
+        re.compile(
+            r"has been removed|account associated with this video has been terminated|"
+            r"due to a copyright claim|violat\w+ YouTube",
+            re.I,
+        ),
+    ),
     ("gated", True, re.compile(r"confirm you'?re not a bot|captcha", re.I)),
-    ("gated", False, re.compile(
-        r"confirm your age|age.?restricted|inappropriate for some users|members.?only|join this channel|"
-        r"requires payment|only available for registered users|sign in|login required|log in", re.I)),
+    (
+        "gated",
+        False,
+        re.compile(
+            r"confirm your age|age.?restricted|inappropriate for some users|members.?only|join this channel|"
+            r"requires payment|only available for registered users|sign in|login required|log in",
+            re.I,
+        ),
+    ),
     ("unavailable", True, re.compile(r"live event will begin|premieres in|is not currently live", re.I)),
-    ("unavailable", False, re.compile(
-        r"video unavailable|this video is unavailable|this video is not available|content isn'?t available|"
-        r"video (?:does not|doesn't) exist|unsupported url|incomplete youtube id|not a valid url|"
-        r"requested format is not available|no video formats found|HTTP Error 404|HTTP Error 410", re.I)),
-    ("network", True, re.compile(
-        r"urlopen error|timed out|timeout|connection (?:reset|refused|aborted)|remote end closed|"
-        r"incompleteread|name or service not known|temporary failure in name resolution|"
-        r"network is unreachable|no route to host|\bssl\b|certificate|HTTP Error 5\d\d|HTTP Error 403|"
-        r"unable to download (?:webpage|video data|api page|json)|transport", re.I)),
+    (
+        "unavailable",
+        False,
+        re.compile(
+            r"video unavailable|this video is unavailable|this video is not available|content isn'?t available|"
+            r"video (?:does not|doesn't) exist|unsupported url|incomplete youtube id|not a valid url|"
+            r"requested format is not available|no video formats found|HTTP Error 404|HTTP Error 410",
+            re.I,
+        ),
+    ),
+    (
+        "network",
+        True,
+        re.compile(
+            r"urlopen error|timed out|timeout|connection (?:reset|refused|aborted)|remote end closed|"
+            r"incompleteread|name or service not known|temporary failure in name resolution|"
+            r"network is unreachable|no route to host|\bssl\b|certificate|HTTP Error 5\d\d|HTTP Error 403|"
+            r"unable to download (?:webpage|video data|api page|json)|transport",
+            re.I,
+        ),
+    ),
 ]
 
 
@@ -66,7 +95,8 @@ def _chain(e: BaseException) -> Iterator[BaseException]:
 
 
 _COOKIE_HINT = re.compile(
-    r"Use --cookies-from-browser or --cookies for the authentication\..*?(?:exporting YouTube cookies|$)", re.S)
+    r"Use --cookies-from-browser or --cookies for the authentication\..*?(?:exporting YouTube cookies|$)", re.S
+)
 
 
 def clean_message(msg: str) -> str:

@@ -33,8 +33,12 @@ def best_video_format(info: Mapping[str, Any]) -> dict[str, Any] | None:
     return max(fmts, key=lambda f: ((f.get("height") or 0), (f.get("width") or 0), f.get("tbr") or 0)) if fmts else None
 
 
-def detect_projection(info: Mapping[str, Any], spherical: Mapping[str, Any] | None = None,
-                      width: int | None = None, height: int | None = None) -> Projection:
+def detect_projection(
+    info: Mapping[str, Any],
+    spherical: Mapping[str, Any] | None = None,
+    width: int | None = None,
+    height: int | None = None,
+) -> Projection:
     """360° evidence, strongest first: the file's spherical metadata (ffprobe), the projection
     YouTube reports per format (yt-dlp puts it in ``format_note``: "equirectangular", "mesh",
     "equirectangular_threed_top_bottom"), a ``projection`` field some extractors set, then the
@@ -42,8 +46,9 @@ def detect_projection(info: Mapping[str, Any], spherical: Mapping[str, Any] | No
     evidence: dict[str, Any] = {}
     if spherical and spherical.get("projection"):
         evidence["spherical"] = dict(spherical)
-    notes = sorted({str(f.get("format_note") or "") for f in info.get("formats") or []} |
-                   {str(info.get("format_note") or "")})
+    notes = sorted(
+        {str(f.get("format_note") or "") for f in info.get("formats") or []} | {str(info.get("format_note") or "")}
+    )
     proj_notes = sorted({p for n in notes for p in re.findall(r"(equirectangular\w*|mesh)", n.lower())})
     if proj_notes:
         evidence["format_note"] = proj_notes
@@ -57,8 +62,11 @@ def detect_projection(info: Mapping[str, Any], spherical: Mapping[str, Any] | No
         evidence["aspect"] = round(width / height, 4)
     stereo = (spherical or {}).get("stereo_mode") not in (None, "2d", "mono")
 
-    names = [str((spherical or {}).get("projection") or "").lower(), *proj_notes,
-             str(info.get("projection") or "").lower()]
+    names = [
+        str((spherical or {}).get("projection") or "").lower(),
+        *proj_notes,
+        str(info.get("projection") or "").lower(),
+    ]
     for name in names:
         if not name:
             continue

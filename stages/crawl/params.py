@@ -37,7 +37,9 @@ class SearchParams(StrictModel):
         "configs/queries.yaml", description="the query table (relative: to the working folder, then the project folder)"
     )
     categories: list[str] = Field(default_factory=lambda: list(SCENE_CATEGORIES), description="categories to search")
-    languages: list[str] = Field(default_factory=lambda: ["en"], description="languages of the table to use; ['*'] = all")
+    languages: list[str] = Field(
+        default_factory=lambda: ["en"], description="languages of the table to use; ['*'] = all"
+    )
     cues: list[str] | None = Field(None, description="only these panorama cues (default: the table's)")
     max_queries: int | None = Field(None, ge=1, description="cap on the number of queries (trial runs)")
     results_per_query: int = Field(20, ge=1, le=500, description="N of ytsearchN:")
@@ -102,8 +104,9 @@ class NetParams(StrictModel):
     )
     enable_file_urls: bool = Field(False, description="allow file:// media URLs (tests, local mirrors)")
     js_runtimes: dict[str, dict[str, str]] | None = Field(
-        None, description="yt-dlp JavaScript runtimes for YouTube's challenges, e.g. {deno: {path: /usr/bin/deno}}; "
-                          "none = yt-dlp's default (deno on the PATH)"
+        None,
+        description="yt-dlp JavaScript runtimes for YouTube's challenges, e.g. {deno: {path: /usr/bin/deno}}; "
+        "none = yt-dlp's default (deno on the PATH)",
     )
     remote_components: list[str] = Field(
         default_factory=list, description="components yt-dlp may fetch when missing, e.g. ['ejs:github']"

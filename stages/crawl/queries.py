@@ -57,8 +57,10 @@ def load_query_table(path: str | os.PathLike[str]) -> QueryTable:
     for lang, lq in table.languages.items():
         bad = [c for c in lq.categories if c not in SCENE_CATEGORIES]
         if bad:
-            raise QueryTableError(f"{p}: languages.{lang}.categories: unknown categories {bad}; "
-                                  f"expected the benchmark's names {list(SCENE_CATEGORIES)}")
+            raise QueryTableError(
+                f"{p}: languages.{lang}.categories: unknown categories {bad}; "
+                f"expected the benchmark's names {list(SCENE_CATEGORIES)}"
+            )
         if "{cue}" not in lq.template or "{term}" not in lq.template:
             raise QueryTableError(f"{p}: languages.{lang}.template must contain {{cue}} and {{term}}")
     return table
@@ -117,8 +119,9 @@ def load_expander(spec: str, options: Mapping[str, Any] | None = None) -> QueryE
     return expander
 
 
-def expand_queries(queries: Sequence[Query], expander: QueryExpander | None,
-                   max_queries: int | None = None) -> list[Query]:
+def expand_queries(
+    queries: Sequence[Query], expander: QueryExpander | None, max_queries: int | None = None
+) -> list[Query]:
     out = list(queries)
     if expander is not None:
         seen = {_norm_query(q.text) for q in out}

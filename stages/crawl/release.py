@@ -29,8 +29,11 @@ def release_ids(path: str | os.PathLike[str]) -> list[str]:
                 stem = name[:-4] if name.endswith(".mp4") else name
                 source, _view = ids.split_video_id(stem)
             except (ValueError, KeyError, TypeError) as e:
-                raise UnitError(f"{p}:{n}: not a release row with a video_name '<id>_<view>.mp4' ({e})",
-                                kind="bad_input", retryable=False) from None
+                raise UnitError(
+                    f"{p}:{n}: not a release row with a video_name '<id>_<view>.mp4' ({e})",
+                    kind="bad_input",
+                    retryable=False,
+                ) from None
             if not ids.YOUTUBE_ID.match(source):
                 raise UnitError(f"{p}:{n}: {source!r} is not a YouTube id", kind="bad_input", retryable=False)
             found.add(source)

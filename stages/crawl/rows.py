@@ -13,8 +13,16 @@ from vsi_wild.stages.crawl.queries import Query
 from vsi_wild.stages.probe import finite_float
 
 
-def candidate_row(vid: str, entry: Mapping[str, Any], info: Mapping[str, Any] | None, q: Query, rank: int,
-                  queries: list[str], reason: str | None, error_class: str | None) -> dict[str, Any]:
+def candidate_row(
+    vid: str,
+    entry: Mapping[str, Any],
+    info: Mapping[str, Any] | None,
+    q: Query,
+    rank: int,
+    queries: list[str],
+    reason: str | None,
+    error_class: str | None,
+) -> dict[str, Any]:
     src = info if info is not None else entry
     best = best_video_format(src) if info is not None else None
     proj = detect_projection(info) if info is not None else None
@@ -44,9 +52,18 @@ def candidate_row(vid: str, entry: Mapping[str, Any], info: Mapping[str, Any] | 
     }
 
 
-def source_row(video_id: str, info: Mapping[str, Any], *, path: str, size_bytes: int, sha256: str,
-               probe: Mapping[str, Any], context: Mapping[str, Any], crawl_time: datetime,
-               provenance: Mapping[str, Any]) -> dict[str, Any]:
+def source_row(
+    video_id: str,
+    info: Mapping[str, Any],
+    *,
+    path: str,
+    size_bytes: int,
+    sha256: str,
+    probe: Mapping[str, Any],
+    context: Mapping[str, Any],
+    crawl_time: datetime,
+    provenance: Mapping[str, Any],
+) -> dict[str, Any]:
     """The registry row (schema.SOURCE) of a downloaded YouTube video."""
     proj = detect_projection(info, probe.get("spherical"), probe.get("width"), probe.get("height"))
     fmt_fps = finite_float(info.get("fps"))
@@ -73,9 +90,16 @@ def source_row(video_id: str, info: Mapping[str, Any], *, path: str, size_bytes:
         "size_bytes": size_bytes,
         "content_sha256": sha256,
         "codec": probe.get("codec") or info.get("vcodec"),
-        "provenance": json.dumps({**provenance, "projection_evidence": proj.evidence,
-                                  "format_id": info.get("format_id"), "format_note": info.get("format_note")},
-                                 sort_keys=True, default=str),
+        "provenance": json.dumps(
+            {
+                **provenance,
+                "projection_evidence": proj.evidence,
+                "format_id": info.get("format_id"),
+                "format_note": info.get("format_note"),
+            },
+            sort_keys=True,
+            default=str,
+        ),
     }
 
 

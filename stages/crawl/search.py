@@ -23,9 +23,14 @@ class SearchResult:
     failures: list[UnitError]
 
 
-def search_candidates(client: Ytdlp, queries: Sequence[Query], params: SearchParams, *,
-                      cache: JsonCache | None = None,
-                      progress: Callable[[int, int, str], None] | None = None) -> SearchResult:
+def search_candidates(
+    client: Ytdlp,
+    queries: Sequence[Query],
+    params: SearchParams,
+    *,
+    cache: JsonCache | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> SearchResult:
     """Run every query, then extract each new candidate's full info and apply the filters.
 
     A retryable failure (network, rate limit) of one query or one candidate is collected in
@@ -40,8 +45,17 @@ def search_candidates(client: Ytdlp, queries: Sequence[Query], params: SearchPar
     total = len(queries)
     stopped = False
     for qi, q in enumerate(queries):
-        row: dict[str, Any] = {"query": q.text, "category": q.category, "language": q.language, "cue": q.cue, "term": q.term,
-               "origin": q.origin, "results": None, "error_class": None, "error": None}
+        row: dict[str, Any] = {
+            "query": q.text,
+            "category": q.category,
+            "language": q.language,
+            "cue": q.cue,
+            "term": q.term,
+            "origin": q.origin,
+            "results": None,
+            "error_class": None,
+            "error": None,
+        }
         query_rows.append(row)
         if stopped:
             row["error_class"], row["error"] = "rate_limited", "not asked: the search stopped at a rate limit"

@@ -72,8 +72,9 @@ def group_shares(rows: Sequence[Mapping[str, Any]], params: QAParams) -> dict[Gr
     return out
 
 
-def balance_answers(rows: Sequence[Mapping[str, Any]], params: QAParams,
-                    prior: Mapping[str, Mapping[str, Any]] | None = None) -> tuple[set[str], list[dict[str, str]]]:
+def balance_answers(
+    rows: Sequence[Mapping[str, Any]], params: QAParams, prior: Mapping[str, Mapping[str, Any]] | None = None
+) -> tuple[set[str], list[dict[str, str]]]:
     """The doc ids of release rows to drop so that every controlled group's bound holds, and their
     QA_SKIPPED rows (see the module docstring). ``rows``: question rows with their ``doc_id`` (and
     ``_identity`` when ``prior`` is given).
@@ -88,8 +89,12 @@ def balance_answers(rows: Sequence[Mapping[str, Any]], params: QAParams,
     for q in release:
         before = prior.get(q.get("_identity", ""))
         if before is not None and before["state"] == "unasked":
-            dropped[q["doc_id"]] = {"video_id": q["video_id"], "task_type": q["task_type"], "item": q["item"],
-                                    "reason": before["reason"]}
+            dropped[q["doc_id"]] = {
+                "video_id": q["video_id"],
+                "task_type": q["task_type"],
+                "item": q["item"],
+                "reason": before["reason"],
+            }
     asked_before = {ident for ident, r in prior.items() if r["state"] == "asked"}
     alive: dict[Group, dict[str, list[Mapping[str, Any]]]] = defaultdict(lambda: defaultdict(list))
     for q in release:
@@ -100,8 +105,9 @@ def balance_answers(rows: Sequence[Mapping[str, Any]], params: QAParams,
                 alive[g][answer_text(q)].append(q)
     for by_text in alive.values():  # the next to drop is the last of its list: one not asked before first
         for qs in by_text.values():
-            qs.sort(key=lambda q: (q.get("_identity") not in asked_before,
-                                   stable_hash(params.seed, "balance", q["doc_id"])))
+            qs.sort(
+                key=lambda q: (q.get("_identity") not in asked_before, stable_hash(params.seed, "balance", q["doc_id"]))
+            )
     while True:
         worst = None  # (excess, group, text)
         for g, by_text in sorted(alive.items()):
@@ -114,12 +120,19 @@ def balance_answers(rows: Sequence[Mapping[str, Any]], params: QAParams,
             break
         _, g, text, n, limit = worst
         q = alive[g][text][-1]
-        reason = (f"answer balance: {text!r} answers {len(alive[g][text])} of {n} {'/'.join(g)} questions, "
-                  f"over {limit} (share {shares[g]:.3f})")
+        reason = (
+            f"answer balance: {text!r} answers {len(alive[g][text])} of {n} {'/'.join(g)} questions, "
+            f"over {limit} (share {shares[g]:.3f})"
+        )
         for h in groups_of(q):
             if h in alive:
                 alive[h][answer_text(q)].remove(q)
-        dropped[q["doc_id"]] = {"video_id": q["video_id"], "task_type": q["task_type"], "item": q["item"], "reason": reason}
+        dropped[q["doc_id"]] = {
+            "video_id": q["video_id"],
+            "task_type": q["task_type"],
+            "item": q["item"],
+            "reason": reason,
+        }
     return set(dropped), [dropped[d] for d in sorted(dropped)]
 
 

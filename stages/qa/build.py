@@ -58,9 +58,16 @@ def _check(task: QATask, q: Question) -> None:
             raise ValueError(f"{where}: evidence after its query time {qt}")
 
 
-def plan_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: pa.Table | None,
-               params: QAParams, prov: Provenance, visibility: pa.Table | None = None,
-               motion_samples: pa.Table | None = None) -> VideoQA:
+def plan_video(
+    video: VideoInfo,
+    instances: pa.Table,
+    motion: pa.Table,
+    poses: pa.Table | None,
+    params: QAParams,
+    prov: Provenance,
+    visibility: pa.Table | None = None,
+    motion_samples: pa.Table | None = None,
+) -> VideoQA:
     """Every question of one video (pure: no pixels); the images to render are listed."""
     inputs = VideoInputs(video, instances, motion, poses, visibility, motion_samples)
     qs: list[Question] = []
@@ -79,8 +86,14 @@ def plan_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: p
     return VideoQA(qs, jobs, skipped)
 
 
-def render_video(result: VideoQA, video: VideoInfo, params: QAParams, pano_path: str | Path | None,
-                 dest: Callable[[str], Path], blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None) -> None:
+def render_video(
+    result: VideoQA,
+    video: VideoInfo,
+    params: QAParams,
+    pano_path: str | Path | None,
+    dest: Callable[[str], Path],
+    blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
+) -> None:
     """Render the planned images (written to ``dest(relative path)``) and let each task refine its
     questions by the shown frames' decoded times."""
     if not result.renders:
@@ -95,10 +108,19 @@ def render_video(result: VideoQA, video: VideoInfo, params: QAParams, pano_path:
             task.after_render([q for q in result.questions if q.task_type == task.name], frame_time, params)
 
 
-def build_video(video: VideoInfo, instances: pa.Table, motion: pa.Table, poses: pa.Table | None,
-                params: QAParams, prov: Provenance, pano_path: str | Path | None, dest: Callable[[str], Path],
-                blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
-                visibility: pa.Table | None = None, motion_samples: pa.Table | None = None) -> VideoQA:
+def build_video(
+    video: VideoInfo,
+    instances: pa.Table,
+    motion: pa.Table,
+    poses: pa.Table | None,
+    params: QAParams,
+    prov: Provenance,
+    pano_path: str | Path | None,
+    dest: Callable[[str], Path],
+    blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
+    visibility: pa.Table | None = None,
+    motion_samples: pa.Table | None = None,
+) -> VideoQA:
     """Plan the video's questions and render their images (written to ``dest(relative path)``)."""
     result = plan_video(video, instances, motion, poses, params, prov, visibility, motion_samples)
     render_video(result, video, params, pano_path, dest, blur)

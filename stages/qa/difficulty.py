@@ -56,8 +56,7 @@ def since_last(events: Sequence[float], query_time: float, origin: float = 0.0) 
     return float(query_time - (max(past) if past else origin))
 
 
-def stratified_pick(items: Sequence[T], stratum: Callable[[T], tuple[str, str]], count: int,
-                    rng: StableRng) -> list[T]:
+def stratified_pick(items: Sequence[T], stratum: Callable[[T], tuple[str, str]], count: int, rng: StableRng) -> list[T]:
     """Up to ``count`` distinct items, spread over their strata: the strata in a seeded order, one
     item (seeded) from each in turn, so every non-empty stratum gets a question before any gets two."""
     by: dict[tuple[str, str], list[T]] = {}
@@ -73,8 +72,9 @@ def stratified_pick(items: Sequence[T], stratum: Callable[[T], tuple[str, str]],
     return out
 
 
-def since_last_turn(poses: pa.Table | None, video_id: str, moment: float, half_window_s: float,
-                    turn_deg: float) -> float | None:
+def since_last_turn(
+    poses: pa.Table | None, video_id: str, moment: float, half_window_s: float, turn_deg: float
+) -> float | None:
     """Seconds from the last turn or stop before ``moment`` to it, from the video's 2 FPS poses.
 
     The travel direction at a sample time t is the ground-plane (x, y) displacement from t - w to
@@ -85,10 +85,19 @@ def since_last_turn(poses: pa.Table | None, video_id: str, moment: float, half_w
     direction at the moment; the first sample when the camera travelled the same way since then."""
     if poses is None or not poses.num_rows:
         return None
-    rows = sorted((r for r in poses.select(["video_id", "time", "x", "y", "valid"]).to_pylist()
-                   if r["video_id"] == video_id and r["valid"] and r["x"] is not None and r["y"] is not None
-                   and math.isfinite(float(r["x"])) and math.isfinite(float(r["y"]))),
-                  key=lambda r: r["time"])
+    rows = sorted(
+        (
+            r
+            for r in poses.select(["video_id", "time", "x", "y", "valid"]).to_pylist()
+            if r["video_id"] == video_id
+            and r["valid"]
+            and r["x"] is not None
+            and r["y"] is not None
+            and math.isfinite(float(r["x"]))
+            and math.isfinite(float(r["y"]))
+        ),
+        key=lambda r: r["time"],
+    )
     if len(rows) < 2:
         return None
     times = [float(r["time"]) for r in rows]
@@ -118,8 +127,13 @@ def since_last_turn(poses: pa.Table | None, video_id: str, moment: float, half_w
     return float(moment - times[0])
 
 
-def stamp(q: Question, edges: Sequence[float], horizon_edges: Sequence[float],
-          gaps_s: Sequence[float] | None = None, since_s: Sequence[float] | None = None) -> Question:
+def stamp(
+    q: Question,
+    edges: Sequence[float],
+    horizon_edges: Sequence[float],
+    gaps_s: Sequence[float] | None = None,
+    since_s: Sequence[float] | None = None,
+) -> Question:
     """Record a question's difficulty quantities and bins (gaps: their smallest is the difficulty;
     since: the last query time's)."""
     q.gaps_s = [float(g) for g in gaps_s] if gaps_s is not None else None

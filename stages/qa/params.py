@@ -21,8 +21,13 @@ class Sighting(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     name: str = Field(description="how skipped rows and the report name the reading")
-    min_area_frac: float = Field(0.0, ge=0, le=1, description="mask area / view area in one frame (0: any mask "
-                                 "the metadata has, i.e. what segment.min_area keeps)")
+    min_area_frac: float = Field(
+        0.0,
+        ge=0,
+        le=1,
+        description="mask area / view area in one frame (0: any mask "
+        "the metadata has, i.e. what segment.min_area keeps)",
+    )
     min_visible_s: float = Field(0.0, ge=0, description="visible without a break at least this long")
 
 
@@ -31,44 +36,58 @@ class QAParams(BaseModel):
 
     seed: int = Field(0, description="every random choice is seeded by hash(seed, video, task, index)")
     clip_seconds: float = Field(
-        300.0, gt=0, description="the paper's clip length: VMR asks one question per clip; "
-        "the default VOC checkpoint interval"
+        300.0,
+        gt=0,
+        description="the paper's clip length: VMR asks one question per clip; the default VOC checkpoint interval",
     )
 
     # One right answer (stages/qa/readings.py): a question is asked only when its answer is the same
     # under every reading below; the first reading of each list gives the answer.
     stable_answers: bool = Field(
-        True, description="ask a question only when its answer holds under every reading (VOC, VOO: the "
+        True,
+        description="ask a question only when its answer holds under every reading (VOC, VOO: the "
         "sightings below; VMR: a viewer's misjudgement over the evidence window); off: the first reading "
-        "alone, unchecked"
+        "alone, unchecked",
     )
 
     # VMR
     vmr_evidence_s: float = Field(
-        1.0, ge=0, description="half-width of the pose window the motion direction was measured on: "
-        "evidence [pivot - w, pivot + w], query time pivot + w"
+        1.0,
+        ge=0,
+        description="half-width of the pose window the motion direction was measured on: "
+        "evidence [pivot - w, pivot + w], query time pivot + w",
     )
     vmr_judgement_deg: float = Field(
-        5.0, ge=0, lt=22.5, description="a viewer may judge the direction of motion this far off (a reading: "
-        "the answer must hold for every direction within it, at every moment of the evidence window)"
+        5.0,
+        ge=0,
+        lt=22.5,
+        description="a viewer may judge the direction of motion this far off (a reading: "
+        "the answer must hold for every direction within it, at every moment of the evidence window)",
     )
     vmr_angle_error_deg: float = Field(
-        5.0, ge=0, lt=22.5, description="the metadata's direction may be this far from the true one (the CPU pose "
+        5.0,
+        ge=0,
+        lt=22.5,
+        description="the metadata's direction may be this far from the true one (the CPU pose "
         "backend's bench target is a 10 degree median over all moving moments, steady stretches are far better): "
-        "the direction keeps judgement + error from its sector's edges"
+        "the direction keeps judgement + error from its sector's edges",
     )
 
     # VPO
     vpo_per_video: int = Field(3, ge=0, description="VPO questions per view video")
     vpo_min_gap_s: float = Field(30.0, ge=0, description="any two anchors at least this far apart in time")
     vpo_min_position_frac: float = Field(
-        0.1, ge=0, description="where poses exist, any two anchors at least this fraction of the "
+        0.1,
+        ge=0,
+        description="where poses exist, any two anchors at least this fraction of the "
         "trajectory's extent (bounding-box diagonal) apart on the ground plane (heights drift); scale-free, "
-        "as pose scale is arbitrary"
+        "as pose scale is arbitrary",
     )
     vpo_drift_per_distance: float = Field(
-        0.05, ge=0, description="... plus this fraction of the path walked between them (pose drift grows with "
-        "it: a loop's end can seem metres from its start); 0: the place condition as it is"
+        0.05,
+        ge=0,
+        description="... plus this fraction of the path walked between them (pose drift grows with "
+        "it: a loop's end can seem metres from its start); 0: the place condition as it is",
     )
     vpo_edge_margin_s: float = Field(1.0, ge=0, description="no anchor closer than this to either end")
     vpo_offset_min_deg: float = Field(30.0, ge=0, le=180)
@@ -86,44 +105,54 @@ class QAParams(BaseModel):
     voo_min_gap_s: float = Field(2.0, ge=0, description="the 4 concepts' times pairwise at least this far apart")
     voo_readings: tuple[Sighting, ...] = Field(
         (Sighting(name="sustained", min_visible_s=1.0), Sighting(name="glimpse", min_area_frac=CLEAR_AREA_FRAC)),
-        min_length=1, description="what counts as an appearance: sustained, 1 s visible without a break (a "
+        min_length=1,
+        description="what counts as an appearance: sustained, 1 s visible without a break (a "
         "one-frame glimpse does not reorder the answer); glimpse, one frame seen clearly (a viewer who saw a "
         "hydrant clearly for half a second says it appeared then). The order, and voo_min_gap_s between "
-        "consecutive appearances, must hold under each"
+        "consecutive appearances, must hold under each",
     )
 
     # VOC
-    voc_checkpoint_s: float | None = Field(
-        None, gt=0, description="streaming checkpoint interval; None = clip_seconds"
-    )
+    voc_checkpoint_s: float | None = Field(None, gt=0, description="streaming checkpoint interval; None = clip_seconds")
     voc_max_per_video: int | None = Field(
         None, ge=1, description="cap on VOC concepts per view video (seeded choice); None = all retained"
     )
     voc_readings: tuple[Sighting, ...] = Field(
         (Sighting(name="at all"), Sighting(name="clearly", min_area_frac=CLEAR_AREA_FRAC)),
-        min_length=1, description="what makes an instance count: seen at all (any mask), or seen clearly at "
+        min_length=1,
+        description="what makes an instance count: seen at all (any mask), or seen clearly at "
         "least once (50 px of a 640x360 view). A count is asked only where both give it: every counted "
-        "instance is seen clearly, and no other is seen at all"
+        "instance is seen clearly, and no other is seen at all",
     )
     voc_checkpoint_shift: float = Field(
-        0.25, ge=0, lt=0.5, description="a streaming checkpoint whose count differs between readings moves to the "
+        0.25,
+        ge=0,
+        lt=0.5,
+        description="a streaming checkpoint whose count differs between readings moves to the "
         "nearest 2 FPS moment where it does not, at most this fraction of the checkpoint interval away (else "
-        "it is not asked)"
+        "it is not asked)",
     )
 
     # answer distributions (export: the selection is global, over every video of a task)
     max_answer_ratio: float = Field(
-        1.5, ge=1.0, description="MC: within a task and subtype, no option text is the correct one of more than "
+        1.5,
+        ge=1.0,
+        description="MC: within a task and subtype, no option text is the correct one of more than "
         "this multiple of the uniform share (1 / the number of distinct option texts there); the export drops "
-        "questions of an over-represented text (seeded) until the bound holds"
+        "questions of an over-represented text (seeded) until the bound holds",
     )
     answer_balance_min_n: int = Field(
-        20, ge=1, description="a task/subtype (or VOC concept) group of fewer questions is not balanced: too few "
-        "to carry a shortcut, and any bound would drop most of them"
+        20,
+        ge=1,
+        description="a task/subtype (or VOC concept) group of fewer questions is not balanced: too few "
+        "to carry a shortcut, and any bound would drop most of them",
     )
     voc_max_answer_share: float = Field(
-        1 / 3, gt=0, le=1, description="VOC: no count is the answer of more than this share of the questions, "
-        "over the task and within each concept (the per-concept median prior); enforced as max_answer_ratio is"
+        1 / 3,
+        gt=0,
+        le=1,
+        description="VOC: no count is the answer of more than this share of the questions, "
+        "over the task and within each concept (the per-concept median prior); enforced as max_answer_ratio is",
     )
 
     # difficulty strata (seed 002's near / medium / far bins): [near | medium edge, medium | far edge]
@@ -137,7 +166,8 @@ class QAParams(BaseModel):
         (30.0, 120.0), description="VOC: seconds from the last new instance to the query time -> near / medium / far"
     )
     vmr_since_turn_bins_s: tuple[float, float] = Field(
-        (10.0, 60.0), description="VMR: seconds from the last turn (or stop) to the queried moment -> near / medium / far"
+        (10.0, 60.0),
+        description="VMR: seconds from the last turn (or stop) to the queried moment -> near / medium / far",
     )
     vmr_turn_deg: float = Field(
         45.0, gt=0, le=180, description="VMR: a change of the travel direction by more than this is a turn"
@@ -157,19 +187,23 @@ class QAParams(BaseModel):
         False, description="export only questions a person accepted (a rejected one is never asked)"
     )
     require_verified_videos: bool = Field(
-        False, description="export only videos whose temporal metadata a person marked verified in `vsi-wild "
-        "verify` (and of their VMR questions, those of motion clips marked verified)"
+        False,
+        description="export only videos whose temporal metadata a person marked verified in `vsi-wild "
+        "verify` (and of their VMR questions, those of motion clips marked verified)",
     )
 
     # text leak probe (export; stages/leak_probe.py)
     debias_text: bool = Field(
-        False, description="drop the questions the text-only probe answers best, retraining after each round, until "
+        False,
+        description="drop the questions the text-only probe answers best, retraining after each round, until "
         "the probe is at chance (or its lead over chance is not significant); the dropped ones are listed in "
-        "text_debias.parquet and the report"
+        "text_debias.parquet and the report",
     )
     debias_text_margin: float = Field(
-        0.05, ge=0, description="stop once the probe's accuracy (VOC: its MRA) is at most this far above chance "
-        "(VOC: the best constant answer)"
+        0.05,
+        ge=0,
+        description="stop once the probe's accuracy (VOC: its MRA) is at most this far above chance "
+        "(VOC: the best constant answer)",
     )
     debias_text_step: float = Field(
         0.05, gt=0, le=1, description="fraction of a task's remaining questions dropped per round (at least one)"
@@ -181,7 +215,13 @@ class QAParams(BaseModel):
             raise ValueError("vpo_offset_min_deg must not exceed vpo_offset_max_deg")
         if (self.image_width is None) != (self.image_height is None):
             raise ValueError("set both image_width and image_height, or neither")
-        for name in ("voo_gap_bins_s", "vpo_gap_bins_s", "voc_since_new_bins_s", "vmr_since_turn_bins_s", "horizon_edges"):
+        for name in (
+            "voo_gap_bins_s",
+            "vpo_gap_bins_s",
+            "voc_since_new_bins_s",
+            "vmr_since_turn_bins_s",
+            "horizon_edges",
+        ):
             lo, hi = getattr(self, name)
             if not 0 <= lo <= hi:
                 raise ValueError(f"{name}: edges must satisfy 0 <= first <= second, got [{lo}, {hi}]")

@@ -17,8 +17,11 @@ import pyarrow as pa
 
 def _describe(items: list[dict]) -> str:
     shown = sorted(items, key=lambda d: (-d["answer_impact"], abs(d["posterior"] - 0.5)))[:3]
-    parts = [f"{d['concept']} clip {d['clip_a']} #{d['local_a']} / clip {d['clip_b']} #{d['local_b']} "
-             f"({'merged' if d['decision'] == 'merge' else 'apart'}, P(same) {d['posterior']:.2f})" for d in shown]
+    parts = [
+        f"{d['concept']} clip {d['clip_a']} #{d['local_a']} / clip {d['clip_b']} #{d['local_b']} "
+        f"({'merged' if d['decision'] == 'merge' else 'apart'}, P(same) {d['posterior']:.2f})"
+        for d in shown
+    ]
     more = f" and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
     return f"rests on {len(items)} unreviewed reconciliation decision(s): " + "; ".join(parts) + more
 

@@ -64,18 +64,26 @@ def _runs(times: Sequence[float]) -> list[list[float]]:
     return runs
 
 
-def seen_under(instances: pa.Table, visibility: pa.Table | None, video_id: str, view_pixels: int,
-               reading: Sighting) -> dict[int, Seen]:
+def seen_under(
+    instances: pa.Table, visibility: pa.Table | None, video_id: str, view_pixels: int, reading: Sighting
+) -> dict[int, Seen]:
     """instance id -> its sightings under ``reading``; instances never seen under it are left out.
 
     ``instances``: schema.INSTANCES rows; ``visibility``: schema.VISIBILITY rows (None: unknown);
     ``view_pixels``: the view's width x height (the masks' areas are in its pixels)."""
-    rows = [r for r in instances.select(["video_id", "concept", "instance_id", "first_time", "last_time", "origin"])
-            .to_pylist() if r["video_id"] == video_id]
+    rows = [
+        r
+        for r in instances.select(
+            ["video_id", "concept", "instance_id", "first_time", "last_time", "origin"]
+        ).to_pylist()
+        if r["video_id"] == video_id
+    ]
     out: dict[int, Seen] = {}
     visible: dict[int, list[tuple[float, int | None, bool]]] = {}
     if visibility is not None and visibility.num_rows:
-        v = visibility.filter(pc.and_(pc.equal(visibility["video_id"], video_id), pc.equal(visibility["state"], VISIBLE)))
+        v = visibility.filter(
+            pc.and_(pc.equal(visibility["video_id"], video_id), pc.equal(visibility["state"], VISIBLE))
+        )
         for r in v.select(["instance_id", "time", "area", "x0"]).to_pylist():
             visible.setdefault(int(r["instance_id"]), []).append((float(r["time"]), r["area"], r["x0"] is None))
     min_area = reading.min_area_frac * view_pixels
@@ -84,8 +92,9 @@ def seen_under(instances: pa.Table, visibility: pa.Table | None, video_id: str, 
         if visibility is None or r["origin"] == "fix":  # as given: unknown sizes, or a person's times
             times: list[float] = sorted({float(r["first_time"]), float(r["last_time"])})
         else:
-            ok = sorted(t for t, area, added in visible.get(iid, ())
-                        if added or (area is not None and area >= min_area - _EPS))
+            ok = sorted(
+                t for t, area, added in visible.get(iid, ()) if added or (area is not None and area >= min_area - _EPS)
+            )
             times = [t for run in _runs(ok) if len(run) * SAMPLE_STEP >= reading.min_visible_s - _EPS for t in run]
         if times:
             out[iid] = Seen(iid, r["concept"], tuple(times))

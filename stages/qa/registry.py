@@ -97,7 +97,9 @@ class QATask:
     splits: tuple[Split, ...] = ()
     # Rows of the derived splits (``Split.variant`` None) from the task's release rows (QA_EXPORT
     # rows, in file order), and the videos they need: (source video name, derived video name, k).
-    derive: Callable[[Sequence[dict[str, Any]], QAParams], tuple[list[dict[str, Any]], list[tuple[str, str, int]]]] | None = None
+    derive: (
+        Callable[[Sequence[dict[str, Any]], QAParams], tuple[list[dict[str, Any]], list[tuple[str, str, int]]]] | None
+    ) = None
     # After its images are rendered: the questions' sample times -> the shown frames' decoded times.
     after_render: Callable[[Sequence[Question], dict[int, float], QAParams], None] | None = None
     # The report: extra statistics of its release rows (report.json) and its markdown lines.
@@ -150,8 +152,15 @@ def register_task(task: QATask) -> QATask:
     """Add a task type; its name, order, release rank and split names must be new."""
     _discover()
     for other in _TASKS.values():
-        clash = [what for what, a, b in (("name", task.name, other.name), ("order", task.order, other.order),
-                                         ("release_rank", task.release_rank, other.release_rank)) if a == b]
+        clash = [
+            what
+            for what, a, b in (
+                ("name", task.name, other.name),
+                ("order", task.order, other.order),
+                ("release_rank", task.release_rank, other.release_rank),
+            )
+            if a == b
+        ]
         clash += [f"split {s.name}" for s in task.splits if s.name in {o.name for o in other.splits}]
         if clash:
             raise ValueError(f"QA task {task.name}: {', '.join(clash)} already taken by {other.name}")
@@ -159,7 +168,9 @@ def register_task(task: QATask) -> QATask:
         raise ValueError(f"QA task {task.name}: kind {task.kind!r} is neither {MC!r} nor {NUMBER!r}")
     unknown = [c for c in task.export_columns if c not in TASK_COLUMNS]
     if unknown:
-        raise ValueError(f"QA task {task.name}: export columns {unknown} are not task columns of schema.QUESTION_COLUMNS")
+        raise ValueError(
+            f"QA task {task.name}: export columns {unknown} are not task columns of schema.QUESTION_COLUMNS"
+        )
     if any(s.variant is None for s in task.splits) and task.derive is None:
         raise ValueError(f"QA task {task.name}: a split without a variant is made by `derive`, and there is none")
     _TASKS[task.name] = task

@@ -120,8 +120,15 @@ def repick(clip: dict, samples: Sequence[dict], params: QAParams, video: VideoIn
     in the video and passes ``unstable_direction``; its direction is the mean over that window."""
     centre = (clip["clip_start"] + clip["clip_end"]) / 2.0
     w = params.vmr_evidence_s
-    cands = [s for s in samples if s["candidate"] and s["clip_index"] == clip["clip_index"]
-             and s["angle_deg"] is not None and s["time"] - w >= -1e-9 and s["time"] + w <= video.duration_s + 1e-9]
+    cands = [
+        s
+        for s in samples
+        if s["candidate"]
+        and s["clip_index"] == clip["clip_index"]
+        and s["angle_deg"] is not None
+        and s["time"] - w >= -1e-9
+        and s["time"] + w <= video.duration_s + 1e-9
+    ]
     cands.sort(key=lambda s: (-(s["stability"] or 0.0), -s["speed"], abs(s["time"] - centre), s["time"]))
     for s in cands:
         win = [x["angle_deg"] for x in _window(samples, s["time"], w) if x["moving"] and x["angle_deg"] is not None]
@@ -131,8 +138,14 @@ def repick(clip: dict, samples: Sequence[dict], params: QAParams, video: VideoIn
     return None
 
 
-def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance,
-                  poses: pa.Table | None = None, motion_samples: pa.Table | None = None) -> tuple[list[Question], list[dict]]:
+def vmr_questions(
+    motion: pa.Table,
+    video: VideoInfo,
+    params: QAParams,
+    prov: Provenance,
+    poses: pa.Table | None = None,
+    motion_samples: pa.Table | None = None,
+) -> tuple[list[Question], list[dict]]:
     """Questions from the video's MOTION rows, and the clips that gave none (with the reason).
     With the video's ``poses``, each records the time since the last turn before its pivot. With
     ``qa.stable_answers``, an automatic pivot whose direction a reading changes is replaced by
@@ -141,15 +154,23 @@ def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Pr
     rows = _pick_rows(motion)
     samples = None
     if motion_samples is not None:
-        samples = sorted((s for s in motion_samples.to_pylist() if s["video_id"] == video.video_id),
-                         key=lambda s: s["time"])
+        samples = sorted(
+            (s for s in motion_samples.to_pylist() if s["video_id"] == video.video_id), key=lambda s: s["time"]
+        )
     questions: list[Question] = []
     skipped: list[dict] = []
     eps = 1e-6
 
     def skip(clip: int, reason: str, reading: str | None = None) -> None:
-        skipped.append({"video_id": video.video_id, "task_type": "VMR", "item": f"clip{clip:04d}", "reason": reason,
-                        "reading": reading})
+        skipped.append(
+            {
+                "video_id": video.video_id,
+                "task_type": "VMR",
+                "item": f"clip{clip:04d}",
+                "reason": reason,
+                "reading": reading,
+            }
+        )
 
     for clip in sorted(rows):
         r = rows[clip]
@@ -178,9 +199,13 @@ def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Pr
             if why is not None:
                 other = repick(r, samples, params, video) if samples is not None else None
                 if other is None:
-                    skip(clip, f"{sector(angle)} at {t:g} s ({angle:.1f}°), {why[1]} under {why[0]}; no other moment "
-                               f"of the clip keeps {params.vmr_judgement_deg + params.vmr_angle_error_deg:g}° from "
-                               f"its sector's edges over ±{params.vmr_evidence_s:g} s", reading=why[0])
+                    skip(
+                        clip,
+                        f"{sector(angle)} at {t:g} s ({angle:.1f}°), {why[1]} under {why[0]}; no other moment "
+                        f"of the clip keeps {params.vmr_judgement_deg + params.vmr_angle_error_deg:g}° from "
+                        f"its sector's edges over ±{params.vmr_evidence_s:g} s",
+                        reading=why[0],
+                    )
                     continue
                 pivot = other
         t, frame, angle = pivot.time, pivot.frame, pivot.angle
@@ -190,26 +215,30 @@ def vmr_questions(motion: pa.Table, video: VideoInfo, params: QAParams, prov: Pr
         distractors = rng.shuffled([o for o in opts if o != label])
         w = params.vmr_evidence_s
         since = since_last_turn(poses, video.video_id, float(t), w, params.vmr_turn_deg)
-        questions.append(stamp(
-            Question(
-                **base_fields(video, prov),
-                task_type="VMR",
-                subtype="cardinal" if opts == CARDINAL else "diagonal",
-                split="release",
-                index=clip,
-                item=f"clip{clip:04d}",
-                question=VMR_QUESTION,
-                correct=label,
-                distractors=distractors,
-                query_times=[min(float(t) + w, video.duration_s)],
-                answers=[label],
-                evidence=[[interval(max(0.0, t - w), min(video.duration_s, t + w))]],
-                frame_indices=[int(frame)],
-                frame_times=[float(t)],  # the pivot's sample time (the metadata stage's frame for it)
-                angle_deg=float(angle),
-            ),
-            params.vmr_since_turn_bins_s, params.horizon_edges, since_s=[since] if since is not None else None,
-        ))
+        questions.append(
+            stamp(
+                Question(
+                    **base_fields(video, prov),
+                    task_type="VMR",
+                    subtype="cardinal" if opts == CARDINAL else "diagonal",
+                    split="release",
+                    index=clip,
+                    item=f"clip{clip:04d}",
+                    question=VMR_QUESTION,
+                    correct=label,
+                    distractors=distractors,
+                    query_times=[min(float(t) + w, video.duration_s)],
+                    answers=[label],
+                    evidence=[[interval(max(0.0, t - w), min(video.duration_s, t + w))]],
+                    frame_indices=[int(frame)],
+                    frame_times=[float(t)],  # the pivot's sample time (the metadata stage's frame for it)
+                    angle_deg=float(angle),
+                ),
+                params.vmr_since_turn_bins_s,
+                params.horizon_edges,
+                since_s=[since] if since is not None else None,
+            )
+        )
     return questions, skipped
 
 
@@ -218,6 +247,12 @@ def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuest
 
 
 TASK = QATask(
-    name="VMR", order=0, release_rank=2, kind=MC, metric=ACCURACY, questions=_build,
-    subtypes=("cardinal", "diagonal"), export_columns=copied("angle_deg", *DIFFICULTY_COLUMNS),
+    name="VMR",
+    order=0,
+    release_rank=2,
+    kind=MC,
+    metric=ACCURACY,
+    questions=_build,
+    subtypes=("cardinal", "diagonal"),
+    export_columns=copied("angle_deg", *DIFFICULTY_COLUMNS),
 )

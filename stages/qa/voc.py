@@ -62,8 +62,9 @@ def first_seen(instances: pa.Table, video_id: str) -> dict[str, dict[int, float]
     return dict(out)
 
 
-def stable_checkpoints(cps: list[float], per_reading: list[tuple[str, list[Seen]]], duration_s: float,
-                       shift_s: float) -> tuple[list[float], list[tuple[float, Disagreement]]]:
+def stable_checkpoints(
+    cps: list[float], per_reading: list[tuple[str, list[Seen]]], duration_s: float, shift_s: float
+) -> tuple[list[float], list[tuple[float, Disagreement]]]:
     """The streaming checkpoints whose count every reading gives: a nominal checkpoint where the
     readings disagree moves to the nearest 2 FPS moment within ``shift_s`` where they agree (after
     the previous checkpoint, before the end), else it is not asked. The end stays the end. Returns
@@ -81,8 +82,10 @@ def stable_checkpoints(cps: list[float], per_reading: list[tuple[str, list[Seen]
         lo = max(c - shift_s, out[-1] if out else 0.0)
         hi = min(c + shift_s, duration_s)
         k_lo, k_hi = math.ceil(lo / SAMPLE_STEP - 1e-9), math.floor(hi / SAMPLE_STEP + 1e-9)
-        grid = sorted((k * SAMPLE_STEP for k in range(k_lo, k_hi + 1) if lo + 1e-9 < k * SAMPLE_STEP < hi - 1e-9),
-                      key=lambda t: (abs(t - c), t))
+        grid = sorted(
+            (k * SAMPLE_STEP for k in range(k_lo, k_hi + 1) if lo + 1e-9 < k * SAMPLE_STEP < hi - 1e-9),
+            key=lambda t: (abs(t - c), t),
+        )
         t = next((t for t in grid if count_disagreement(per_reading, t) is None), None)
         if t is None:
             dropped.append((c, d))
@@ -91,16 +94,23 @@ def stable_checkpoints(cps: list[float], per_reading: list[tuple[str, list[Seen]
     return out, dropped
 
 
-def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance,
-                  visibility: pa.Table | None = None) -> tuple[list[Question], list[dict]]:
+def voc_questions(
+    instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance, visibility: pa.Table | None = None
+) -> tuple[list[Question], list[dict]]:
     seen = first_seen(instances, video.video_id)
     concepts = sorted(c for c, ids in seen.items() if ids)
     skipped: list[dict] = []
     if params.voc_max_per_video is not None and len(concepts) > params.voc_max_per_video:
         keep = set(StableRng(params.seed, video.video_id, "VOC", "concepts").sample(concepts, params.voc_max_per_video))
         skipped += [
-            {"video_id": video.video_id, "task_type": "VOC", "item": c, "reason": f"over voc_max_per_video={params.voc_max_per_video}"}
-            for c in concepts if c not in keep
+            {
+                "video_id": video.video_id,
+                "task_type": "VOC",
+                "item": c,
+                "reason": f"over voc_max_per_video={params.voc_max_per_video}",
+            }
+            for c in concepts
+            if c not in keep
         ]
         concepts = [c for c in concepts if c in keep]
     readings = params.voc_readings if params.stable_answers else params.voc_readings[:1]
@@ -112,51 +122,77 @@ def voc_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
         per_reading = [(name, by.get(concept, [])) for name, by in under]
         times = sorted(s.first for s in per_reading[0][1])
         if not times:
-            skipped.append({"video_id": video.video_id, "task_type": "VOC", "item": concept,
-                            "reason": f"never seen {per_reading[0][0]}", "reading": per_reading[0][0]})
+            skipped.append(
+                {
+                    "video_id": video.video_id,
+                    "task_type": "VOC",
+                    "item": concept,
+                    "reason": f"never seen {per_reading[0][0]}",
+                    "reading": per_reading[0][0],
+                }
+            )
             continue
         total_d = count_disagreement(per_reading, video.duration_s)
         if total_d is not None:
             skipped.append(_unstable(video, concept, "total", video.duration_s, total_d))
             continue
-        stream, dropped = stable_checkpoints(cps, per_reading, video.duration_s,
-                                             params.voc_checkpoint_shift * params.checkpoint_s)
+        stream, dropped = stable_checkpoints(
+            cps, per_reading, video.duration_s, params.voc_checkpoint_shift * params.checkpoint_s
+        )
         skipped += [_unstable(video, concept, "stream", c, d) for c, d in dropped]
         counts = [count_at(per_reading[0][1], c) for c in stream]
         total = counts[-1]
         if total == 0:
-            skipped.append({"video_id": video.video_id, "task_type": "VOC", "item": concept,
-                            "reason": "no instance first seen within the video"})
+            skipped.append(
+                {
+                    "video_id": video.video_id,
+                    "task_type": "VOC",
+                    "item": concept,
+                    "reason": "no instance first seen within the video",
+                }
+            )
             continue
         if total != len(times):
-            skipped.append({"video_id": video.video_id, "task_type": "VOC", "item": concept,
-                            "reason": f"{len(times) - total} instance(s) first seen after the video's end: not counted"})
+            skipped.append(
+                {
+                    "video_id": video.video_id,
+                    "task_type": "VOC",
+                    "item": concept,
+                    "reason": f"{len(times) - total} instance(s) first seen after the video's end: not counted",
+                }
+            )
         base = dict(**base_fields(video, prov), task_type="VOC", index=i, item=concept, concepts=[concept])
         edges = (params.voc_since_new_bins_s, params.horizon_edges)
-        questions.append(stamp(
-            Question(
-                **base,
-                subtype="total",
-                split="release",
-                question=VOC_TOTAL_QUESTION.format(concept=concept),
-                query_times=[float(video.duration_s)],
-                answers=[str(total)],
-                evidence=[[interval(0.0, video.duration_s)]],
-            ),
-            *edges, since_s=[since_last(times, video.duration_s)],
-        ))
-        questions.append(stamp(
-            Question(
-                **base,
-                subtype="stream",
-                split="voc_stream",
-                question=VOC_STREAM_QUESTION.format(concept=concept),
-                query_times=[float(c) for c in stream],
-                answers=[str(n) for n in counts],
-                evidence=[[interval(0.0, c)] for c in stream],
-            ),
-            *edges, since_s=[since_last(times, c) for c in stream],
-        ))
+        questions.append(
+            stamp(
+                Question(
+                    **base,
+                    subtype="total",
+                    split="release",
+                    question=VOC_TOTAL_QUESTION.format(concept=concept),
+                    query_times=[float(video.duration_s)],
+                    answers=[str(total)],
+                    evidence=[[interval(0.0, video.duration_s)]],
+                ),
+                *edges,
+                since_s=[since_last(times, video.duration_s)],
+            )
+        )
+        questions.append(
+            stamp(
+                Question(
+                    **base,
+                    subtype="stream",
+                    split="voc_stream",
+                    question=VOC_STREAM_QUESTION.format(concept=concept),
+                    query_times=[float(c) for c in stream],
+                    answers=[str(n) for n in counts],
+                    evidence=[[interval(0.0, c)] for c in stream],
+                ),
+                *edges,
+                since_s=[since_last(times, c) for c in stream],
+            )
+        )
     return questions, skipped
 
 
@@ -164,9 +200,13 @@ def _unstable(video: VideoInfo, concept: str, form: str, t: float, d: Disagreeme
     """The QA_SKIPPED row of a count the readings disagree on: the total (the concept's questions
     are not asked) or a streaming checkpoint with no agreed moment near it."""
     what = "total" if form == "total" else f"checkpoint {t:g} s"
-    return {"video_id": video.video_id, "task_type": "VOC", "item": concept,
-            "reason": f"{what} not asked: {d.answer} seen {d.base}, {d.other} seen {d.reading}",
-            "reading": d.reading}
+    return {
+        "video_id": video.video_id,
+        "task_type": "VOC",
+        "item": concept,
+        "reason": f"{what} not asked: {d.answer} seen {d.base}, {d.other} seen {d.reading}",
+        "reading": d.reading,
+    }
 
 
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
@@ -178,7 +218,9 @@ def repeat_video_name(video_name: str, k: int) -> str:
     return f"{stem}_repeat{k}.mp4"
 
 
-def repeat_rows(release: Sequence[dict[str, Any]], params: QAParams) -> tuple[list[dict[str, Any]], list[tuple[str, str, int]]]:
+def repeat_rows(
+    release: Sequence[dict[str, Any]], params: QAParams
+) -> tuple[list[dict[str, Any]], list[tuple[str, str, int]]]:
     """VOC-Repeat: each release row on its video played ``k`` times (``params.repeat_times``), and
     the repeated videos to make."""
     rows: list[dict[str, Any]] = []
@@ -189,23 +231,30 @@ def repeat_rows(release: Sequence[dict[str, Any]], params: QAParams) -> tuple[li
             if (r["video_name"], name, k) not in repeats:
                 repeats.append((r["video_name"], name, k))
             d = r["duration_s"]
-            rows.append({
-                **r,
-                "doc_id": f"{name}|{r['doc_id'].split('|', 2)[1]}|VOC|0",
-                "video_name": name,
-                "split": "voc_repeat",
-                "video_path": f"splits/voc_repeat/videos/{name}",
-                "query_times": [k * d],
-                "evidence": [[{"start": 0.0, "end": d}]],  # the first pass already shows every instance
-                "duration_s": k * d,
-                "base_doc_id": r["doc_id"],
-                "repeat": k,
-            })
+            rows.append(
+                {
+                    **r,
+                    "doc_id": f"{name}|{r['doc_id'].split('|', 2)[1]}|VOC|0",
+                    "video_name": name,
+                    "split": "voc_repeat",
+                    "video_path": f"splits/voc_repeat/videos/{name}",
+                    "query_times": [k * d],
+                    "evidence": [[{"start": 0.0, "end": d}]],  # the first pass already shows every instance
+                    "duration_s": k * d,
+                    "base_doc_id": r["doc_id"],
+                    "repeat": k,
+                }
+            )
     return rows, repeats
 
 
 TASK = QATask(
-    name="VOC", order=3, release_rank=0, kind=NUMBER, metric=MRA, questions=_build,
+    name="VOC",
+    order=3,
+    release_rank=0,
+    kind=NUMBER,
+    metric=MRA,
+    questions=_build,
     export_columns=copied("concepts", *DIFFICULTY_COLUMNS),
     splits=(Split("voc_stream", "VOC stream", "rich", variant="stream"), Split("voc_repeat", "VOC-Repeat", "release")),
     derive=repeat_rows,

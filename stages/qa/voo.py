@@ -58,9 +58,14 @@ def is_separated(times: list[float], gap: float) -> bool:
     return all(b - a >= gap and b > a for a, b in zip(s, s[1:], strict=False))
 
 
-def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng,
-                stratum: Callable[[tuple[str, ...]], tuple[str, str]] | None = None,
-                admissible: Callable[[tuple[str, ...]], bool] | None = None) -> list[tuple[str, ...]]:
+def choose_sets(
+    times: dict[str, float],
+    count: int,
+    gap: float,
+    rng: StableRng,
+    stratum: Callable[[tuple[str, ...]], tuple[str, str]] | None = None,
+    admissible: Callable[[tuple[str, ...]], bool] | None = None,
+) -> list[tuple[str, ...]]:
     """Up to ``count`` distinct 4-concept sets whose times are pairwise >= gap apart (and, with
     ``admissible``, that it admits); with ``stratum`` (set -> (difficulty bin, horizon bin)) spread
     over the strata (``stratified_pick``). Beyond ``_ENUMERATE_MAX`` candidate sets they are sampled,
@@ -70,8 +75,11 @@ def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng,
         return []
     ok = admissible or (lambda s: True)
     if math.comb(len(names), 4) <= _ENUMERATE_MAX:
-        valid = [tuple(s) for s in itertools.combinations(names, 4)
-                 if is_separated([times[c] for c in s], gap) and ok(tuple(s))]
+        valid = [
+            tuple(s)
+            for s in itertools.combinations(names, 4)
+            if is_separated([times[c] for c in s], gap) and ok(tuple(s))
+        ]
         if stratum is not None:
             return stratified_pick(valid, stratum, count, rng)
         return rng.sample(valid, min(count, len(valid)))
@@ -91,8 +99,9 @@ def choose_sets(times: dict[str, float], count: int, gap: float, rng: StableRng,
     return found
 
 
-def disagreement(concepts: tuple[str, ...], per_reading: list[tuple[str, dict[str, float]]],
-                 gap: float) -> tuple[str, str] | None:
+def disagreement(
+    concepts: tuple[str, ...], per_reading: list[tuple[str, dict[str, float]]], gap: float
+) -> tuple[str, str] | None:
     """Why the order of ``concepts`` is not the same under every reading: (the reading, what it
     gives), or None when every reading gives the first reading's order with consecutive
     appearances at least ``gap`` apart."""
@@ -112,8 +121,9 @@ def disagreement(concepts: tuple[str, ...], per_reading: list[tuple[str, dict[st
     return None
 
 
-def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance,
-                  visibility: pa.Table | None = None) -> tuple[list[Question], list[dict]]:
+def voo_questions(
+    instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance, visibility: pa.Table | None = None
+) -> tuple[list[Question], list[dict]]:
     questions: list[Question] = []
     skipped: list[dict] = []
     readings = params.voo_readings if params.stable_answers else params.voo_readings[:1]
@@ -125,8 +135,10 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
 
         def stratum(s: tuple[str, ...], times: dict[str, float] = times, which: str = which) -> tuple[str, str]:
             ts = sorted(times[c] for c in s)
-            return (difficulty_bin(min(gaps(ts)), params.voo_gap_bins_s),
-                    horizon_bin(_query_time(ts, which, video), video.duration_s, params.horizon_edges))
+            return (
+                difficulty_bin(min(gaps(ts)), params.voo_gap_bins_s),
+                horizon_bin(_query_time(ts, which, video), video.duration_s, params.horizon_edges),
+            )
 
         def rng(which: str = which) -> StableRng:
             return StableRng(params.seed, video.video_id, "VOO", which, "sets")
@@ -134,22 +146,33 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
         sets = choose_sets(times, count, params.voo_min_gap_s, rng(), stratum)
         unstable = {s: d for s in sets if (d := disagreement(s, per_reading, params.voo_min_gap_s)) is not None}
         if unstable:  # choose again among the sets every reading orders alike
+
             def admissible(s: tuple[str, ...], pr: list[tuple[str, dict[str, float]]] = per_reading) -> bool:
                 return disagreement(s, pr, params.voo_min_gap_s) is None
 
             sets = choose_sets(times, count, params.voo_min_gap_s, rng(), stratum, admissible=admissible)
             for s, (reading, what) in unstable.items():
                 order = tuple(sorted(s, key=lambda c: (times[c], c)))
-                skipped.append({
-                    "video_id": video.video_id, "task_type": "VOO", "item": "|".join(sorted(s)),
-                    "reason": f"{which}: {ordering_text(order)} seen {per_reading[0][0]}, {what}: another set asked "
-                              f"where one is left", "reading": reading})
+                skipped.append(
+                    {
+                        "video_id": video.video_id,
+                        "task_type": "VOO",
+                        "item": "|".join(sorted(s)),
+                        "reason": f"{which}: {ordering_text(order)} seen {per_reading[0][0]}, {what}: another set asked "
+                        f"where one is left",
+                        "reading": reading,
+                    }
+                )
         if len(sets) < count:
-            skipped.append({
-                "video_id": video.video_id, "task_type": "VOO", "item": which,
-                "reason": f"{len(sets)} of {count} concept sets with times >= {params.voo_min_gap_s:g}s apart "
-                          f"under every reading ({len(times)} concepts)",
-            })
+            skipped.append(
+                {
+                    "video_id": video.video_id,
+                    "task_type": "VOO",
+                    "item": which,
+                    "reason": f"{len(sets)} of {count} concept sets with times >= {params.voo_min_gap_s:g}s apart "
+                    f"under every reading ({len(times)} concepts)",
+                }
+            )
         for i, concepts in enumerate(sets):
             order = tuple(sorted(concepts, key=lambda c: (times[c], c)))
             ts = [times[c] for c in order]
@@ -158,24 +181,28 @@ def voo_questions(instances: pa.Table, video: VideoInfo, params: QAParams, prov:
             distractors = [ordering_text(p) for p in permutation_distractors(order, rng_q)]
             qt = _query_time(ts, which, video)
             evidence = [interval(0.0, qt)] if which == "first" else [interval(ts[0], video.duration_s)]
-            questions.append(stamp(
-                Question(
-                    **base_fields(video, prov),
-                    task_type="VOO",
-                    subtype=which,
-                    split="release",
-                    index=i,
-                    item="|".join(sorted(order)),
-                    question=voo_question(which),
-                    correct=ordering_text(order),
-                    distractors=distractors,
-                    query_times=[float(qt)],
-                    answers=[ordering_text(order)],
-                    evidence=[evidence],
-                    concepts=list(order),
-                ),
-                params.voo_gap_bins_s, params.horizon_edges, gaps_s=gaps(ts),
-            ))
+            questions.append(
+                stamp(
+                    Question(
+                        **base_fields(video, prov),
+                        task_type="VOO",
+                        subtype=which,
+                        split="release",
+                        index=i,
+                        item="|".join(sorted(order)),
+                        question=voo_question(which),
+                        correct=ordering_text(order),
+                        distractors=distractors,
+                        query_times=[float(qt)],
+                        answers=[ordering_text(order)],
+                        evidence=[evidence],
+                        concepts=list(order),
+                    ),
+                    params.voo_gap_bins_s,
+                    params.horizon_edges,
+                    gaps_s=gaps(ts),
+                )
+            )
     return questions, skipped
 
 
@@ -190,6 +217,13 @@ def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuest
 
 
 TASK = QATask(
-    name="VOO", order=2, release_rank=3, kind=MC, metric=ACCURACY, questions=_build,
-    subtypes=SUBTYPES, ordering=True, export_columns=copied("concepts", *DIFFICULTY_COLUMNS),
+    name="VOO",
+    order=2,
+    release_rank=3,
+    kind=MC,
+    metric=ACCURACY,
+    questions=_build,
+    subtypes=SUBTYPES,
+    ordering=True,
+    export_columns=copied("concepts", *DIFFICULTY_COLUMNS),
 )

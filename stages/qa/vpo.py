@@ -99,8 +99,11 @@ def ground_positions(rows: Sequence[dict]) -> dict[int, tuple[float, float, floa
     A place is a position on the ground: an estimated track's height drifts (the CPU backend's by
     ~2 m over the sample's loop), a walker's eye height does not, and the drift must not part two
     anchors. Rotations that give no down axis (all zero) leave the centres as they are."""
-    centres = {int(r["sample_index"]): c for r in rows
-               if r["valid"] and np.isfinite(c := np.array([r["x"], r["y"], r["z"]], dtype=np.float64)).all()}
+    centres = {
+        int(r["sample_index"]): c
+        for r in rows
+        if r["valid"] and np.isfinite(c := np.array([r["x"], r["y"], r["z"]], dtype=np.float64)).all()
+    }
     if not centres:
         return {}
     down = track_from_rows(rows).down()  # zero when the rotations give no axis
@@ -152,7 +155,7 @@ def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, tuple
             lo -= 1
         while hi < len(posed) - 1 and same[hi + 1]:
             hi += 1
-        same[lo:hi + 1] = False  # its own visit
+        same[lo : hi + 1] = False  # its own visit
         if same.any():
             out[c.frame] = (float(times[same].min()), float(times[same].max()))
     return out
@@ -161,18 +164,27 @@ def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, tuple
 def apart_visits(a: Candidate, b: Candidate, visits: dict[int, tuple[float, float]]) -> bool:
     """Dating either frame in another visit of its place (``other_visits``) keeps the two in order."""
     a, b = sorted((a, b), key=lambda c: c.time)
-    return (a.frame not in visits or visits[a.frame][1] < b.time) and (b.frame not in visits or visits[b.frame][0] > a.time)
+    return (a.frame not in visits or visits[a.frame][1] < b.time) and (
+        b.frame not in visits or visits[b.frame][0] > a.time
+    )
 
 
 def anchor_stratum(anchors: Sequence[Candidate], video: VideoInfo, params: QAParams) -> tuple[str, str]:
     """(difficulty bin of the smallest gap between the anchors, horizon bin of the query time)."""
     ts = sorted(a.time for a in anchors)
-    return (difficulty_bin(min(gaps(ts)), params.vpo_gap_bins_s),
-            horizon_bin(ts[-1], video.duration_s, params.horizon_edges))
+    return (
+        difficulty_bin(min(gaps(ts)), params.vpo_gap_bins_s),
+        horizon_bin(ts[-1], video.duration_s, params.horizon_edges),
+    )
 
 
-def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams, video: VideoInfo,
-                       visits: dict[int, tuple[float, float]] | None = None) -> list[tuple[Candidate, ...]]:
+def choose_anchor_sets(
+    cands: Sequence[Candidate],
+    count: int,
+    params: QAParams,
+    video: VideoInfo,
+    visits: dict[int, tuple[float, float]] | None = None,
+) -> list[tuple[Candidate, ...]]:
     """``count`` sets of 4 pairwise-compatible anchors, seeded per question; anchors are not reused
     across a video's questions unless there is no other way. With ``visits`` (``other_visits``), no
     anchor's place is visited again on the other side of another anchor (``apart_visits``). Stratified: of the sets its random
@@ -192,8 +204,11 @@ def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams,
                 for c in rng.shuffled(cands):
                     if not allow_reuse and c.frame in used:
                         continue
-                    if all(compatible(c, p, params.vpo_min_gap_s, min_dist, params.vpo_drift_per_distance)
-                           and (visits is None or apart_visits(c, p, visits)) for p in picked):
+                    if all(
+                        compatible(c, p, params.vpo_min_gap_s, min_dist, params.vpo_drift_per_distance)
+                        and (visits is None or apart_visits(c, p, visits))
+                        for p in picked
+                    ):
                         picked.append(c)
                         if len(picked) == 4:
                             break
@@ -214,7 +229,9 @@ def choose_anchor_sets(cands: Sequence[Candidate], count: int, params: QAParams,
     return sets
 
 
-def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: Provenance) -> tuple[list[Question], list[RenderJob], list[dict]]:
+def vpo_plan(
+    poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: Provenance
+) -> tuple[list[Question], list[RenderJob], list[dict]]:
     """The questions (rotated + unrotated control) and the images to render for them."""
     cands = candidates(poses, video, params)
     sets = choose_anchor_sets(cands, params.vpo_per_video, params, video)
@@ -230,21 +247,33 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
                     continue
                 reported.add(id(s))
                 a, b = sorted((a, b), key=lambda c: c.time)
-                again = (f"where the frame at {a.time:g} s was taken is visited again at {visits[a.frame][1]:g} s, after the "
-                         f"frame at {b.time:g} s" if a.frame in visits and visits[a.frame][1] >= b.time else
-                         f"where the frame at {b.time:g} s was taken is visited at {visits[b.frame][0]:g} s, before the "
-                         f"frame at {a.time:g} s")
-                skipped.append({
-                    "video_id": video.video_id, "task_type": "VPO", "item": "frames " + ",".join(str(c.frame) for c in s),
-                    "reason": f"the camera stands {again}: a viewer who dates a frame by another visit of its place "
-                              f"orders them otherwise; another set asked where one is left",
-                    "reading": "another visit of the place"})
+                again = (
+                    f"where the frame at {a.time:g} s was taken is visited again at {visits[a.frame][1]:g} s, after the "
+                    f"frame at {b.time:g} s"
+                    if a.frame in visits and visits[a.frame][1] >= b.time
+                    else f"where the frame at {b.time:g} s was taken is visited at {visits[b.frame][0]:g} s, before the "
+                    f"frame at {a.time:g} s"
+                )
+                skipped.append(
+                    {
+                        "video_id": video.video_id,
+                        "task_type": "VPO",
+                        "item": "frames " + ",".join(str(c.frame) for c in s),
+                        "reason": f"the camera stands {again}: a viewer who dates a frame by another visit of its place "
+                        f"orders them otherwise; another set asked where one is left",
+                        "reading": "another visit of the place",
+                    }
+                )
     if len(sets) < params.vpo_per_video:
-        skipped.append({
-            "video_id": video.video_id, "task_type": "VPO", "item": "anchors",
-            "reason": f"{len(sets)} of {params.vpo_per_video} anchor sets fit (gap {params.vpo_min_gap_s:g}s, "
-                      f"position {params.vpo_min_position_frac:g} of the extent, {len(cands)} candidates)",
-        })
+        skipped.append(
+            {
+                "video_id": video.video_id,
+                "task_type": "VPO",
+                "item": "anchors",
+                "reason": f"{len(sets)} of {params.vpo_per_video} anchor sets fit (gap {params.vpo_min_gap_s:g}s, "
+                f"position {params.vpo_min_position_frac:g} of the extent, {len(cands)} candidates)",
+            }
+        )
     ext = "jpg" if params.image_format == "jpg" else "png"
     questions: list[Question] = []
     jobs: list[RenderJob] = []
@@ -270,30 +299,34 @@ def vpo_plan(poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: P
             files = [f"images/vpo{q}_f{p + 1}_{tag}.{ext}" for p in range(4)]
             yaws = [float(geometry.wrap_deg(video.yaw_deg + o)) for o in offs]
             jobs += [RenderJob(frames[p], yaws[p], params.vpo_pitch_deg, files[p]) for p in range(4)]
-            questions.append(stamp(
-                Question(
-                    **base_fields(video, prov),
-                    task_type="VPO",
-                    subtype=subtype,
-                    split=split,
-                    index=q,
-                    item="frames " + ",".join(str(a.frame) for a in anchors),
-                    question=text,
-                    correct=ordering_text(correct_labels),
-                    distractors=distractors,
-                    query_times=[qt],
-                    answers=[ordering_text(correct_labels)],
-                    evidence=evidence,
-                    frame_indices=frames,
-                    frame_times=times,
-                    image_files=files,
-                    render_yaw_deg=yaws,
-                    render_offset_deg=[float(o) for o in offs],
-                    render_pitch_deg=params.vpo_pitch_deg,
-                    render_hfov_deg=video.hfov_deg,
-                ),
-                params.vpo_gap_bins_s, params.horizon_edges, gaps_s=gaps(times),
-            ))
+            questions.append(
+                stamp(
+                    Question(
+                        **base_fields(video, prov),
+                        task_type="VPO",
+                        subtype=subtype,
+                        split=split,
+                        index=q,
+                        item="frames " + ",".join(str(a.frame) for a in anchors),
+                        question=text,
+                        correct=ordering_text(correct_labels),
+                        distractors=distractors,
+                        query_times=[qt],
+                        answers=[ordering_text(correct_labels)],
+                        evidence=evidence,
+                        frame_indices=frames,
+                        frame_times=times,
+                        image_files=files,
+                        render_yaw_deg=yaws,
+                        render_offset_deg=[float(o) for o in offs],
+                        render_pitch_deg=params.vpo_pitch_deg,
+                        render_hfov_deg=video.hfov_deg,
+                    ),
+                    params.vpo_gap_bins_s,
+                    params.horizon_edges,
+                    gaps_s=gaps(times),
+                )
+            )
     return questions, jobs, skipped
 
 
@@ -316,9 +349,15 @@ def encode_image(rgb: np.ndarray, fmt: str, jpeg_quality: int) -> bytes:
     return buf.tobytes()
 
 
-def render_jobs(pano_path: str | Path, jobs: Sequence[RenderJob], dest: Callable[[str], Path], video: VideoInfo,
-                params: QAParams, blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
-                frames: Iterable[tuple[int, float, np.ndarray]] | None = None) -> list[dict]:
+def render_jobs(
+    pano_path: str | Path,
+    jobs: Sequence[RenderJob],
+    dest: Callable[[str], Path],
+    video: VideoInfo,
+    params: QAParams,
+    blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
+    frames: Iterable[tuple[int, float, np.ndarray]] | None = None,
+) -> list[dict]:
     """Render every job from the panorama, blur its faces, write it to ``dest(job.file)``.
     Returns one QA_IMAGES row per image (with the frame's decoded time)."""
     width = params.image_width or video.width
@@ -335,9 +374,20 @@ def render_jobs(pano_path: str | Path, jobs: Sequence[RenderJob], dest: Callable
             if blur is not None:
                 img, boxes = blur(img)
             dest(j.file).write_bytes(encode_image(img, params.image_format, params.jpeg_quality))
-            rows.append({"video_id": video.video_id, "file": j.file, "frame": index, "time": float(time),
-                         "yaw_deg": j.yaw_deg, "pitch_deg": j.pitch_deg, "hfov_deg": video.hfov_deg,
-                         "width": width, "height": height, "faces_blurred": boxes})
+            rows.append(
+                {
+                    "video_id": video.video_id,
+                    "file": j.file,
+                    "frame": index,
+                    "time": float(time),
+                    "yaw_deg": j.yaw_deg,
+                    "pitch_deg": j.pitch_deg,
+                    "hfov_deg": video.hfov_deg,
+                    "width": width,
+                    "height": height,
+                    "faces_blurred": boxes,
+                }
+            )
     missing = sorted(set(by_frame) - {r["frame"] for r in rows})
     if missing:
         raise UnitError(f"{pano_path}: frames {missing[:5]} were not decoded")
@@ -367,8 +417,11 @@ def _image_paths(q: Mapping[str, Any]) -> list[str] | None:
 
 
 def _anchor_gap(rows: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    gaps = [min(b - a for a, b in zip(sorted(r["frame_times"]), sorted(r["frame_times"])[1:], strict=False))
-            for r in rows if r.get("frame_times")]
+    gaps = [
+        min(b - a for a, b in zip(sorted(r["frame_times"]), sorted(r["frame_times"])[1:], strict=False))
+        for r in rows
+        if r.get("frame_times")
+    ]
     return {"min_anchor_gap_s": min(gaps) if gaps else None}
 
 
@@ -379,9 +432,19 @@ def _report_section(entry: Mapping[str, Any]) -> list[str]:
 
 
 TASK = QATask(
-    name="VPO", order=1, release_rank=1, kind=MC, metric=ACCURACY, questions=_build, ordering=True,
-    export_columns={"image_paths": _image_paths,
-                    **copied("render_yaw_deg", "render_offset_deg", "render_pitch_deg", "render_hfov_deg", *DIFFICULTY_COLUMNS)},
+    name="VPO",
+    order=1,
+    release_rank=1,
+    kind=MC,
+    metric=ACCURACY,
+    questions=_build,
+    ordering=True,
+    export_columns={
+        "image_paths": _image_paths,
+        **copied("render_yaw_deg", "render_offset_deg", "render_pitch_deg", "render_hfov_deg", *DIFFICULTY_COLUMNS),
+    },
     splits=(Split("vpo_unrotated", "VPO unrotated", "release", variant="unrotated"),),
-    after_render=refine_times, summarise=_anchor_gap, report_section=_report_section,
+    after_render=refine_times,
+    summarise=_anchor_gap,
+    report_section=_report_section,
 )

@@ -39,8 +39,18 @@ from vsi_wild.stages.reconcile.layout import align_clips
 from vsi_wild.stages.reconcile.locate import Location, ground_basis, locate_instances
 from vsi_wild.stages.segment import SAMPLE_STEP, ClipSpan
 
-__all__ = ["ASSOCIATE_PARAMS", "AnswerRules", "ClipInstance", "Location", "Obs", "ReconcileParams", "Reconciled",
-           "load_clip_instances", "mark_occluded_bottoms", "reconcile"]
+__all__ = [
+    "ASSOCIATE_PARAMS",
+    "AnswerRules",
+    "ClipInstance",
+    "Location",
+    "Obs",
+    "ReconcileParams",
+    "Reconciled",
+    "load_clip_instances",
+    "mark_occluded_bottoms",
+    "reconcile",
+]
 
 
 class ReconcileParams(BaseModel):
@@ -53,36 +63,59 @@ class ReconcileParams(BaseModel):
 
     # locate
     pixel_error: float = Field(
-        1.0, ge=0, description="how far (pixels) a box edge or centre may be off, the poses' tilt included: what "
-        "an instance's covariance is propagated from")
-    min_ray_spread_deg: float = Field(3.0, ge=0, description="an instance's rays must span this angle to be triangulated")
+        1.0,
+        ge=0,
+        description="how far (pixels) a box edge or centre may be off, the poses' tilt included: what "
+        "an instance's covariance is propagated from",
+    )
+    min_ray_spread_deg: float = Field(
+        3.0, ge=0, description="an instance's rays must span this angle to be triangulated"
+    )
     level_views: bool = Field(
-        True, description="views are level (360° videos usually are horizon-levelled): the ground is below each "
-        "camera's own down axis, whatever the drift of the estimated pitch; false: below the cameras' mean down")
+        True,
+        description="views are level (360° videos usually are horizon-levelled): the ground is below each "
+        "camera's own down axis, whatever the drift of the estimated pitch; false: below the cameras' mean down",
+    )
     use_positions: bool = Field(True, description="false: ignore the poses (only continuity across cuts links)")
     # layout
     max_false_alarms: float = Field(
-        1.0, gt=0, description="a layout alignment is accepted when fewer chance alignments than this are expected "
-        "in the whole video (the a-contrario test's threshold)")
+        1.0,
+        gt=0,
+        description="a layout alignment is accepted when fewer chance alignments than this are expected "
+        "in the whole video (the a-contrario test's threshold)",
+    )
     # associate: fitted (bench/fit_reconcile.py)
-    position_scale: float = Field(1.46, gt=0, description="kappa: the location errors' scale over the propagated covariances")
-    position_tail: float = Field(2.375, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the "
-                                 "location errors' tails are)")
-    drift_per_distance: float = Field(0.01868, ge=0, description="q: pose drift (standard deviation) per unit walked "
-                                      "between two sightings")
-    prior_log_odds: float = Field(0.0224, description="b0: log odds of one object when one look-alike is expected within "
-                                  "the match's uncertainty ellipse")
-    same_clip_log_odds: float = Field(0.0, le=0, description="b_same: added for two tracks of one clip never seen "
-                                      "together (a track that broke)")
+    position_scale: float = Field(
+        1.46, gt=0, description="kappa: the location errors' scale over the propagated covariances"
+    )
+    position_tail: float = Field(
+        2.375, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the location errors' tails are)"
+    )
+    drift_per_distance: float = Field(
+        0.01868, ge=0, description="q: pose drift (standard deviation) per unit walked between two sightings"
+    )
+    prior_log_odds: float = Field(
+        0.0224,
+        description="b0: log odds of one object when one look-alike is expected within the match's uncertainty ellipse",
+    )
+    same_clip_log_odds: float = Field(
+        0.0, le=0, description="b_same: added for two tracks of one clip never seen together (a track that broke)"
+    )
     continuity_weight: float = Field(6.439, ge=0, description="beta: log odds per unit of box overlap across a cut")
     appearance_weight: float = Field(0.0, ge=0, description="a: log odds per unit of colour-histogram similarity")
     review_expected_errors: float = Field(
-        0.7975, gt=0, description="c: a decision is a review item when the answers the opposite decision would change, "
-        "times the probability that the decision is wrong, reach this (the answers it is expected to get wrong)")
+        0.7975,
+        gt=0,
+        description="c: a decision is a review item when the answers the opposite decision would change, "
+        "times the probability that the decision is wrong, reach this (the answers it is expected to get wrong)",
+    )
     # the solver (no model parameter)
     exact_max_instances: int = Field(
-        40, ge=2, description="connected groups of up to this many instances are partitioned exactly (integer "
-        "programming); larger ones by greedy contraction and single-instance moves")
+        40,
+        ge=2,
+        description="connected groups of up to this many instances are partitioned exactly (integer "
+        "programming); larger ones by greedy contraction and single-instance moves",
+    )
 
 
 @dataclass
@@ -96,7 +129,9 @@ class Reconciled:
 def walked_distance(poses: Track) -> Callable[[int, int], float]:
     """distance(k0, k1): path length of the camera between two samples (pose units)."""
     rows = poses.valid_rows()
-    cum = np.concatenate([[0.0], np.cumsum([np.linalg.norm(poses.C[b] - poses.C[a]) for a, b in zip(rows, rows[1:], strict=False)])])
+    cum = np.concatenate(
+        [[0.0], np.cumsum([np.linalg.norm(poses.C[b] - poses.C[a]) for a, b in zip(rows, rows[1:], strict=False)])]
+    )
     idx = np.array([int(poses.sample_indices[i]) for i in rows])
 
     def distance(k0: int, k1: int) -> float:
@@ -107,29 +142,53 @@ def walked_distance(poses: Track) -> Callable[[int, int], float]:
     return distance
 
 
-def global_instances(video_id: str, groups: Iterable[Sequence[ClipInstance]], poses: Track | None,
-                     camera_height: float | None, params: ReconcileParams,
-                     ) -> tuple[list[dict], list[dict], dict[int, tuple[float, float, float]]]:
+def global_instances(
+    video_id: str,
+    groups: Iterable[Sequence[ClipInstance]],
+    poses: Track | None,
+    camera_height: float | None,
+    params: ReconcileParams,
+) -> tuple[list[dict], list[dict], dict[int, tuple[float, float, float]]]:
     """Number the groups by first appearance: their members, merged observations and positions."""
-    ordered = sorted((list(g) for g in groups),
-                     key=lambda g: (min(c.first_time for c in g), g[0].concept, min(c.key for c in g)))
+    ordered = sorted(
+        (list(g) for g in groups), key=lambda g: (min(c.first_time for c in g), g[0].concept, min(c.key for c in g))
+    )
     members: list[dict[str, Any]] = []
     observations: list[dict[str, Any]] = []
     positions: dict[int, tuple[float, float, float]] = {}
     for gid, g in enumerate(ordered, start=1):
         merged_samples: dict[int, Obs] = {}
         for ci in sorted(g, key=lambda c: c.key):
-            members.append({
-                "video_id": video_id, "instance_id": gid, "concept": ci.concept, "clip_index": ci.clip,
-                "local_id": ci.local, "first_time": ci.first_time, "last_time": ci.last_time,
-            })
+            members.append(
+                {
+                    "video_id": video_id,
+                    "instance_id": gid,
+                    "concept": ci.concept,
+                    "clip_index": ci.clip,
+                    "local_id": ci.local,
+                    "first_time": ci.first_time,
+                    "last_time": ci.last_time,
+                }
+            )
             merged_samples.update(ci.samples)
         for k, o in sorted(merged_samples.items()):
-            observations.append({
-                "video_id": video_id, "instance_id": gid, "concept": g[0].concept, "sample_index": k, "time": o.time,
-                "frame": o.frame, "fps": o.fps, "x0": o.box[0], "y0": o.box[1], "x1": o.box[2], "y1": o.box[3],
-                "area": o.area, "origin": "auto",
-            })
+            observations.append(
+                {
+                    "video_id": video_id,
+                    "instance_id": gid,
+                    "concept": g[0].concept,
+                    "sample_index": k,
+                    "time": o.time,
+                    "frame": o.frame,
+                    "fps": o.fps,
+                    "x0": o.box[0],
+                    "y0": o.box[1],
+                    "x1": o.box[2],
+                    "y1": o.box[3],
+                    "area": o.area,
+                    "origin": "auto",
+                }
+            )
         if poses is not None:
             found = loc.locate(merged_samples, poses, camera_height, params.min_ray_spread_deg, params.level_views)
             if found is not None:
@@ -147,8 +206,9 @@ def default_rules(clips: Sequence[ClipSpan]) -> AnswerRules:
     return AnswerRules(end, qa.checkpoint_s, qa.voo_readings[0].min_visible_s)
 
 
-def prepare(instances: Sequence[ClipInstance], params: ReconcileParams, poses: Track | None,
-            camera_height: float | None) -> tuple[dict, Callable[[int, int], float] | None]:
+def prepare(
+    instances: Sequence[ClipInstance], params: ReconcileParams, poses: Track | None, camera_height: float | None
+) -> tuple[dict, Callable[[int, int], float] | None]:
     """Locate the instances (in place: ``ClipInstance.where``) and align the clips' layouts: the
     alignments and the walked-distance function ``associate`` reads (none without poses)."""
     for ci in instances:  # an earlier call's places must not stay
@@ -156,14 +216,27 @@ def prepare(instances: Sequence[ClipInstance], params: ReconcileParams, poses: T
     mark_occluded_bottoms(ci.samples for ci in instances)
     if poses is None or not (params.use_positions and poses.valid.any()):
         return {}, None
-    locate_instances(instances, poses, ground_basis(poses), camera_height, params.min_ray_spread_deg,
-                     params.pixel_error, params.level_views)
+    locate_instances(
+        instances,
+        poses,
+        ground_basis(poses),
+        camera_height,
+        params.min_ray_spread_deg,
+        params.pixel_error,
+        params.level_views,
+    )
     return align_clips(instances, params.max_false_alarms), walked_distance(poses)
 
 
-def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[ClipSpan], params: ReconcileParams,
-              poses: Track | None = None, camera_height: float | None = None,
-              rules: AnswerRules | None = None) -> Reconciled:
+def reconcile(
+    video_id: str,
+    instances: list[ClipInstance],
+    clips: Sequence[ClipSpan],
+    params: ReconcileParams,
+    poses: Track | None = None,
+    camera_height: float | None = None,
+    rules: AnswerRules | None = None,
+) -> Reconciled:
     """Link clip-local instances into global instances (the module docstring). ``camera_height``:
     the camera's height above the ground in the poses' units (instances are then located where
     they meet the ground); ``rules``: what the qa stage's answers read (``default_rules``: the
@@ -172,9 +245,12 @@ def reconcile(video_id: str, instances: list[ClipInstance], clips: Sequence[Clip
         poses = None
     instances = sorted(instances, key=lambda c: c.key)
     alignments, walked = prepare(instances, params, poses, camera_height)
-    groups, decided = asc.associate(instances, alignments, walked, params, rules or default_rules(clips),
-                                params.exact_max_instances)
+    groups, decided = asc.associate(
+        instances, alignments, walked, params, rules or default_rules(clips), params.exact_max_instances
+    )
     members, observations, positions = global_instances(video_id, groups, poses, camera_height, params)
-    rows = sorted((d.row(video_id) for d in decided),
-                  key=lambda r: (r["concept"], r["clip_a"], r["local_a"], r["clip_b"], r["local_b"]))
+    rows = sorted(
+        (d.row(video_id) for d in decided),
+        key=lambda r: (r["concept"], r["clip_a"], r["local_a"], r["clip_b"], r["local_b"]),
+    )
     return Reconciled(members, rows, observations, positions)

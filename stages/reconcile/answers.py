@@ -43,8 +43,14 @@ def sighting_span(members: Sequence[ClipInstance], rules: AnswerRules) -> tuple[
     """(start of the first, last timestamp of the last) real sighting of one global instance: runs
     of consecutive 2 FPS samples seen with a box at least ``min_visible_px`` on its shorter side,
     lasting ``min_visible_s`` (``visibility.real_sightings``); None without one."""
-    seen = sorted({k: o for m in members for k, o in m.samples.items()
-                   if min(o.box[2] - o.box[0], o.box[3] - o.box[1]) >= rules.min_visible_px}.items())
+    seen = sorted(
+        {
+            k: o
+            for m in members
+            for k, o in m.samples.items()
+            if min(o.box[2] - o.box[0], o.box[3] - o.box[1]) >= rules.min_visible_px
+        }.items()
+    )
     runs: list[list] = []
     for k, o in seen:
         if runs and k == runs[-1][1] + 1:

@@ -42,8 +42,16 @@ from vsi_wild.stages.reconcile.layout import Alignment
 from vsi_wild.stages.reconcile.multicut import Partition
 from vsi_wild.stages.segment import bhattacharyya
 
-ASSOCIATE_PARAMS = ("position_scale", "position_tail", "drift_per_distance", "prior_log_odds",
-                    "same_clip_log_odds", "continuity_weight", "appearance_weight", "review_expected_errors")
+ASSOCIATE_PARAMS = (
+    "position_scale",
+    "position_tail",
+    "drift_per_distance",
+    "prior_log_odds",
+    "same_clip_log_odds",
+    "continuity_weight",
+    "appearance_weight",
+    "review_expected_errors",
+)
 
 
 class AssociateParams(Protocol):
@@ -69,8 +77,12 @@ class AssociateParams(Protocol):
 
 
 TERMS = ("llr_position", "llr_prior", "llr_continuity", "llr_appearance")
-TERM_WORDS = {"llr_position": "position", "llr_prior": "look-alike prior", "llr_continuity": "continuity",
-              "llr_appearance": "appearance"}
+TERM_WORDS = {
+    "llr_position": "position",
+    "llr_prior": "look-alike prior",
+    "llr_continuity": "continuity",
+    "llr_appearance": "appearance",
+}
 
 
 @dataclass
@@ -111,8 +123,11 @@ def co_visible(a: ClipInstance, b: ClipInstance) -> bool:
     return a.clip == b.clip and not a.samples.keys().isdisjoint(b.samples.keys())
 
 
-def evidence(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int], Alignment],
-             walked: Callable[[int, int], float] | None) -> list[Evidence]:
+def evidence(
+    instances: Sequence[ClipInstance],
+    alignments: dict[tuple[int, int], Alignment],
+    walked: Callable[[int, int], float] | None,
+) -> list[Evidence]:
     """The evidence of every pair of one concept's instances that were never seen together, in key
     order (``a`` the one seen first). ``walked(k0, k1)``: camera path length between two samples."""
     by_concept: dict[str, list[ClipInstance]] = {}
@@ -132,23 +147,29 @@ def evidence(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int]
         for c in items:
             in_clip[c.clip] = in_clip.get(c.clip, 0) + 1
 
-        def crowd(x: ClipInstance, in_clip: dict[int, int] = in_clip,
-                  per_clip: dict[int, list[ClipInstance]] = per_clip) -> int:
+        def crowd(
+            x: ClipInstance, in_clip: dict[int, int] = in_clip, per_clip: dict[int, list[ClipInstance]] = per_clip
+        ) -> int:
             """Look-alikes around x: within the radius of its place, or its whole clip's without one."""
             if radius <= 0 or x.where is None:
                 return in_clip[x.clip]
-            return sum(1 for o in per_clip.get(x.clip, ())
-                       if o.where is not None and np.linalg.norm(o.where.xy - x.where.xy) <= radius)
+            return sum(
+                1
+                for o in per_clip.get(x.clip, ())
+                if o.where is not None and np.linalg.norm(o.where.xy - x.where.xy) <= radius
+            )
 
         for i, x in enumerate(items):
-            for y in items[i + 1:]:
+            for y in items[i + 1 :]:
                 if co_visible(x, y):
                     continue
                 a, b = (x, y) if (x.first_sample, x.key) <= (y.first_sample, y.key) else (y, x)
                 boundary = b.first_sample == a.last_sample + 1
-                app = (bhattacharyya(a.appearance, b.appearance)
-                       if a.appearance.size and b.appearance.size and a.appearance.sum() > 0 and b.appearance.sum() > 0
-                       else None)
+                app = (
+                    bhattacharyya(a.appearance, b.appearance)
+                    if a.appearance.size and b.appearance.size and a.appearance.sum() > 0 and b.appearance.sum() > 0
+                    else None
+                )
                 d = cov = dist = None
                 dist_walked, aligned = 0.0, False
                 if a.where is not None and b.where is not None:
@@ -164,12 +185,29 @@ def evidence(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int]
                         d = a.where.xy - b.where.xy
                         cov = a.where.cov + b.where.cov
                         if walked is not None:
-                            dist_walked = walked(a.last_sample, b.first_sample) if a.last_sample < b.first_sample else 0.0
+                            dist_walked = (
+                                walked(a.last_sample, b.first_sample) if a.last_sample < b.first_sample else 0.0
+                            )
                     dist = float(np.linalg.norm(d)) / max((a.where.range + b.where.range) / 2.0, 1e-9)
                 alikes = max(1, crowd(a), crowd(b))
-                density = alikes / (math.pi * radius ** 2) if radius > 0 else 1.0
-                out.append(Evidence(a, b, a.clip == b.clip, boundary, _cut_iou(a, b) if boundary else None, app, d,
-                                    cov, dist_walked, aligned, alikes, density, dist))
+                density = alikes / (math.pi * radius**2) if radius > 0 else 1.0
+                out.append(
+                    Evidence(
+                        a,
+                        b,
+                        a.clip == b.clip,
+                        boundary,
+                        _cut_iou(a, b) if boundary else None,
+                        app,
+                        d,
+                        cov,
+                        dist_walked,
+                        aligned,
+                        alikes,
+                        density,
+                        dist,
+                    )
+                )
     return out
 
 
@@ -199,16 +237,23 @@ class EvidenceArrays:
         def f(v: float | None) -> float:
             return np.nan if v is None else float(v)
 
-        return cls(d, cov, np.array([e.walked for e in ev], dtype=float), np.array([e.aligned for e in ev], dtype=bool),
-                   np.array([e.density for e in ev], dtype=float), np.array([e.alikes for e in ev], dtype=float),
-                   np.array([e.same_clip for e in ev], dtype=bool),
-                   np.array([f(e.box_iou) for e in ev]), np.array([f(e.appearance) for e in ev]))
+        return cls(
+            d,
+            cov,
+            np.array([e.walked for e in ev], dtype=float),
+            np.array([e.aligned for e in ev], dtype=bool),
+            np.array([e.density for e in ev], dtype=float),
+            np.array([e.alikes for e in ev], dtype=float),
+            np.array([e.same_clip for e in ev], dtype=bool),
+            np.array([f(e.box_iou) for e in ev]),
+            np.array([f(e.appearance) for e in ev]),
+        )
 
 
 def score(p: AssociateParams, ev: EvidenceArrays) -> dict[str, np.ndarray]:
     """The named terms of every pair (nan where a term does not apply) under the parameters ``p``
     (an object with the ``ASSOCIATE_PARAMS`` attributes); their nan-sum is the log odds."""
-    kappa2, nu = p.position_scale ** 2, p.position_tail
+    kappa2, nu = p.position_scale**2, p.position_tail
     drift = np.where(ev.aligned, 0.0, (p.drift_per_distance * ev.walked) ** 2)
     S = kappa2 * (ev.cov + drift[:, None, None] * np.eye(2)[None])
     has = np.isfinite(ev.d).all(axis=1)
@@ -245,8 +290,11 @@ class Decided:
     answer_impact: int
 
     def reason(self) -> str:
-        parts = [f"{TERM_WORDS[t]} {v:+.1f}" for t, v in sorted(self.terms.items(), key=lambda kv: -abs(kv[1] or 0))
-                 if v is not None]
+        parts = [
+            f"{TERM_WORDS[t]} {v:+.1f}"
+            for t, v in sorted(self.terms.items(), key=lambda kv: -abs(kv[1] or 0))
+            if v is not None
+        ]
         out = ", ".join(parts) + (": merged" if self.merged else ": left apart")
         if self.review:
             out += f"; for review (P(same) {self.posterior:.2f})"
@@ -257,18 +305,35 @@ class Decided:
         if (b.clip, b.local) < (a.clip, a.local):
             a, b = b, a
         return {
-            "video_id": video_id, "concept": a.concept, "clip_a": a.clip, "local_a": a.local, "clip_b": b.clip,
-            "local_b": b.local, "decision": "merge" if self.merged else "apart", "review": bool(self.review),
-            "log_odds": float(self.log_odds), "posterior": float(self.posterior),
-            **{t: self.terms.get(t) for t in TERMS}, "answer_impact": int(self.answer_impact),
-            "reason": self.reason(), "boundary": bool(self.ev.boundary), "box_iou": self.ev.box_iou,
-            "appearance": self.ev.appearance, "distance": self.ev.distance,
+            "video_id": video_id,
+            "concept": a.concept,
+            "clip_a": a.clip,
+            "local_a": a.local,
+            "clip_b": b.clip,
+            "local_b": b.local,
+            "decision": "merge" if self.merged else "apart",
+            "review": bool(self.review),
+            "log_odds": float(self.log_odds),
+            "posterior": float(self.posterior),
+            **{t: self.terms.get(t) for t in TERMS},
+            "answer_impact": int(self.answer_impact),
+            "reason": self.reason(),
+            "boundary": bool(self.ev.boundary),
+            "box_iou": self.ev.box_iou,
+            "appearance": self.ev.appearance,
+            "distance": self.ev.distance,
         }
 
 
-def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int], Alignment],
-              walked: Callable[[int, int], float] | None, params: AssociateParams, rules: ans.AnswerRules,
-              exact_max: int = 40, min_posterior: float = 1e-3) -> tuple[list[list[ClipInstance]], list[Decided]]:
+def associate(
+    instances: Sequence[ClipInstance],
+    alignments: dict[tuple[int, int], Alignment],
+    walked: Callable[[int, int], float] | None,
+    params: AssociateParams,
+    rules: ans.AnswerRules,
+    exact_max: int = 40,
+    min_posterior: float = 1e-3,
+) -> tuple[list[list[ClipInstance]], list[Decided]]:
     """The global instances (each a list of clip instances) and the decided pairs.
 
     A pair's posterior is its odds in context: the logistic of how much the partition's summed log
@@ -290,8 +355,12 @@ def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int
     for e, w in zip(ev, lo, strict=True):
         i, j = sorted((index[e.a.key], index[e.b.key]))
         weight[(i, j)] = float(w)
-    cannot = [(i, j) for i in range(len(items)) for j in range(i + 1, len(items))
-              if items[i].concept == items[j].concept and co_visible(items[i], items[j])]
+    cannot = [
+        (i, j)
+        for i in range(len(items))
+        for j in range(i + 1, len(items))
+        if items[i].concept == items[j].concept and co_visible(items[i], items[j])
+    ]
     part = Partition(len(items), weight, cannot, exact_max)
     by_label: dict[int, list[int]] = {}
     for i, lab in enumerate(part.labels):
@@ -330,9 +399,19 @@ def associate(instances: Sequence[ClipInstance], alignments: dict[tuple[int, int
             flipped_groups = concept_groups(flipped, e.a.concept, touched)
         new_voc = ans.voc_answers(flipped_groups, rules).get(e.a.concept, [])
         old_voc = voc[e.a.concept]
-        impact = sum(x != y for x, y in zip(old_voc, new_voc, strict=False)) + (old_voc[-1] != new_voc[-1] if new_voc else 1)
+        impact = sum(x != y for x, y in zip(old_voc, new_voc, strict=False)) + (
+            old_voc[-1] != new_voc[-1] if new_voc else 1
+        )
         impact += ans.order_flips(times, e.a.concept, ans.concept_times(flipped_groups, rules).get(e.a.concept))
-        decided.append(Decided(e, {t: (None if math.isnan(terms[t][k]) else float(terms[t][k])) for t in TERMS},
-                               float(lo[k]), post, merged,
-                               min(post, 1.0 - post) * impact >= params.review_expected_errors, impact))
+        decided.append(
+            Decided(
+                e,
+                {t: (None if math.isnan(terms[t][k]) else float(terms[t][k])) for t in TERMS},
+                float(lo[k]),
+                post,
+                merged,
+                min(post, 1.0 - post) * impact >= params.review_expected_errors,
+                impact,
+            )
+        )
     return groups, decided

@@ -74,17 +74,28 @@ def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[di
     rows), sorted by clip, first time and local id."""
     out: dict[tuple[int, int], ClipInstance] = {}
     for r in instance_rows:
-        ci = ClipInstance(int(r["clip_index"]), int(r["local_id"]), r["concept"], float(r["first_time"]),
-                          float(r["last_time"]), np.asarray(r["appearance"], dtype=np.float64),
-                          float(r.get("mean_area") or 0.0))
+        ci = ClipInstance(
+            int(r["clip_index"]),
+            int(r["local_id"]),
+            r["concept"],
+            float(r["first_time"]),
+            float(r["last_time"]),
+            np.asarray(r["appearance"], dtype=np.float64),
+            float(r.get("mean_area") or 0.0),
+        )
         out[ci.key] = ci
     for r in segment_rows:
         key = (int(r["clip_index"]), int(r["local_id"]))
         if key not in out:
             raise ValueError(f"segment of unknown clip instance {key}")
-        out[key].samples[int(r["sample_index"])] = Obs(float(r["time"]), (r["x0"], r["y0"], r["x1"], r["y1"]),
-                                                       int(r["area"]), int(r["frame"]), float(r["fps"]),
-                                                       (int(r["image_width"]), int(r["image_height"])))
+        out[key].samples[int(r["sample_index"])] = Obs(
+            float(r["time"]),
+            (r["x0"], r["y0"], r["x1"], r["y1"]),
+            int(r["area"]),
+            int(r["frame"]),
+            float(r["fps"]),
+            (int(r["image_width"]), int(r["image_height"])),
+        )
     return sorted(out.values(), key=lambda c: (c.clip, c.first_time, c.local))
 
 
@@ -102,8 +113,15 @@ def mark_occluded_bottoms(sightings: Iterable[dict[int, Obs]], margin: float = 2
     for k, seen in by_sample.items():
         for i, o in seen:
             x0, _, x1, bottom = o.box
-            covers = [b.box[3] for j, b in seen if j != i and b.box[0] <= x0 + margin
-                      and b.box[2] >= x1 - margin and abs(b.box[1] - bottom) <= margin and b.box[3] > bottom + margin]
+            covers = [
+                b.box[3]
+                for j, b in seen
+                if j != i
+                and b.box[0] <= x0 + margin
+                and b.box[2] >= x1 - margin
+                and abs(b.box[1] - bottom) <= margin
+                and b.box[3] > bottom + margin
+            ]
             occluder = max(covers) if covers else None
             if occluder != o.occluder_bottom:
                 per_instance[i][k] = replace(o, occluder_bottom=occluder)

@@ -102,8 +102,9 @@ def _area(zb: np.ndarray, B: list[ClipInstance]) -> float:
     return max(w * h, 1e-9)
 
 
-def _best(A: list[ClipInstance], B: list[ClipInstance], hyps: list[tuple[int, ...]], fixed: int,
-          log10_tests: float) -> tuple[float, tuple[int, ...], int] | None:
+def _best(
+    A: list[ClipInstance], B: list[ClipInstance], hyps: list[tuple[int, ...]], fixed: int, log10_tests: float
+) -> tuple[float, tuple[int, ...], int] | None:
     """(log10 NFA, proposal, k) of the proposal with the fewest false alarms, of proposals from
     ``fixed`` correspondences (1: a shift; 2: a similarity); None without one."""
     za = np.array([complex(*_place(c).xy) for c in A])
@@ -121,7 +122,7 @@ def _best(A: list[ClipInstance], B: list[ClipInstance], hyps: list[tuple[int, ..
     best = None
     H = np.array(hyps)
     for s in range(0, len(H), _CHUNK):
-        h = H[s:s + _CHUNK]
+        h = H[s : s + _CHUNK]
         if fixed == 1:
             m = np.ones(len(h), dtype=complex)
             ok = np.ones(len(h), dtype=bool)
@@ -138,7 +139,7 @@ def _best(A: list[ClipInstance], B: list[ClipInstance], hyps: list[tuple[int, ..
             d[rows, :, h[:, c]] = np.inf
         e = d.min(axis=2)
         with np.errstate(invalid="ignore"):  # no look-alike at all: p = 1
-            p = np.where(np.isfinite(e), np.minimum(1.0, n_c[None, :] * math.pi * e ** 2 / area), 1.0)
+            p = np.where(np.isfinite(e), np.minimum(1.0, n_c[None, :] * math.pi * e**2 / area), 1.0)
         for c in range(0, 2 * fixed, 2):  # the proposal's own objects do not count
             p[rows, h[:, c]] = np.inf
         # a residual of exactly 0 (a layout laid onto itself) would make the NFA -inf: floor it
@@ -171,7 +172,7 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
     for ci in sorted(_located(instances), key=lambda c: c.key):
         by_clip.setdefault(ci.clip, []).append(ci)
     clips = sorted(by_clip)
-    pairs = [(i, j) for x, i in enumerate(clips) for j in clips[x + 1:]]
+    pairs = [(i, j) for x, i in enumerate(clips) for j in clips[x + 1 :]]
     hyps = {(i, j, fixed): _hypotheses(by_clip[i], by_clip[j], fixed) for i, j in pairs for fixed in (1, 2)}
     # the two kinds share the expected false alarms: each is tested with twice its own count
     tests = {fixed: 2 * sum(len(h) for (_, _, f), h in hyps.items() if f == fixed) for fixed in (1, 2)}
@@ -199,8 +200,12 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
         # the proposal's k best-explained objects, one-to-one with their nearest look-alikes
         pairs_ij = list(own)
         used_a, used_b = {a for a, _ in own}, {b for _, b in own}
-        cand = sorted((abs(m0 * za[a] + t0 - zb[b]), a, b) for a in range(len(A)) for b in range(len(B))
-                       if A[a].concept == B[b].concept and a not in used_a and b not in used_b)
+        cand = sorted(
+            (abs(m0 * za[a] + t0 - zb[b]), a, b)
+            for a in range(len(A))
+            for b in range(len(B))
+            if A[a].concept == B[b].concept and a not in used_a and b not in used_b
+        )
         for _, a, b in cand:
             if len(pairs_ij) >= k + fixed:
                 break
@@ -217,6 +222,14 @@ def align_clips(instances: Sequence[ClipInstance], max_false_alarms: float = 1.0
         own_var = float(np.mean([np.trace(_place(A[a]).cov) / 2 + np.trace(_place(B[b]).cov) / 2 for a, b in pairs_ij]))
         centre = complex(sa.mean())
         spread = float((np.abs(sa - centre) ** 2).sum()) if fixed == 2 else math.inf  # a shift has no lever
-        out[(i, j)] = Alignment((i, j), m, t, tuple((A[a].key, B[b].key) for a, b in pairs_ij), log10_nfa,
-                                max(float(res.sum()) / dof, own_var), centre, spread)
+        out[(i, j)] = Alignment(
+            (i, j),
+            m,
+            t,
+            tuple((A[a].key, B[b].key) for a, b in pairs_ij),
+            log10_nfa,
+            max(float(res.sum()) / dof, own_var),
+            centre,
+            spread,
+        )
     return out

@@ -64,8 +64,9 @@ def _pixel_sigmas(o: Obs, pixel_error: float) -> tuple[float, float]:
     return su, sv
 
 
-def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: float,
-                angle_errors: Sequence[float] | float = 0.0) -> Location | None:
+def triangulate(
+    rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: float, angle_errors: Sequence[float] | float = 0.0
+) -> Location | None:
     """Least-squares point nearest to the rays, its mean range and covariance; None when the rays
     are too parallel (the camera barely moved) or the point lies behind the cameras.
     ``angle_errors`` (radians, one per ray or one for all): how far each ray may be off; the
@@ -95,7 +96,9 @@ def triangulate(rays: Sequence[tuple[np.ndarray, np.ndarray]], min_spread_deg: f
     ranges = [float(np.linalg.norm(X - c)) for c, _ in rays]
     errs = np.broadcast_to(np.asarray(angle_errors, dtype=np.float64), (len(rays),))
     # a ray off by e radians misses by range x e: weigh each ray's projector by it
-    W = sum((np.eye(3) - np.outer(d, d)) / max(r * e, 1e-9) ** 2 for (_, d), r, e in zip(rays, ranges, errs, strict=True))
+    W = sum(
+        (np.eye(3) - np.outer(d, d)) / max(r * e, 1e-9) ** 2 for (_, d), r, e in zip(rays, ranges, errs, strict=True)
+    )
     misses = [float(np.linalg.norm((np.eye(3) - np.outer(d, d)) @ (X - c))) for c, d in rays]
     try:
         geometric = np.linalg.inv(W) if errs.max() > 0 else np.zeros((3, 3))
@@ -119,8 +122,14 @@ def _rays(samples: dict[int, Obs], poses: Track) -> list[tuple[int, tuple[np.nda
     return rays
 
 
-def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: np.ndarray | None,
-                   min_depression_deg: float = 1.0, pixel_error: float = 0.0) -> Location | None:
+def ground_contact(
+    samples: dict[int, Obs],
+    poses: Track,
+    height: float,
+    down: np.ndarray | None,
+    min_depression_deg: float = 1.0,
+    pixel_error: float = 0.0,
+) -> Location | None:
     """An object standing on the ground, located from single frames: the bottom centre of its box
     is where it meets the ground, ``height`` (the camera's height, pose units) below the camera.
     Median over the nearer half of the observations whose box bottom is neither cut off by the
@@ -146,7 +155,7 @@ def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: n
         if lower is None or beside is None:
             cov = np.eye(3) * math.inf
         else:
-            cov = su ** 2 * np.outer(beside - X, beside - X) + sv ** 2 * np.outer(lower - X, lower - X)
+            cov = su**2 * np.outer(beside - X, beside - X) + sv**2 * np.outer(lower - X, lower - X)
         if o.occluder_bottom is not None:  # to where the occluder stands
             front = poses.ground_point(k, u, o.occluder_bottom, height, down, min_depression_deg)
             gap = (front - X) if front is not None else None
@@ -165,8 +174,14 @@ def ground_contact(samples: dict[int, Obs], poses: Track, height: float, down: n
     return Location(X, float(np.median(np.array(ranges)[order])), cov, "ground")
 
 
-def locate(samples: dict[int, Obs], poses: Track, camera_height: float | None, min_spread_deg: float,
-           level: bool = True, pixel_error: float = 0.0) -> Location | None:
+def locate(
+    samples: dict[int, Obs],
+    poses: Track,
+    camera_height: float | None,
+    min_spread_deg: float,
+    level: bool = True,
+    pixel_error: float = 0.0,
+) -> Location | None:
     """World position, viewing range and covariance of an object from its sightings: where it
     meets the ground when the camera height is known, else by triangulation; None when neither
     works. ``level``: the views are level (the ground plane is below each camera's own down axis,
@@ -181,8 +196,15 @@ def locate(samples: dict[int, Obs], poses: Track, camera_height: float | None, m
     return triangulate([r for _, r in rays], min_spread_deg, errors or 0.0)
 
 
-def ray_line(samples: dict[int, Obs], poses: Track, basis: np.ndarray, camera_height: float | None,
-             max_range: float, pixel_error: float, level: bool = True) -> Located | None:
+def ray_line(
+    samples: dict[int, Obs],
+    poses: Track,
+    basis: np.ndarray,
+    camera_height: float | None,
+    max_range: float,
+    pixel_error: float,
+    level: bool = True,
+) -> Located | None:
     """An instance seen from one place only, on the ground plane: somewhere along its middle
     sighting's viewing ray, between the camera and where the ray meets the ground (a point of
     the object is seen as far below the horizon as the box centre, so the object stands no
@@ -206,13 +228,19 @@ def ray_line(samples: dict[int, Obs], poses: Track, basis: np.ndarray, camera_he
             reach = min(reach, camera_height * math.sqrt(max(1.0 - s * s, 0.0)) / s)
     focal = float(poses.K[poses.row(k)][0, 0])
     across = (reach / 2.0) * math.hypot(*_pixel_sigmas(samples[k], pixel_error)) / focal
-    cov = reach ** 2 / 12.0 * np.outer(d2, d2) + across ** 2 * (np.eye(2) - np.outer(d2, d2))
+    cov = reach**2 / 12.0 * np.outer(d2, d2) + across**2 * (np.eye(2) - np.outer(d2, d2))
     return Located(c2 + d2 * reach / 2.0, cov, reach / 2.0, 0.0, "ray")
 
 
-def locate_instances(instances: Sequence[ClipInstance], poses: Track, basis: np.ndarray,
-                     camera_height: float | None, min_spread_deg: float, pixel_error: float,
-                     level: bool = True) -> None:
+def locate_instances(
+    instances: Sequence[ClipInstance],
+    poses: Track,
+    basis: np.ndarray,
+    camera_height: float | None,
+    min_spread_deg: float,
+    pixel_error: float,
+    level: bool = True,
+) -> None:
     """Fill in each instance's ``where`` (``Located``) where it can be placed: by ground contact
     or triangulation, else along its viewing ray (bounded by the farthest located instance)."""
     for ci in instances:
@@ -220,11 +248,14 @@ def locate_instances(instances: Sequence[ClipInstance], poses: Track, basis: np.
         loc = locate(ci.samples, poses, camera_height, min_spread_deg, level, pixel_error)
         if loc is None:
             continue
-        widths = [(o.box[2] - o.box[0]) / poses.K[poses.row(k)][0, 0] for k, o in ci.samples.items()
-                  if poses.row(k) is not None and not o.clipped()]
+        widths = [
+            (o.box[2] - o.box[0]) / poses.K[poses.row(k)][0, 0]
+            for k, o in ci.samples.items()
+            if poses.row(k) is not None and not o.clipped()
+        ]
         extent = loc.range * float(np.median(widths)) if widths else 0.0
         # a large object's ground contact moves with the viewpoint: uniform over its width
-        cov = basis @ loc.cov @ basis.T + np.eye(2) * extent ** 2 / 12.0
+        cov = basis @ loc.cov @ basis.T + np.eye(2) * extent**2 / 12.0
         ci.where = Located(basis @ loc.position, cov, loc.range, extent, loc.how)
     ranges = [ci.where.range for ci in instances if ci.where is not None]
     max_range = max(ranges) if ranges else 0.0
@@ -233,4 +264,3 @@ def locate_instances(instances: Sequence[ClipInstance], poses: Track, basis: np.
     for ci in instances:
         if ci.where is None:
             ci.where = ray_line(ci.samples, poses, basis, camera_height, max_range, pixel_error, level)
-

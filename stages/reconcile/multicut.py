@@ -41,8 +41,12 @@ def _components(n: int, positive: Iterable[tuple[int, int]]) -> list[list[int]]:
     return [groups[r] for r in sorted(groups)]
 
 
-def _exact(items: list[int], weight: dict[tuple[int, int], float], cannot: set[tuple[int, int]],
-           join: tuple[int, int] | None = None) -> list[list[int]]:
+def _exact(
+    items: list[int],
+    weight: dict[tuple[int, int], float],
+    cannot: set[tuple[int, int]],
+    join: tuple[int, int] | None = None,
+) -> list[list[int]]:
     """The optimal partition of ``items`` by integer programming (lazy triangle constraints); with
     ``join``, the optimal one that puts that pair together."""
     pairs = list(itertools.combinations(items, 2))
@@ -101,8 +105,12 @@ def _objective_gain(node: int, cluster: list[int], weight: dict[tuple[int, int],
     return sum(weight.get((min(node, o), max(node, o)), 0.0) for o in cluster if o != node)
 
 
-def _heuristic(items: list[int], weight: dict[tuple[int, int], float], cannot: set[tuple[int, int]],
-               join: tuple[int, int] | None = None) -> list[list[int]]:
+def _heuristic(
+    items: list[int],
+    weight: dict[tuple[int, int], float],
+    cannot: set[tuple[int, int]],
+    join: tuple[int, int] | None = None,
+) -> list[list[int]]:
     """GAEC, then single-item moves while one improves the objective; ``join``: a pair contracted
     first and never separated."""
     clusters: dict[int, list[int]] = {i: [i] for i in items}
@@ -132,7 +140,7 @@ def _heuristic(items: list[int], weight: dict[tuple[int, int], float], cannot: s
             break
         w, (a, b) = max(cand, key=lambda x: (x[0], -x[1][0], -x[1][1]))
         clusters[a] += clusters.pop(b)  # b joins a (a < b)
-        for (x, y) in list(between):
+        for x, y in list(between):
             if b in (x, y):
                 o = y if x == b else x
                 w_ob = between.pop((x, y))
@@ -140,7 +148,7 @@ def _heuristic(items: list[int], weight: dict[tuple[int, int], float], cannot: s
                     continue
                 key = (min(a, o), max(a, o))
                 between[key] = between.get(key, 0.0) + w_ob
-        for (x, y) in list(blocked):
+        for x, y in list(blocked):
             if b in (x, y):
                 o = y if x == b else x
                 blocked.discard((x, y))
@@ -191,8 +199,9 @@ class Partition:
     """The optimal partition of n items (``labels``: a cluster label per item, numbered by its
     smallest item), with what reversing one pair's decision costs (``margin``)."""
 
-    def __init__(self, n: int, weight: dict[tuple[int, int], float], cannot: Iterable[tuple[int, int]],
-                 exact_max: int = 40):
+    def __init__(
+        self, n: int, weight: dict[tuple[int, int], float], cannot: Iterable[tuple[int, int]], exact_max: int = 40
+    ):
         self.n, self.weight, self.exact_max = n, weight, exact_max
         self.cannot = {(min(p), max(p)) for p in cannot}
         positive = [p for p, w in weight.items() if w > 0 and p not in self.cannot]
@@ -207,8 +216,9 @@ class Partition:
                 for i in g:
                     self.labels[i] = min(g)
 
-    def _solve(self, items: list[int], join: tuple[int, int] | None = None,
-               apart: tuple[int, int] | None = None) -> list[list[int]]:
+    def _solve(
+        self, items: list[int], join: tuple[int, int] | None = None, apart: tuple[int, int] | None = None
+    ) -> list[list[int]]:
         cannot = self.cannot | ({apart} if apart else set())
         if len(items) <= self.exact_max:
             return _exact(items, self.weight, cannot, join)
@@ -234,8 +244,9 @@ class Partition:
         return (drop if joined else -drop), flipped
 
 
-def partition(n: int, weight: dict[tuple[int, int], float], cannot: Iterable[tuple[int, int]],
-              exact_max: int = 40) -> list[int]:
+def partition(
+    n: int, weight: dict[tuple[int, int], float], cannot: Iterable[tuple[int, int]], exact_max: int = 40
+) -> list[int]:
     """A cluster label per item (0..n-1), labels numbered by their smallest item. ``weight``: pair
     (i < j) -> weight (absent: 0); ``cannot``: pairs (i < j) never joined."""
     return Partition(n, weight, cannot, exact_max).labels

@@ -64,13 +64,44 @@ def _ffmpeg_cmd(params: SampleParams, out: Path) -> list[str]:
     rate = Fraction(params.fps).limit_denominator(1001)
     gop = max(1, int(round(params.gop_s * params.fps)))
     return [
-        exe, "-hide_banner", "-loglevel", "error", "-nostdin", "-y",
-        "-f", "rawvideo", "-pix_fmt", "rgb24", "-s", f"{params.width}x{params.height}",
-        "-framerate", f"{rate.numerator}/{rate.denominator}", "-i", "pipe:0",
-        "-an", "-c:v", "libx264", "-preset", params.x264_preset, "-crf", str(params.crf),
-        "-pix_fmt", "yuv420p", "-g", str(gop), "-threads", str(params.encoder_threads),
-        "-fflags", "+bitexact", "-flags:v", "+bitexact", "-map_metadata", "-1",
-        "-f", "mp4", str(out),
+        exe,
+        "-hide_banner",
+        "-loglevel",
+        "error",
+        "-nostdin",
+        "-y",
+        "-f",
+        "rawvideo",
+        "-pix_fmt",
+        "rgb24",
+        "-s",
+        f"{params.width}x{params.height}",
+        "-framerate",
+        f"{rate.numerator}/{rate.denominator}",
+        "-i",
+        "pipe:0",
+        "-an",
+        "-c:v",
+        "libx264",
+        "-preset",
+        params.x264_preset,
+        "-crf",
+        str(params.crf),
+        "-pix_fmt",
+        "yuv420p",
+        "-g",
+        str(gop),
+        "-threads",
+        str(params.encoder_threads),
+        "-fflags",
+        "+bitexact",
+        "-flags:v",
+        "+bitexact",
+        "-map_metadata",
+        "-1",
+        "-f",
+        "mp4",
+        str(out),
     ]
 
 
@@ -93,8 +124,9 @@ def _mask_rows(ids: np.ndarray) -> list[tuple[int, int, int, int, int, int, str]
     return rows
 
 
-def generate_sample(params: SampleParams, video_path: Path,
-                    progress: Callable[[int, int], None] | None = None) -> SampleTruth:
+def generate_sample(
+    params: SampleParams, video_path: Path, progress: Callable[[int, int], None] | None = None
+) -> SampleTruth:
     """Render ``params``' walk to ``video_path`` (H.264 MP4, equirectangular, CFR, no audio) and
     return its ground truth. The same parameters give byte-identical video and tables (on the
     same machine and ffmpeg build)."""
@@ -117,14 +149,22 @@ def generate_sample(params: SampleParams, video_path: Path,
         numba.set_num_threads(threads_before)
 
 
-def _generate(params: SampleParams, world: World, video_path: Path, progress: Callable[[int, int], None] | None,
-              t_start: float, cpu_start: float) -> SampleTruth:
+def _generate(
+    params: SampleParams,
+    world: World,
+    video_path: Path,
+    progress: Callable[[int, int], None] | None,
+    t_start: float,
+    cpu_start: float,
+) -> SampleTruth:
     t_world = time.perf_counter() - t_start
     renderer = Renderer(world)
     ss = params.supersample
     pano = Camera.equirect(params.width * ss, params.height * ss)
-    views = {name: Camera.view(params.truth_view_width, params.truth_view_height, params.truth_hfov_deg, yaw)
-             for name, yaw in VIEWS.items()}
+    views = {
+        name: Camera.view(params.truth_view_width, params.truth_view_height, params.truth_hfov_deg, yaw)
+        for name, yaw in VIEWS.items()
+    }
     nf = n_frames(params)
     samples: dict[int, list[tuple[int, float]]] = {}
     for k, t, fr in truth_samples(params):
@@ -159,8 +199,18 @@ def _generate(params: SampleParams, world: World, video_path: Path, progress: Ca
             except BrokenPipeError:
                 break
             place = world.place_at(x, y)
-            for n, v in (("source_id", sid), ("frame", fr), ("time", fr / params.fps), ("x", x), ("y", y),
-                         ("z", z), ("yaw_deg", yaw), ("pitch_deg", 0.0), ("roll_deg", 0.0), ("place", place)):
+            for n, v in (
+                ("source_id", sid),
+                ("frame", fr),
+                ("time", fr / params.fps),
+                ("x", x),
+                ("y", y),
+                ("z", z),
+                ("yaw_deg", yaw),
+                ("pitch_deg", 0.0),
+                ("roll_deg", 0.0),
+                ("place", place),
+            ):
                 poses[n].append(v)
             if fr in samples:
                 t1 = time.perf_counter()
@@ -168,15 +218,24 @@ def _generate(params: SampleParams, world: World, video_path: Path, progress: Ca
                     _, ids = renderer.render(cam, x, y, z, yaw, want_rgb=False)
                     rows = _mask_rows(ids)
                     for k, t in samples[fr]:
-                        common = {"source_id": sid, "view": view, "sample_index": k, "time": t, "frame": fr,
-                                  "fps": float(params.fps), "image_width": vw, "image_height": vh}
+                        common = {
+                            "source_id": sid,
+                            "view": view,
+                            "sample_index": k,
+                            "time": t,
+                            "frame": fr,
+                            "fps": float(params.fps),
+                            "image_width": vw,
+                            "image_height": vh,
+                        }
                         for lab, x0, y0, x1, y1, npx, counts in rows:
                             box = {"x0": float(x0), "y0": float(y0), "x1": float(x1), "y1": float(y1), "pixels": npx}
                             if lab >= FACE_LABEL:
                                 face_rows.append({**common, "face_id": lab - FACE_LABEL, **box})
                             else:
-                                vis_rows.append({**common, "instance_id": lab, "category": cat_of[lab], **box,
-                                                 "mask_rle": counts})
+                                vis_rows.append(
+                                    {**common, "instance_id": lab, "category": cat_of[lab], **box, "mask_rle": counts}
+                                )
                 truth_s += time.perf_counter() - t1
             if progress is not None:
                 progress(fr + 1, nf)
@@ -194,17 +253,37 @@ def _generate(params: SampleParams, world: World, video_path: Path, progress: Ca
         raise UnitError(f"ffmpeg failed (exit {rc}) writing {video_path}: {err.strip()[-2000:]}")
     os.replace(tmp, video_path)
 
-    objects = [{"source_id": sid, "instance_id": i.instance_id, "category": i.category, "shape": i.shape,
-                "x": i.centre[0], "y": i.centre[1], "z": i.centre[2],
-                "size_x": i.size[0], "size_y": i.size[1], "size_z": i.size[2], "place": i.place}
-               for i in world.instances]
-    places = [{"source_id": sid, "place": p.name, "x_min": p.x_min, "y_min": p.y_min,
-               "x_max": p.x_max, "y_max": p.y_max} for p in world.places]
+    objects = [
+        {
+            "source_id": sid,
+            "instance_id": i.instance_id,
+            "category": i.category,
+            "shape": i.shape,
+            "x": i.centre[0],
+            "y": i.centre[1],
+            "z": i.centre[2],
+            "size_x": i.size[0],
+            "size_y": i.size[1],
+            "size_z": i.size[2],
+            "place": i.place,
+        }
+        for i in world.instances
+    ]
+    places = [
+        {"source_id": sid, "place": p.name, "x_min": p.x_min, "y_min": p.y_min, "x_max": p.x_max, "y_max": p.y_max}
+        for p in world.places
+    ]
     total = time.perf_counter() - t_start
-    stats = {"frames": float(nf), "world_s": t_world, "render_s": render_s, "truth_s": truth_s, "total_s": total,
-             "cpu_s": time.process_time() - cpu_start,  # this process (render + truth), not ffmpeg
-             "frames_rendered_per_s": nf / render_s if render_s > 0 else float("nan"),
-             "video_bytes": float(video_path.stat().st_size)}
+    stats = {
+        "frames": float(nf),
+        "world_s": t_world,
+        "render_s": render_s,
+        "truth_s": truth_s,
+        "total_s": total,
+        "cpu_s": time.process_time() - cpu_start,  # this process (render + truth), not ffmpeg
+        "frames_rendered_per_s": nf / render_s if render_s > 0 else float("nan"),
+        "video_bytes": float(video_path.stat().st_size),
+    }
     return SampleTruth(
         poses=schema.table(schema.TRUTH_POSES, poses),
         objects=schema.table(schema.TRUTH_OBJECTS, objects),

@@ -16,13 +16,19 @@ class SampleParams(BaseModel):
     width: int = Field(1280, ge=64, description="equirectangular width (height = width / 2), a multiple of 4")
     fps: float = Field(8.0, gt=0, le=60)
     route: Literal["loop", "short"] = Field(
-        "loop", description="loop: 120 s plaza-street-hall-corridor-plaza (every motion direction, pauses, a "
-                            "revisit); short: 56 s plaza-street-plaza")
+        "loop",
+        description="loop: 120 s plaza-street-hall-corridor-plaza (every motion direction, pauses, a "
+        "revisit); short: 56 s plaza-street-plaza",
+    )
     route_offset_s: float = Field(0.0, ge=0, description="start this far into the route (tests cut a window)")
     n_per_category: int | None = Field(
-        None, ge=1, le=10, description="instances per object category (6 categories, half of each in the plaza); "
+        None,
+        ge=1,
+        le=10,
+        description="instances per object category (6 categories, half of each in the plaza); "
         "None: the default layout (world.DEFAULT_LAYOUT: 2-8 per category, placed so that the sample exercises "
-        "every QA rule)")
+        "every QA rule)",
+    )
     faces: int = Field(1, ge=0, le=3, description="face photographs placed in the world (slot 0: the hall)")
     crf: int = Field(23, ge=0, le=51, description="x264 quality (23: ~28 MB for the default 2 min)")
     x264_preset: Literal["ultrafast", "superfast", "veryfast", "faster", "fast", "medium", "slow"] = "veryfast"

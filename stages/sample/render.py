@@ -56,8 +56,7 @@ def _value_noise(u: float, v: float, seed: int | np.int64) -> float | np.floatin
 
 
 @njit(cache=True, error_model="numpy", fastmath=True)
-def _sample(texels: np.ndarray, off: int, w: int, h: int, fu: float, fv: float, wrap: bool,
-            out: np.ndarray) -> None:
+def _sample(texels: np.ndarray, off: int, w: int, h: int, fu: float, fv: float, wrap: bool, out: np.ndarray) -> None:
     """Bilinear sample of one mip level at texture coordinates (fu, fv) (1 = one texture)."""
     x = fu * w - 0.5
     y = fv * h - 0.5
@@ -85,20 +84,46 @@ def _sample(texels: np.ndarray, off: int, w: int, h: int, fu: float, fv: float, 
     c = off + ix0 * h + iy1
     d = off + ix1 * h + iy1
     for k in range(3):
-        out[k] = ((texels[a, k] * (1 - fx) + texels[b, k] * fx) * (1 - fy)
-                  + (texels[c, k] * (1 - fx) + texels[d, k] * fx) * fy)
+        out[k] = (texels[a, k] * (1 - fx) + texels[b, k] * fx) * (1 - fy) + (
+            texels[c, k] * (1 - fx) + texels[d, k] * fx
+        ) * fy
 
 
 @njit(cache=True, parallel=True, error_model="numpy", fastmath=True)
-def render_columns(ox: float, oy: float, oz: float, yaw_rad: float, col_az: np.ndarray, tan_el: np.ndarray,
-                   pix_angle: float, want_rgb: bool,
-                   ptype: np.ndarray, pgeo: np.ndarray, pzr: np.ndarray, pmat: np.ndarray, plabel: np.ndarray,
-                   pface: np.ndarray, poff: np.ndarray, face_uv: np.ndarray,
-                   mtex: np.ndarray, mscale: np.ndarray, mtint: np.ndarray, mnoise: np.ndarray,
-                   floor_rects: np.ndarray, floor_mats: np.ndarray, floor_default: int | np.int64,
-                   texels: np.ndarray, toff: np.ndarray, tw: np.ndarray, th: np.ndarray, tlev: np.ndarray,
-                   sky: np.ndarray, light: np.ndarray,
-                   out_rgb: np.ndarray, out_id: np.ndarray) -> None:
+def render_columns(
+    ox: float,
+    oy: float,
+    oz: float,
+    yaw_rad: float,
+    col_az: np.ndarray,
+    tan_el: np.ndarray,
+    pix_angle: float,
+    want_rgb: bool,
+    ptype: np.ndarray,
+    pgeo: np.ndarray,
+    pzr: np.ndarray,
+    pmat: np.ndarray,
+    plabel: np.ndarray,
+    pface: np.ndarray,
+    poff: np.ndarray,
+    face_uv: np.ndarray,
+    mtex: np.ndarray,
+    mscale: np.ndarray,
+    mtint: np.ndarray,
+    mnoise: np.ndarray,
+    floor_rects: np.ndarray,
+    floor_mats: np.ndarray,
+    floor_default: int | np.int64,
+    texels: np.ndarray,
+    toff: np.ndarray,
+    tw: np.ndarray,
+    th: np.ndarray,
+    tlev: np.ndarray,
+    sky: np.ndarray,
+    light: np.ndarray,
+    out_rgb: np.ndarray,
+    out_id: np.ndarray,
+) -> None:
     """Render columns ``i`` of an image into ``out_rgb[i, j]`` / ``out_id[i, j]`` (column-major).
 
     ``col_az[i]``: the column's azimuth in the camera frame (radians, + right of forward);
@@ -348,8 +373,13 @@ def render_columns(ox: float, oy: float, oz: float, yaw_rad: float, col_az: np.n
                 if ptype[best_p] == QUAD:
                     v_quad = (pgeo[best_p, 6] - hzp) / (pgeo[best_p, 6] - pgeo[best_p, 5])
                     f = pface[best_p]
-                    if f >= 0 and best_u >= face_uv[0] and best_u <= face_uv[2] \
-                            and v_quad >= face_uv[1] and v_quad <= face_uv[3]:
+                    if (
+                        f >= 0
+                        and best_u >= face_uv[0]
+                        and best_u <= face_uv[2]
+                        and v_quad >= face_uv[1]
+                        and v_quad <= face_uv[3]
+                    ):
                         label = FACE_LABEL + f
             out_id[i, j] = label
             if not want_rgb:
@@ -373,8 +403,9 @@ def render_columns(ox: float, oy: float, oz: float, yaw_rad: float, col_az: np.n
                 iy0: int | np.int64 = np.int64(y0)
                 iy1: int | np.int64 = min(iy0 + 1, sky_h - 1)
                 for k in range(3):
-                    v = ((sky[iy0, ix0, k] * (1 - fx) + sky[iy0, ix1, k] * fx) * (1 - fy)
-                         + (sky[iy1, ix0, k] * (1 - fx) + sky[iy1, ix1, k] * fx) * fy)
+                    v = (sky[iy0, ix0, k] * (1 - fx) + sky[iy0, ix1, k] * fx) * (1 - fy) + (
+                        sky[iy1, ix0, k] * (1 - fx) + sky[iy1, ix1, k] * fx
+                    ) * fy
                     out_rgb[i, j, k] = np.uint8(min(max(v + 0.5, 0.0), 255.0))
                 continue
             nx = 0.0
@@ -527,18 +558,50 @@ class Renderer:
         self.w = world
         a = world.atlas
         zr = np.array([prim_z_range(t, g) for t, g in zip(world.ptype, world.pgeo, strict=True)], float).reshape(-1, 2)
-        self.args = (world.ptype, world.pgeo, zr, world.pmat, world.plabel, world.pface, world.poff, world.face_uv,
-                     world.mtex, world.mscale, world.mtint, world.mnoise,
-                     world.floor_rects, world.floor_mats, np.int64(world.floor_default),
-                     a.texels, a.offsets, a.widths, a.heights, a.n_levels, world.sky, LIGHT)
+        self.args = (
+            world.ptype,
+            world.pgeo,
+            zr,
+            world.pmat,
+            world.plabel,
+            world.pface,
+            world.poff,
+            world.face_uv,
+            world.mtex,
+            world.mscale,
+            world.mtint,
+            world.mnoise,
+            world.floor_rects,
+            world.floor_mats,
+            np.int64(world.floor_default),
+            a.texels,
+            a.offsets,
+            a.widths,
+            a.heights,
+            a.n_levels,
+            world.sky,
+            LIGHT,
+        )
 
-    def render(self, cam: Camera, x: float, y: float, z: float, yaw_deg: float,
-               want_rgb: bool = True) -> tuple[np.ndarray | None, np.ndarray]:
+    def render(
+        self, cam: Camera, x: float, y: float, z: float, yaw_deg: float, want_rgb: bool = True
+    ) -> tuple[np.ndarray | None, np.ndarray]:
         """(rgb (h, w, 3) uint8 or None, ids (h, w) int32) seen from (x, y, z) at heading yaw."""
         rgb = np.empty((cam.width, cam.height, 3), np.uint8) if want_rgb else np.empty((1, 1, 3), np.uint8)
         ids = np.empty((cam.width, cam.height), np.int32)
-        render_columns(float(x), float(y), float(z), math.radians(yaw_deg), cam.col_az, cam.tan_el,
-                       cam.pix_angle, want_rgb, *self.args, rgb, ids)
+        render_columns(
+            float(x),
+            float(y),
+            float(z),
+            math.radians(yaw_deg),
+            cam.col_az,
+            cam.tan_el,
+            cam.pix_angle,
+            want_rgb,
+            *self.args,
+            rgb,
+            ids,
+        )
         ids_hw = np.ascontiguousarray(ids.T)
         return (np.ascontiguousarray(rgb.transpose(1, 0, 2)) if want_rgb else None), ids_hw
 

@@ -126,8 +126,10 @@ class Route:
 
     @property
     def closed(self) -> bool:
-        return (math.hypot(self.end[0] - self.start[0], self.end[1] - self.start[1]) < 1e-6
-                and abs(_wrap(self.end[2] - self.start[2])) < 1e-6)
+        return (
+            math.hypot(self.end[0] - self.start[0], self.end[1] - self.start[1]) < 1e-6
+            and abs(_wrap(self.end[2] - self.start[2])) < 1e-6
+        )
 
     @staticmethod
     def _eval(leg: Leg, st: LegState, tau: float) -> tuple[float, float, float, float]:

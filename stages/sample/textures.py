@@ -33,10 +33,11 @@ def tile_noise(rng: np.random.Generator, size: int, cells: int) -> np.ndarray:
     pad = 3
     gp = np.pad(g, pad, mode="wrap")
     scale = size / cells
-    big = cv2.resize(gp, (int(round(gp.shape[1] * scale)), int(round(gp.shape[0] * scale))),
-                     interpolation=cv2.INTER_CUBIC)
+    big = cv2.resize(
+        gp, (int(round(gp.shape[1] * scale)), int(round(gp.shape[0] * scale))), interpolation=cv2.INTER_CUBIC
+    )
     o = int(round(pad * scale))
-    return np.clip(big[o:o + size, o:o + size], 0.0, 1.0)
+    return np.clip(big[o : o + size, o : o + size], 0.0, 1.0)
 
 
 def fbm(rng: np.random.Generator, size: int, base_cells: int = 4, octaves: int = 5, gain: float = 0.55) -> np.ndarray:
@@ -72,8 +73,9 @@ def _speckle(rng: np.random.Generator, img: np.ndarray, n: int, radius: tuple[in
     img *= out[..., None]
 
 
-def _walks(rng: np.random.Generator, img: np.ndarray, n: int, steps: tuple[int, int], turn: float,
-           step: float, darken: float) -> None:
+def _walks(
+    rng: np.random.Generator, img: np.ndarray, n: int, steps: tuple[int, int], turn: float, step: float, darken: float
+) -> None:
     """Darken pixels along random walks (cracks, scuffs), wrapped."""
     s = img.shape[0]
     for _ in range(n):
@@ -99,9 +101,18 @@ def _random_partition(rng: np.random.Generator, total: int, lo: int, hi: int) ->
     return parts
 
 
-def _slabs(rng: np.random.Generator, size: int, row_lo: int, row_hi: int, col_lo: int, col_hi: int,
-           palette: Sequence[tuple[float, float, float]], grout: tuple[float, float, float], grout_px: int,
-           stagger: bool = True) -> np.ndarray:
+def _slabs(
+    rng: np.random.Generator,
+    size: int,
+    row_lo: int,
+    row_hi: int,
+    col_lo: int,
+    col_hi: int,
+    palette: Sequence[tuple[float, float, float]],
+    grout: tuple[float, float, float],
+    grout_px: int,
+    stagger: bool = True,
+) -> np.ndarray:
     """Rows of rectangles of random widths (bricks, paving slabs), tileable; returns RGB float."""
     img = np.zeros((size, size, 3))
     mask = np.ones((size, size), dtype=bool)  # grout
@@ -124,8 +135,17 @@ def _slabs(rng: np.random.Generator, size: int, row_lo: int, row_hi: int, col_lo
 
 
 def tex_paving(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
-    img = _slabs(rng, size, 60, 140, 70, 200, [(168, 160, 148), (150, 146, 140), (182, 172, 156), (128, 126, 124)],
-                 (70, 66, 62), 4)
+    img = _slabs(
+        rng,
+        size,
+        60,
+        140,
+        70,
+        200,
+        [(168, 160, 148), (150, 146, 140), (182, 172, 156), (128, 126, 124)],
+        (70, 66, 62),
+        4,
+    )
     img *= (0.75 + 0.5 * fbm(rng, size, 8, 6))[..., None]
     _speckle(rng, img, 900, (1, 3), 0.35)
     return _u8(img)
@@ -145,8 +165,17 @@ def tex_asphalt(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
 
 
 def tex_brick(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
-    img = _slabs(rng, size, 30, 34, 56, 90, [(176, 164, 142), (160, 150, 136), (190, 178, 160), (140, 134, 124)],
-                 (205, 200, 190), 4)
+    img = _slabs(
+        rng,
+        size,
+        30,
+        34,
+        56,
+        90,
+        [(176, 164, 142), (160, 150, 136), (190, 178, 160), (140, 134, 124)],
+        (205, 200, 190),
+        4,
+    )
     img *= (0.8 + 0.4 * fbm(rng, size, 6, 6))[..., None]
     _speckle(rng, img, 1200, (1, 2), 0.3)
     return _u8(img)
@@ -165,7 +194,7 @@ def tex_facade(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
             x0 = fx * cell + (cell - w) // 2 + int(rng.integers(-6, 7))
             y0 = fy * cell + int(cell * 0.18)
             frame = 10
-            img[y0 - frame:y0 + h + frame, x0 - frame:x0 + w + frame] = (90 + 60 * rng.random(),) * 3
+            img[y0 - frame : y0 + h + frame, x0 - frame : x0 + w + frame] = (90 + 60 * rng.random(),) * 3
             glass = np.asarray((40, 52, 66), float) * (0.7 + 0.8 * rng.random())
             g = np.ones((h, w, 3)) * glass
             g *= (0.7 + 0.6 * tile_noise(rng, max(h, w), 3)[:h, :w])[..., None]
@@ -175,12 +204,12 @@ def tex_facade(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
                 if rng.random() < 0.5:
                     g[:, :cw] = ccol
                 else:
-                    g[:, w - cw:] = ccol
+                    g[:, w - cw :] = ccol
             if rng.random() < 0.4:  # a lit room
                 g *= 1.8
-            img[y0:y0 + h, x0:x0 + w] = g
-            img[y0 + h // 2 - 2:y0 + h // 2 + 2, x0:x0 + w] = 120  # transom
-            img[y0 + h + frame:y0 + h + frame + 8, x0 - 20:x0 + w + 20] = 150  # sill
+            img[y0 : y0 + h, x0 : x0 + w] = g
+            img[y0 + h // 2 - 2 : y0 + h // 2 + 2, x0 : x0 + w] = 120  # transom
+            img[y0 + h + frame : y0 + h + frame + 8, x0 - 20 : x0 + w + 20] = 150  # sill
     _speckle(rng, img, 600, (1, 3), 0.3)
     return _u8(img)
 
@@ -231,7 +260,7 @@ def tex_ceiling(rng: np.random.Generator, size: int = 1024) -> np.ndarray:
     for i in range(n):
         for j in range(n):
             if rng.random() < 0.25:
-                img[i * t + 10:(i + 1) * t - 10, j * t + 30:(j + 1) * t - 30] = 255
+                img[i * t + 10 : (i + 1) * t - 10, j * t + 30 : (j + 1) * t - 30] = 255
     img[::t, :] = 120
     img[:, ::t] = 120
     _speckle(rng, img, 800, (1, 2), 0.3)
@@ -264,8 +293,8 @@ def tex_cone(rng: np.random.Generator, size: int = 256) -> np.ndarray:
     """Orange with two darker bands (v runs down the cone's height over 1 texture); the bands are
     not white so that the whole cone keeps the category's hue."""
     img = np.ones((size, size, 3)) * np.array([235.0, 105.0, 20.0]) * (0.85 + 0.25 * fbm(rng, size, 8, 4))[..., None]
-    img[int(size * 0.25):int(size * 0.35)] *= 0.6
-    img[int(size * 0.50):int(size * 0.58)] *= 0.6
+    img[int(size * 0.25) : int(size * 0.35)] *= 0.6
+    img[int(size * 0.50) : int(size * 0.58)] *= 0.6
     return _u8(img)
 
 
@@ -287,16 +316,16 @@ def tex_poster(rng: np.random.Generator, w: int = 256, h: int = 384) -> np.ndarr
             sub[(xx - cx) ** 2 + (yy - cy) ** 2 < r * r] = col
         else:
             x0, y0 = int(rng.integers(0, int(w - 60 * k))), int(rng.integers(0, h // 2))
-            img[y0:y0 + int(rng.integers(20, 200) * k), x0:x0 + int(rng.integers(40, 300) * k)] = col
+            img[y0 : y0 + int(rng.integers(20, 200) * k), x0 : x0 + int(rng.integers(40, 300) * k)] = col
     ink = 255.0 - bg if bg.mean() < 128 else np.array([20.0, 20.0, 20.0], np.float32)
     y = int(h * 0.62)
     x = int(30 * k)
     gh = int(50 * k)
     while x < w - 60 * k:  # headline: big glyph blocks
         gw = int(rng.integers(18, 40) * k)
-        img[y:y + gh, x:x + gw] = ink
+        img[y : y + gh, x : x + gw] = ink
         if rng.random() < 0.5:
-            img[y + gh // 4:y + 3 * gh // 4, x + gw // 4:x + gw - gw // 4] = bg
+            img[y + gh // 4 : y + 3 * gh // 4, x + gw // 4 : x + gw - gw // 4] = bg
         x += gw + int(rng.integers(6, 20) * k)
     y += int(80 * k)
     lh = max(int(16 * k), 3)
@@ -305,7 +334,7 @@ def tex_poster(rng: np.random.Generator, w: int = 256, h: int = 384) -> np.ndarr
         end = int(w - 30 * k - rng.integers(0, 150) * k)
         while x < end:
             gw = max(int(rng.integers(6, 16) * k), 2)
-            img[y:y + lh, x:x + gw] = ink * (0.8 + 0.2 * rng.random())
+            img[y : y + lh, x : x + gw] = ink * (0.8 + 0.2 * rng.random())
             x += gw + max(int(rng.integers(2, 6) * k), 1) + (int(rng.integers(8, 16) * k) if rng.random() < 0.18 else 0)
         y += int(28 * k)
     b = max(int(8 * k), 2)
@@ -319,9 +348,9 @@ def tex_vending(rng: np.random.Generator, size: int = 512) -> np.ndarray:
     for r in range(5):
         for c in range(4):
             x0, y0 = 40 + c * 70, 40 + r * 70
-            img[y0:y0 + 50, x0:x0 + 50] = 150 + 60 * rng.random()
+            img[y0 : y0 + 50, x0 : x0 + 50] = 150 + 60 * rng.random()
     for r in range(6):
-        img[60 + r * 40:80 + r * 40, 360:420] = 90
+        img[60 + r * 40 : 80 + r * 40, 360:420] = 90
     img[420:470, 60:300] = 60
     return _u8(img)
 

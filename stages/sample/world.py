@@ -173,24 +173,37 @@ class _Builder:
         self.poff.append((float(self.rng.random()), float(self.rng.random())))
         return len(self.ptype) - 1
 
-    def box(self, x0: float, x1: float, y0: float, y1: float, z0: float, z1: float, mats: int | Sequence[int],
-            label: int = NO_LABEL) -> int:
+    def box(
+        self,
+        x0: float,
+        x1: float,
+        y0: float,
+        y1: float,
+        z0: float,
+        z1: float,
+        mats: int | Sequence[int],
+        label: int = NO_LABEL,
+    ) -> int:
         return self._add(BOX, [x0, x1, y0, y1, z0, z1], mats, label)
 
-    def cylinder(self, cx: float, cy: float, r: float, z0: float, z1: float, mats: int | Sequence[int],
-                 label: int = NO_LABEL) -> int:
+    def cylinder(
+        self, cx: float, cy: float, r: float, z0: float, z1: float, mats: int | Sequence[int], label: int = NO_LABEL
+    ) -> int:
         return self._add(CYL, [cx, cy, r, z0, z1], mats, label)
 
-    def cone(self, cx: float, cy: float, r: float, z0: float, z1: float, mats: int | Sequence[int],
-             label: int = NO_LABEL) -> int:
+    def cone(
+        self, cx: float, cy: float, r: float, z0: float, z1: float, mats: int | Sequence[int], label: int = NO_LABEL
+    ) -> int:
         return self._add(CONE, [cx, cy, r, z0, z1], mats, label)
 
-    def sphere(self, cx: float, cy: float, cz: float, r: float, mats: int | Sequence[int],
-               label: int = NO_LABEL) -> int:
+    def sphere(
+        self, cx: float, cy: float, cz: float, r: float, mats: int | Sequence[int], label: int = NO_LABEL
+    ) -> int:
         return self._add(SPHERE, [cx, cy, cz, r], mats, label)
 
-    def quad(self, cx: float, cy: float, nx: float, ny: float, width: float, z0: float, z1: float, mat: int,
-             face: int = -1) -> int:
+    def quad(
+        self, cx: float, cy: float, nx: float, ny: float, width: float, z0: float, z1: float, mat: int, face: int = -1
+    ) -> int:
         """A vertical one-sided quad facing the unit normal (nx, ny); u runs left to right as seen
         from the front, along e = (-ny, nx)."""
         return self._add(QUAD, [cx, cy, -ny, nx, width / 2.0, z0, z1], mat, NO_LABEL, face)
@@ -309,21 +322,42 @@ FACE_Z = (0.6, 2.4)
 # Poster slots on walls: (x, y, normal x, normal y); jittered along the wall per seed.
 POSTER_SLOTS = (
     # street, west facade (x = 2) and east facade (x = 10)
-    (2.0, 23.5, 1.0, 0.0), (2.0, 28.0, 1.0, 0.0), (2.0, 38.0, 1.0, 0.0),
-    (10.0, 25.0, -1.0, 0.0), (10.0, 31.0, -1.0, 0.0), (10.0, 36.5, -1.0, 0.0),
+    (2.0, 23.5, 1.0, 0.0),
+    (2.0, 28.0, 1.0, 0.0),
+    (2.0, 38.0, 1.0, 0.0),
+    (10.0, 25.0, -1.0, 0.0),
+    (10.0, 31.0, -1.0, 0.0),
+    (10.0, 36.5, -1.0, 0.0),
     # plaza: south facade, west, east, north
-    (5.0, 0.0, 0.0, 1.0), (11.0, 0.0, 0.0, 1.0), (19.0, 0.0, 0.0, 1.0), (25.0, 0.0, 0.0, 1.0),
-    (0.0, 8.0, 1.0, 0.0), (0.0, 14.0, 1.0, 0.0),
-    (28.0, 6.0, -1.0, 0.0), (28.0, 13.0, -1.0, 0.0),
-    (12.5, 20.0, 0.0, -1.0), (16.5, 20.0, 0.0, -1.0),
+    (5.0, 0.0, 0.0, 1.0),
+    (11.0, 0.0, 0.0, 1.0),
+    (19.0, 0.0, 0.0, 1.0),
+    (25.0, 0.0, 0.0, 1.0),
+    (0.0, 8.0, 1.0, 0.0),
+    (0.0, 14.0, 1.0, 0.0),
+    (28.0, 6.0, -1.0, 0.0),
+    (28.0, 13.0, -1.0, 0.0),
+    (12.5, 20.0, 0.0, -1.0),
+    (16.5, 20.0, 0.0, -1.0),
     # hall: north, west, east, south walls
-    (3.0, 52.0, 0.0, -1.0), (15.5, 52.0, 0.0, -1.0), (20.5, 52.0, 0.0, -1.0), (25.0, 52.0, 0.0, -1.0),
-    (0.0, 44.0, 1.0, 0.0), (0.0, 49.0, 1.0, 0.0),
-    (28.0, 43.0, -1.0, 0.0), (28.0, 48.5, -1.0, 0.0),
-    (12.5, 40.0, 0.0, 1.0), (16.5, 40.0, 0.0, 1.0),
+    (3.0, 52.0, 0.0, -1.0),
+    (15.5, 52.0, 0.0, -1.0),
+    (20.5, 52.0, 0.0, -1.0),
+    (25.0, 52.0, 0.0, -1.0),
+    (0.0, 44.0, 1.0, 0.0),
+    (0.0, 49.0, 1.0, 0.0),
+    (28.0, 43.0, -1.0, 0.0),
+    (28.0, 48.5, -1.0, 0.0),
+    (12.5, 40.0, 0.0, 1.0),
+    (16.5, 40.0, 0.0, 1.0),
     # corridor: west (x = 19) and east (x = 27) walls
-    (19.0, 22.5, 1.0, 0.0), (19.0, 27.5, 1.0, 0.0), (19.0, 32.5, 1.0, 0.0), (19.0, 37.5, 1.0, 0.0),
-    (27.0, 24.0, -1.0, 0.0), (27.0, 33.0, -1.0, 0.0), (27.0, 37.5, -1.0, 0.0),
+    (19.0, 22.5, 1.0, 0.0),
+    (19.0, 27.5, 1.0, 0.0),
+    (19.0, 32.5, 1.0, 0.0),
+    (19.0, 37.5, 1.0, 0.0),
+    (27.0, 24.0, -1.0, 0.0),
+    (27.0, 33.0, -1.0, 0.0),
+    (27.0, 37.5, -1.0, 0.0),
 )
 
 
@@ -333,11 +367,21 @@ def textures_for(seed: int) -> tuple[tx.TextureAtlas, np.ndarray]:
     they cost seconds and never change for a seed (the arrays are read-only)."""
     rng = np.random.default_rng([seed, 0x5A3B1E, 1])
     texs: dict[str, np.ndarray] = {
-        "paving": tx.tex_paving(rng), "asphalt": tx.tex_asphalt(rng), "brick": tx.tex_brick(rng),
-        "facade_a": tx.tex_facade(rng), "facade_b": tx.tex_facade(rng), "plaster": tx.tex_plaster(rng),
-        "tiles": tx.tex_floor_tiles(rng), "lino": tx.tex_linoleum(rng), "ceiling": tx.tex_ceiling(rng),
-        "roof": tx.tex_roof(rng), "grain": tx.tex_grain(rng), "wood": tx.tex_wood(rng),
-        "cone": tx.tex_cone(rng), "vending": tx.tex_vending(rng), "photo": tx.astronaut_photo(),
+        "paving": tx.tex_paving(rng),
+        "asphalt": tx.tex_asphalt(rng),
+        "brick": tx.tex_brick(rng),
+        "facade_a": tx.tex_facade(rng),
+        "facade_b": tx.tex_facade(rng),
+        "plaster": tx.tex_plaster(rng),
+        "tiles": tx.tex_floor_tiles(rng),
+        "lino": tx.tex_linoleum(rng),
+        "ceiling": tx.tex_ceiling(rng),
+        "roof": tx.tex_roof(rng),
+        "grain": tx.tex_grain(rng),
+        "wood": tx.tex_wood(rng),
+        "cone": tx.tex_cone(rng),
+        "vending": tx.tex_vending(rng),
+        "photo": tx.astronaut_photo(),
     }
     for i in range(len(POSTER_SLOTS)):
         texs[f"poster{i}"] = tx.tex_poster(rng)
@@ -424,7 +468,9 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
     poster_mats = [M(f"poster{i}", Material(T(f"poster{i}"), 0.0, 0.0)) for i in range(len(POSTER_SLOTS))]
     cat_mats = {}
     for c in CATEGORIES:
-        tint = (1.0, 1.0, 1.0) if c.texture == "cone" else (c.colour[0] / 200.0, c.colour[1] / 200.0, c.colour[2] / 200.0)
+        tint = (
+            (1.0, 1.0, 1.0) if c.texture == "cone" else (c.colour[0] / 200.0, c.colour[1] / 200.0, c.colour[2] / 200.0)
+        )
         if c.shape == BOX:
             su, sv = max(c.size[0], c.size[1]), c.size[2]
         elif c.shape == SPHERE:
@@ -485,8 +531,11 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
         fcx = cx + 0.01 * nx + (uc - 0.5) * FACE_WIDTH * ex
         fcy = cy + 0.01 * ny + (uc - 0.5) * FACE_WIDTH * ey
         fcz = FACE_Z[1] - vc * (FACE_Z[1] - FACE_Z[0])
-        faces.append(FacePhoto(f_id, p, place, (fcx, fcy, fcz), (nx, ny), (u1 - u0) * FACE_WIDTH,
-                               (v1 - v0) * (FACE_Z[1] - FACE_Z[0])))
+        faces.append(
+            FacePhoto(
+                f_id, p, place, (fcx, fcy, fcz), (nx, ny), (u1 - u0) * FACE_WIDTH, (v1 - v0) * (FACE_Z[1] - FACE_Z[0])
+            )
+        )
         used_slots.append((cx, cy))
     # posters (skip slots too close to a face photograph)
     for i, (cx, cy, nx, ny) in enumerate(POSTER_SLOTS):
@@ -501,8 +550,11 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
 
     # ---- object instances ----------------------------------------------------------------
     route_xy = np.array([trt.pose(t)[:2] for t in np.arange(0.0, trt.length + 1e-9, 0.1)])
-    scen_geo = [(b.ptype[k], np.asarray(b.pgeo[k])) for k in range(n_scenery)
-                if prim_z_range(b.ptype[k], np.asarray(b.pgeo[k]))[0] < 2.0]
+    scen_geo = [
+        (b.ptype[k], np.asarray(b.pgeo[k]))
+        for k in range(n_scenery)
+        if prim_z_range(b.ptype[k], np.asarray(b.pgeo[k]))[0] < 2.0
+    ]
     face_zones = []
     for f in faces:
         nx, ny = f.normal
@@ -531,12 +583,15 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
                     continue
                 if any(math.hypot(x - ox, y - oy) < rad + orad + 0.4 for ox, oy, orad in placed):
                     continue
-                if any(float(footprint_distance(t, g, np.array([x]), np.array([y]))[0]) < rad + 0.2
-                       for t, g in scen_geo):
+                if any(
+                    float(footprint_distance(t, g, np.array([x]), np.array([y]))[0]) < rad + 0.2 for t, g in scen_geo
+                ):
                     continue
                 # keep the space in front of a face photograph clear (4.5 m out, 1.6 m either side)
-                if any(0 < (x - cx) * nx + (y - cy) * ny < 4.5 + rad and abs((x - cx) * ex + (y - cy) * ey) < 1.6 + rad
-                       for cx, cy, nx, ny, ex, ey in face_zones):
+                if any(
+                    0 < (x - cx) * nx + (y - cy) * ny < 4.5 + rad and abs((x - cx) * ex + (y - cy) * ey) < 1.6 + rad
+                    for cx, cy, nx, ny, ex, ey in face_zones
+                ):
                     continue
                 break
             else:  # pragma: no cover - the layout leaves plenty of room
@@ -562,15 +617,29 @@ def build_world(seed: int = 0, route: str = "loop", n_per_category: int | None =
 
     mt = b.materials
     floor_rects = np.array([[p.x_min, p.y_min, p.x_max, p.y_max] for p in PLACES], float)
-    floor_mats = np.array([{"plaza": paving, "street": asphalt, "hall": tiles, "corridor": lino}[p.name]
-                           for p in PLACES], np.int32)
+    floor_mats = np.array(
+        [{"plaza": paving, "street": asphalt, "hall": tiles, "corridor": lino}[p.name] for p in PLACES], np.int32
+    )
     return World(
-        ptype=np.array(b.ptype, np.int32), pgeo=np.array(b.pgeo, float), pmat=np.array(b.pmat, np.int32),
-        plabel=np.array(b.plabel, np.int32), pface=np.array(b.pface, np.int32), poff=np.array(b.poff, float),
+        ptype=np.array(b.ptype, np.int32),
+        pgeo=np.array(b.pgeo, float),
+        pmat=np.array(b.pmat, np.int32),
+        plabel=np.array(b.plabel, np.int32),
+        pface=np.array(b.pface, np.int32),
+        poff=np.array(b.poff, float),
         mtex=np.array([m.texture for m in mt], np.int32),
         mscale=np.array([[m.scale_u, m.scale_v] for m in mt], float),
-        mtint=np.array([m.tint for m in mt], float), mnoise=np.array([m.noise for m in mt], float),
-        face_uv=np.array(tx.ASTRONAUT_FACE_UV, float), floor_rects=floor_rects, floor_mats=floor_mats,
-        floor_default=paving, atlas=atlas, sky=sky, places=PLACES, instances=instances, faces=faces,
-        route=trt, scenery=list(range(scenery_start, n_scenery)),
+        mtint=np.array([m.tint for m in mt], float),
+        mnoise=np.array([m.noise for m in mt], float),
+        face_uv=np.array(tx.ASTRONAUT_FACE_UV, float),
+        floor_rects=floor_rects,
+        floor_mats=floor_mats,
+        floor_default=paving,
+        atlas=atlas,
+        sky=sky,
+        places=PLACES,
+        instances=instances,
+        faces=faces,
+        route=trt,
+        scenery=list(range(scenery_start, n_scenery)),
     )

@@ -21,12 +21,16 @@ from typing import Any
 
 from vsi_wild.stages.qa.vmr import sector  # VMR's own answer label of a direction
 
-CATEGORIES = {"merges": "merges (review pairs)", "vmr": "VMR directions (answer sector)",
-              "questions": "question verdicts"}
+CATEGORIES = {
+    "merges": "merges (review pairs)",
+    "vmr": "VMR directions (answer sector)",
+    "questions": "question verdicts",
+}
 
 
-def decisions(video_id: str, fixes: list[dict[str, Any]], verified_by: dict[int, list[str]],
-              automatic: dict[int, str]) -> dict[str, dict[tuple, dict[str, str]]]:
+def decisions(
+    video_id: str, fixes: list[dict[str, Any]], verified_by: dict[int, list[str]], automatic: dict[int, str]
+) -> dict[str, dict[tuple, dict[str, str]]]:
     """category -> item -> reviewer -> their (latest) decision, from one video's fix file, the
     clips each reviewer marked verified and the automatic sector of each clip."""
     out: dict[str, dict[tuple, dict[str, str]]] = {c: defaultdict(dict) for c in CATEGORIES}
@@ -42,8 +46,13 @@ def decisions(video_id: str, fixes: list[dict[str, Any]], verified_by: dict[int,
         elif op == "review_question":
             out["questions"][(video_id, "question", f["question"])][who] = f["verdict"]
         elif op == "motion":
-            value = "none" if f.get("state") == "none" else sector(f["angle_deg"]) if f.get("angle_deg") is not None \
+            value = (
+                "none"
+                if f.get("state") == "none"
+                else sector(f["angle_deg"])
+                if f.get("angle_deg") is not None
                 else automatic.get(f["clip"], "?")
+            )
             out["vmr"][(video_id, "clip", f["clip"])][who] = value
     for clip, reviewers in verified_by.items():  # a clip verified as it was: the automatic direction
         item = (video_id, "clip", clip)
@@ -77,11 +86,24 @@ def compare(per_video: list[dict[str, dict[tuple, dict[str, str]]]]) -> dict[str
             both = [(item, by[a], by[b]) for item, by in sorted(merged[c].items()) if a in by and b in by]
             agree = sum(x == y for _, x, y in both)
             k = kappa([(x, y) for _, x, y in both])
-            rows.append({"reviewers": [a, b], "both": len(both), "agree": agree,
-                         "percent": None if not both else 100.0 * agree / len(both), "kappa": k})
-            report["disagreements"] += [{"category": c, "item": list(item), a: x, b: y} for item, x, y in both if x != y]
-        report["categories"][c] = {"label": label, "decided": len(merged[c]),
-                                   "by_two_or_more": sum(len(by) >= 2 for by in merged[c].values()), "pairs": rows}
+            rows.append(
+                {
+                    "reviewers": [a, b],
+                    "both": len(both),
+                    "agree": agree,
+                    "percent": None if not both else 100.0 * agree / len(both),
+                    "kappa": k,
+                }
+            )
+            report["disagreements"] += [
+                {"category": c, "item": list(item), a: x, b: y} for item, x, y in both if x != y
+            ]
+        report["categories"][c] = {
+            "label": label,
+            "decided": len(merged[c]),
+            "by_two_or_more": sum(len(by) >= 2 for by in merged[c].values()),
+            "pairs": rows,
+        }
     return report
 
 
@@ -89,8 +111,10 @@ def lines(report: dict[str, Any]) -> list[str]:
     """The report as a person reads it."""
     if len(report["reviewers"]) < 2:
         who = ", ".join(report["reviewers"]) or "nobody"
-        return [f"decisions by {who}: agreement needs two reviewers deciding the same items "
-                "(a second reviewer reviews blind with /queue?second=1)"]
+        return [
+            f"decisions by {who}: agreement needs two reviewers deciding the same items "
+            "(a second reviewer reviews blind with /queue?second=1)"
+        ]
     out = [f"agreement of {len(report['reviewers'])} reviewers ({', '.join(report['reviewers'])})"]
     for c in report["categories"].values():
         for r in c["pairs"]:
@@ -99,14 +123,19 @@ def lines(report: dict[str, Any]) -> list[str]:
                 out.append(f"  {c['label']}: {a} and {b} decided no item in common")
                 continue
             k = "n/a" if r["kappa"] is None else f"{r['kappa']:.2f}"
-            out.append(f"  {c['label']}: {a} and {b} both decided {r['both']}, agree on {r['agree']} "
-                       f"({r['percent']:.1f}%), Cohen's kappa {k}")
+            out.append(
+                f"  {c['label']}: {a} and {b} both decided {r['both']}, agree on {r['agree']} "
+                f"({r['percent']:.1f}%), Cohen's kappa {k}"
+            )
     if report["disagreements"]:
         out.append("disagreements:")
         for d in report["disagreements"]:
             item = d["item"]
-            what = {"pair": lambda i: f"pair clip {i[2]} #{i[3]} · clip {i[4]} #{i[5]}",
-                    "clip": lambda i: f"VMR clip {i[2]}", "question": lambda i: f"question {i[2]}"}[item[1]](item)
+            what = {
+                "pair": lambda i: f"pair clip {i[2]} #{i[3]} · clip {i[4]} #{i[5]}",
+                "clip": lambda i: f"VMR clip {i[2]}",
+                "question": lambda i: f"question {i[2]}",
+            }[item[1]](item)
             votes = ", ".join(f"{k} {v}" for k, v in d.items() if k not in ("category", "item"))
             out.append(f"  {item[0]} {what}: {votes}")
     return out

@@ -59,8 +59,11 @@ class Catalog:
         base = self.store.path("status", stage)
         if not self.store.exists(base):
             return []
-        units = sorted(p.rsplit("/", 1)[-1][: -len(".parquet")] for p in self.store.fs.glob(f"{base}/*.parquet")
-                       if not p.rsplit("/", 1)[-1].startswith("_"))
+        units = sorted(
+            p.rsplit("/", 1)[-1][: -len(".parquet")]
+            for p in self.store.fs.glob(f"{base}/*.parquet")
+            if not p.rsplit("/", 1)[-1].startswith("_")
+        )
         return [r for r in (self.store.read_status(stage, u) for u in units) if r is not None]
 
     def current(self, stage: str, unit: str) -> UnitRef | None:
@@ -156,8 +159,14 @@ class Catalog:
             with self._lock:
                 held = self._concepts.get(vid)
             if held is None or held[0] != ref:
-                held = (ref, set(pq.read_table(self.store.local_file(ref, "instances.parquet"),
-                                               columns=["concept"])["concept"].to_pylist()))
+                held = (
+                    ref,
+                    set(
+                        pq.read_table(self.store.local_file(ref, "instances.parquet"), columns=["concept"])[
+                            "concept"
+                        ].to_pylist()
+                    ),
+                )
                 with self._lock:
                     self._concepts[vid] = held
             out |= held[1]

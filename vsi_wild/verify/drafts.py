@@ -53,7 +53,9 @@ class Draft(BaseModel):
 
 def check_reviewer(name: str) -> str:
     if not REVIEWER.match(name or ""):
-        raise ValueError(f"reviewer name {name!r}: 1-40 letters, digits, '.', '_' or '-', starting with a letter or digit")
+        raise ValueError(
+            f"reviewer name {name!r}: 1-40 letters, digits, '.', '_' or '-', starting with a letter or digit"
+        )
     return name
 
 
@@ -70,8 +72,9 @@ def read(store: Store, video_id: str, reviewer: str) -> Draft:
 
 def write(store: Store, draft: Draft) -> Draft:
     draft = draft.model_copy(update={"updated_at": datetime.now(UTC).isoformat(timespec="seconds")})
-    store.write_bytes_atomic(path(store, draft.video_id, draft.reviewer),
-                             json.dumps(draft.model_dump(), indent=1).encode())
+    store.write_bytes_atomic(
+        path(store, draft.video_id, draft.reviewer), json.dumps(draft.model_dump(), indent=1).encode()
+    )
     return draft
 
 
@@ -86,22 +89,25 @@ def reviewers(store: Store, video_id: str) -> list[str]:
 def change(draft: Draft, edits: list[Edit]) -> Draft:
     """The draft with ``edits`` as its pending edits; the previous ones become undoable."""
     undo = (draft.undo + [draft.edits])[-UNDO_DEPTH:]
-    return draft.model_copy(update={"edits": edits, "undo": undo, "redo": [], "failed": [
-        f for f in draft.failed if f.edit in edits]})
+    return draft.model_copy(
+        update={"edits": edits, "undo": undo, "redo": [], "failed": [f for f in draft.failed if f.edit in edits]}
+    )
 
 
 def undo(draft: Draft) -> Draft:
     if not draft.undo:
         raise LookupError("nothing to undo")
-    return draft.model_copy(update={"edits": draft.undo[-1], "undo": draft.undo[:-1],
-                                    "redo": draft.redo + [draft.edits]})
+    return draft.model_copy(
+        update={"edits": draft.undo[-1], "undo": draft.undo[:-1], "redo": draft.redo + [draft.edits]}
+    )
 
 
 def redo(draft: Draft) -> Draft:
     if not draft.redo:
         raise LookupError("nothing to redo")
-    return draft.model_copy(update={"edits": draft.redo[-1], "redo": draft.redo[:-1],
-                                    "undo": draft.undo + [draft.edits]})
+    return draft.model_copy(
+        update={"edits": draft.redo[-1], "redo": draft.redo[:-1], "undo": draft.undo + [draft.edits]}
+    )
 
 
 def lock() -> threading.Lock:

@@ -64,7 +64,7 @@ def cvat_rle(mask: np.ndarray) -> tuple[list[int], int, int, int, int] | None:
     if not len(xs):
         return None
     left, top, right, bottom = int(xs.min()), int(ys.min()), int(xs.max()), int(ys.max())
-    flat = (mask[top:bottom + 1, left:right + 1] > 0).astype(np.uint8).ravel()
+    flat = (mask[top : bottom + 1, left : right + 1] > 0).astype(np.uint8).ravel()
     change = np.flatnonzero(np.diff(flat)) + 1
     bounds = np.concatenate([[0], change, [len(flat)]])
     runs = np.diff(bounds).tolist()
@@ -78,10 +78,10 @@ def cvat_mask(runs: list[int], left: int, top: int, width: int, height: int, fra
     flat = np.zeros(width * height, np.uint8)
     pos, value = 0, 0
     for n in runs:
-        flat[pos:pos + n] = value
+        flat[pos : pos + n] = value
         pos, value = pos + n, 1 - value
     out = np.zeros((frame_h, frame_w), np.uint8)
-    out[top:top + height, left:left + width] = flat.reshape(height, width)[: frame_h - top, : frame_w - left]
+    out[top : top + height, left : left + width] = flat.reshape(height, width)[: frame_h - top, : frame_w - left]
     return out
 
 
@@ -127,9 +127,21 @@ def export_cvat(review: Review, masks: MaskServer, video_id: str) -> tuple[bytes
     ET.SubElement(root, "version").text = "1.1"
     meta = ET.SubElement(root, "meta")
     task = ET.SubElement(meta, "task")
-    for k, v in (("id", "0"), ("name", video_id), ("size", str(n_frames)), ("mode", "interpolation"), ("overlap", "0"),
-                 ("bugtracker", ""), ("flipped", "False"), ("created", ""), ("updated", ""), ("start_frame", "0"),
-                 ("stop_frame", str(n_frames - 1)), ("frame_filter", ""), ("z_order", "False")):
+    for k, v in (
+        ("id", "0"),
+        ("name", video_id),
+        ("size", str(n_frames)),
+        ("mode", "interpolation"),
+        ("overlap", "0"),
+        ("bugtracker", ""),
+        ("flipped", "False"),
+        ("created", ""),
+        ("updated", ""),
+        ("start_frame", "0"),
+        ("stop_frame", str(n_frames - 1)),
+        ("frame_filter", ""),
+        ("z_order", "False"),
+    ):
         ET.SubElement(task, k).text = v
     labels = ET.SubElement(task, "labels")
     for concept in sorted({r["concept"] for r in cur["instances"]}):
@@ -138,8 +150,13 @@ def export_cvat(review: Review, masks: MaskServer, video_id: str) -> tuple[bytes
         ET.SubElement(label, "type").text = "any"
         attrs = ET.SubElement(label, "attributes")
         a = ET.SubElement(attrs, "attribute")
-        for k, v in (("name", ATTRIBUTE), ("mutable", "False"), ("input_type", "text"), ("default_value", ""),
-                     ("values", "")):
+        for k, v in (
+            ("name", ATTRIBUTE),
+            ("mutable", "False"),
+            ("input_type", "text"),
+            ("default_value", ""),
+            ("values", ""),
+        ):
             ET.SubElement(a, k).text = v
     size = ET.SubElement(task, "original_size")
     ET.SubElement(size, "width").text = str(w)
@@ -147,7 +164,10 @@ def export_cvat(review: Review, masks: MaskServer, video_id: str) -> tuple[bytes
     ET.SubElement(meta, "dumped").text = datetime.now(UTC).isoformat(timespec="seconds")
     n_tracks = n_boxes = n_masks = 0
     for inst in cur["instances"]:
-        iid, rows = inst["instance_id"], [o for o in cur["observations"].get(inst["instance_id"], []) if o["x0"] is not None]
+        iid, rows = (
+            inst["instance_id"],
+            [o for o in cur["observations"].get(inst["instance_id"], []) if o["x0"] is not None],
+        )
         if not rows:
             continue
         source = "manual" if inst["origin"] == "fix" else "auto"
@@ -161,21 +181,31 @@ def export_cvat(review: Review, masks: MaskServer, video_id: str) -> tuple[bytes
                 if kind == "mask" and code is None:
                     continue
                 if track is None:
-                    track = ET.SubElement(root, "track", {"id": str(2 * iid + (kind == "mask")), "label": inst["concept"],
-                                                         "source": source, "group_id": str(iid)})
+                    track = ET.SubElement(
+                        root,
+                        "track",
+                        {
+                            "id": str(2 * iid + (kind == "mask")),
+                            "label": inst["concept"],
+                            "source": source,
+                            "group_id": str(iid),
+                        },
+                    )
                     n_tracks += 1
                 if last_k is not None and k > last_k + 1:  # a gap: out of view after the last one
                     _outside(track, kind, _frame_of((last_k + 1) * SAMPLE_STEP, fps), iid)
                 shape_attrs = {"frame": str(o["frame"]), "keyframe": "1", "outside": "0", "occluded": "0"}
                 if kind == "box":
-                    shape_attrs.update(xtl=f"{o['x0']:.2f}", ytl=f"{o['y0']:.2f}", xbr=f"{o['x1']:.2f}",
-                                       ybr=f"{o['y1']:.2f}")
+                    shape_attrs.update(
+                        xtl=f"{o['x0']:.2f}", ytl=f"{o['y0']:.2f}", xbr=f"{o['x1']:.2f}", ybr=f"{o['y1']:.2f}"
+                    )
                     n_boxes += 1
                 else:
                     assert code is not None  # a mask row without a mask was skipped above
                     runs, left, top, mw, mh = code
-                    shape_attrs.update(rle=", ".join(map(str, runs)), left=str(left), top=str(top), width=str(mw),
-                                       height=str(mh))
+                    shape_attrs.update(
+                        rle=", ".join(map(str, runs)), left=str(left), top=str(top), width=str(mw), height=str(mh)
+                    )
                     n_masks += 1
                 shape_attrs["z_order"] = "0"
                 shape = ET.SubElement(track, kind, shape_attrs)
@@ -215,14 +245,28 @@ def read_cvat(path: Path) -> dict[str, Any]:
                 outside = s.attrib.get("outside") == "1"
                 box = None if outside else tuple(float(s.attrib[k]) for k in ("xtl", "ytl", "xbr", "ybr"))
             except (KeyError, ValueError) as e:
-                raise ExchangeError(f"{path}: track {t.attrib.get('id')}: box at frame {s.attrib.get('frame')}: "
-                                    f"missing or bad attribute {e}") from None
+                raise ExchangeError(
+                    f"{path}: track {t.attrib.get('id')}: box at frame {s.attrib.get('frame')}: "
+                    f"missing or bad attribute {e}"
+                ) from None
             attr = next((a.text for a in s.findall("attribute") if a.attrib.get("name") == ATTRIBUTE), None)
-            shapes.append({"frame": frame, "outside": outside, "keyframe": s.attrib.get("keyframe", "1") == "1",
-                           "box": box, "instance": int(attr) if attr and attr.strip().isdigit() else None})
+            shapes.append(
+                {
+                    "frame": frame,
+                    "outside": outside,
+                    "keyframe": s.attrib.get("keyframe", "1") == "1",
+                    "box": box,
+                    "instance": int(attr) if attr and attr.strip().isdigit() else None,
+                }
+            )
         if shapes:
-            tracks.append({"id": t.attrib.get("id"), "label": t.attrib.get("label", ""),
-                           "shapes": sorted(shapes, key=lambda s: s["frame"])})
+            tracks.append(
+                {
+                    "id": t.attrib.get("id"),
+                    "label": t.attrib.get("label", ""),
+                    "shapes": sorted(shapes, key=lambda s: s["frame"]),
+                }
+            )
     return {"name": name, "tracks": tracks}
 
 
@@ -247,9 +291,18 @@ def import_cvat(review: Review, path: Path, video_id: str | None = None) -> tupl
         ids = sorted({s["instance"] for s in t["shapes"] if s["instance"] is not None})
         if not ids:
             frames = [s for s in t["shapes"] if s["keyframe"]]
-            adds.append({"op": "add_instance", "concept": t["label"], "boxes": [
-                {"time": _time(s["frame"], fps), "outside": True} if s["outside"] else
-                {"time": _time(s["frame"], fps), "box": [round(v, 2) for v in s["box"]]} for s in frames]})
+            adds.append(
+                {
+                    "op": "add_instance",
+                    "concept": t["label"],
+                    "boxes": [
+                        {"time": _time(s["frame"], fps), "outside": True}
+                        if s["outside"]
+                        else {"time": _time(s["frame"], fps), "box": [round(v, 2) for v in s["box"]]}
+                        for s in frames
+                    ],
+                }
+            )
             continue
         for i in ids:
             seen[i].append(t)
@@ -263,13 +316,18 @@ def import_cvat(review: Review, path: Path, video_id: str | None = None) -> tupl
         if len(tracks) >= 2:  # split in CVAT: every later track starts a new instance
             starts = sorted(min(s["frame"] for s in t["shapes"] if not s["outside"]) for t in tracks)
             splits += [{"op": "split_at", "instance": i, "time": _time(f, fps)} for f in reversed(starts[1:])]
-    removes = [{"op": "remove_instance", "instance": i} for i in sorted(concept)
-               if i not in seen and any(k[0] == i for k in ours)]
+    removes = [
+        {"op": "remove_instance", "instance": i}
+        for i in sorted(concept)
+        if i not in seen and any(k[0] == i for k in ours)
+    ]
     grouped: dict[tuple[str, str], list[int]] = defaultdict(list)
     for frm, to, i in renames:
         grouped[(frm, to)].append(i)
-    rename_ops = [{"op": "rename_concept", "from": frm, "to": to, "instances": sorted(ids)} for (frm, to), ids in
-                  sorted(grouped.items())]
+    rename_ops = [
+        {"op": "rename_concept", "from": frm, "to": to, "instances": sorted(ids)}
+        for (frm, to), ids in sorted(grouped.items())
+    ]
     return vid, rename_ops + boxes + merges + splits + removes + adds
 
 
@@ -305,8 +363,11 @@ def _box_edits(track: dict[str, Any], ours: dict[tuple[int, int], tuple], fps: f
             s = keys[x]
             if s["outside"] and not frames:
                 continue  # a run cannot start out of view: the box before it bounds it
-            frames.append({"time": _time(s["frame"], fps), "outside": True} if s["outside"] else
-                          {"time": _time(s["frame"], fps), "box": [round(v, 2) for v in s["box"]]})
+            frames.append(
+                {"time": _time(s["frame"], fps), "outside": True}
+                if s["outside"]
+                else {"time": _time(s["frame"], fps), "box": [round(v, 2) for v in s["box"]]}
+            )
         if frames:
             out.append({"op": "set_box", "instance": keys[run[0]]["instance"], "boxes": frames})
     return out
@@ -341,14 +402,38 @@ def export_ytvis(review: Review, masks: MaskServer, video_id: str) -> tuple[byte
             else:
                 areas[k] = float(bboxes[k][2] * bboxes[k][3])
         if any(b is not None for b in bboxes):
-            annotations.append({"id": iid, "video_id": 1, "category_id": categories[inst["concept"]], "iscrowd": 0,
-                                "width": w, "height": h, "length": 1, "segmentations": segs, "bboxes": bboxes,
-                                "areas": areas})
-    doc = {"info": {"description": f"vsi-wild metadata of {video_id}", "version": "1.0",
-                    "date_created": datetime.now(UTC).isoformat(timespec="seconds")},
-           "licenses": [],
-           "videos": [{"id": 1, "name": video_id, "width": w, "height": h, "length": n,
-                       "file_names": [f"{video_id}/{_frame_of(k * SAMPLE_STEP, fps):06d}.jpg" for k in range(n)]}],
-           "categories": [{"id": i, "name": c, "supercategory": "object"} for c, i in categories.items()],
-           "annotations": annotations}
+            annotations.append(
+                {
+                    "id": iid,
+                    "video_id": 1,
+                    "category_id": categories[inst["concept"]],
+                    "iscrowd": 0,
+                    "width": w,
+                    "height": h,
+                    "length": 1,
+                    "segmentations": segs,
+                    "bboxes": bboxes,
+                    "areas": areas,
+                }
+            )
+    doc = {
+        "info": {
+            "description": f"vsi-wild metadata of {video_id}",
+            "version": "1.0",
+            "date_created": datetime.now(UTC).isoformat(timespec="seconds"),
+        },
+        "licenses": [],
+        "videos": [
+            {
+                "id": 1,
+                "name": video_id,
+                "width": w,
+                "height": h,
+                "length": n,
+                "file_names": [f"{video_id}/{_frame_of(k * SAMPLE_STEP, fps):06d}.jpg" for k in range(n)],
+            }
+        ],
+        "categories": [{"id": i, "name": c, "supercategory": "object"} for c, i in categories.items()],
+        "annotations": annotations,
+    }
     return json.dumps(doc).encode(), {"instances": len(annotations), "frames": n, "masks": n_masks}

@@ -191,15 +191,18 @@ def _keep_previous(path: Path, video_id: str, data: bytes) -> None:
     write_atomic(history_dir(path, video_id) / f"{(versions[-1] if versions else 0) + 1}.yaml", data)
 
 
-def save(path: Path, video_id: str, fixes: Sequence[dict[str, Any]], loaded_sha256: str,
-         validate: Callable[[str], None]) -> str:
+def save(
+    path: Path, video_id: str, fixes: Sequence[dict[str, Any]], loaded_sha256: str, validate: Callable[[str], None]
+) -> str:
     """Write the video's fix file with ``fixes``; returns the new file's sha256. Raises StaleSave
     or the pipeline's FixError, and then writes nothing."""
     with _LOCK:
         data, current = read(path)
         if current != loaded_sha256:
-            raise StaleSave(f"{path.name} changed since this page loaded it (another page or a person saved it): "
-                            "reload the page to see the current fixes; nothing was written")
+            raise StaleSave(
+                f"{path.name} changed since this page loaded it (another page or a person saved it): "
+                "reload the page to see the current fixes; nothing was written"
+            )
         text = render(data, video_id, fixes)
         validate(text)
         if data is not None:
@@ -208,8 +211,9 @@ def save(path: Path, video_id: str, fixes: Sequence[dict[str, Any]], loaded_sha2
         return sha256_text(text.encode("utf-8"))
 
 
-def save_edits(path: Path, video_id: str, edits: Sequence[dict[str, Any]],
-               validate: Callable[[str], object]) -> tuple[str, list[tuple[dict[str, Any], fx.FixError]]]:
+def save_edits(
+    path: Path, video_id: str, edits: Sequence[dict[str, Any]], validate: Callable[[str], object]
+) -> tuple[str, list[tuple[dict[str, Any], fx.FixError]]]:
     """Apply ``edits`` to the fix file as it is now and write it; returns the new sha256 and the
     edits that did not apply, each with the pipeline's error. All at once when the result
     validates; else one by one, keeping each edit that still validates (a rebase). Writes nothing

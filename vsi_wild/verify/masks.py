@@ -30,8 +30,18 @@ from vsi_wild.stages.segment import SAMPLE_STEP, clip_of_sample
 from vsi_wild.store import UnitRef
 from vsi_wild.verify.catalog import Catalog
 
-SEGMENT_COLUMNS = ["sample_index", "local_id", "concept", "x0", "y0", "x1", "y1", "image_width", "image_height",
-                   "mask_rle"]
+SEGMENT_COLUMNS = [
+    "sample_index",
+    "local_id",
+    "concept",
+    "x0",
+    "y0",
+    "x1",
+    "y1",
+    "image_width",
+    "image_height",
+    "mask_rle",
+]
 MAX_MASKS = 255  # labels of one 8-bit image
 CLIPS_KEPT = 3
 
@@ -58,8 +68,9 @@ class ObservationIndex:
     def read(cls, path: str) -> ObservationIndex:
         t = pq.read_table(path, columns=["instance_id", "sample_index", "x0", "y0", "x1", "y1", "origin"])
         samples, starts, order = _by_sample(t["sample_index"].to_numpy())
-        boxes = np.stack([t[c].to_numpy(zero_copy_only=False).astype(np.float64) for c in ("x0", "y0", "x1", "y1")],
-                         axis=1)[order]
+        boxes = np.stack(
+            [t[c].to_numpy(zero_copy_only=False).astype(np.float64) for c in ("x0", "y0", "x1", "y1")], axis=1
+        )[order]
         fixed = (np.asarray(t["origin"].to_pylist(), dtype=object) == "fix")[order]
         return cls(starts, samples, t["instance_id"].to_numpy()[order].astype(np.int64), boxes, fixed)
 
@@ -100,7 +111,12 @@ class MaskServer:
         with self._lock:
             held = self._obs.get(video_id)
             if held is None or held[0] != ref:
-                self._obs = {video_id: (ref, ObservationIndex.read(str(self.catalog.store.local_file(ref, "observations.parquet"))))}
+                self._obs = {
+                    video_id: (
+                        ref,
+                        ObservationIndex.read(str(self.catalog.store.local_file(ref, "observations.parquet"))),
+                    )
+                }
             return self._obs[video_id][1]
 
     def _clip_rows(self, ref: UnitRef, k: int) -> list[dict[str, Any]]:
@@ -118,7 +134,7 @@ class MaskServer:
         i = int(np.searchsorted(samples, k))
         if i >= len(samples) or samples[i] != k:
             return []
-        return table.take(order[starts[i]:starts[i + 1]]).to_pylist()
+        return table.take(order[starts[i] : starts[i + 1]]).to_pylist()
 
     def decoded(self, video_id: str, k: int) -> list[dict[str, Any]]:
         """The masks of 2 FPS timestamp ``k``, each matched to its current instance: instance id,
@@ -132,8 +148,11 @@ class MaskServer:
         out: list[dict[str, Any]] = []
         for r in rows[:MAX_MASKS]:
             s = float(width) / float(r["image_width"])
-            box = np.array([r["x0"], r["y0"], r["x1"], r["y1"]], dtype=np.float64) * s if s != 1.0 else \
-                np.array([r["x0"], r["y0"], r["x1"], r["y1"]], dtype=np.float64)
+            box = (
+                np.array([r["x0"], r["y0"], r["x1"], r["y1"]], dtype=np.float64) * s
+                if s != 1.0
+                else np.array([r["x0"], r["y0"], r["x1"], r["y1"]], dtype=np.float64)
+            )
             if not len(inst):
                 continue
             same = np.flatnonzero(np.all(boxes == box, axis=1))
@@ -146,8 +165,16 @@ class MaskServer:
                     continue  # its instance was removed
             h, w = int(r["image_height"]), int(r["image_width"])
             m = mask_utils.decode({"size": [h, w], "counts": r["mask_rle"].encode()})
-            out.append({"instance_id": int(inst[j]), "concept": r["concept"], "clip": clip,
-                        "local_id": int(r["local_id"]), "box": [float(v) for v in box], "mask": m})
+            out.append(
+                {
+                    "instance_id": int(inst[j]),
+                    "concept": r["concept"],
+                    "clip": clip,
+                    "local_id": int(r["local_id"]),
+                    "box": [float(v) for v in box],
+                    "mask": m,
+                }
+            )
         # the masks of boxes reviewers drew (segmented from them where the segmenter takes box
         # prompts): the instance whose observation is that drawn box
         fixed = self._observations(video_id).at_with_origin(k)[2]
@@ -159,8 +186,17 @@ class MaskServer:
                 continue
             h, w = int(r["image_height"]), int(r["image_width"])
             m = mask_utils.decode({"size": [h, w], "counts": r["mask_rle"].encode()})
-            out.append({"instance_id": int(inst[j]), "concept": r["concept"] or "", "clip": clip, "local_id": -1,
-                        "box": [float(v) for v in boxes[j]], "mask": m, "prompt": r["prompt"]})
+            out.append(
+                {
+                    "instance_id": int(inst[j]),
+                    "concept": r["concept"] or "",
+                    "clip": clip,
+                    "local_id": -1,
+                    "box": [float(v) for v in boxes[j]],
+                    "mask": m,
+                    "prompt": r["prompt"],
+                }
+            )
         return out
 
     def _prompted(self, ref: UnitRef, k: int) -> list[dict[str, Any]]:
@@ -187,9 +223,18 @@ class MaskServer:
             label[m > 0] = len(out) + 1
             out.append({"label": len(out) + 1, **d})
         png = ""
-        mh, mw = (label.shape if label is not None else (height, width))
+        mh, mw = label.shape if label is not None else (height, width)
         if label is not None:
             ok, buf = cv2.imencode(".png", label, [cv2.IMWRITE_PNG_COMPRESSION, 1])
             png = base64.b64encode(buf.tobytes()).decode() if ok else ""
-        return {"video_id": video_id, "sample_index": k, "time": k * SAMPLE_STEP, "mask_width": mw, "mask_height": mh,
-                "view_width": width, "view_height": height, "png": png, "masks": out}
+        return {
+            "video_id": video_id,
+            "sample_index": k,
+            "time": k * SAMPLE_STEP,
+            "mask_width": mw,
+            "mask_height": mh,
+            "view_width": width,
+            "view_height": height,
+            "png": png,
+            "masks": out,
+        }

@@ -23,7 +23,8 @@ class Progress(BaseModel):
     temporal_verified: bool = Field(False, description="the video's instances (VOO, VOC) were checked")
     clips_verified: list[int] = Field(default_factory=list, description="motion clips (VMR) checked")
     questions: dict[str, Literal["accept", "reject"]] = Field(
-        default_factory=dict, description="question id -> the reviewer's verdict")
+        default_factory=dict, description="question id -> the reviewer's verdict"
+    )
     by: dict[str, str] = Field(default_factory=dict, description="what was marked ('temporal', 'clip:<n>') -> by whom")
     updated_at: str | None = None
 
@@ -49,8 +50,12 @@ def write(store: Store, video_id: str, progress: Progress, reviewer: str | None 
         for c in set(progress.clips_verified) - set(before.clips_verified):
             by[f"clip:{c}"] = reviewer
         progress = progress.model_copy(update={"by": by})
-    progress = progress.model_copy(update={"clips_verified": sorted(set(progress.clips_verified)),
-                                           "updated_at": datetime.now(UTC).isoformat(timespec="seconds")})
+    progress = progress.model_copy(
+        update={
+            "clips_verified": sorted(set(progress.clips_verified)),
+            "updated_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+    )
     store.write_bytes_atomic(path(store, video_id), json.dumps(progress.model_dump(), indent=1).encode())
     return progress
 
@@ -69,9 +74,11 @@ def status_lines(store: Store, clips_of: dict[str, int], questions_of: dict[str,
     for vid in recorded(store):
         p = read(store, vid)
         n_q = questions_of.get(vid)
-        lines.append(f"{vid}: temporal {'verified' if p.temporal_verified else 'not verified'}, "
-                     f"clips {len(p.clips_verified)}/{clips_of.get(vid, '?')}, "
-                     f"questions {len(p.questions)}/{'?' if n_q is None else n_q} reviewed")
+        lines.append(
+            f"{vid}: temporal {'verified' if p.temporal_verified else 'not verified'}, "
+            f"clips {len(p.clips_verified)}/{clips_of.get(vid, '?')}, "
+            f"questions {len(p.questions)}/{'?' if n_q is None else n_q} reviewed"
+        )
     return lines
 
 

@@ -72,25 +72,44 @@ class Queue:
                 fixes = fixfile.fixes_of(data)
             except Exception:  # noqa: BLE001 - a broken file: its unit item says why
                 fixes = []
-            by_key = {fx.op_key(f): f for f in fixes if fx.op_key(f) is not None
-                      and (second is None or f.get("by") == second)}
+            by_key = {
+                fx.op_key(f): f for f in fixes if fx.op_key(f) is not None and (second is None or f.get("by") == second)
+            }
             prog = progress.read(self.review.store, vid)
             decisions, members = self.review.decisions(vid)
             first_of = {(m["clip_index"], m["local_id"]): m["first_time"] for m in members}
             for p in review_pairs(decisions, members):
                 f = by_key.get(("review_pair", p["clip_a"], p["local_a"], p["clip_b"], p["local_b"]))
-                pairs.append({
-                    "id": f"pair:{vid}:{pair_key(p)}", "kind": "pair", "video_id": vid,
-                    "time": float(first_of.get((p["clip_b"], p["local_b"]), 0.0)),
-                    "title": f"{p['concept']}: #{p['instance_a']} · #{p['instance_b']} one object or two?",
-                    "done": f is not None, "by": f.get("by") if f else None,
-                    "decision": f.get("decision") if f else None, "rank": pair_rank(p),
-                    "answer_impact": p["answer_impact"], "posterior": p["posterior"],
-                    "link": f"/videos/{vid}?pair={pair_key(p)}"})
+                pairs.append(
+                    {
+                        "id": f"pair:{vid}:{pair_key(p)}",
+                        "kind": "pair",
+                        "video_id": vid,
+                        "time": float(first_of.get((p["clip_b"], p["local_b"]), 0.0)),
+                        "title": f"{p['concept']}: #{p['instance_a']} · #{p['instance_b']} one object or two?",
+                        "done": f is not None,
+                        "by": f.get("by") if f else None,
+                        "decision": f.get("decision") if f else None,
+                        "rank": pair_rank(p),
+                        "answer_impact": p["answer_impact"],
+                        "posterior": p["posterior"],
+                        "link": f"/videos/{vid}?pair={pair_key(p)}",
+                    }
+                )
             for u in failed.get(vid, []):
-                units.append({"id": f"unit:{vid}:{u['stage']}:{u['unit']}", "kind": "unit", "video_id": vid, "time": 0.0,
-                              "title": f"{u['stage']}:{u['unit']} failed", "error": u["error"], "done": False, "by": None,
-                              "link": f"/videos/{vid}"})
+                units.append(
+                    {
+                        "id": f"unit:{vid}:{u['stage']}:{u['unit']}",
+                        "kind": "unit",
+                        "video_id": vid,
+                        "time": 0.0,
+                        "title": f"{u['stage']}:{u['unit']} failed",
+                        "error": u["error"],
+                        "done": False,
+                        "by": None,
+                        "link": f"/videos/{vid}",
+                    }
+                )
             if self.catalog.current("metadata", vid) is not None:
                 motion = self.catalog.table("metadata", vid, "motion.parquet").to_pylist()
                 for m in motion:
@@ -98,23 +117,40 @@ class Queue:
                     f = by_key.get(("motion", c))
                     verified = c in prog.clips_verified and (second is None or prog.by.get(f"clip:{c}") == second)
                     low = m["state"] == "failed" or m["views_consistent"] is False
-                    clips.append({
-                        "id": f"clip:{vid}:{c}", "kind": "clip", "video_id": vid, "time": float(m["clip_start"]),
-                        "title": f"VMR clip {c} ({m['state']}{', views disagree' if low else ''})",
-                        "low_confidence": low, "done": verified or f is not None,
-                        "by": (f.get("by") if f else None) or prog.by.get(f"clip:{c}"),
-                        "link": f"/videos/{vid}/spatial?clip={c}"})
+                    clips.append(
+                        {
+                            "id": f"clip:{vid}:{c}",
+                            "kind": "clip",
+                            "video_id": vid,
+                            "time": float(m["clip_start"]),
+                            "title": f"VMR clip {c} ({m['state']}{', views disagree' if low else ''})",
+                            "low_confidence": low,
+                            "done": verified or f is not None,
+                            "by": (f.get("by") if f else None) or prog.by.get(f"clip:{c}"),
+                            "link": f"/videos/{vid}/spatial?clip={c}",
+                        }
+                    )
             if self.catalog.current("qa", vid) is not None:
-                for q in sorted(self.catalog.questions(vid), key=lambda q: (TASK_ORDER.get(q["task_type"], 9), q["subtype"],
-                                                                          q["item"])):
+                for q in sorted(
+                    self.catalog.questions(vid),
+                    key=lambda q: (TASK_ORDER.get(q["task_type"], 9), q["subtype"], q["item"]),
+                ):
                     f = by_key.get(("review_question", q["question_id"]))
-                    questions.append({
-                        "id": f"question:{vid}:{q['question_id']}", "kind": "question", "video_id": vid,
-                        "time": float(min(q["query_times"])) if q["query_times"] else 0.0,
-                        "title": f"{q['task_type']} {q['subtype']} · {q['item']}", "task_type": q["task_type"],
-                        "question_id": q["question_id"], "done": f is not None, "by": f.get("by") if f else None,
-                        "verdict": f.get("verdict") if f else None,
-                        "link": f"/videos/{vid}/questions?q={q['question_id']}"})
+                    questions.append(
+                        {
+                            "id": f"question:{vid}:{q['question_id']}",
+                            "kind": "question",
+                            "video_id": vid,
+                            "time": float(min(q["query_times"])) if q["query_times"] else 0.0,
+                            "title": f"{q['task_type']} {q['subtype']} · {q['item']}",
+                            "task_type": q["task_type"],
+                            "question_id": q["question_id"],
+                            "done": f is not None,
+                            "by": f.get("by") if f else None,
+                            "verdict": f.get("verdict") if f else None,
+                            "link": f"/videos/{vid}/questions?q={q['question_id']}",
+                        }
+                    )
         pairs.sort(key=lambda i: i["rank"])
         clips.sort(key=lambda i: (not i["low_confidence"], i["video_id"], i["time"]))
         for i in pairs:
@@ -123,6 +159,7 @@ class Queue:
 
     def summary(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         """Progress: overall and per kind, per video, per 5-minute segment of each video, per reviewer."""
+
         def tally(rows: list[dict[str, Any]]) -> dict[str, int]:
             return {"done": sum(r["done"] for r in rows), "total": len(rows)}
 
@@ -136,12 +173,21 @@ class Queue:
                 by_reviewer[i["by"]] += 1
         views = self.catalog.views()
         return {
-            "all": tally(items), "kinds": {k: tally([i for i in items if i["kind"] == k]) for k in KINDS},
-            "videos": [{"video_id": v, **tally(rows), "duration_s": views[v]["duration_s"],
-                        "segments": [{"segment": s, "start": s * SEGMENT_S, **tally(by_segment[(v, s)])}
-                                     for s in range(int(float(views[v]["duration_s"]) // SEGMENT_S) + 1)
-                                     if by_segment.get((v, s))]}
-                       for v, rows in sorted(by_video.items())],
+            "all": tally(items),
+            "kinds": {k: tally([i for i in items if i["kind"] == k]) for k in KINDS},
+            "videos": [
+                {
+                    "video_id": v,
+                    **tally(rows),
+                    "duration_s": views[v]["duration_s"],
+                    "segments": [
+                        {"segment": s, "start": s * SEGMENT_S, **tally(by_segment[(v, s)])}
+                        for s in range(int(float(views[v]["duration_s"]) // SEGMENT_S) + 1)
+                        if by_segment.get((v, s))
+                    ],
+                }
+                for v, rows in sorted(by_video.items())
+            ],
             "reviewers": dict(sorted(by_reviewer.items(), key=lambda kv: (-kv[1], kv[0]))),
             "segment_s": SEGMENT_S,
         }
@@ -153,8 +199,12 @@ class Queue:
         (``second``: the reviewer), without the other reviewers' decisions of the kind it asks for."""
         kind, vid, rest = (item_id.split(":", 2) + ["", ""])[:3]
         self.catalog.video(vid)
-        out: dict[str, Any] = {"id": item_id, "kind": kind, "video_id": vid,
-                               "video": {k: self.catalog.video(vid)[k] for k in ("width", "height", "fps", "duration_s")}}
+        out: dict[str, Any] = {
+            "id": item_id,
+            "kind": kind,
+            "video_id": vid,
+            "video": {k: self.catalog.video(vid)[k] for k in ("width", "height", "fps", "duration_s")},
+        }
         if kind == "unit":
             return out
         fixes = self.review.pending(vid, [])
@@ -171,22 +221,39 @@ class Queue:
             auto = {(m["clip_index"], m["local_id"]): m for m in members}
             cs = self.review.config.segment.clip_seconds
             sides = []
-            for clip, local, now in ((pair["clip_a"], pair["local_a"], pair["instance_a"]),
-                                     (pair["clip_b"], pair["local_b"], pair["instance_b"])):
+            for clip, local, now in (
+                (pair["clip_a"], pair["local_a"], pair["instance_a"]),
+                (pair["clip_b"], pair["local_b"], pair["instance_b"]),
+            ):
                 m = auto[(clip, local)]
-                obs = [o for o in self.review.auto_inputs(vid).observations if o["instance_id"] == m["instance_id"]
-                       and clip * cs <= o["time"] < (clip + 1) * cs and o["x0"] is not None]
+                obs = [
+                    o
+                    for o in self.review.auto_inputs(vid).observations
+                    if o["instance_id"] == m["instance_id"]
+                    and clip * cs <= o["time"] < (clip + 1) * cs
+                    and o["x0"] is not None
+                ]
                 o = max(obs, key=lambda o: (o["area"] or 0, -o["time"])) if obs else None
-                sides.append({"clip": clip, "local_id": local, "instance_id": now, "first_time": m["first_time"],
-                              "last_time": m["last_time"],
-                              "best": None if o is None else {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]}})
+                sides.append(
+                    {
+                        "clip": clip,
+                        "local_id": local,
+                        "instance_id": now,
+                        "first_time": m["first_time"],
+                        "last_time": m["last_time"],
+                        "best": None if o is None else {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]},
+                    }
+                )
             out.update(pair=pair, sides=sides)
         elif kind == "clip":
             c = int(rest)
             out["motion"] = next(m for m in derived.motion if m["clip_index"] == c)
             samples = self.review.auto_inputs(vid).motion_samples
-            out["samples"] = [{"time": s["time"], "angle_deg": s["angle_deg"]} for s in samples
-                              if out["motion"]["clip_start"] <= s["time"] < out["motion"]["clip_end"]]
+            out["samples"] = [
+                {"time": s["time"], "angle_deg": s["angle_deg"]}
+                for s in samples
+                if out["motion"]["clip_start"] <= s["time"] < out["motion"]["clip_end"]
+            ]
         elif kind == "question":
             q = next((q for q in self.review.questions(vid) if q["question_id"] == rest), None)
             if q is None:
@@ -194,10 +261,14 @@ class Queue:
             out["question"] = q
             concepts = set(q.get("concepts") or [])
             if q["task_type"] in ("VOC", "VOO"):  # the instances it counts or orders, as they are now
-                out["instances"] = [{**{k: r[k] for k in ("instance_id", "concept", "first_time", "last_time", "origin")},
-                                     "best": best.get(r["instance_id"])}
-                                    for r in sorted(instances.values(), key=lambda r: (r["concept"], r["first_time"]))
-                                    if r["concept"] in concepts]
+                out["instances"] = [
+                    {
+                        **{k: r[k] for k in ("instance_id", "concept", "first_time", "last_time", "origin")},
+                        "best": best.get(r["instance_id"]),
+                    }
+                    for r in sorted(instances.values(), key=lambda r: (r["concept"], r["first_time"]))
+                    if r["concept"] in concepts
+                ]
         else:
             raise LookupError(f"no queue item {item_id!r}")
         return out

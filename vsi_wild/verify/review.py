@@ -37,8 +37,20 @@ from vsi_wild.verify.catalog import Catalog, NotReady
 
 INSTANCE_FIELDS = ("instance_id", "concept", "first_time", "last_time", "n_observations", "spans", "origin")
 AUTO_KEPT = 4  # videos whose automatic metadata stays in memory (the queue moves between videos)
-MOTION_FIELDS = ("clip_index", "clip_start", "clip_end", "state", "pivot_time", "pivot_frame", "angle_deg", "speed",
-                 "stability", "views_consistent", "reason", "origin")
+MOTION_FIELDS = (
+    "clip_index",
+    "clip_start",
+    "clip_end",
+    "state",
+    "pivot_time",
+    "pivot_frame",
+    "angle_deg",
+    "speed",
+    "stability",
+    "views_consistent",
+    "reason",
+    "origin",
+)
 
 
 def appearance_orders(instances: pa.Table, video_id: str) -> dict[str, list[dict[str, Any]]]:
@@ -57,8 +69,10 @@ def voc_counts(instances: pa.Table, video: VideoInfo, config: Config) -> dict[st
     params = config.qa
     questions, _ = voc_questions(instances, video, params, Provenance(params.seed, "", ""))
     stream = [q for q in questions if q.subtype == "stream"]
-    return {"checkpoints": stream[0].query_times if stream else [],
-            "counts": {q.concepts[0]: [int(a) for a in q.answers] for q in stream if q.concepts}}
+    return {
+        "checkpoints": stream[0].query_times if stream else [],
+        "counts": {q.concepts[0]: [int(a) for a in q.answers] for q in stream if q.concepts},
+    }
 
 
 TERMS = ("llr_position", "llr_appearance", "llr_continuity", "llr_prior")
@@ -80,17 +94,31 @@ def review_pairs(decisions: list[dict[str, Any]], members: list[dict[str, Any]])
         decision = d["decision"]
         ka, kb = (d["clip_a"], d["local_a"]), (d["clip_b"], d["local_b"])
         if ka not in instance_of or kb not in instance_of:
-            raise ValueError(f"merge decision of {d['video_id']} names a clip instance without a member row: "
-                             f"clip {d['clip_a']} #{d['local_a']} or clip {d['clip_b']} #{d['local_b']}")
+            raise ValueError(
+                f"merge decision of {d['video_id']} names a clip instance without a member row: "
+                f"clip {d['clip_a']} #{d['local_a']} or clip {d['clip_b']} #{d['local_b']}"
+            )
         a, b = instance_of[ka], instance_of[kb]
-        out.append({
-            "concept": d["concept"], "clip_a": d["clip_a"], "local_a": d["local_a"], "clip_b": d["clip_b"],
-            "local_b": d["local_b"], "instance_a": a, "instance_b": b, "decision": decision, "review": True,
-            "merged": a is not None and a == b, "removed": a is None or b is None,
-            "posterior": d.get("posterior"), "answer_impact": int(d.get("answer_impact") or 0),
-            "terms": {k.removeprefix("llr_"): d[k] for k in TERMS if d.get(k) is not None},
-            "reason": d.get("reason") or "", **{k: d.get(k) for k in EVIDENCE},
-        })
+        out.append(
+            {
+                "concept": d["concept"],
+                "clip_a": d["clip_a"],
+                "local_a": d["local_a"],
+                "clip_b": d["clip_b"],
+                "local_b": d["local_b"],
+                "instance_a": a,
+                "instance_b": b,
+                "decision": decision,
+                "review": True,
+                "merged": a is not None and a == b,
+                "removed": a is None or b is None,
+                "posterior": d.get("posterior"),
+                "answer_impact": int(d.get("answer_impact") or 0),
+                "terms": {k.removeprefix("llr_"): d[k] for k in TERMS if d.get(k) is not None},
+                "reason": d.get("reason") or "",
+                **{k: d.get(k) for k in EVIDENCE},
+            }
+        )
     return sorted(out, key=pair_rank)
 
 
@@ -159,8 +187,11 @@ class Review:
                     fixes = []
                 ats = [str(f.get("at")) for f in fixes if isinstance(f, dict) and f.get("at")]
                 held = self._history[str(version)] = {
-                    "version": v, "fixes": len(fixes), "at": max(ats) if ats else None,
-                    "by": sorted({str(f["by"]) for f in fixes if isinstance(f, dict) and f.get("by")})}
+                    "version": v,
+                    "fixes": len(fixes),
+                    "at": max(ats) if ats else None,
+                    "by": sorted({str(f["by"]) for f in fixes if isinstance(f, dict) and f.get("by")}),
+                }
             out.append(held)
         return out
 
@@ -168,9 +199,14 @@ class Review:
         """The fix file as it is now: text, sha256, its fixes (plain), history, and its problem if any."""
         path = self.fix_path(video_id)
         data, sha = fixfile.read(path)
-        state: dict[str, Any] = {"path": self.relative(str(path)), "sha256": sha,
-                                 "text": data.decode("utf-8", "replace") if data else "",
-                                 "fixes": [], "error": None, "history": self.history(path, video_id)}
+        state: dict[str, Any] = {
+            "path": self.relative(str(path)),
+            "sha256": sha,
+            "text": data.decode("utf-8", "replace") if data else "",
+            "fixes": [],
+            "error": None,
+            "history": self.history(path, video_id),
+        }
         if data is not None:
             try:
                 fx.parse_fix_text(state["text"], str(path), video_id)
@@ -189,8 +225,10 @@ class Review:
             unit = unit_ancestor(video_id, "video", registry.stage(name).unit_kind)
             ref = self.catalog.current(name, unit)
             if ref is None:
-                raise NotReady(f"the fixes of {video_id} cannot be checked: {name}:{unit} is "
-                               f"{self.catalog.status(name, unit)['state']}")
+                raise NotReady(
+                    f"the fixes of {video_id} cannot be checked: {name}:{unit} is "
+                    f"{self.catalog.status(name, unit)['state']}"
+                )
             inputs[name] = {unit: ref}
         key = tuple(sorted((s, u, r.key) for s, us in inputs.items() for u, r in us.items()))
         with self._lock:
@@ -242,17 +280,26 @@ class Review:
         for p in pairs:
             f = decided.get(("review_pair", p["clip_a"], p["local_a"], p["clip_b"], p["local_b"]))
             p["decided"] = None if f is None else {"decision": f["decision"], "by": f.get("by"), "at": f.get("at")}
-        return {"instances": [{k: r[k] for k in INSTANCE_FIELDS} for r in derived.instances],
-                "motion": [{k: r[k] for k in MOTION_FIELDS} for r in derived.motion],
-                "appearance": appearance_orders(instances, video_id), "voc": voc_counts(instances, video, self.config),
-                "applied": [{k: a[k] for k in ("line", "op", "summary")} for a in derived.applied],
-                "members": derived.members, "review_pairs": pairs}
+        return {
+            "instances": [{k: r[k] for k in INSTANCE_FIELDS} for r in derived.instances],
+            "motion": [{k: r[k] for k in MOTION_FIELDS} for r in derived.motion],
+            "appearance": appearance_orders(instances, video_id),
+            "voc": voc_counts(instances, video, self.config),
+            "applied": [{k: a[k] for k in ("line", "op", "summary")} for a in derived.applied],
+            "members": derived.members,
+            "review_pairs": pairs,
+        }
 
     # ------------------------------------------------------------------ drafts: pending work per reviewer
     def draft_view(self, draft: drafts.Draft) -> dict[str, Any]:
-        return {"reviewer": draft.reviewer, "edits": draft.plain_edits(), "can_undo": bool(draft.undo),
-                "can_redo": bool(draft.redo), "updated_at": draft.updated_at,
-                "failed": [{"edit": f.edit.model_dump(), "error": f.error} for f in draft.failed]}
+        return {
+            "reviewer": draft.reviewer,
+            "edits": draft.plain_edits(),
+            "can_undo": bool(draft.undo),
+            "can_redo": bool(draft.redo),
+            "updated_at": draft.updated_at,
+            "failed": [{"edit": f.edit.model_dump(), "error": f.error} for f in draft.failed],
+        }
 
     def file_of(self, name: str) -> Path:
         """A video's fix file, or the benchmark's vocabulary (name ``vocabulary``)."""
@@ -265,8 +312,14 @@ class Review:
     def _preview_of(self, name: str, fixes: list[dict[str, Any]]) -> dict[str, Any]:
         return self.vocabulary_preview(fixes) if name == fixfile.VOCABULARY else self.preview(name, fixes)
 
-    def edit(self, video_id: str, reviewer: str, action: str, fixes: list[dict[str, Any]] | None = None,
-             index: int | None = None) -> dict[str, Any]:
+    def edit(
+        self,
+        video_id: str,
+        reviewer: str,
+        action: str,
+        fixes: list[dict[str, Any]] | None = None,
+        index: int | None = None,
+    ) -> dict[str, Any]:
         """Change the reviewer's draft of the video: ``add`` fixes (each stamped with the reviewer
         and the time), ``drop`` fixes the file has, ``discard`` pending edit ``index``, ``undo``,
         ``redo``, ``clear``. The draft is checked by the pipeline (a dry run of the file it would
@@ -284,7 +337,7 @@ class Review:
             elif action == "discard":
                 if index is None or not 0 <= index < len(edits):
                     raise LookupError(f"no pending edit {index}")
-                new = drafts.change(draft, edits[:index] + edits[index + 1:])
+                new = drafts.change(draft, edits[:index] + edits[index + 1 :])
             elif action == "undo":
                 new = drafts.undo(draft)
             elif action == "redo":
@@ -306,31 +359,50 @@ class Review:
         with drafts.lock():
             draft = drafts.read(self.store, video_id, reviewer)
             own = edits is None
-            todo = draft.plain_edits() if edits is None else [{**e, "fix": stamp(e["fix"], reviewer) if e["kind"] == "add"
-                                                     else e["fix"]} for e in edits]
-            _, failed = fixfile.save_edits(path, video_id, todo,
-                                           self.check_vocabulary if vocabulary else self.validator(video_id))
+            todo = (
+                draft.plain_edits()
+                if edits is None
+                else [{**e, "fix": stamp(e["fix"], reviewer) if e["kind"] == "add" else e["fix"]} for e in edits]
+            )
+            _, failed = fixfile.save_edits(
+                path, video_id, todo, self.check_vocabulary if vocabulary else self.validator(video_id)
+            )
             bad = [drafts.Failed(edit=drafts.Edit(**e), error=self.error_body(err)) for e, err in failed]
             if own:
                 left = [f.edit for f in bad]
-                draft = drafts.write(self.store, draft.model_copy(update={"edits": left, "undo": [], "redo": [],
-                                                                           "failed": bad}))
+                draft = drafts.write(
+                    self.store, draft.model_copy(update={"edits": left, "undo": [], "redo": [], "failed": bad})
+                )
         state = self.vocabulary_state() if vocabulary else self.fix_state(video_id)
         # a page that saved its draft shows what the file and what is left of it give; a verdict saved
         # alone (``edits``) changes nothing the page shows
-        preview = self._preview_of(video_id, self.pending(video_id, draft.plain_edits())) \
-            if state["error"] is None and own else None
-        return {"fixes": state, "failed": [{"edit": f.edit.model_dump(), "error": f.error} for f in bad],
-                "draft": self.draft_view(draft), "preview": preview, "sha256": state["sha256"],
-                "history": state["history"], "path": state["path"]}
+        preview = (
+            self._preview_of(video_id, self.pending(video_id, draft.plain_edits()))
+            if state["error"] is None and own
+            else None
+        )
+        return {
+            "fixes": state,
+            "failed": [{"edit": f.edit.model_dump(), "error": f.error} for f in bad],
+            "draft": self.draft_view(draft),
+            "preview": preview,
+            "sha256": state["sha256"],
+            "history": state["history"],
+            "path": state["path"],
+        }
 
     # ------------------------------------------------------------------ the benchmark's vocabulary
     def vocabulary_state(self) -> dict[str, Any]:
         path = self.vocabulary_path()
         data, sha = fixfile.read(path)
-        state: dict[str, Any] = {"path": self.relative(str(path)), "sha256": sha, "fixes": [], "error": None,
-                                 "text": data.decode("utf-8", "replace") if data else "",
-                                 "history": self.history(path, fixfile.VOCABULARY, "vocabulary")}
+        state: dict[str, Any] = {
+            "path": self.relative(str(path)),
+            "sha256": sha,
+            "fixes": [],
+            "error": None,
+            "text": data.decode("utf-8", "replace") if data else "",
+            "history": self.history(path, fixfile.VOCABULARY, "vocabulary"),
+        }
         if data is not None:
             try:
                 self.vocabulary(state["text"])
@@ -379,8 +451,11 @@ class Review:
                 fixes = []
         verdicts = {f["question"]: f for f in fixes if f.get("op") == "review_question"}
         asked = set(self.catalog.question_ids(video_id))
-        return {"reviewed": sum(q in asked for q in verdicts), "asked": len(asked),
-                "gone": sum(q not in asked for q in verdicts)}
+        return {
+            "reviewed": sum(q in asked for q in verdicts),
+            "asked": len(asked),
+            "gone": sum(q not in asked for q in verdicts),
+        }
 
     def videos(self) -> list[dict[str, Any]]:
         out = []
@@ -389,14 +464,23 @@ class Review:
             p = progress.read(self.store, vid)
             n_q = self.catalog.num_rows("qa", vid, "questions.parquet")
             r = self.reviewed(vid) if n_q is not None else {"reviewed": len(p.questions), "gone": 0}
-            out.append({
-                "video_id": vid, "source_id": row["source_id"], "view": row["view"], "duration_s": row["duration_s"],
-                "metadata_state": st["state"], "metadata_error": self.relative(st["error"]),
-                "instances": self.catalog.num_rows("metadata", vid, "instances.parquet"),
-                "clips": self.catalog.n_motion_clips(vid), "questions": n_q,
-                "temporal_verified": p.temporal_verified, "clips_verified": len(p.clips_verified),
-                "questions_reviewed": r["reviewed"], "questions_rejected_gone": r["gone"],
-            })
+            out.append(
+                {
+                    "video_id": vid,
+                    "source_id": row["source_id"],
+                    "view": row["view"],
+                    "duration_s": row["duration_s"],
+                    "metadata_state": st["state"],
+                    "metadata_error": self.relative(st["error"]),
+                    "instances": self.catalog.num_rows("metadata", vid, "instances.parquet"),
+                    "clips": self.catalog.n_motion_clips(vid),
+                    "questions": n_q,
+                    "temporal_verified": p.temporal_verified,
+                    "clips_verified": len(p.clips_verified),
+                    "questions_reviewed": r["reviewed"],
+                    "questions_rejected_gone": r["gone"],
+                }
+            )
         return out
 
     def payload(self, video_id: str, reviewer: str | None = None) -> dict[str, Any]:
@@ -406,11 +490,26 @@ class Review:
         video = VideoInfo.from_row(row)
         st = self.catalog.status("metadata", video_id)
         out: dict[str, Any] = {
-            "video": {k: row[k] for k in ("video_id", "source_id", "view", "width", "height", "fps", "n_frames",
-                                          "duration_s", "yaw_deg", "hfov_deg")},
-            "metadata": {**st, "error": self.relative(st["error"])}, "fixes": self.fix_state(video_id),
+            "video": {
+                k: row[k]
+                for k in (
+                    "video_id",
+                    "source_id",
+                    "view",
+                    "width",
+                    "height",
+                    "fps",
+                    "n_frames",
+                    "duration_s",
+                    "yaw_deg",
+                    "hfov_deg",
+                )
+            },
+            "metadata": {**st, "error": self.relative(st["error"])},
+            "fixes": self.fix_state(video_id),
             "progress": progress.read(self.store, video_id).model_dump(),
-            "sample_step": meta.SAMPLE_STEP, "clip_seconds": self.config.segment.clip_seconds,
+            "sample_step": meta.SAMPLE_STEP,
+            "clip_seconds": self.config.segment.clip_seconds,
             "motion_clip_seconds": self.config.metadata.motion_clip_seconds,
             "vocabulary": self.concept_names(),
         }
@@ -420,20 +519,29 @@ class Review:
             return out  # the page shows the state and its error
         instances = self.catalog.table("metadata", video_id, "instances.parquet")
         out["instances"] = [{k: r[k] for k in INSTANCE_FIELDS} for r in instances.to_pylist()]
-        out["motion"] = [{k: r[k] for k in MOTION_FIELDS}
-                         for r in self.catalog.table("metadata", video_id, "motion.parquet").to_pylist()]
+        out["motion"] = [
+            {k: r[k] for k in MOTION_FIELDS}
+            for r in self.catalog.table("metadata", video_id, "motion.parquet").to_pylist()
+        ]
         samples = self.catalog.table("metadata", video_id, "motion_samples.parquet", ["time", "angle_deg", "moving"])
-        out["motion_samples"] = {"time": samples["time"].to_pylist(), "angle_deg": samples["angle_deg"].to_pylist(),
-                                 "moving": samples["moving"].to_pylist()}
+        out["motion_samples"] = {
+            "time": samples["time"].to_pylist(),
+            "angle_deg": samples["angle_deg"].to_pylist(),
+            "moving": samples["moving"].to_pylist(),
+        }
         out["appearance"] = appearance_orders(instances, video_id)
         out["voc"] = voc_counts(instances, video, self.config)
         ref = self.catalog.current("reconcile", video_id)
         if ref is not None:
-            out["segment_clips"] = [{k: r[k] for k in ("clip_index", "start", "end")}
-                                    for r in self.store.read_table(ref, "clips.parquet").to_pylist()]
+            out["segment_clips"] = [
+                {k: r[k] for k in ("clip_index", "start", "end")}
+                for r in self.store.read_table(ref, "clips.parquet").to_pylist()
+            ]
             decisions, members = self.decisions(video_id)
-            out["members"] = [{k: r[k] for k in ("instance_id", "concept", "clip_index", "local_id", "first_time",
-                                                 "last_time")} for r in members]
+            out["members"] = [
+                {k: r[k] for k in ("instance_id", "concept", "clip_index", "local_id", "first_time", "last_time")}
+                for r in members
+            ]
             out["review_pairs"] = review_pairs(decisions, members)
         if out["fixes"]["error"] is None:
             try:
@@ -456,9 +564,25 @@ class Review:
         return sorted(names)
 
     def questions(self, video_id: str) -> list[dict[str, Any]]:
-        keep = ("question_id", "task_type", "subtype", "split", "item", "question", "correct", "distractors",
-                "query_times", "answers", "evidence", "frame_indices", "frame_times", "image_files", "concepts",
-                "angle_deg", "render_offset_deg")
+        keep = (
+            "question_id",
+            "task_type",
+            "subtype",
+            "split",
+            "item",
+            "question",
+            "correct",
+            "distractors",
+            "query_times",
+            "answers",
+            "evidence",
+            "frame_indices",
+            "frame_times",
+            "image_files",
+            "concepts",
+            "angle_deg",
+            "render_offset_deg",
+        )
         return [{k: r.get(k) for k in keep} for r in self.catalog.questions(video_id)]
 
 
@@ -479,5 +603,3 @@ def video_ids_for(review: Review, given: list[str] | None) -> list[str]:
     folder = review.fixes_dir()
     views = review.catalog.views()
     return sorted(p.stem for p in folder.glob("*.yaml") if p.stem in views) if folder.is_dir() else []
-
-

@@ -37,8 +37,14 @@ TOKEN_HEADER = "X-Verify-Token"
 REVIEWER_HEADER = "X-Verify-Reviewer"
 TOKEN_COOKIE = "vsi_verify_token"
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
-PAGES = {"videos": "index.html", "temporal": "temporal.html", "spatial": "spatial.html", "questions": "questions.html",
-         "queue": "queue.html", "vocabulary": "vocabulary.html"}
+PAGES = {
+    "videos": "index.html",
+    "temporal": "temporal.html",
+    "spatial": "spatial.html",
+    "questions": "questions.html",
+    "queue": "queue.html",
+    "vocabulary": "vocabulary.html",
+}
 
 
 class FixesBody(BaseModel):
@@ -100,9 +106,15 @@ class Rederive:
             if busy is not None:
                 raise RuntimeError(f"a re-derive of {busy['video_id']} is running: wait for it")
             total = 0  # counted from the plan when it starts
-            job: dict[str, Any] = {"id": uuid.uuid4().hex[:12], "video_id": ", ".join(videos), "videos": videos,
-                                   "state": "running",
-                   "events": [], "summary": None, "total": total}
+            job: dict[str, Any] = {
+                "id": uuid.uuid4().hex[:12],
+                "video_id": ", ".join(videos),
+                "videos": videos,
+                "state": "running",
+                "events": [],
+                "summary": None,
+                "total": total,
+            }
             self.jobs[job["id"]] = job
         threading.Thread(target=self._run, args=(job,), daemon=True, name=f"rederive-{video_id}").start()
         return job
@@ -115,15 +127,22 @@ class Rederive:
         def listen(event: str, p: dict[str, Any]) -> None:
             if threading.current_thread() is me and event in ("stage", "start", "end", "stage_failed"):
                 outcome = p.get("outcome")
-                job["events"].append({"event": event, "stage": p.get("stage"), "unit": p.get("unit"),
-                                      "state": getattr(outcome, "state", None), "error": getattr(outcome, "error", None)
-                                      or p.get("error")})
+                job["events"].append(
+                    {
+                        "event": event,
+                        "stage": p.get("stage"),
+                        "unit": p.get("unit"),
+                        "state": getattr(outcome, "state", None),
+                        "error": getattr(outcome, "error", None) or p.get("error"),
+                    }
+                )
 
         engine.add_listener(listen)
         try:
             stages = [registry.stage(n) for n in self.STAGES]
-            plan = engine.Plan.load(self.config, self.store, registry.STAGES,
-                                    selection=engine.Selection(frozenset(job["videos"])))
+            plan = engine.Plan.load(
+                self.config, self.store, registry.STAGES, selection=engine.Selection(frozenset(job["videos"]))
+            )
             job["total"] = sum(len(plan.units_of(s)) for s in stages)  # the units it runs (cached ones too)
             engine.run_stages(plan, stages, engine.run_inline(plan))
             job["summary"] = engine.summarize(plan, self.store.url)
@@ -134,8 +153,9 @@ class Rederive:
             engine.remove_listener(listen)
 
 
-def create_app(config: Config, store: Store, token: str | None = None, require_token: bool = False,
-               reviewer: str | None = None) -> FastAPI:
+def create_app(
+    config: Config, store: Store, token: str | None = None, require_token: bool = False, reviewer: str | None = None
+) -> FastAPI:
     """The app over one data root. ``token``: the session's (generated when None); with
     ``require_token`` every request needs it, else only the POSTs do. ``reviewer``: the name fixes
     are recorded under when a page does not send its own (``X-Verify-Reviewer``)."""
@@ -156,10 +176,12 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         via_query = token_ok(request.query_params.get("token"))
         if request.method == "POST" and not token_ok(request.headers.get(TOKEN_HEADER)):
             return JSONResponse({"error": f"a POST needs the session token ({TOKEN_HEADER})"}, status_code=403)
-        if require_token and not (via_query or token_ok(request.headers.get(TOKEN_HEADER))
-                                  or token_ok(request.cookies.get(TOKEN_COOKIE))):
-            return JSONResponse({"error": "missing or wrong token: open the URL `vsi-wild verify` printed"},
-                                status_code=401)
+        if require_token and not (
+            via_query or token_ok(request.headers.get(TOKEN_HEADER)) or token_ok(request.cookies.get(TOKEN_COOKIE))
+        ):
+            return JSONResponse(
+                {"error": "missing or wrong token: open the URL `vsi-wild verify` printed"}, status_code=401
+            )
         response = await call_next(request)
         if via_query:
             response.set_cookie(TOKEN_COOKIE, token, httponly=True, samesite="strict")
@@ -234,8 +256,9 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         link back to these pages."""
         published = store.local_root() / "report.html"
         if not published.is_file():
-            return HTMLResponse("<p>No build report yet: run the pipeline (its report stage writes report.html).</p>",
-                                status_code=404)
+            return HTMLResponse(
+                "<p>No build report yet: run the pipeline (its report stage writes report.html).</p>", status_code=404
+            )
         return FileResponse(published, media_type="text/html")
 
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
@@ -296,12 +319,15 @@ def create_app(config: Config, store: Store, token: str | None = None, require_t
         crop = bgr[b:d, a:c]
         scale = max(16, min(h, 400)) / crop.shape[0]
         crop = cv2.resize(crop, (max(1, int(crop.shape[1] * scale)), max(1, int(crop.shape[0] * scale))))
-        return Response(cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
+        return Response(
+            cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg"
+        )
 
     @app.get("/api/queue")
     def api_queue(request: Request, video: str | None = None, second: bool = False) -> dict[str, Any]:
-        items = queue.items([review.catalog.video(video)["video_id"]] if video else None,
-                            second=who(request) if second else None)
+        items = queue.items(
+            [review.catalog.video(video)["video_id"]] if video else None, second=who(request) if second else None
+        )
         return {"items": items, "progress": queue.summary(items)}
 
     @app.get("/api/queue/item")
