@@ -16,11 +16,11 @@ included), then the same on a root of one source (the fixed cost). Prints `name:
 How the root is built: the stages are walked in DAG order with the engine's own ``Plan`` and
 ``prepare`` (so every cache key is the one a run computes); instead of a stage's ``run``, a tiny
 output is written through ``Store.writer`` (real manifests), then ``prepare`` again finds it
-complete and does what follows a cached output (registration, publish hook, ``done`` status row). Sources are YouTube ids fetched by
-the ``download`` stage (``crawl.ids``) and kept by recorded review decisions; the config is the
-production one (configs/default.yaml) with tiny weight files. The release has 442 views because a
-few were dropped by hand; this pipeline projects every configured view of a source, so the root has
-113 x 4 = 452 views, and 3,400 five-minute clips.
+complete and does what follows a cached output (registration, publish hook, ``done`` status row). Sources are YouTube
+ids fetched by the ``download`` stage (``crawl.ids``) and kept by recorded review decisions; the config is the
+production one (configs/default.yaml) with tiny weight files. The release has 442 views because a few were dropped by
+hand; this pipeline projects every configured view of a source, so the root has 113 x 4 = 452 views, and 3,400
+five-minute clips.
 """
 
 from __future__ import annotations

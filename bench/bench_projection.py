@@ -19,8 +19,8 @@ Prints, measured in this one run on the same inputs (lines `name: value`):
 CPU time (user + system, all threads) is the headline because these machines are shared: wall
 times are printed as context. Even CPU time drifts by +-30% here as neighbours come and go, so each
 ratio is measured in ``BENCH_PROJECT_ROUNDS`` (3) rounds, its two sides back to back in each, and
-the headline is the median of the rounds' ratios (each round's is printed as context). Per-process set-up (imports, loading the detector) is not counted
-in the stage's time; per-source work (building the maps included) is.
+the headline is the median of the rounds' ratios (each round's is printed as context). Per-process set-up (imports,
+loading the detector) is not counted in the stage's time; per-source work (building the maps included) is.
 """
 
 from __future__ import annotations
@@ -278,7 +278,8 @@ views, blurred = project_source(src, out, params, det, face_params=faces, source
 r1 = resource.getrusage(resource.RUSAGE_SELF)
 # VmHWM: this process's own peak RSS (ru_maxrss of a child also counts its parent's pages at fork)
 hwm = int(open("/proc/self/status").read().split("VmHWM:")[1].split()[0])
-print(json.dumps({"cpu": r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime, "wall": time.time() - t0, "hwm_kib": hwm,
+cpu = r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime
+print(json.dumps({"cpu": cpu, "wall": time.time() - t0, "hwm_kib": hwm,
                   "view_frames": views["n_frames"].to_pylist(), "face_rows": blurred.num_rows, **stats}))
 """
 
@@ -404,21 +405,26 @@ def main() -> int:
             n = stage["view_frames"][0]
             log(
                 f"round {r + 1}: stage {n} frames x 4 views, project_source CPU {stage['cpu']:.1f} s "
-                f"({stage['cpu'] / n * 1e3:.0f} ms/frame), wall {stage['wall']:.1f} s; floor (ffmpeg: decode the source "
-                f"+ encode the same 4 streams, no projection) CPU {floor_cpu:.1f} s ({floor_cpu / n * 1e3:.0f} ms/frame); "
+                f"({stage['cpu'] / n * 1e3:.0f} ms/frame), wall "
+                f"{stage['wall']:.1f} s; floor (ffmpeg: decode the source "
+                "+ encode the same 4 streams, no projection) CPU "
+                f"{floor_cpu:.1f} s ({floor_cpu / n * 1e3:.0f} ms/frame); "
                 f"ratio {stage_ratios[-1]:.3f}"
             )
             log(
                 f"round {r + 1}: stage breakdown: projection {stage['project_cpu_s'] / n * 1e3:.0f} CPU-ms/frame; face "
-                f"detection {stage['detect_cpu_s'] / n * 1e3:.0f} CPU-ms/frame ({stage['detector_calls']} detector runs on "
+                f"detection {stage['detect_cpu_s'] / n * 1e3:.0f} "
+                f"CPU-ms/frame ({stage['detector_calls']} detector runs on "
                 f"whole views at {stage['detect_width']} px wide, every {stage['detect_every']} frames, and "
                 f"{stage['crop_calls']} on crops around fast faces); without face detection (e.g. SCRFD on a GPU) the "
                 f"stage would be {(stage['cpu'] - stage['detect_cpu_s']) / floor_cpu:.3f} x the floor"
             )
         crop_cpu, _ = bench_crop_floor(src, work)
         log(
-            f"context: one ffmpeg decoding and encoding 4 crops of the panorama instead of the views: CPU {crop_cpu:.1f} s "
-            f"({crop_cpu / n * 1e3:.0f} ms/frame, last stage / it {stage['cpu'] / crop_cpu:.3f}); face rows {stage['face_rows']}"
+            "context: one ffmpeg decoding and encoding 4 crops of "
+            f"the panorama instead of the views: CPU {crop_cpu:.1f} s "
+            f"({crop_cpu / n * 1e3:.0f} ms/frame, last stage / it "
+            f"{stage['cpu'] / crop_cpu:.3f}); face rows {stage['face_rows']}"
         )
 
         m1 = bench_stage(mem1, work, *MEM_VIEW)

@@ -245,7 +245,8 @@ def walk(base: str, review, truth: Truth) -> dict:
                         page.click(f'figure.inst[data-instance="{i}"]')
                     press("m")
                     page.wait_for_function(
-                        f"Z.detail && !Z.busy && !Z.detail.instances.some(i => i.instance_id === {max(sorted(dup)[:2])})",
+                        "Z.detail && !Z.busy && !Z.detail.instances.some(i "
+                        f"=> i.instance_id === {max(sorted(dup)[:2])})",
                         timeout=120_000,
                     )
                     per_fix.append(actions - before)

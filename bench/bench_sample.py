@@ -48,7 +48,8 @@ def main() -> int:
         a = run({"duration_s": 20.0}, out)
         frames = a["frames"]
         print(
-            f"sample_render_cpu_ms_per_frame_1280: {1000 * a['cpu_self_s'] / frames:.0f}  (render + truth, this process)"
+            "sample_render_cpu_ms_per_frame_1280: "
+            f"{1000 * a['cpu_self_s'] / frames:.0f}  (render + truth, this process)"
         )
         print(f"sample_encode_cpu_ms_per_frame_1280: {1000 * a['cpu_ffmpeg_s'] / frames:.0f}  (ffmpeg libx264)")
         print(f"sample_frames_rendered_per_s: {a['frames_rendered_per_s']:.1f}  (wall, loaded machine)")

@@ -20,7 +20,8 @@ is one object. Then:
    reviewer's time; ``--v11``: a checkout of commit fcba453): the budget spent on the decisions
    expected to get the most answers wrong.
 
-Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds 1 ... 16] [--root build/bench_reconcile]
+Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds 1 ... 16]
+                                    [--root build/bench_reconcile]
 """
 
 from __future__ import annotations

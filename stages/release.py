@@ -117,7 +117,8 @@ def changelog(
         "changed": kinds["changed"],
         "per_field": {f: per_field[f] for f in CHANGE_FIELDS if per_field[f]},
         "questions": entries,
-        "summary": f"against {previous}: {kinds['added']} added, {kinds['removed']} removed, {kinds['changed']} changed",
+        "summary": f"against {previous}: {kinds['added']} added, "
+        f"{kinds['removed']} removed, {kinds['changed']} changed",
     }
 
 
@@ -210,7 +211,8 @@ def card(
         f"| `{RELEASE_PARQUET}` | the same rows as parquet (config `default`) |",
         "| `qa.parquet` | every split's rows with the streaming fields and provenance (config `rich`) |",
         "| `splits/` | the VPO unrotated control, VOC-Repeat, the VOC streaming form |",
-        "| `ledger.parquet` | each question's identity, doc id number, option order and letter (kept across versions) |",
+        "| `ledger.parquet` | each question's identity, doc id "
+        "number, option order and letter (kept across versions) |",
         "| `images/` | the rendered VPO views, faces blurred |",
         "| `videos.jsonl` | each view video: name, sha256, size, its source and licence"
         + (" (the files are in `videos/`)" if videos_included else " (the files are not in this folder)")

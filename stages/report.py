@@ -287,7 +287,8 @@ def _changes_markdown(changes: Mapping[str, Any] | None) -> list[str]:
     if changes["changed_questions"]:
         out += ["", "| task | video | question | before | after |", "|---|---|---|---|---|"]
         out += [
-            f"| {c['task_type']} | {c['video_id']} | {c['question']} | {c['before']['answer']} | {c['after']['answer']} |"
+            f"| {c['task_type']} | {c['video_id']} | {c['question']} "
+            f"| {c['before']['answer']} | {c['after']['answer']} |"
             for c in changes["changed_questions"]
         ]
     return out
@@ -332,7 +333,8 @@ def text_probe_markdown(tp: Mapping[str, Any] | None) -> list[str]:
         f"regression scored by MRA against the best constant answer), {tp['build']['folds']}-fold out of fold with "
         "the folds grouped by source video (a task from one source only: by view video, and never flagged, as "
         "its views share one world). A task is flagged when the probe beats chance by more than "
-        f"{tp['build']['margin']:.0%} on at least {tp['build']['min_n']} questions (binomial p < {tp['build']['alpha']}).",
+        f"{tp['build']['margin']:.0%} on at least {tp['build']['min_n']} "
+        f"questions (binomial p < {tp['build']['alpha']}).",
         "",
     ]
     ref = tp["reference"]
@@ -426,7 +428,8 @@ def answer_controls_markdown(ac: Mapping[str, Any] | None) -> list[str]:
         "VOC count priors (the same code on both):",
         "",
         f"- this build: {priors(vp['build'])}",
-        f"- public release: {priors(vp['public']) if vp['public'] is not None else 'not available (report.reference_qa)'}",
+        "- public release: "
+        f"{priors(vp['public']) if vp['public'] is not None else 'not available (report.reference_qa)'}",
     ]
     if vp["build"] and vp["public"]:
         ok = vp["build"]["median_prior_mra"] <= vp["public"]["median_prior_mra"]
@@ -521,7 +524,8 @@ def _visibility_markdown(summary: Mapping[str, Mapping[str, Any]]) -> list[str]:
         "is when not observed: out of the view's frustum, in it but occluded (or too small to segment), or "
         "not known (no consistent position).",
         "",
-        "| concept | instances | visible s per instance: median | max | unobserved: out of view · occluded · not seen |",
+        "| concept | instances | visible s per instance: median "
+        "| max | unobserved: out of view · occluded · not seen |",
         "|---|---|---|---|---|",
     ]
     for concept, e in summary.items():

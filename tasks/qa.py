@@ -1,9 +1,9 @@
 """The `qa` stage (one unit per view video): its questions, before answer letters, and its VPO images.
 
 Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata/instances.parquet``,
-``metadata/motion.parquet``, ``metadata/motion_samples.parquet``, ``metadata/visibility.parquet``, ``pose/poses.parquet`` (VPO's place gap), the probed
-source row (``probe/source.parquet``) for the panorama file, and the ``qa`` and ``faces`` config
-sections. Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED),
+``metadata/motion.parquet``, ``metadata/motion_samples.parquet``, ``metadata/visibility.parquet``,
+``pose/poses.parquet`` (VPO's place gap), the probed source row (``probe/source.parquet``) for the panorama file, and
+the ``qa`` and ``faces`` config sections. Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED),
 ``images.parquet`` (QA_IMAGES) and ``images/*``.
 """
 

@@ -267,7 +267,8 @@ MESSAGES = [
         False,
     ),
     (
-        "ERROR: [youtube] ltcd1B8WyTM: Video unavailable. The uploader has not made this video available in your country",
+        "ERROR: [youtube] ltcd1B8WyTM: Video unavailable. The "
+        "uploader has not made this video available in your country",
         "geo_blocked",
         False,
     ),

@@ -255,7 +255,8 @@ def failure_fixtures(env, server_429: str, server_503: str) -> None:
         "removed0002",
         reason="Video unavailable",
         subreason=(
-            "This video is no longer available because the YouTube account associated with this video has been terminated."
+            "This video is no longer available because the YouTube "
+            "account associated with this video has been terminated."
         ),
     )
     off.write_error(

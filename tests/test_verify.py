@@ -183,7 +183,8 @@ def test_masks_drawn_cover_the_truth_mask_at_a_seeked_time(page: Page, live, roo
         page.evaluate(
             "(() => { const c = document.getElementById('overlay');"
             " const d = c.getContext('2d').getImageData(0, 0, c.width, c.height).data;"
-            " const a = new Array(c.width * c.height); for (let i = 0; i < a.length; i++) a[i] = d[4 * i + 3]; return a; })()"
+            " const a = new Array(c.width * c.height); for (let i = "
+            "0; i < a.length; i++) a[i] = d[4 * i + 3]; return a; })()"
         ),
         dtype=np.uint8,
     ).reshape(h, w)

@@ -162,7 +162,8 @@ def make_video(
             chain.append(f"scroll=horizontal={scroll}")
         else:
             chain.append(
-                f"drawbox=x='mod(t*{width // 4},{width})':y={height // 2}:w={width // 16}:h={height // 8}:color=red:t=fill"
+                f"drawbox=x='mod(t*{width // 4},{width})':y={height // 2}"
+                f":w={width // 16}:h={height // 8}:color=red:t=fill"
             )
         vf = ["-vf", ",".join(chain)]
     else:

@@ -88,7 +88,7 @@ SAM3_INTERNALS = {
     "sam3.model.sam3_video_inference:Sam3VideoInference.add_prompt": "81656e97f01d6482",
     "sam3.model.sam3_video_inference:Sam3VideoInference.propagate_in_video": "e1e6500c9e830ce3",
     "sam3.model.sam3_video_inference:Sam3VideoInferenceWithInstanceInteractivity.add_prompt": "4175a6dcbfdfbb9c",
-    "sam3.model.sam3_video_inference:Sam3VideoInferenceWithInstanceInteractivity.propagate_in_video": "90b94231000976f3",
+    "sam3.model.sam3_video_inference:Sam3VideoInferenceWithInstanceInteractivity.propagate_in_video": "90b94231000976f3",  # noqa: E501  a qualified name
     # cached_frame_outputs: written per frame, read only by interactive refinement (dropped per frame)
     "sam3.model.sam3_video_inference:Sam3VideoInference._run_single_frame_inference": "a2564334e6845a63",
     "sam3.model.sam3_video_inference:Sam3VideoInference._cache_frame_outputs": "edfbe8f53cc7dc77",

@@ -13,8 +13,8 @@ A group of fewer than ``params.answer_balance_min_n`` questions is too small to 
 and is left alone. Questions of an over-represented text are dropped, the one with the largest
 ``hash(seed, doc_id)`` first (seeded, deterministic), until every group's bound holds; each dropped
 one becomes a QA_SKIPPED row with the reason. Given the previous build's ledger, a question it left
-out stays out and one it asked is dropped only after every newcomer of its text and group. Only release rows are chosen; their twins (controls,
-stream forms) follow them at export.
+out stays out and one it asked is dropped only after every newcomer of its text and group. Only release rows are chosen;
+their twins (controls, stream forms) follow them at export.
 """
 
 from __future__ import annotations

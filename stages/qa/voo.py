@@ -158,7 +158,8 @@ def voo_questions(
                         "video_id": video.video_id,
                         "task_type": "VOO",
                         "item": "|".join(sorted(s)),
-                        "reason": f"{which}: {ordering_text(order)} seen {per_reading[0][0]}, {what}: another set asked "
+                        "reason": f"{which}: {ordering_text(order)} seen "
+                        f"{per_reading[0][0]}, {what}: another set asked "
                         f"where one is left",
                         "reading": reading,
                     }

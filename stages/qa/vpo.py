@@ -187,9 +187,9 @@ def choose_anchor_sets(
 ) -> list[tuple[Candidate, ...]]:
     """``count`` sets of 4 pairwise-compatible anchors, seeded per question; anchors are not reused
     across a video's questions unless there is no other way. With ``visits`` (``other_visits``), no
-    anchor's place is visited again on the other side of another anchor (``apart_visits``). Stratified: of the sets its random
-    restarts find, a question takes the first whose stratum (``anchor_stratum``) the video's earlier
-    questions used least (one never used ends the search)."""
+    anchor's place is visited again on the other side of another anchor (``apart_visits``). Stratified: of the sets its
+    random restarts find, a question takes the first whose stratum (``anchor_stratum``) the video's earlier questions
+    used least (one never used ends the search)."""
     min_dist = params.vpo_min_position_frac * trajectory_extent(cands)
     sets: list[tuple[Candidate, ...]] = []
     used: set[int] = set()
@@ -248,10 +248,12 @@ def vpo_plan(
                 reported.add(id(s))
                 a, b = sorted((a, b), key=lambda c: c.time)
                 again = (
-                    f"where the frame at {a.time:g} s was taken is visited again at {visits[a.frame][1]:g} s, after the "
+                    f"where the frame at {a.time:g} s was taken is "
+                    f"visited again at {visits[a.frame][1]:g} s, after the "
                     f"frame at {b.time:g} s"
                     if a.frame in visits and visits[a.frame][1] >= b.time
-                    else f"where the frame at {b.time:g} s was taken is visited at {visits[b.frame][0]:g} s, before the "
+                    else f"where the frame at {b.time:g} s was taken is "
+                    f"visited at {visits[b.frame][0]:g} s, before the "
                     f"frame at {a.time:g} s"
                 )
                 skipped.append(
@@ -259,7 +261,8 @@ def vpo_plan(
                         "video_id": video.video_id,
                         "task_type": "VPO",
                         "item": "frames " + ",".join(str(c.frame) for c in s),
-                        "reason": f"the camera stands {again}: a viewer who dates a frame by another visit of its place "
+                        "reason": f"the camera stands {again}: a viewer who "
+                        "dates a frame by another visit of its place "
                         f"orders them otherwise; another set asked where one is left",
                         "reading": "another visit of the place",
                     }

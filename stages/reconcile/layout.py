@@ -5,20 +5,18 @@ Poses drift over a walk, so an object seen again minutes later is located metres
 sighting; the objects around it have drifted the same way. For two clips, every pair of
 same-concept correspondences proposes the similarity z -> m z + t (complex ground coordinates)
 that lays both onto their partners, and every single correspondence the shift that lays it onto
-its partner (the drift over a short walk is mostly a shift; exhaustive RANSAC over both). A proposal is scored by the number of
-false alarms (Moisan and Stival's a-contrario RANSAC): under the null hypothesis that the first
-clip's other objects fall anywhere in the second clip's layout, independently of it, an object
-of concept c lands within e of one of the second clip's n_c objects of c with probability
-p = min(1, n_c pi e^2 / area). With the residuals' probabilities sorted, p_(1) <= p_(2) <= ...,
-the proposal explains k objects beyond its own s (1 or 2) with
+its partner (the drift over a short walk is mostly a shift; exhaustive RANSAC over both). A proposal is scored by the
+number of false alarms (Moisan and Stival's a-contrario RANSAC): under the null hypothesis that the first clip's other
+objects fall anywhere in the second clip's layout, independently of it, an object of concept c lands within e of one of
+the second clip's n_c objects of c with probability p = min(1, n_c pi e^2 / area). With the residuals' probabilities
+sorted, p_(1) <= p_(2) <= ..., the proposal explains k objects beyond its own s (1 or 2) with
 
     NFA = N_tests * (n - s) * C(n - s, k) * p_(k)^k
 
 false alarms expected by chance, N_tests twice the number of proposals of its kind tried in the
-whole video (every clip pair's: the two kinds share the expected false alarms). The best proposal is accepted when its NFA is below ``max_false_alarms``
-(1: fewer than one chance alignment expected per video), refitted by least squares on its k + s
-objects.
-There is no tolerance, rotation or shift limit to tune: what chance could explain, the NFA says.
+whole video (every clip pair's: the two kinds share the expected false alarms). The best proposal is accepted when its
+NFA is below ``max_false_alarms`` (1: fewer than one chance alignment expected per video), refitted by least squares on
+its k + s objects. There is no tolerance, rotation or shift limit to tune: what chance could explain, the NFA says.
 """
 
 from __future__ import annotations
