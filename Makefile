@@ -38,7 +38,7 @@ setup: $(BIN)/.installed   ## create .venv with everything (idempotent)
 run: $(SETUP)    ## run the whole pipeline on the embedded sample (outputs under data/out)
 	$(BIN)/vsi-wild run --config $(CONFIG) --data-root $(DATA_ROOT)
 
-test: setup lint-imports ## the layering contracts, then the full test suite (what CI runs)
+test: setup lint-imports lint ## the layering contracts, ruff and mypy, then the full test suite (what CI runs)
 	$(BIN)/python -m pytest -ra $(PYTEST_ARGS)
 
 # import-linter and mypy find a package's modules by walking its folder, but vsi_wild.stages, .tasks
@@ -56,6 +56,7 @@ lint-imports: lint-tree ## the import contracts of pyproject.toml's [tool.import
 
 lint: lint-tree  ## ruff (lint + format check) over the repository, mypy over the package ([tool.ruff], [tool.mypy])
 	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	cd $(LINT_TREE) && MYPYPATH=. $(abspath $(BIN))/mypy --config-file $(CURDIR)/pyproject.toml \
 	  --cache-dir $(CURDIR)/build/mypy-cache --python-executable $(abspath $(BIN))/python -p vsi_wild
 
