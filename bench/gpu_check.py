@@ -483,21 +483,10 @@ def _sam3_thresholds(seg, batch, concepts: list[str], per_frame: int = 3) -> flo
     lets none through), because concepts score differently: one concept's threshold can let all
     200 queries of another through, and NMS over 200 masks needs a 26 GB IoU matrix. The detector
     sees no tracking state, so on the frames probed the run's scores are these."""
-    detector = seg.model.detector
-    real = detector.forward_grounding
-    seen: list[np.ndarray] = []
+    from vsi_wild.stages.backends.segment import detection_scores
 
-    def spy(*args, **kwargs):
-        out = real(*args, **kwargs)
-        seen.append(out["pred_logits"].squeeze(-1).sigmoid().float().flatten().cpu().numpy().copy())
-        return out
-
-    detector.forward_grounding = spy
-    try:
-        seg.segment(batch, concepts)
-    finally:
-        del detector.forward_grounding
-    top = np.unique(np.concatenate(seen))[::-1]
+    scores = detection_scores(seg, lambda: seg.segment(batch, concepts))
+    top = np.unique(scores)[::-1]
     k = min(len(top) - 1, per_frame * len(batch.images))
     return float((top[k - 1] + top[k]) / 2)
 

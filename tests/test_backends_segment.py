@@ -21,6 +21,7 @@ import random_weights
 
 from vsi_wild.errors import MissingWeights, UnitError
 from vsi_wild.stages.backends.base import FrameBatch, create
+from vsi_wild.stages.backends.segment import detection_scores
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]
 
@@ -60,22 +61,21 @@ def _detector_scores(seg, batch: FrameBatch, concept: str | list[str]) -> np.nda
 
 def _scores_while(seg, run) -> np.ndarray:
     """sam3's detection scores (before NMS) of every detector call while ``run()`` runs."""
-    detector = seg.model.detector
-    real = detector.forward_grounding
-    seen: list[np.ndarray] = []
+    return detection_scores(seg, run)
 
-    def spy(*args, **kwargs):
-        out = real(*args, **kwargs)
-        seen.append(out["pred_logits"].squeeze(-1).sigmoid().float().flatten().cpu().numpy().copy())
-        return out
 
-    detector.forward_grounding = spy
-    try:
-        run()
-    finally:
-        del detector.forward_grounding
-    assert seen, "sam3's detector was not called"
-    return np.concatenate(seen)
+def _probe(path, **options):
+    """The checkpoint's segmenter letting no detection through (thresholds 1.0): its scores are
+    measured, nothing is tracked."""
+    return create(
+        "segmenter",
+        "sam3",
+        device="cpu",
+        sam3_checkpoint=str(path),
+        sam3_score_threshold=1.0,
+        sam3_new_det_threshold=1.0,
+        **options,
+    )
 
 
 def _threshold_after(scores: np.ndarray, n: int) -> float:
@@ -93,14 +93,7 @@ def test_sam3_segments_through_our_adapter(sam3_checkpoint, tmp_path) -> None:
     frame = (rng.random((H, W, 3)) * 255).astype(np.uint8)
     # the same picture twice: the second frame's scores equal the first's, so detections stay few
     batch = FrameBatch("vid_front", [frame, frame.copy()], [0.0, 0.5], [0, 15], [0, 1], 30.0)
-    probe = create(
-        "segmenter",
-        "sam3",
-        device="cpu",
-        sam3_checkpoint=str(path),
-        sam3_score_threshold=1.0,
-        sam3_new_det_threshold=1.0,
-    )
+    probe = _probe(path)
     threshold = _threshold_after(_detector_scores(probe, batch, "chair"), N_DETECTIONS)
     # the same loaded model (cached by path), now with the measured threshold
     seg = create(
@@ -200,14 +193,7 @@ def test_sam3_segments_drawn_boxes_through_its_box_prompt(sam3_checkpoint) -> No
     prompts = [BoxPrompt("chair", 0, (10.0, 20.0, 60.0, 44.0)), BoxPrompt(None, 1, (0.0, 0.0, W + 5.0, 40.0))]
     # a threshold measured on this machine, as in the test above (every one of 200 detections through
     # NMS would need a 26 GB IoU matrix); the probe lets none through
-    probe = create(
-        "segmenter",
-        "sam3",
-        device="cpu",
-        sam3_checkpoint=str(path),
-        sam3_score_threshold=1.0,
-        sam3_new_det_threshold=1.0,
-    )
+    probe = _probe(path)
     threshold = _threshold_after(_scores_while(probe, lambda: probe.segment_boxes(batch, prompts)), N_DETECTIONS)
     seg = create(
         "segmenter",
@@ -260,15 +246,7 @@ def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_
     # a threshold a few detections pass, over all three concepts' scores on the first frame (each
     # concept scores differently: one concept's threshold can let 200 of another's through). On one
     # frame the shared path calls the detector once per concept, in order: scores per concept.
-    probe = create(
-        "segmenter",
-        "sam3",
-        device="cpu",
-        sam3_checkpoint=str(path),
-        sam3_score_threshold=1.0,
-        sam3_new_det_threshold=1.0,
-        sam3_shared_backbone=True,
-    )
+    probe = _probe(path, sam3_shared_backbone=True)
     first = FrameBatch("vid_front", batch.images[:1], [0.0], [0], [0], 30.0)
     names = ["chair", "person", "table"]
     scores = _detector_scores(probe, first, names)

@@ -61,7 +61,7 @@ import copy
 import hashlib
 import inspect
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -629,6 +629,29 @@ class Sam3Segmenter:
                     )
                 )
         return out
+
+
+def detection_scores(segmenter: Sam3Segmenter, run: Callable[[], object]) -> np.ndarray:
+    """sam3's detection scores (sigmoid, before NMS) of every detector call while ``run()`` runs:
+    what a threshold is chosen from where the scores are unknown (random weights score every query
+    nearly alike, and move between CPUs by more than their gaps)."""
+    detector = segmenter.model.detector
+    real = detector.forward_grounding
+    seen: list[np.ndarray] = []
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        out = real(*args, **kwargs)
+        seen.append(out["pred_logits"].squeeze(-1).sigmoid().float().flatten().cpu().numpy().copy())
+        return out
+
+    detector.forward_grounding = spy
+    try:
+        run()
+    finally:
+        del detector.forward_grounding
+    if not seen:
+        raise RuntimeError("sam3's detector was not called")
+    return np.concatenate(seen)
 
 
 def _box_iou(a: Sequence[float], b: Sequence[float]) -> float:
