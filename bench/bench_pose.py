@@ -86,7 +86,7 @@ def main() -> int:
     from vsi_wild.stages import pose as po
     from vsi_wild.stages.backends import (
         base,
-        twoview,  # noqa: F401
+        twoview,  # noqa: F401  imported to register
     )
     from vsi_wild.stages.video_io import sample_frames
 

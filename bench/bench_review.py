@@ -337,8 +337,11 @@ def main() -> int:
             srv.should_exit = True
         after = errors(Review(config, Store(root)), truth)
         minutes = sum(float(r["duration_s"]) for r in review.catalog.views().values()) / 60.0
+
     # an error is the same before and after by what the truth says of it (instance ids move with fixes)
-    key = lambda e: (e["video"], e["kind"], e.get("object"), tuple(e.get("objects", [])), e.get("clip"))  # noqa: E731
+    def key(e):
+        return (e["video"], e["kind"], e.get("object"), tuple(e.get("objects", [])), e.get("clip"))
+
     left = Counter(key(e) for e in after)
     n_fixed = sum(max(0, n - left[k]) for k, n in Counter(key(e) for e in before).items())
     print(

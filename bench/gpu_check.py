@@ -264,7 +264,10 @@ def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     lt = np.maximum(a[:, None, :2], b[None, :, :2])
     rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
     inter = np.clip(rb - lt, 0, None).prod(-1)
-    area = lambda x: np.clip(x[:, 2:] - x[:, :2], 0, None).prod(-1)  # noqa: E731
+
+    def area(x):
+        return np.clip(x[:, 2:] - x[:, :2], 0, None).prod(-1)
+
     union = area(a)[:, None] + area(b)[None, :] - inter
     return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
 
@@ -955,7 +958,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     random_note = (
         " (random weights in some stages: speed and memory only)" if any(r.weights != "real" for r in results) else ""
     )
-    fmt = lambda x: "-" if x is None else f"{x:.2f}"  # noqa: E731
+
+    def fmt(x):
+        return "-" if x is None else f"{x:.2f}"
+
     print(
         f"overall: {fmt(new)} hours of 360° video per GPU-hour (detect, segment, pose as the pipeline runs them); "
         f"before issue 33 (detect fp32, segment per concept): {fmt(old)}; with the views' DA3 windows batched: "

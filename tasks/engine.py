@@ -684,8 +684,8 @@ class StageFailure:
 
 def _load_backends() -> None:
     """Import every module that registers backends (production ones load their packages lazily)."""
-    import vsi_wild.stages.backends  # noqa: F401
-    import vsi_wild.stages.faces  # noqa: F401
+    import vsi_wild.stages.backends  # noqa: F401  imported to register
+    import vsi_wild.stages.faces  # noqa: F401  imported to register
 
 
 def backend_spec(use: BackendUse, config: Config) -> Any:
@@ -895,7 +895,7 @@ def _complete(
             registered = register_sources(store, store.read_table(ref, stage.registers))
         if stage.publish is not None:
             stage.publish(store, config, ref)
-    except Exception as e:  # noqa: BLE001
+    except Exception as e:  # noqa: BLE001 - a failed publish is logged: the unit's output stands
         _log_traceback(store, stage.name, ref.unit, e)
         return _classify(e), registered
     return None, registered

@@ -105,7 +105,10 @@ def test_status_table_parses_only_the_rows_written_since_its_index(tmp_path, mon
     for i in range(5):
         status("probe", f"local-a-{i}", "done")
     status("review", "local-a-0", "skipped", "awaiting review")
-    every_file = lambda: store._concat_dir(store.path("status"), schema.STATUS, "*/*.parquet")  # noqa: E731
+
+    def every_file():
+        return store._concat_dir(store.path("status"), schema.STATUS, "*/*.parquet")
+
     assert store.status_table().equals(every_file())
     assert (tmp_path / "status" / "_index.parquet").exists()
 

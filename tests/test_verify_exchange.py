@@ -121,8 +121,12 @@ def test_export_edit_as_cvat_would_import_gives_the_edit(root, tmp_path):
         ET.SubElement(b, "attribute", {"name": "instance_id"}).text = ""  # CVAT fills the default
     tree.write(xml, encoding="utf-8", xml_declaration=True)
 
-    t = lambda f: round(int(f) / fps, 3)  # noqa: E731
-    box = lambda s: [float(s.attrib[a]) for a in ("xtl", "ytl", "xbr", "ybr")]  # noqa: E731
+    def t(f):
+        return round(int(f) / fps, 3)
+
+    def box(s):
+        return [float(s.attrib[a]) for a in ("xtl", "ytl", "xbr", "ybr")]
+
     expected = [
         {"op": "rename_concept", "from": "traffic cone", "to": "pylon", "instances": [relabel]},
         {

@@ -28,7 +28,10 @@ def test_only_verified_videos_are_exported(sample_root, tmp_path):
     root = copy_root(sample_root[0], tmp_path / "data")
     store = Store(root)
     _, everything = _export(root)
-    release = lambda rows: {(r["video_id"], r["task_type"], r["question"]) for r in rows if r["split"] == "release"}  # noqa: E731
+
+    def release(rows):
+        return {(r["video_id"], r["task_type"], r["question"]) for r in rows if r["split"] == "release"}
+
     nothing_marked, rows = _export(root, require_verified_videos=True)
     assert rows == []  # no video is marked: nothing is exported
 

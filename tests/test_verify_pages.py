@@ -69,7 +69,10 @@ def test_after_a_merge_the_pairs_name_the_instances_as_they_are_now(page: Page, 
     )  # a pair the metadata keeps apart
     page.goto(f"{live}/videos/{vid}")
     page.wait_for_function("window.pageReady === true")
-    key = lambda p: f"{p['clip_a']}:{p['local_a']}:{p['clip_b']}:{p['local_b']}"  # noqa: E731
+
+    def key(p):
+        return f"{p['clip_a']}:{p['local_a']}:{p['clip_b']}:{p['local_b']}"
+
     keep, gone = sorted((first["instance_a"], first["instance_b"]))
     others = [
         p

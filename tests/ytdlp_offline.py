@@ -297,7 +297,7 @@ def http_status_server(status: int):
     hits: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:  # noqa: N802
+        def do_GET(self) -> None:  # noqa: N802  http.server's name
             hits.append(self.path)
             self.send_response(status)
             self.send_header("Content-Length", "0")

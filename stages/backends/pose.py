@@ -293,7 +293,9 @@ class DA3PoseEstimator:
         for i in todo:
             ext, ixt, valid = chain_windows(len(batches[i].images), windows[i])
             out[i] = PoseResult(extrinsics=ext, intrinsics=ixt, valid=valid & pose_validity(ext, ixt))
-        return out  # type: ignore[return-value]
+        done = [r for r in out if r is not None]
+        assert len(done) == len(out)  # every video's result is filled above
+        return done
 
 
 def _batch_item(raw: Any, b: int, n: int) -> Any:

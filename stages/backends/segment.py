@@ -213,7 +213,7 @@ def _patch_cpu_connected_components() -> None:
             return labels, labels.clone()
         return original(input_tensor)
 
-    safe._vsi_safe = True  # type: ignore[attr-defined]
+    safe._vsi_safe = True  # type: ignore[attr-defined]  # a mark on the function: patched once
     cc.connected_components_cpu = safe
 
 

@@ -86,7 +86,10 @@ def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
     """The same fix, also when one of them lacks who made it and when."""
     if a == b:
         return True
-    strip = lambda f: {k: v for k, v in f.items() if k not in ("by", "at")}  # noqa: E731
+
+    def strip(f: dict[str, Any]) -> dict[str, Any]:
+        return {k: v for k, v in f.items() if k not in ("by", "at")}
+
     return strip(a) == strip(b)
 
 
