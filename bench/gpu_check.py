@@ -711,21 +711,7 @@ def check_pose(ctx: Context) -> list[Result]:
         notes=[note, "DA3PoseEstimator.estimate_many: the pose stage does not call it yet"],
     )
     out.append(_rate(r, s, 2.0))
-    worst = _worst_rotation(
-        [
-            rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid)
-            for a, b in zip(alone, together, strict=True)
-        ]
-    )
-    ctx.comparisons.append(
-        Comparison(
-            "pose",
-            "views batched vs one at a time",
-            worst,
-            f"largest orientation difference <= {POSE_DEG_MAX} deg",
-            None if worst["max_deg"] is None else worst["max_deg"] <= POSE_DEG_MAX,
-        )
-    )
+    _compare_poses(ctx, "views batched vs one at a time", alone, together)
     if ctx.budget.allows(2 * dt + 10):
         est32 = create(
             "pose_estimator", "da3", device=ctx.device, da3_model_dir=path, **{**opts, "da3_precision": "fp32"}
@@ -744,23 +730,21 @@ def check_pose(ctx: Context) -> list[Result]:
             notes=[note],
         )
         out.append(_rate(r, s, 2.0))
-        worst = _worst_rotation(
-            [
-                rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid)
-                for a, b in zip(ref, together, strict=True)
-            ]
-        )
-        ctx.comparisons.append(
-            Comparison(
-                "pose",
-                f"{precision} vs fp32",
-                worst,
-                f"largest orientation difference <= {POSE_DEG_MAX} deg",
-                None if worst["max_deg"] is None or ctx.device == "cpu" else worst["max_deg"] <= POSE_DEG_MAX,
-                UNMEASURED_CPU if ctx.device == "cpu" else "",
-            )
-        )
+        _compare_poses(ctx, f"{precision} vs fp32", ref, together, unmeasured=ctx.device == "cpu")
     return out
+
+
+def _compare_poses(ctx: Context, what: str, ref: list, other: list, unmeasured: bool = False) -> None:
+    """A Comparison of two runs' poses of the same views: the largest orientation difference
+    (judged against POSE_DEG_MAX unless ``unmeasured``: a precision the CPU does not use)."""
+    worst = _worst_rotation(
+        [rotation_error_deg(a.extrinsics, b.extrinsics, a.valid & b.valid) for a, b in zip(ref, other, strict=True)]
+    )
+    ok = None if worst["max_deg"] is None or unmeasured else worst["max_deg"] <= POSE_DEG_MAX
+    note = UNMEASURED_CPU if unmeasured else ""
+    ctx.comparisons.append(
+        Comparison("pose", what, worst, f"largest orientation difference <= {POSE_DEG_MAX} deg", ok, note)
+    )
 
 
 def _worst_rotation(parts: list[dict]) -> dict[str, float | None]:

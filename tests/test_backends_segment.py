@@ -56,26 +56,27 @@ N_DETECTIONS = 3
 def _detector_scores(seg, batch: FrameBatch, concept: str | list[str]) -> np.ndarray:
     """sam3's detection scores on the batch's frames, as its detector computes them (before NMS),
     for one concept or several."""
-    return _scores_while(seg, lambda: seg.segment(batch, [concept] if isinstance(concept, str) else concept))
+    return detection_scores(seg, lambda: seg.segment(batch, [concept] if isinstance(concept, str) else concept))
 
 
-def _scores_while(seg, run) -> np.ndarray:
-    """sam3's detection scores (before NMS) of every detector call while ``run()`` runs."""
-    return detection_scores(seg, run)
-
-
-def _probe(path, **options):
-    """The checkpoint's segmenter letting no detection through (thresholds 1.0): its scores are
-    measured, nothing is tracked."""
+def _segmenter(path, threshold: float, **options):
+    """The checkpoint's segmenter (one loaded model, cached by path) with ``threshold`` as both its
+    detection and its new-track threshold."""
     return create(
         "segmenter",
         "sam3",
         device="cpu",
         sam3_checkpoint=str(path),
-        sam3_score_threshold=1.0,
-        sam3_new_det_threshold=1.0,
+        sam3_score_threshold=threshold,
+        sam3_new_det_threshold=threshold,
         **options,
     )
+
+
+def _probe(path, **options):
+    """The segmenter letting no detection through (thresholds 1.0): its scores are measured,
+    nothing is tracked."""
+    return _segmenter(path, 1.0, **options)
 
 
 def _threshold_after(scores: np.ndarray, n: int) -> float:
@@ -96,14 +97,7 @@ def test_sam3_segments_through_our_adapter(sam3_checkpoint, tmp_path) -> None:
     probe = _probe(path)
     threshold = _threshold_after(_detector_scores(probe, batch, "chair"), N_DETECTIONS)
     # the same loaded model (cached by path), now with the measured threshold
-    seg = create(
-        "segmenter",
-        "sam3",
-        device="cpu",
-        sam3_checkpoint=str(path),
-        sam3_score_threshold=threshold,
-        sam3_new_det_threshold=threshold,
-    )
+    seg = _segmenter(path, threshold)
     assert seg.model is probe.model
     state = seg.model.state_dict()
     saved = torch.load(path, map_location="cpu", weights_only=True, mmap=True)
@@ -194,15 +188,8 @@ def test_sam3_segments_drawn_boxes_through_its_box_prompt(sam3_checkpoint) -> No
     # a threshold measured on this machine, as in the test above (every one of 200 detections through
     # NMS would need a 26 GB IoU matrix); the probe lets none through
     probe = _probe(path)
-    threshold = _threshold_after(_scores_while(probe, lambda: probe.segment_boxes(batch, prompts)), N_DETECTIONS)
-    seg = create(
-        "segmenter",
-        "sam3",
-        device="cpu",
-        sam3_checkpoint=str(path),
-        sam3_score_threshold=threshold,
-        sam3_new_det_threshold=threshold,
-    )
+    threshold = _threshold_after(detection_scores(probe, lambda: probe.segment_boxes(batch, prompts)), N_DETECTIONS)
+    seg = _segmenter(path, threshold)
     assert takes_box_prompts(seg)
     calls = []
     real = seg.model.add_prompt
@@ -259,15 +246,7 @@ def test_shared_encoder_gives_the_per_concept_records_with_one_encoder_pass_per_
     concepts = [best] + [c for c in names if c != best]
 
     def run(shared: bool, concepts: list[str]):
-        seg = create(
-            "segmenter",
-            "sam3",
-            device="cpu",
-            sam3_checkpoint=str(path),
-            sam3_score_threshold=threshold,
-            sam3_new_det_threshold=threshold,
-            sam3_shared_backbone=shared,
-        )
+        seg = _segmenter(path, threshold, sam3_shared_backbone=shared)
         encoder = seg.model.detector.backbone
         real = encoder.forward_image
         calls: collections.Counter = collections.Counter()
