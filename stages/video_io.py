@@ -509,14 +509,37 @@ class EncoderSettings:
     threads: int = 0  # 0 = the codec's default (auto: as many as the CPUs this process may use, so machine-dependent)
     faststart: bool = True
 
+    def codec_options(self) -> dict[str, str]:
+        """The encoder's own options, as PyAV's ``stream.options`` and ffmpeg's ``-name value`` take them."""
+        opts = {"preset": self.preset, "crf": str(self.crf)}
+        if self.codec == "libx264":
+            opts["x264-params"] = X264_REPRODUCIBLE
+        return opts
+
+    def ffmpeg_args(self) -> list[str]:
+        """The same encoder as ``ffmpeg`` command-line options (codec, its options, threads and thread
+        type; not the container's faststart): what a benchmark's reference encode must use to do the
+        work ``VideoWriter`` does."""
+        args = ["-c:v", self.codec]
+        for name, value in self.codec_options().items():
+            args += [f"-{name}", value]
+        if self.threads:
+            args += ["-threads", str(self.threads)]
+        return [*args, "-thread_type", ENCODER_THREAD_TYPE.lower()]
+
 
 # x264's macroblock-tree rate control reads memory it has not written: its output changed with
 # what the heap held before (MALLOC_PERTURB_=85 and =170 gave two different files from the same
 # frames; in the pipeline's processes, torch loaded, two `make run`s gave two different view
 # videos, so every stage after them differed). Without it x264 is byte-reproducible (checked
-# under both perturbations, 1 and auto threads); the cost: the sample's views are 5 % larger at
-# the same CRF.
+# under both perturbations, 1 and auto threads). The cost, at the same CRF: the sample's views are
+# 5 % larger; bench_projection's noisy photographic panorama gives views 65 % larger and x264
+# ~20 % more CPU (its own encode, 4 views: 25.4 -> 30-31 CPU-s).
 X264_REPRODUCIBLE = "mbtree=0"
+# How the encoder's threads split the work: x264's sliced threads (PyAV's default for encoders,
+# pinned because the bytes depend on it as on the thread count); ffmpeg's command line defaults
+# to frame threads, so a reference encode there must ask for slices (``ffmpeg_args``).
+ENCODER_THREAD_TYPE = "SLICE"
 
 
 class VideoWriter:
@@ -546,9 +569,8 @@ class VideoWriter:
             s.width, s.height, s.pix_fmt = width, height, "yuv420p"
             s.time_base = time_base
             s.codec_context.time_base = time_base
-            s.options = {"preset": settings.preset, "crf": str(settings.crf)}
-            if settings.codec == "libx264":
-                s.options["x264-params"] = X264_REPRODUCIBLE
+            s.options = {**settings.codec_options()}
+            s.codec_context.thread_type = ENCODER_THREAD_TYPE
             if settings.threads:
                 s.codec_context.thread_count = settings.threads
             self.stream = s
