@@ -94,6 +94,19 @@ class QAParams(BaseModel):
     vpo_offset_max_deg: float = Field(60.0, ge=0, le=180)
     vpo_pitch_deg: float = 0.0
     vpo_attempts: int = Field(64, ge=1, description="random restarts when searching anchor sets")
+    vpo_min_landmarks: int = Field(
+        1,
+        ge=0,
+        description="with stable_answers, each rotated view shows at least this many objects that tie it to its "
+        "anchor (stages/qa/vpo.py ViewContent): predicted clearly in the view, seen by the video only between the "
+        "anchors before and after it, and in no other view of the question; 0: not checked",
+    )
+    vpo_rotation_attempts: int = Field(
+        4,
+        ge=0,
+        description="a view that does not show its place is turned the other way, then to this many further "
+        "seeded offsets, before its anchor set is given up",
+    )
     image_width: int | None = Field(None, ge=16, description="rendered VPO views; None = the view's size")
     image_height: int | None = Field(None, ge=16)
     image_format: Literal["jpg", "png"] = "jpg"
