@@ -83,11 +83,12 @@ SAMPLES = (("sample", {}), *HELD_OUT)
 CLEAR_FRAC = 50 / (640 * 360)  # "seen clearly": the readings' 50 px of a 640x360 view
 
 
-def build(root: Path, overrides: dict, stable: bool) -> list[dict]:
+def build(root: Path, overrides: dict, stable: bool, qa_sets: tuple[str, ...] = ()) -> list[dict]:
     """``vsi-wild run`` on configs/sample.yaml with the sample's overrides (the stages before qa
     cached after the first run), then qa and export again (forced: the code as it is now), each
     export without a previous ledger; the exported rows."""
     sets = [f"sample.{k}={v}" for k, v in overrides.items()] + [f"qa.stable_answers={str(stable).lower()}"]
+    sets += [f"qa.{s}" for s in qa_sets] if stable else []
     cmd = [
         str(Path(sys.executable).with_name("vsi-wild")),
         "run",
@@ -303,6 +304,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, default=REPO / "build" / "bench_ambiguity")
     ap.add_argument("--only", nargs="+", choices=[n for n, _ in SAMPLES], default=[n for n, _ in SAMPLES])
+    ap.add_argument(
+        "--qa-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a qa parameter for the checked build (e.g. vpo_min_landmarks=1); the unchecked build keeps the config's",
+    )
     args = ap.parse_args()
     from vsi_wild.config import load_config
     from vsi_wild.store import Store
@@ -317,7 +325,7 @@ def main() -> int:
         root = args.root / name
         try:
             before = build(root, overrides, stable=False)
-            after = build(root, overrides, stable=True)
+            after = build(root, overrides, stable=True, qa_sets=tuple(args.qa_set))
         except RuntimeError as e:
             print(f"ambiguity_{name}: error {e}", file=sys.stderr)
             failed += 1

@@ -27,7 +27,7 @@ from vsi_wild.stages.qa.readings import sector_margin, seen_under
 from vsi_wild.stages.qa.vmr import vmr_questions
 from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import voo_questions
-from vsi_wild.stages.qa.vpo import Candidate, ViewContent, view_problem, vpo_plan
+from vsi_wild.stages.qa.vpo import Candidate, ViewContent, choose_anchor_sets, view_problem, vpo_plan
 
 VID = "sample-test_front"
 PROV = Provenance(0, "test", "test")
@@ -542,7 +542,7 @@ def test_each_rotated_view_shows_an_object_that_dates_it():
             all(area(t, o, z) == 0 for z in STREET) for t, o in zip(q.frame_times, q.render_offset_deg, strict=True)
         )
 
-    params = QAParams(vpo_per_video=3)
+    params = QAParams(vpo_per_video=3, vpo_min_landmarks=1)
 
     def rotated(params: QAParams):
         qs, _, skipped = vpo_plan(poses, video, params, PROV, instances, visibility)
@@ -584,3 +584,14 @@ def test_each_rotated_view_shows_an_object_that_dates_it():
         vpo_plan(poses, video, params, PROV, instances, unknown)[0]
         == vpo_plan(poses, video, params.model_copy(update={"stable_answers": False}), PROV, instances, unknown)[0]
     )
+
+
+def test_anchor_sets_are_searched_for_where_random_restarts_miss_them():
+    """Candidates at 0, 10, 20, 30, 45, 60, 90 and 95 s, anchors 30 s apart: the only sets are
+    0-30-60-90 and 0-30-60-95 (worked out by hand). One random restart misses them; the search after
+    it finds both, for two questions (the second reusing anchors, as there is no other way)."""
+    times = (0.0, 10.0, 20.0, 30.0, 45.0, 60.0, 90.0, 95.0)
+    cands = [Candidate(t, int(t * 2), None) for t in times]
+    params = QAParams(vpo_attempts=1, vpo_min_gap_s=30.0)
+    sets = choose_anchor_sets(cands, 3, params, _video(duration=100.0, fps=2.0))
+    assert sorted(tuple(c.time for c in s) for s in sets) == [(0.0, 30.0, 60.0, 90.0), (0.0, 30.0, 60.0, 95.0)]

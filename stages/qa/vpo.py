@@ -10,7 +10,12 @@ Per view video, ``vpo_per_video`` questions of 4 anchors each. Repairs over the 
   by the face backend like every published frame, and shipped as an image file;
 - an unrotated control (same anchors, same options, offset 0) for the rotation analysis;
 - with ``qa.stable_answers``, no anchor's place is visited again on the other side of another
-  anchor (``other_visits``): a viewer who recognises a place but not the visit would reorder them.
+  anchor (``other_visits``): a viewer who recognises a place but not the visit would reorder them;
+  and each rotated view shows its place (``ViewContent``, ``view_problem``): at least
+  ``vpo_min_landmarks`` of the video's objects predicted clearly in it that the video showed only
+  between the anchors before and after it and no other view of the question shows (a viewer dates a
+  view by the moments the video showed what it shows). A view that fails is turned the other way,
+  then to other seeded offsets (``rotation_tries``), before its anchor set is re-picked.
 
 The plan (anchors, labels, offsets, options) is pure data; rendering is a separate pass over the
 panorama that holds one decoded frame at a time and decodes only around the anchors (a seek to the
@@ -431,12 +436,67 @@ def choose_anchor_sets(
             if options:
                 found = min(options.values(), key=lambda s: strata[anchor_stratum(s, video, params)])
                 break
+        for allow_reuse in (False, True) if found is None else ():  # the restarts found none: search them all
+            found = search_set(
+                [c for c in pool if allow_reuse or c.frame not in used],
+                lambda c, p: (
+                    compatible(c, p, params.vpo_min_gap_s, min_dist, params.vpo_drift_per_distance)
+                    and (visits is None or apart_visits(c, p, visits))
+                ),
+                lambda s, q=q: (
+                    tuple(sorted(c.frame for c in s)) not in {tuple(sorted(c.frame for c in t)) for t in sets}
+                    and (accept is None or accept(q, s))
+                ),
+                rng,
+            )
+            if found is not None:
+                break
         if found is None:
             break  # a later question would not find room either
         sets.append(found)
         used.update(c.frame for c in found)
         strata[anchor_stratum(found, video, params)] += 1
     return sets
+
+
+SEARCH_STEPS = 200_000  # pair checks a search may spend before it gives up (a long video's candidates are many)
+
+
+def search_set(
+    pool: Sequence[Candidate],
+    fits: Callable[[Candidate, Candidate], bool],
+    accept: Callable[[tuple[Candidate, ...]], bool],
+    rng: StableRng,
+    steps: int = SEARCH_STEPS,
+) -> tuple[Candidate, ...] | None:
+    """A set of 4 anchors, pairwise ``fits`` and ``accept``-ed as a whole, by depth-first search in time
+    order (the first anchor in a seeded order): where random restarts miss a narrow space of sets,
+    this finds one if any exists, within ``steps`` pair checks. None when there is none (or the
+    budget ran out)."""
+    ordered = sorted(pool, key=lambda c: c.time)
+    index = {id(c): i for i, c in enumerate(ordered)}
+    left = steps
+
+    def extend(picked: list[Candidate]) -> tuple[Candidate, ...] | None:
+        nonlocal left
+        if len(picked) == 4:
+            chosen = tuple(picked)
+            return chosen if accept(chosen) else None
+        for c in ordered[index[id(picked[-1])] + 1 :]:
+            left -= len(picked)
+            if left < 0:
+                return None
+            if all(fits(c, p) for p in picked):
+                found = extend([*picked, c])
+                if found is not None or left < 0:
+                    return found
+        return None
+
+    for first in rng.shuffled(ordered):
+        found = extend([first])
+        if found is not None or left < 0:
+            return found
+    return None
 
 
 @dataclass(frozen=True)
