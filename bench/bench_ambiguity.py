@@ -19,7 +19,11 @@ counts, TRUTH_POSES), independently of the QA code, under each reading of the qu
   evidence window, judged ``qa.vmr_judgement_deg`` either way;
 - VPO: the capture order of the 4 anchors, each anchor read as its moment or as any moment of another
   visit of its place (the camera back within ``qa.vpo_min_position_frac`` of the truth trajectory's
-  extent after leaving), as a viewer who recognises the place but not the visit would.
+  extent after leaving), as a viewer who recognises the place but not the visit would
+  (``ambiguous_items_by_visit_VPO``); and each rotated view dated by what it shows
+  (``ambiguous_items_by_view_VPO``, ``vpo_views``): it must show clearly an object (by the truth's fixed
+  views: its box centre inside the rotated view's field, 50 px of a 640x360 view) that the question's
+  video showed (any pixel) only between the anchors before and after it and no other view shows.
 
 An item is ambiguous when two readings give different answers. Prints, over the three samples:
 
@@ -41,7 +45,7 @@ VPO 32/36 -> 6/22 (0.61 of the questions: s907 walks its loop again, every place
 questions on the sample whose first-seconds frame the loop's end revisits by the truth (1.3 m) but
 not by the CPU pose track (5.1 m, beyond the place radius).
 
-Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908]
+Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908] [--qa-set KEY=VALUE]
 The first run renders the three samples (~10 CPU-minutes); later runs reuse them.
 """
 

@@ -436,19 +436,18 @@ def choose_anchor_sets(
             if options:
                 found = min(options.values(), key=lambda s: strata[anchor_stratum(s, video, params)])
                 break
-        for allow_reuse in (False, True) if found is None else ():  # the restarts found none: search them all
-            found = search_set(
-                [c for c in pool if allow_reuse or c.frame not in used],
-                lambda c, p: (
-                    compatible(c, p, params.vpo_min_gap_s, min_dist, params.vpo_drift_per_distance)
-                    and (visits is None or apart_visits(c, p, visits))
-                ),
-                lambda s, q=q: (
-                    tuple(sorted(c.frame for c in s)) not in {tuple(sorted(c.frame for c in t)) for t in sets}
-                    and (accept is None or accept(q, s))
-                ),
-                rng,
+
+        def fits(c: Candidate, p: Candidate) -> bool:
+            return compatible(c, p, params.vpo_min_gap_s, min_dist, params.vpo_drift_per_distance) and (
+                visits is None or apart_visits(c, p, visits)
             )
+
+        def whole(s: tuple[Candidate, ...], q: int = q) -> bool:
+            taken = {tuple(sorted(c.frame for c in t)) for t in sets}
+            return tuple(sorted(c.frame for c in s)) not in taken and (accept is None or accept(q, s))
+
+        for allow_reuse in (False, True) if found is None else ():  # the restarts found none: search them all
+            found = search_set([c for c in pool if allow_reuse or c.frame not in used], fits, whole, rng)
             if found is not None:
                 break
         if found is None:
