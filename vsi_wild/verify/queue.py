@@ -254,7 +254,9 @@ class Queue:
                     {
                         **{k: r[k] for k in ("instance_id", "concept", "first_time", "last_time", "origin")},
                         "best": best.get(r["instance_id"]),
-                        "members": sorted(members_of.get(r["instance_id"], []), key=lambda m: (m["clip"], m["local_id"])),
+                        "members": sorted(
+                            members_of.get(r["instance_id"], []), key=lambda m: (m["clip"], m["local_id"])
+                        ),
                     }
                     for r in sorted(instances.values(), key=lambda r: (r["concept"], r["first_time"]))
                     if r["concept"] in concepts
