@@ -279,16 +279,18 @@ class Queue:
             held = largest.get(key)
             if held is None or ((o["area"] or 0), -o["time"]) > ((held["area"] or 0), -held["time"]):
                 largest[key] = o
-        out = {}
+        out: dict[tuple[int, int], dict[str, Any]] = {}
         for m in members:
             clip, local = m["clip_index"], m["local_id"]
-            o = largest.get((m["instance_id"], clip))
+            best = largest.get((m["instance_id"], clip))
             out[(clip, local)] = {
                 "clip": clip,
                 "local_id": local,
                 "first_time": m["first_time"],
                 "last_time": m["last_time"],
-                "best": None if o is None else {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]},
+                "best": None
+                if best is None
+                else {"time": best["time"], "box": [best["x0"], best["y0"], best["x1"], best["y1"]]},
             }
         return out
 
