@@ -78,11 +78,13 @@ def bench_config(
     reconcile: dict | None = None,
     noise: str = "none",
     appearance: str = "histogram",
+    models: dict | None = None,
 ):
     """Small views and 2 FPS renders (what reconciliation sees at 2 FPS is the same), 30 s clips and
     checkpoints, the model errors of ``noise`` (seeded by the seed); ``appearance``: what
     reconciliation compares (``segment.appearance``: the colour histograms, or an image embedder,
-    ``open_clip``, whose weights are read from ``$VSI_WILD_WEIGHTS`` on the GPU when there is one)."""
+    ``open_clip``, whose weights are read from ``$VSI_WILD_WEIGHTS`` on the GPU when there is one);
+    ``models``: settings of the ``models`` section (e.g. another ``open_clip_weights``)."""
     from vsi_wild.config import Config
     from vsi_wild.stages.backends.params import ModelsParams
     from vsi_wild.stages.candidates import CandidatesParams
@@ -108,7 +110,7 @@ def bench_config(
         ),
         project=ProjectParams(width=320, height=180, preset="ultrafast"),
         faces=FaceParams(detect_every=8),
-        models=ModelsParams(device="cpu" if appearance == "histogram" else "auto"),
+        models=ModelsParams(**{"device": "cpu" if appearance == "histogram" else "auto", **(models or {})}),
         candidates=CandidatesParams(embedder="minilm", seeds=CATEGORIES),
         detect=DetectParams(backend="groundtruth", max_fraction=0.8),
         segment=SegmentParams(backend="groundtruth", clip_seconds=30.0, appearance=appearance),
@@ -534,6 +536,7 @@ def main() -> int:
         default="histogram",
         help="segment.appearance: histogram (CPU) or an image embedder (open_clip: weights from $VSI_WILD_WEIGHTS)",
     )
+    ap.add_argument("--models", type=json.loads, default={}, help="models section settings (JSON), e.g. weight paths")
     ap.add_argument(
         "--reconcile",
         type=json.loads,
@@ -554,7 +557,9 @@ def main() -> int:
     view_minutes = 0.0
     failed = False
     for seed in args.seeds:
-        config = bench_config(seed, args.n_per_category, args.width, args.reconcile, args.noise, args.appearance)
+        config = bench_config(
+            seed, args.n_per_category, args.width, args.reconcile, args.noise, args.appearance, args.models
+        )
         views = prepared_views(store, config)
         if isinstance(views, dict):
             print(f"reconcile_seed{seed}: error {views}", file=sys.stderr)

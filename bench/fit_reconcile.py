@@ -27,11 +27,13 @@ open_clip``, the production default), not to the histogram's.
 
 Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds 1 ... 16]
                                     [--root build/bench_reconcile] [--appearance histogram|open_clip]
+                                    [--models '{"open_clip_weights": PATH}']
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -68,14 +70,14 @@ class P:
         self.__dict__.update(kw)
 
 
-def views(seeds, levels, root, appearance="histogram"):
+def views(seeds, levels, root, appearance="histogram", models=None):
     """(level, seed, ViewInputs, config) of every training view, rendered if needed."""
     from vsi_wild.store import Store
 
     store = Store(root)
     for level in levels:
         for seed in seeds:
-            config = br.bench_config(seed, br.TRAINING_N_PER_CATEGORY, 640, None, level, appearance)
+            config = br.bench_config(seed, br.TRAINING_N_PER_CATEGORY, 640, None, level, appearance, models)
             got = br.prepared_views(store, config)
             if isinstance(got, dict):
                 raise SystemExit(f"seed {seed} ({level}): {got}")
@@ -101,6 +103,9 @@ def main() -> int:
         "embedder (open_clip: its weights from $VSI_WILD_WEIGHTS; the training seeds' segment stage "
         "embeds their crops with it)",
     )
+    ap.add_argument(
+        "--models", type=json.loads, default={}, help="models section settings (JSON), e.g. another open_clip_weights"
+    )
     args = ap.parse_args()
     if not set(args.seeds) <= set(br.TRAINING_SEEDS):
         raise SystemExit(
@@ -118,7 +123,7 @@ def main() -> int:
     defaults = rc.ReconcileParams()
     data = []  # (level, seed, vi, config, instances, poses)
     evs, labels = [], []
-    for level, seed, vi, config in views(args.seeds, args.noise, args.root, args.appearance):
+    for level, seed, vi, config in views(args.seeds, args.noise, args.root, args.appearance, args.models):
         errs = config.model_errors
         poses = me.perturb_track(vi.track, errs.poses, me.rng_for(errs.seed, vi.video_id, "poses"))
         instances = sorted(vi.instances(), key=lambda c: c.key)
