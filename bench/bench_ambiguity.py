@@ -19,7 +19,11 @@ counts, TRUTH_POSES), independently of the QA code, under each reading of the qu
   evidence window, judged ``qa.vmr_judgement_deg`` either way;
 - VPO: the capture order of the 4 anchors, each anchor read as its moment or as any moment of another
   visit of its place (the camera back within ``qa.vpo_min_position_frac`` of the truth trajectory's
-  extent after leaving), as a viewer who recognises the place but not the visit would.
+  extent after leaving), as a viewer who recognises the place but not the visit would
+  (``ambiguous_items_by_visit_VPO``); and each rotated view dated by what it shows
+  (``ambiguous_items_by_view_VPO``, ``vpo_views``): it must show clearly an object (by the truth's fixed
+  views: its box centre inside the rotated view's field, 50 px of a 640x360 view) that the question's
+  video showed (any pixel) only between the anchors before and after it and no other view shows.
 
 An item is ambiguous when two readings give different answers. Prints, over the three samples:
 
@@ -41,7 +45,7 @@ VPO 32/36 -> 6/22 (0.61 of the questions: s907 walks its loop again, every place
 questions on the sample whose first-seconds frame the loop's end revisits by the truth (1.3 m) but
 not by the CPU pose track (5.1 m, beyond the place radius).
 
-Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908]
+Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908] [--qa-set KEY=VALUE]
 The first run renders the three samples (~10 CPU-minutes); later runs reuse them.
 """
 
@@ -80,13 +84,15 @@ HELD_OUT = (
     ("s908", {"source_id": "sample-ambiguity-s908", "seed": 908, "n_per_category": 6, "duration_s": 120.0, "fps": 2.0}),
 )
 SAMPLES = (("sample", {}), *HELD_OUT)
+CLEAR_FRAC = 50 / (640 * 360)  # "seen clearly": the readings' 50 px of a 640x360 view
 
 
-def build(root: Path, overrides: dict, stable: bool) -> list[dict]:
+def build(root: Path, overrides: dict, stable: bool, qa_sets: tuple[str, ...] = ()) -> list[dict]:
     """``vsi-wild run`` on configs/sample.yaml with the sample's overrides (the stages before qa
     cached after the first run), then qa and export again (forced: the code as it is now), each
     export without a previous ledger; the exported rows."""
     sets = [f"sample.{k}={v}" for k, v in overrides.items()] + [f"qa.stable_answers={str(stable).lower()}"]
+    sets += [f"qa.{s}" for s in qa_sets] if stable else []
     cmd = [
         str(Path(sys.executable).with_name("vsi-wild")),
         "run",
@@ -115,11 +121,22 @@ class Truth:
     def __init__(self, tables: dict, params):
         self.params = params
         vis = tables["visibility"].to_pylist()
-        self.pixels = vis[0]["image_width"] * vis[0]["image_height"] if vis else 0
+        self.size = (vis[0]["image_width"], vis[0]["image_height"]) if vis else (0, 0)
+        self.pixels = self.size[0] * self.size[1]
         self.seen: dict[tuple[str, str], dict[int, list[tuple[float, int]]]] = defaultdict(lambda: defaultdict(list))
         for v in vis:
             self.seen[(v["view"], v["category"])][v["instance_id"]].append((v["time"], v["pixels"]))
         self.poses = sorted(tables["poses"].to_pylist(), key=lambda p: p["time"])
+        # per 2 FPS sample: instance -> (bearing from the panorama's heading, elevation, pixels) in the
+        # fixed view that shows most of it (its box centre through that view's pinhole)
+        self.bearings: dict[int, dict[int, tuple[float, float, int]]] = defaultdict(dict)
+        for v in vis:
+            f = v["image_width"] / 2  # the sample's views are 90° wide
+            u, w = (v["x0"] + v["x1"]) / 2 - v["image_width"] / 2, v["image_height"] / 2 - (v["y0"] + v["y1"]) / 2
+            at = (VIEW_YAW[v["view"]] + math.degrees(math.atan2(u, f)), math.degrees(math.atan2(w, math.hypot(u, f))))
+            here = self.bearings[v["sample_index"]]
+            if v["pixels"] > here.get(v["instance_id"], (0, 0, -1))[2]:
+                here[v["instance_id"]] = (*at, v["pixels"])
 
     # sightings: (min pixels, min seconds visible without a break) -> the 2 FPS times that count
     def sighted(self, view: str, concept: str, min_frac: float, min_s: float) -> dict[int, list[float]]:
@@ -181,8 +198,9 @@ def label(angle: float) -> str:
 
 
 # ----------------------------------------------------------------------------- items
-def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool]]:
-    """(task, ambiguous, wrong) per item of the release rows and the VOC stream rows."""
+def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool, tuple[str, ...]]]:
+    """(task, ambiguous, wrong, the readings that make it ambiguous where a task tells them apart)
+    per item of the release rows and the VOC stream rows."""
     p = truth.params
     out = []
     for r in rows:
@@ -190,7 +208,7 @@ def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool]]:
         if task == "VOC" and r["split"] in ("release", "voc_stream"):
             for qt, ans in zip(r["query_times"], r["answers"], strict=True):
                 counts = {truth.count(view, r["concepts"][0], qt, rd) for rd in p.voc_readings}
-                out.append((task, len(counts) > 1, int(ans) not in counts))
+                out.append((task, len(counts) > 1, int(ans) not in counts, ()))
         elif r["split"] != "release":
             continue
         elif task == "VOO":
@@ -200,7 +218,7 @@ def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool]]:
                 orders.add(
                     None if None in times.values() else " → ".join(sorted(r["concepts"], key=lambda c: (times[c], c)))
                 )
-            out.append((task, len(orders) > 1, r["answer_text"] not in orders))
+            out.append((task, len(orders) > 1, r["answer_text"] not in orders, ()))
         elif task == "VMR":
             t, w = r["frame_times"][0], p.vmr_evidence_s
             # the evidence window's 2 FPS moments that the video shows (its last frame is before duration_s)
@@ -211,10 +229,49 @@ def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool]]:
                 labels |= (
                     {None} if a is None else {label(a + d) for d in (-p.vmr_judgement_deg, 0.0, p.vmr_judgement_deg)}
                 )
-            out.append((task, len(labels) > 1, r["answer_text"] not in labels))
+            out.append((task, len(labels) > 1, r["answer_text"] not in labels, ()))
         elif task == "VPO":
-            out.append((task, *vpo_item(r, truth)))
+            by_visit, wrong = vpo_item(r, truth)
+            by_view = vpo_views(r, truth)
+            why = (("visit",) if by_visit else ()) + (("view",) if by_view else ())
+            out.append((task, bool(why), wrong, why))
     return out
+
+
+def vpo_views(r: dict, truth: Truth) -> bool:
+    """A rotated view that does not show its place: ambiguous unless every view shows clearly (the
+    readings' 50 px of a 640x360 view, its box centre inside the view's field) an object that the
+    question's video showed (any pixel) only between the anchors before and after it, and that no
+    other view of the question shows. Read from the truth's fixed views, not the metadata."""
+    times, view = r["frame_times"], r["view"]
+    half_w = r["render_hfov_deg"] / 2
+    w, h = truth.size
+    half_h = math.degrees(math.atan(math.tan(math.radians(half_w)) * h / w))
+    clear = CLEAR_FRAC * w * h
+
+    def shown(t: float, offset: float) -> set[int]:
+        axis = VIEW_YAW[view] + offset  # the view's bearing from the panorama's heading, as the truth's are
+        return {
+            iid
+            for iid, (az, el, px) in truth.bearings[round(t * 2)].items()
+            if px >= clear and abs((az - axis + 180) % 360 - 180) < half_w and abs(el) < half_h
+        }
+
+    seen: dict[int, list[float]] = {}
+    for (v, _c), per in truth.seen.items():
+        if v == view:
+            for iid, at in per.items():
+                seen[iid] = [t for t, _px in at]
+    views = [shown(t, o) for t, o in zip(times, r["render_offset_deg"], strict=True)]
+    ranked = sorted(times)
+    for i, t in enumerate(times):
+        k = ranked.index(t)
+        lo = ranked[k - 1] if k else -math.inf
+        hi = ranked[k + 1] if k + 1 < len(ranked) else math.inf
+        others = set().union(*(views[j] for j in range(len(times)) if j != i))
+        if not any(lo < min(seen[x]) and max(seen[x]) < hi for x in views[i] - others if x in seen):
+            return True
+    return False
 
 
 def vpo_item(r: dict, truth: Truth) -> tuple[bool, bool]:
@@ -251,6 +308,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--root", type=Path, default=REPO / "build" / "bench_ambiguity")
     ap.add_argument("--only", nargs="+", choices=[n for n, _ in SAMPLES], default=[n for n, _ in SAMPLES])
+    ap.add_argument(
+        "--qa-set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a qa parameter for the checked build (e.g. vpo_min_landmarks=1); the unchecked build keeps the config's",
+    )
     args = ap.parse_args()
     from vsi_wild.config import load_config
     from vsi_wild.store import Store
@@ -265,7 +329,7 @@ def main() -> int:
         root = args.root / name
         try:
             before = build(root, overrides, stable=False)
-            after = build(root, overrides, stable=True)
+            after = build(root, overrides, stable=True, qa_sets=tuple(args.qa_set))
         except RuntimeError as e:
             print(f"ambiguity_{name}: error {e}", file=sys.stderr)
             failed += 1
@@ -275,8 +339,11 @@ def main() -> int:
         truth = Truth(load_truth(store, source), params)
         figures: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for label_, rows in (("", after), ("_unchecked", before)):
-            for task, ambiguous, wrong in items(rows, truth):
+            for task, ambiguous, wrong, why in items(rows, truth):
                 figures[task][f"ambiguous_items{label_}"] += ambiguous
+                if task == "VPO":  # each reading apart (an item may fall under both)
+                    for kind in ("visit", "view"):
+                        figures[task][f"ambiguous_items_by_{kind}{label_}"] += kind in why
                 figures[task][f"items{label_}"] += 1
                 figures[task][f"wrong_items{label_}"] += wrong
             for r in rows:
@@ -301,6 +368,9 @@ def main() -> int:
             "wrong_items_unchecked",
         ):
             print(f"{k}_{task}: {f[k]}")
+        if task == "VPO":
+            for k in sorted(k for k in f if k.startswith("ambiguous_items_by_")):
+                print(f"{k}_{task}: {f[k]}")
         ratio = f["questions"] / f["questions_unchecked"] if f["questions_unchecked"] else float("nan")
         print(f"questions_ratio_{task}: {ratio:.2f}")
     return 1 if failed else 0

@@ -39,6 +39,7 @@ rule. A seed's first run renders it (about 1.5 minutes).
 Usage: python bench/bench_reconcile.py [--noise none|moderate|severe] [--seeds 1 2 ...] [--truth-poses]
                                        [--n-per-category 6] [--held-out] [--v11 PATH] [--per-seed]
                                        [--root build/bench_reconcile] [--reconcile '{"review_log_odds": 3}']
+                                       [--appearance histogram|open_clip]
 """
 
 from __future__ import annotations
@@ -70,9 +71,20 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("YOLO_OFFLINE", "1")
 
 
-def bench_config(seed: int, n_per_category: int, width: int, reconcile: dict | None = None, noise: str = "none"):
+def bench_config(
+    seed: int,
+    n_per_category: int,
+    width: int,
+    reconcile: dict | None = None,
+    noise: str = "none",
+    appearance: str = "histogram",
+    models: dict | None = None,
+):
     """Small views and 2 FPS renders (what reconciliation sees at 2 FPS is the same), 30 s clips and
-    checkpoints, the model errors of ``noise`` (seeded by the seed)."""
+    checkpoints, the model errors of ``noise`` (seeded by the seed); ``appearance``: what
+    reconciliation compares (``segment.appearance``: the colour histograms, or an image embedder,
+    ``open_clip``, whose weights are read from ``$VSI_WILD_WEIGHTS`` on the GPU when there is one);
+    ``models``: settings of the ``models`` section (e.g. another ``open_clip_weights``)."""
     from vsi_wild.config import Config
     from vsi_wild.stages.backends.params import ModelsParams
     from vsi_wild.stages.candidates import CandidatesParams
@@ -98,10 +110,10 @@ def bench_config(seed: int, n_per_category: int, width: int, reconcile: dict | N
         ),
         project=ProjectParams(width=320, height=180, preset="ultrafast"),
         faces=FaceParams(detect_every=8),
-        models=ModelsParams(device="cpu"),
+        models=ModelsParams(**{"device": "cpu" if appearance == "histogram" else "auto", **(models or {})}),
         candidates=CandidatesParams(embedder="minilm", seeds=CATEGORIES),
         detect=DetectParams(backend="groundtruth", max_fraction=0.8),
-        segment=SegmentParams(backend="groundtruth", clip_seconds=30.0),
+        segment=SegmentParams(backend="groundtruth", clip_seconds=30.0, appearance=appearance),
         pose=PoseParams(backend="twoview"),
         reconcile=ReconcileParams(**(reconcile or {})),
         model_errors=ModelErrorParams(segmenter=noise, poses=noise, seed=seed),
@@ -171,6 +183,7 @@ class ViewInputs:
     row: dict  # its views.parquet row
     segments: list[dict]  # segments.parquet rows of its clips
     clip_rows: list[dict]  # instances.parquet rows of its clips
+    embedding_rows: list[dict] | None  # embeddings.parquet rows of its clips (an image embedder configured)
     clips: list  # segment.clip_spans
     track: object  # its estimated poses (pose.Track)
     truth_track: object  # the same samples with the truth's camera poses
@@ -182,7 +195,9 @@ class ViewInputs:
         """Fresh clip instances (reconciliation fills theirs in place)."""
         from vsi_wild.tasks import metadata as tm
 
-        return tm.clip_instances_in_view(self.row, [dict(r) for r in self.clip_rows], [dict(r) for r in self.segments])
+        return tm.clip_instances_in_view(
+            self.row, [dict(r) for r in self.clip_rows], [dict(r) for r in self.segments], self.embedding_rows
+        )
 
 
 def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) -> list[ViewInputs]:
@@ -218,9 +233,12 @@ def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) ->
         units = [ids.clip_id(vid, c.index) for c in clips]
         units = [u for u in units if u in {r["unit"] for r in status}]
         segments, clip_rows = [], []
+        embedding_rows: list[dict] | None = None if config.segment.appearance == "histogram" else []
         for unit in units:
             segments += store.read_table(done("segment", unit), "segments.parquet").to_pylist()
             clip_rows += store.read_table(done("segment", unit), "instances.parquet").to_pylist()
+            if embedding_rows is not None:
+                embedding_rows += store.read_table(done("segment", unit), "embeddings.parquet").to_pylist()
         track = po.track_from_rows([r for r in poses if r["video_id"] == vid])
         out.append(
             ViewInputs(
@@ -229,6 +247,7 @@ def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) ->
                 row,
                 segments,
                 clip_rows,
+                embedding_rows,
                 clips,
                 track,
                 truth_track(track, truth_poses, float(row["yaw_deg"])),
@@ -513,6 +532,12 @@ def main() -> int:
     ap.add_argument("--v11", type=Path, default=None, help="also measure reconcile v11 from this checkout of fcba453")
     ap.add_argument("--per-seed", action="store_true", help="print each seed's figures too")
     ap.add_argument(
+        "--appearance",
+        default="histogram",
+        help="segment.appearance: histogram (CPU) or an image embedder (open_clip: weights from $VSI_WILD_WEIGHTS)",
+    )
+    ap.add_argument("--models", type=json.loads, default={}, help="models section settings (JSON), e.g. weight paths")
+    ap.add_argument(
         "--reconcile",
         type=json.loads,
         default={},
@@ -532,7 +557,9 @@ def main() -> int:
     view_minutes = 0.0
     failed = False
     for seed in args.seeds:
-        config = bench_config(seed, args.n_per_category, args.width, args.reconcile, args.noise)
+        config = bench_config(
+            seed, args.n_per_category, args.width, args.reconcile, args.noise, args.appearance, args.models
+        )
         views = prepared_views(store, config)
         if isinstance(views, dict):
             print(f"reconcile_seed{seed}: error {views}", file=sys.stderr)

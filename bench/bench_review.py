@@ -12,9 +12,11 @@ its observations match):
   from a sector edge).
 
 The reviewer's decisions: a review pair, merge when both sides are one truth object, else keep
-apart; a VOC or VOO question, first click the instances the truth says are one object and merge
-them (`m`), then accept (`y`); a VMR clip, its truth sector's key when the automatic one is wrong,
-else `y`; anything else `y` or `s`. Every key press and click is an action.
+apart; a VOC or VOO question, first split out of an instance a clip member (shown under it) the
+truth says is another object than its other members (its `split out` button), then click the
+instances the truth says are one object and merge them (`m`), then accept (`y`); a VMR clip, its
+truth sector's key when the automatic one is wrong, else `y`; anything else `y` or `s`. Every key
+press and click is an action; each split and each merge is one fix.
 
 Prints (`name: value`):
 
@@ -22,7 +24,8 @@ Prints (`name: value`):
     review_errors_reachable_fraction: of them, fixed by the walk through the queue (the truth
         recomputed on the saved fix files, errors matched by the truth objects they concern);
         target 1.0. What is left is listed on a `#` line
-    review_actions_per_error: actions from an error's queue item to its fix, mean; target <= 3
+    review_actions_per_error: actions from an error's queue item to its fix, mean over the fixes
+        (a split or merge each; a crossed false merge takes a split and the merges it leaves); target <= 3
     review_actions_max_per_error: the most any error took
     review_actions_per_video_minute: every action of the walk (all items) per minute of video
     review_items: queue items walked
@@ -197,6 +200,20 @@ def current_objects(review, truth: Truth, vid: str) -> dict[int, int | None]:
     return truth.objects(review.catalog.video(vid)["view"], derived.observations)
 
 
+def false_merge(instances: list[dict], objects: dict[tuple[int, int], int | None]) -> str | None:
+    """The clip member to split out of the first instance the page shows whose members are
+    different truth objects: one whose object is not the one most of its members are (ties: the
+    earliest member's), as "clip:local"; None when every instance's members are one object."""
+    for inst in instances:
+        ms = [(m["clip"], m["local_id"]) for m in inst.get("members") or []]
+        seen = Counter(objects.get(k) for k in ms if objects.get(k) is not None)
+        if len(seen) >= 2:
+            keep = seen.most_common(1)[0][0]
+            clip, local = next(k for k in ms if objects.get(k) not in (keep, None))
+            return f"{clip}:{local}"
+    return None
+
+
 # ------------------------------------------------------------------------------ the walk
 def walk(base: str, review, truth: Truth) -> dict:
     from playwright.sync_api import sync_playwright
@@ -233,6 +250,19 @@ def walk(base: str, review, truth: Truth) -> dict:
                     per_fix.append(1)
                 press("m" if same else "a")
             elif kind == "question" and d.get("instances"):
+                split = false_merge(d["instances"], member_objects(review, truth, vid))
+                if split is not None and page.locator(f'figure.member[data-member="{split}"] button.split').count():
+                    # two objects in one instance: its clip member of the other object split out (1 action)
+                    before = actions
+                    actions += 1
+                    page.click(f'figure.member[data-member="{split}"] button.split')
+                    page.wait_for_function(
+                        "Z.detail && !Z.busy && Z.detail.instances.some(i => i.members.length === 1 "
+                        f"&& `${{i.members[0].clip}}:${{i.members[0].local_id}}` === {split!r})",
+                        timeout=120_000,
+                    )
+                    per_fix.append(actions - before)
+                    continue  # the same item again: the split-out member may now be another's duplicate
                 objects = current_objects(review, truth, vid)
                 groups = defaultdict(list)
                 for i in d["instances"]:
@@ -242,7 +272,7 @@ def walk(base: str, review, truth: Truth) -> dict:
                     before = actions
                     for i in sorted(dup)[:2]:
                         actions += 1
-                        page.click(f'figure.inst[data-instance="{i}"]')
+                        page.click(f'figure.inst[data-instance="{i}"] > :first-child')  # its picture
                     press("m")
                     page.wait_for_function(
                         "Z.detail && !Z.busy && !Z.detail.instances.some(i "

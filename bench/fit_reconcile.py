@@ -20,13 +20,20 @@ is one object. Then:
    reviewer's time; ``--v11``: a checkout of commit fcba453): the budget spent on the decisions
    expected to get the most answers wrong.
 
+With ``--appearance open_clip`` the training seeds' segment stage embeds every clip instance's
+crops with open_clip's image tower (the configured weights) and the appearance weight is fitted on
+the embeddings' cosine; the printed parameters then belong to that setting (``segment.appearance:
+open_clip``, the production default), not to the histogram's.
+
 Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds 1 ... 16]
-                                    [--root build/bench_reconcile]
+                                    [--root build/bench_reconcile] [--appearance histogram|open_clip]
+                                    [--models '{"open_clip_weights": PATH}']
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -63,14 +70,14 @@ class P:
         self.__dict__.update(kw)
 
 
-def views(seeds, levels, root):
+def views(seeds, levels, root, appearance="histogram", models=None):
     """(level, seed, ViewInputs, config) of every training view, rendered if needed."""
     from vsi_wild.store import Store
 
     store = Store(root)
     for level in levels:
         for seed in seeds:
-            config = br.bench_config(seed, br.TRAINING_N_PER_CATEGORY, 640, None, level)
+            config = br.bench_config(seed, br.TRAINING_N_PER_CATEGORY, 640, None, level, appearance, models)
             got = br.prepared_views(store, config)
             if isinstance(got, dict):
                 raise SystemExit(f"seed {seed} ({level}): {got}")
@@ -89,6 +96,16 @@ def main() -> int:
         required=True,
         help="a checkout of commit fcba453 (reconcile v11): its review items per view-minute set the budget",
     )
+    ap.add_argument(
+        "--appearance",
+        default="histogram",
+        help="segment.appearance the parameters are fitted for: histogram (the CPU path) or an image "
+        "embedder (open_clip: its weights from $VSI_WILD_WEIGHTS; the training seeds' segment stage "
+        "embeds their crops with it)",
+    )
+    ap.add_argument(
+        "--models", type=json.loads, default={}, help="models section settings (JSON), e.g. another open_clip_weights"
+    )
     args = ap.parse_args()
     if not set(args.seeds) <= set(br.TRAINING_SEEDS):
         raise SystemExit(
@@ -106,12 +123,12 @@ def main() -> int:
     defaults = rc.ReconcileParams()
     data = []  # (level, seed, vi, config, instances, poses)
     evs, labels = [], []
-    for level, seed, vi, config in views(args.seeds, args.noise, args.root):
+    for level, seed, vi, config in views(args.seeds, args.noise, args.root, args.appearance, args.models):
         errs = config.model_errors
         poses = me.perturb_track(vi.track, errs.poses, me.rng_for(errs.seed, vi.video_id, "poses"))
         instances = sorted(vi.instances(), key=lambda c: c.key)
         alignments, walked = rc.prepare(instances, defaults, poses, config.pose.ground_height())
-        ev = asc.evidence(instances, alignments, walked)
+        ev = asc.evidence(instances, alignments, walked, tm.appearance_of(config))
         evs += ev
         labels += [vi.truth_of[e.a.key] == vi.truth_of[e.b.key] for e in ev]
         data.append((level, seed, vi, config, poses))
@@ -145,7 +162,16 @@ def main() -> int:
         instances = vi.instances()
         by_key = {c.key: c for c in instances}
         concept_of = {c.key: c.concept for c in instances}
-        result = rc.reconcile(vi.video_id, instances, vi.clips, params, poses, config.pose.ground_height(), rules)
+        result = rc.reconcile(
+            vi.video_id,
+            instances,
+            vi.clips,
+            params,
+            poses,
+            config.pose.ground_height(),
+            rules,
+            tm.appearance_of(config),
+        )
         want = br.answers(br.truth_groups(sorted(by_key), concept_of, vi.truth_of), by_key, rules)
         views_out.append((level, vi, result, by_key, rules, br.voo_sets(want[1], config.qa.voo_min_gap_s), want))
         if level == "none":

@@ -1,4 +1,4 @@
-"""Instances per clip: clip splitting, instance masks as COCO RLE, appearance histograms.
+"""Instances per clip: clip splitting, instance masks as COCO RLE, appearance histograms and embeddings.
 
 The paper (A.2.1) runs SAM3 with the kept concepts as text prompts on the video at 2 FPS, split
 into non-overlapping 5-minute clips processed independently (GPU memory). The instances' ids are
@@ -21,9 +21,10 @@ import pycocotools.mask as mask_utils
 from pydantic import BaseModel, ConfigDict, Field
 
 if TYPE_CHECKING:  # backends.groundtruth imports this module
-    from vsi_wild.stages.backends.base import FrameBatch, SegmentRecord
+    from vsi_wild.stages.backends.base import FrameBatch, ImageEmbedder, SegmentRecord
 
 SAMPLE_STEP = 0.5  # seconds between 2 FPS timestamps
+HISTOGRAM = "histogram"  # segment.appearance's CPU setting: colour histograms only, no image embedder
 
 
 class SegmentParams(BaseModel):
@@ -35,6 +36,15 @@ class SegmentParams(BaseModel):
     min_area: int = Field(16, ge=0, description="masks with fewer pixels are ignored")
     frame_max_width: int = Field(
         1920, ge=64, description="frames are downscaled to at most this width before segmentation"
+    )
+    appearance: str = Field(
+        "open_clip",
+        description="what reconciliation compares two instances' looks by: `histogram` (the colour histogram "
+        "of the masked pixels, the CPU path) or an image_embedder backend: `open_clip` (the CLIP image tower "
+        "on the instance's crops, written to embeddings.parquet)",
+    )
+    embed_crops: int = Field(
+        4, ge=1, description="crops embedded per clip instance: its largest sightings the image border does not cut"
     )
 
 
@@ -105,6 +115,84 @@ def bhattacharyya(p: np.ndarray, q: np.ndarray) -> float:
     if p.sum() <= 0 or q.sum() <= 0:
         return 0.0
     return float(np.sqrt((p / p.sum()) * (q / q.sum())).sum())
+
+
+# --------------------------------------------------------------------------------- embeddings
+CROP_MARGIN = 0.1  # of the box's size on each side: the object's outline, and a little of where it stands
+
+
+def best_sightings(seg_rows: Iterable[dict], per_instance: int) -> dict[tuple[str, int], list[dict]]:
+    """(concept, local id) -> its ``per_instance`` largest sightings (``schema.CLIP_SEGMENTS`` rows)
+    whose box the image border does not cut (a cut box shows part of the object), all of them
+    ranked the same way when every box is cut; ties by time."""
+    by_instance: dict[tuple[str, int], list[dict]] = {}
+    for r in seg_rows:
+        by_instance.setdefault((r["concept"], int(r["local_id"])), []).append(r)
+
+    def cut(r: dict) -> bool:
+        w, h = r["image_width"], r["image_height"]
+        return r["x0"] <= 0 or r["y0"] <= 0 or r["x1"] >= w or r["y1"] >= h
+
+    out = {}
+    for key, rows in by_instance.items():
+        whole = [r for r in rows if not cut(r)] or rows
+        out[key] = sorted(whole, key=lambda r: (-int(r["area"]), float(r["time"])))[:per_instance]
+    return out
+
+
+def crop(image: np.ndarray, box: Sequence[float], margin: float = CROP_MARGIN) -> np.ndarray:
+    """The box's pixels, widened by ``margin`` of its size on each side, within the image."""
+    h, w = image.shape[:2]
+    x0, y0, x1, y1 = (float(v) for v in box)
+    mx, my = margin * (x1 - x0), margin * (y1 - y0)
+    c0, r0 = max(0, int(math.floor(x0 - mx))), max(0, int(math.floor(y0 - my)))
+    c1, r1 = min(w, int(math.ceil(x1 + mx))), min(h, int(math.ceil(y1 + my)))
+    return np.ascontiguousarray(image[r0 : max(r1, r0 + 1), c0 : max(c1, c0 + 1)])
+
+
+def embedding_rows(
+    video_id: str,
+    clip_index: int,
+    batch: FrameBatch,
+    seg_rows: Sequence[dict],
+    embedder: ImageEmbedder,
+    per_instance: int,
+) -> list[dict]:
+    """Rows of schema.CLIP_EMBEDDINGS: each clip instance's embedding, the normalised mean of its
+    best sightings' crops (``best_sightings``) embedded by ``embedder``. Each frame is decoded once."""
+    chosen = best_sightings(seg_rows, per_instance)
+    pos_of = {int(k): i for i, k in enumerate(batch.sample_indices)}
+    wanted: dict[int, list[tuple[tuple[str, int], dict]]] = {}
+    for key, rows in chosen.items():
+        for r in rows:
+            wanted.setdefault(pos_of[int(r["sample_index"])], []).append((key, r))
+    owners: list[tuple[str, int]] = []
+    crops: list[np.ndarray] = []
+    for pos in sorted(wanted):
+        image = np.asarray(batch.images[pos])
+        for key, r in wanted[pos]:
+            sx, sy = image.shape[1] / r["image_width"], image.shape[0] / r["image_height"]
+            owners.append(key)
+            crops.append(crop(image, (r["x0"] * sx, r["y0"] * sy, r["x1"] * sx, r["y1"] * sy)))
+    vectors = np.asarray(embedder.embed(crops), dtype=np.float64) if crops else np.zeros((0, 0))
+    rows_of: dict[tuple[str, int], list[int]] = {}
+    for i, key in enumerate(owners):
+        rows_of.setdefault(key, []).append(i)
+    out = []
+    for key in sorted(rows_of):
+        mean = vectors[rows_of[key]].mean(axis=0)
+        out.append(
+            {
+                "video_id": video_id,
+                "clip_index": clip_index,
+                "concept": key[0],
+                "local_id": key[1],
+                "embedder": embedder.name,
+                "n_crops": len(rows_of[key]),
+                "embedding": (mean / max(float(np.linalg.norm(mean)), 1e-12)).astype(np.float32).tolist(),
+            }
+        )
+    return out
 
 
 # --------------------------------------------------------------------------------- frames

@@ -115,10 +115,12 @@ class Stage:
 
 @dataclass(frozen=True)
 class BackendUse:
-    """A stage builds the backend of ``kind`` that the config key ``selector`` names."""
+    """A stage builds the backend of ``kind`` that the config key ``selector`` names, unless the key
+    names one of ``off`` (a setting that needs no model: ``segment.appearance: histogram``)."""
 
     kind: str  # stages.backends.base kinds: text_embedder, open_vocab_detector, ...
     selector: str  # dotted config key whose value is the backend's name, e.g. "detect.backend"
+    off: tuple[str, ...] = ()  # values of the key that build no backend (no weight check, no fingerprint)
 
     def section(self, config: Config) -> Any:
         """The params of the section whose key chooses the backend (``faces`` for ``faces.backend``)."""
@@ -129,6 +131,9 @@ class BackendUse:
 
     def name(self, config: Config) -> str:
         return str(getattr(self.section(config), self.selector.rsplit(".", 1)[-1]))
+
+    def active(self, config: Config) -> bool:
+        return self.name(config) not in self.off
 
 
 @dataclass
@@ -408,6 +413,7 @@ class Plan:
                     backend_spec(use, self.config), self.config.models, use.section(self.config)
                 )
                 for use in stage.backends
+                if use.active(self.config)
             }
         return self._backend_fps[stage.name]
 
@@ -419,6 +425,8 @@ class Plan:
             if importlib.util.find_spec(module) is None:
                 problems.append(f"stage {stage.name} needs the Python module {module!r}")
         for use in stage.backends:
+            if not use.active(self.config):
+                continue
             try:
                 spec = backend_spec(use, self.config)
             except ValueError as e:
@@ -653,6 +661,8 @@ class Job:
                 f"stage {self.stage.name} builds a {kind} backend without declaring it (Stage.backends)"
             )
         config = self._full_config
+        if not use.active(config):
+            raise ContractError(f"stage {self.stage.name} builds a {kind} backend where `{use.selector}` selects none")
         source_id = ids.unit_source(self.unit)
 
         def truth() -> dict[str, Any]:

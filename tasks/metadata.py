@@ -271,6 +271,7 @@ def run_segment(job: Job) -> None:
     drawn = _drawn_in_clip(job.store, job.config, vid, index)
     inst_rows: list[dict] = []
     seg_rows: list[dict] = []
+    emb_rows: list[dict] = []
     prompted_rows: list[dict] | None = None
     if concepts or drawn:
         segmenter = job.backend("segmenter")
@@ -310,12 +311,18 @@ def run_segment(job: Job) -> None:
                         concepts,
                     )
                 seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
+                if p.appearance != seg.HISTOGRAM:
+                    emb_rows = seg.embedding_rows(
+                        vid, index, batch, seg_rows, job.backend("image_embedder"), p.embed_crops
+                    )
             if drawn and backends.takes_box_prompts(segmenter):
                 prompted_rows = _prompted_rows(
                     vid, index, batch, _prompts(drawn, view, batch, index, p.clip_seconds), segmenter, view, p
                 )
     job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
     job.out.write_table("instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
+    if p.appearance != seg.HISTOGRAM:  # written whenever an embedder is configured: reconcile reads it
+        job.out.write_table("embeddings.parquet", schema.table(schema.CLIP_EMBEDDINGS, emb_rows))
     if prompted_rows is not None:
         job.out.write_table("prompted.parquet", schema.table(schema.PROMPTED_MASKS, prompted_rows))
 
@@ -376,7 +383,10 @@ SEGMENT = Stage(
     run=run_segment,
     needs=("detect", "project"),
     sections=("segment", "model_errors.segmenter", "model_errors.seed"),
-    backends=(BackendUse("segmenter", "segment.backend"),),
+    backends=(
+        BackendUse("segmenter", "segment.backend"),
+        BackendUse("image_embedder", "segment.appearance", off=(seg.HISTOGRAM,)),
+    ),
     gpu=True,
     units=_segment_units,
     raw_inputs=_segment_raw,  # the boxes reviewers drew in the clip: segmented as prompts
@@ -462,11 +472,18 @@ def answer_rules(config, view: dict) -> rc.AnswerRules:
     )
 
 
+def appearance_of(config) -> rc.Appearance:
+    """What reconciliation's appearance term compares: the colour histograms, or the image
+    embeddings ``segment.appearance``'s embedder wrote."""
+    return "histogram" if config.segment.appearance == seg.HISTOGRAM else "embedding"
+
+
 def reconcile_view(
     config, vid: str, view: dict, instances: list[rc.ClipInstance], clips: list, poses: po.Track | None
 ) -> rc.Reconciled:
     """Reconcile one view video as the reconcile stage does: the simulated pose errors of
-    ``model_errors.poses`` applied to its poses first (none in production)."""
+    ``model_errors.poses`` applied to its poses first (none in production); appearance as
+    ``segment.appearance`` says (``appearance_of``)."""
     errors = config.model_errors
     if poses is not None and errors.poses != "none":
         poses = me.perturb_track(poses, errors.poses, me.rng_for(errors.seed, vid, "poses"))
@@ -478,6 +495,7 @@ def reconcile_view(
         poses,
         camera_height=config.pose.ground_height(),
         rules=answer_rules(config, view),
+        appearance=appearance_of(config),
     )
 
 
@@ -498,15 +516,28 @@ SEGMENT_FIELDS = (
 )
 
 
-def clip_instances_in_view(view: dict, inst_rows: list[dict], seg_rows: list[dict]) -> list[rc.ClipInstance]:
+def clip_instances_in_view(
+    view: dict, inst_rows: list[dict], seg_rows: list[dict], emb_rows: list[dict] | None = None
+) -> list[rc.ClipInstance]:
     """The clip-local instances of one view video (its ``views.parquet`` row) for reconciliation,
-    their boxes in the view's own pixels (segmentation may have run on downscaled frames)."""
+    their boxes in the view's own pixels (segmentation may have run on downscaled frames), with
+    their image embeddings when ``emb_rows`` (schema.CLIP_EMBEDDINGS) are given."""
     for r in seg_rows:
         s = float(view["width"]) / float(r["image_width"])
         if s != 1.0:
             r.update(x0=r["x0"] * s, y0=r["y0"] * s, x1=r["x1"] * s, y1=r["y1"] * s, area=int(round(r["area"] * s * s)))
         r.update(image_width=int(view["width"]), image_height=int(view["height"]))
-    return rc.load_clip_instances(inst_rows, seg_rows)
+    return rc.load_clip_instances(inst_rows, seg_rows, emb_rows)
+
+
+def _embeddings(job: Job, unit: str) -> list[dict]:
+    ref = job.ref("segment", unit)
+    if not job.store.has_file(ref, "embeddings.parquet"):
+        raise UnitError(
+            f"segment:{unit} has no embeddings.parquet, and segment.appearance is "
+            f"{job.config.segment.appearance!r} (re-run it: vsi-wild run --only segment --force)"
+        )
+    return job.read("segment", "embeddings.parquet", unit).to_pylist()
 
 
 def run_reconcile(job: Job) -> None:
@@ -515,10 +546,13 @@ def run_reconcile(job: Job) -> None:
     clip_s = job.config.segment.clip_seconds
     clips = seg.clip_spans(float(view["duration_s"]), clip_s)
     inst_rows, seg_rows = [], []
+    emb_rows: list[dict] | None = None if appearance_of(job.config) == "histogram" else []
     for unit in sorted(job.refs("segment")):
         inst_rows += job.read("segment", "instances.parquet", unit).to_pylist()
         seg_rows += job.read("segment", "segments.parquet", unit).select(list(SEGMENT_FIELDS)).to_pylist()
-    instances = clip_instances_in_view(view, inst_rows, seg_rows)
+        if emb_rows is not None:
+            emb_rows += _embeddings(job, unit)
+    instances = clip_instances_in_view(view, inst_rows, seg_rows, emb_rows)
     result = reconcile_view(job.config, vid, view, instances, clips, _video_poses(job, vid))
     job.out.write_table(
         "clips.parquet",

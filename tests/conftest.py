@@ -84,7 +84,7 @@ sample: {{source_id: sample-small, duration_s: 16, width: 512, fps: 8}}
 project: {{width: 320, height: 180}}
 candidates: {{embedder: minilm}}
 detect: {{backend: groundtruth}}
-segment: {{backend: groundtruth, clip_seconds: 8}}
+segment: {{backend: groundtruth, clip_seconds: 8, appearance: histogram}}
 pose: {{backend: twoview}}
 metadata: {{motion_clip_seconds: 8}}
 qa: {{clip_seconds: 8}}

@@ -47,7 +47,7 @@ class MetaConfig(Config):
     models: ModelsParams = ModelsParams(device="cpu")
     candidates: CandidatesParams = CandidatesParams(embedder="minilm", seeds=CATEGORIES + ["sofa"])
     detect: DetectParams = DetectParams(backend="groundtruth", max_fraction=0.8)
-    segment: SegmentParams = SegmentParams(backend="groundtruth", clip_seconds=30.0)
+    segment: SegmentParams = SegmentParams(backend="groundtruth", clip_seconds=30.0, appearance="histogram")
     reconcile: ReconcileParams = ReconcileParams()
     pose: PoseParams = PoseParams(backend="twoview")
     metadata: MetadataParams = MetadataParams(motion_clip_seconds=30.0)

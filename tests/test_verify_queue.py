@@ -3,6 +3,8 @@ report as one concept; in chromium on a copy of the session's sample store."""
 
 from __future__ import annotations
 
+import re
+import time
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from ruamel.yaml import YAML
 from test_verify import TOKEN, _current, serve
 
 from vsi_wild.config import load_config
+from vsi_wild.stages.qa.common import question_id
 from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app
 
@@ -113,3 +116,74 @@ def test_a_benchmark_rename_is_one_concept_in_the_report(page: Page, live, root,
     page.click("#rename-add")
     expect(page.locator('#voc tr[data-concept="litter bin"]')).to_have_count(1)
     page.evaluate("DRAFT.act({action: 'clear'})")
+
+
+LEFT = "sample-walk_left"
+
+
+def test_a_question_shows_its_instances_clip_members_and_one_is_split_out_with_a_key(
+    page: Page, live, root, screenshot_dir
+):
+    # an instance reconciliation joined across clips, of a concept the view has a VOC total question about
+    members = _current(root, "reconcile", LEFT, "members.parquet")
+    of: dict[int, list[tuple[int, int]]] = {}
+    for m in members:
+        of.setdefault(m["instance_id"], []).append((m["clip_index"], m["local_id"]))
+    concept_of = {m["instance_id"]: m["concept"] for m in members}
+    totals = {
+        q["concepts"][0]: q
+        for q in _current(root, "qa", LEFT, "questions.parquet")
+        if q["task_type"] == "VOC" and q["subtype"] == "total"
+    }
+    joined = next(i for i in sorted(of) if len({c for c, _ in of[i]}) >= 2 and concept_of[i] in totals)
+    concept, question = concept_of[joined], totals[concept_of[joined]]
+    before = [r for r in _current(root, "metadata", LEFT, "instances.parquet") if r["concept"] == concept]
+    page.goto(f"{live}/queue?video={LEFT}&item=question:{LEFT}:{question_id(question)}")
+    page.wait_for_function("window.pageReady === true && Z.detail && !Z.busy")
+    # every instance it counts; the joined one with one picture per clip member (clip, local id, time)
+    expect(page.locator("figure.inst")).to_have_count(len(before))
+    shown = page.locator(f'figure.inst[data-instance="{joined}"] figure.member')
+    expect(shown).to_have_count(len(of[joined]))
+    for n, (c, lo) in enumerate(sorted(of[joined])):
+        expect(shown.nth(n).locator("figcaption")).to_contain_text(f"clip {c} · #{lo}")
+        expect(shown.nth(n).locator("img.crop")).to_be_visible()
+    # only instances joined from two or more clip members show them (the others are their one picture)
+    n_joined = sum(len(of[r["instance_id"]]) for r in before if len(of.get(r["instance_id"], [])) >= 2)
+    expect(page.locator("figure.member")).to_have_count(n_joined)
+    for width in (1400, 1920):
+        page.set_viewport_size({"width": width, "height": 1000})
+        page.wait_for_function("(v => v.readyState >= 2 && !v.seeking)(document.querySelector('#item video'))")
+        page.screenshot(path=str(screenshot_dir / f"verify_queue_members_{width}.png"), full_page=True)
+    page.set_viewport_size({"width": 1400, "height": 1000})
+    # the last member split out from the keyboard: selected with a click, then `a`
+    clip, local = sorted(of[joined])[-1]
+    page.click(f'figure.member[data-member="{clip}:{local}"]')
+    expect(page.locator(f'figure.member[data-member="{clip}:{local}"]')).to_have_class(re.compile("selected"))
+    page.keyboard.press("a")
+    expect(page.locator("figure.inst")).to_have_count(len(before) + 1)  # recomputed from the saved fixes
+    expect(page.locator(f'figure.inst[data-instance="{joined}"] figure.member')).to_have_count(
+        0 if len(of[joined]) == 2 else len(of[joined]) - 1
+    )
+    page.wait_for_function("!Z.busy")
+    fixes = YAML(typ="safe").load((root / "fixes" / f"{LEFT}.yaml").read_text())["fixes"]
+    assert [{k: f[k] for k in ("op", "clip", "local_id", "by")} for f in fixes] == [
+        {"op": "split", "clip": clip, "local_id": local, "by": "ana"}
+    ]
+    # re-derived: one instance more of the concept, holding the member's observations; the question asks again
+    job = page.evaluate(f"api('/api/videos/{LEFT}/rederive', {{}})")
+    deadline = time.time() + 300
+    while (state := page.evaluate(f"api('/api/jobs/{job['id']}')")["state"]) == "running" and time.time() < deadline:
+        time.sleep(1)
+    assert state == "done"
+    after = [r for r in _current(root, "metadata", LEFT, "instances.parquet") if r["concept"] == concept]
+    assert len(after) == len(before) + 1
+    new = ({r["instance_id"] for r in after} - {r["instance_id"] for r in before}).pop()
+    cs = load_config(REPO / "configs" / "sample.yaml").segment.clip_seconds
+    obs = _current(root, "metadata", LEFT, "observations.parquet")
+    assert {o["time"] for o in obs if o["instance_id"] == new} == {
+        o["time"]
+        for o in _current(root, "reconcile", LEFT, "observations_auto.parquet")
+        if o["instance_id"] == joined and clip * cs <= o["time"] < (clip + 1) * cs
+    }
+    asked = {question_id(q): q for q in _current(root, "qa", LEFT, "questions.parquet")}
+    assert asked[question_id(question)]["answers"] == [str(int(question["answers"][0]) + 1)]

@@ -282,7 +282,9 @@ def stages(
             "needs": list(st.needs),
             "sections": list(st.sections),
             "unkeyed_sections": list(st.unkeyed_sections),
-            "backends": {u.selector: f"{u.kind}:{u.name(cfg)}" for u in st.backends},
+            "backends": {
+                u.selector: f"{u.kind}:{u.name(cfg)}" if u.active(cfg) else f"none ({u.name(cfg)})" for u in st.backends
+            },
             "gpu": st.gpu,
             "gpu_memory_gib": st.gpu_memory_gib,
             "registers": st.registers,

@@ -475,6 +475,18 @@ CLIP_INSTANCES = _schema(
     f("appearance", pa.list_(pa.float32()), doc="L1-normalised hue-saturation histogram of the masked pixels"),
 )
 
+CLIP_EMBEDDINGS = _schema(
+    "One row per clip-local instance: an image embedding of its look (the segment stage writes it when "
+    "segment.appearance names an image_embedder; reconciliation's appearance term compares two by cosine).",
+    f("video_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("concept", pa.string()),
+    f("local_id", pa.int64()),
+    f("embedder", pa.string(), doc="the image_embedder backend (segment.appearance), e.g. open_clip"),
+    f("n_crops", pa.int64(), doc="crops embedded: its largest sightings the image border does not cut"),
+    f("embedding", pa.list_(pa.float32()), doc="the normalised mean of its crops' L2-normalised embeddings"),
+)
+
 CLIP_SPANS = _schema(
     "The clips of one video (non-overlapping windows of the 2 FPS samples).",
     f("video_id", pa.string()),
@@ -1148,6 +1160,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("segments.parquet", CLIP_SEGMENTS),
         _parquet("instances.parquet", CLIP_INSTANCES),
         _parquet("prompted.parquet", PROMPTED_MASKS, optional=True),
+        _parquet("embeddings.parquet", CLIP_EMBEDDINGS, optional=True),
     ),
     "pose": (
         _parquet("poses.parquet", POSES),

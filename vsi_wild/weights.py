@@ -70,6 +70,8 @@ def needed_weights(config: Config, only: list[str] | None = None) -> list[Needed
     found: dict[str, tuple[list[str], WeightStatus]] = {}
     for stage in registry.STAGES:
         for use in stage.backends:
+            if not use.active(config):
+                continue
             spec = engine.backend_spec(use, config)
             for status in weight_statuses(spec, config.models, getattr(config, spec.section)):
                 users = found.setdefault(status.key, ([], status))[0]

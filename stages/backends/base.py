@@ -67,6 +67,15 @@ class TextEmbedder(Protocol):
         ...
 
 
+class ImageEmbedder(Protocol):
+    name: str
+    dim: int
+
+    def embed(self, crops: Sequence[np.ndarray]) -> np.ndarray:
+        """(n, dim) float32 of n RGB crops, each row L2-normalised."""
+        ...
+
+
 class OpenVocabDetector(Protocol):
     name: str
 
@@ -159,7 +168,7 @@ class BackendSpec:
         return dict(self.sources).get(field_name)
 
 
-KINDS = ("text_embedder", "open_vocab_detector", "segmenter", "pose_estimator", "face_detector")
+KINDS = ("text_embedder", "image_embedder", "open_vocab_detector", "segmenter", "pose_estimator", "face_detector")
 _SPECS: dict[str, dict[str, BackendSpec]] = {}
 
 

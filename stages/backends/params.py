@@ -67,6 +67,7 @@ class ModelsParams(BaseModel):
         0.80, ge=-1, le=1, description="same for all-MiniLM-L6-v2 (measured, see text.py)"
     )
     text_batch_size: int = Field(256, ge=1)
+    image_batch_size: int = Field(64, ge=1, description="crops per forward pass of the open_clip image tower")
 
     # -- YOLO-World-v2 (open-vocabulary filtering)
     yolo_world_weights: str = Field("yolo_world/yolov8x-worldv2.pt", description="ultralytics .pt")

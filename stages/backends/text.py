@@ -27,7 +27,7 @@ import logging
 import zipfile
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -49,9 +49,12 @@ class _DropRandomInitWarning(logging.Filter):
         return "initialized randomly" not in record.getMessage()
 
 
-def load_open_clip_model(model_name: str, quick_gelu: bool, path: Path, device: str) -> Any:
+def load_open_clip_model(
+    model_name: str, quick_gelu: bool, path: Path, device: str, tower: Literal["text", "image"] = "text"
+) -> Any:
     """An open_clip CLIP with the weights at ``path`` (OpenAI TorchScript or state dict), eval mode,
-    fp32, image tower dropped (only text is embedded here)."""
+    fp32, with only the ``tower`` that is used: text (names, YOLO-World's prompts) or image (instance
+    crops, ``stages.backends.image``)."""
     open_clip = require("open_clip", "open-clip-torch", "open_clip")
     torch = require("torch", "torch", "open_clip")
     root = logging.getLogger()
@@ -71,7 +74,11 @@ def load_open_clip_model(model_name: str, quick_gelu: bool, path: Path, device: 
         model.load_state_dict(state, strict=True)
     else:
         open_clip.load_checkpoint(model, str(path))
-    model.visual = None
+    if tower == "text":
+        model.visual = None
+    else:  # the text transformer and its token table are most of the rest
+        model.transformer = None
+        model.token_embedding = None
     return model.float().eval().to(device)
 
 

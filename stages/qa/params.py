@@ -46,8 +46,8 @@ class QAParams(BaseModel):
     stable_answers: bool = Field(
         True,
         description="ask a question only when its answer holds under every reading (VOC, VOO: the "
-        "sightings below; VMR: a viewer's misjudgement over the evidence window); off: the first reading "
-        "alone, unchecked",
+        "sightings below; VMR: a viewer's misjudgement over the evidence window; VPO: another visit of an "
+        "anchor's place, and what each rotated view shows); off: the first reading alone, unchecked",
     )
 
     # VMR
@@ -94,6 +94,20 @@ class QAParams(BaseModel):
     vpo_offset_max_deg: float = Field(60.0, ge=0, le=180)
     vpo_pitch_deg: float = 0.0
     vpo_attempts: int = Field(64, ge=1, description="random restarts when searching anchor sets")
+    vpo_min_landmarks: int = Field(
+        0,
+        ge=0,
+        description="with stable_answers, each rotated view shows at least this many objects that tie it to its "
+        "anchor (stages/qa/vpo.py ViewContent): predicted clearly in the view, seen by the video only between the "
+        "anchors before and after it, and in no other view of the question; 0: not checked. Off by default: on "
+        "the sample the metadata's objects are too sparse to tie most views (README, 'one right answer')",
+    )
+    vpo_rotation_attempts: int = Field(
+        4,
+        ge=0,
+        description="a view that does not show its place is turned the other way, then to this many further "
+        "seeded offsets, before its anchor set is given up",
+    )
     image_width: int | None = Field(None, ge=16, description="rendered VPO views; None = the view's size")
     image_height: int | None = Field(None, ge=16)
     image_format: Literal["jpg", "png"] = "jpg"

@@ -10,7 +10,12 @@ Per view video, ``vpo_per_video`` questions of 4 anchors each. Repairs over the 
   by the face backend like every published frame, and shipped as an image file;
 - an unrotated control (same anchors, same options, offset 0) for the rotation analysis;
 - with ``qa.stable_answers``, no anchor's place is visited again on the other side of another
-  anchor (``other_visits``): a viewer who recognises a place but not the visit would reorder them.
+  anchor (``other_visits``): a viewer who recognises a place but not the visit would reorder them;
+  and each rotated view shows its place (``ViewContent``, ``view_problem``): at least
+  ``vpo_min_landmarks`` of the video's objects predicted clearly in it that the video showed only
+  between the anchors before and after it and no other view of the question shows (a viewer dates a
+  view by the moments the video showed what it shows). A view that fails is turned the other way,
+  then to other seeded offsets (``rotation_tries``), before its anchor set is re-picked.
 
 The plan (anchors, labels, offsets, options) is pure data; rendering is a separate pass over the
 panorama that holds one decoded frame at a time and decodes only around the anchors (a seek to the
@@ -30,12 +35,13 @@ from typing import Any, cast
 import cv2
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
 from vsi_wild.stages.evaluate import ACCURACY
 from vsi_wild.stages.export import image_export_path
-from vsi_wild.stages.pose import track_from_rows
+from vsi_wild.stages.pose import Track, track_from_rows, yaw_matrix
 from vsi_wild.stages.project import render_view
 from vsi_wild.stages.qa.common import (
     Provenance,
@@ -50,9 +56,10 @@ from vsi_wild.stages.qa.common import (
     vpo_question,
 )
 from vsi_wild.stages.qa.difficulty import DIFFICULTY_COLUMNS, difficulty_bin, gaps, horizon_bin, stamp
-from vsi_wild.stages.qa.params import QAParams
+from vsi_wild.stages.qa.params import CLEAR_AREA_FRAC, QAParams
 from vsi_wild.stages.qa.registry import MC, QATask, Split, TaskQuestions, VideoInputs, copied
 from vsi_wild.stages.video_io import frames_at
+from vsi_wild.stages.visibility import OCCLUDED, VISIBLE, BoxModel, box_model
 
 
 @dataclass(frozen=True)
@@ -169,6 +176,201 @@ def apart_visits(a: Candidate, b: Candidate, visits: dict[int, tuple[float, floa
     )
 
 
+# ----------------------------------------------------------------------------- what a view shows
+@dataclass(frozen=True)
+class Landmark:
+    """An instance of the video a rotated view can show: its position (world), its box model from
+    its own sightings (``visibility.box_model``), the share of its box its mask fills, and the first
+    and last moments the video showed it."""
+
+    instance_id: int
+    concept: str
+    position: np.ndarray
+    box: BoxModel
+    fill: float
+    first: float
+    last: float
+
+
+class ViewContent:
+    """Which of the video's objects a view rendered from the panorama at an anchor shows, from the
+    metadata alone: an instance whose position is consistent with its sightings (the visibility
+    track's ``geometric``) is shown when its box, modelled from its sightings as the visibility stage
+    models it and projected through the anchor's camera turned by the view's offset, covers at least
+    "seen clearly" (``CLEAR_AREA_FRAC`` of the view, its mask's share of that box counted) and the
+    video's own camera at that moment does not find it occluded (occlusion depends on where the
+    camera stands, not where it looks). The view is the video's camera turned right by the offset
+    and tilted to ``vpo_pitch_deg``, with the video's intrinsics (a render's size changes its
+    pixels, not its field, and areas are compared as fractions)."""
+
+    def __init__(
+        self,
+        track: Track,
+        landmarks: Sequence[Landmark],
+        occluded: set[tuple[int, int]],
+        size: tuple[int, int],
+        pitch_deg: float,
+    ):
+        self.track, self.landmarks, self.occluded = track, list(landmarks), occluded
+        self.size, self.pitch_deg = size, pitch_deg
+        self.row_of = {int(f): i for i, f in enumerate(track.frames) if track.valid[i]}
+        self._positions = np.array([lm.position for lm in self.landmarks], dtype=np.float64).reshape(-1, 3)
+        self._boxes = np.array(
+            [(lm.box.width, lm.box.height, lm.box.dx, lm.box.dy) for lm in self.landmarks], dtype=np.float64
+        ).reshape(-1, 4)
+        self._fills = np.array([lm.fill for lm in self.landmarks], dtype=np.float64)
+        self._shown: dict[tuple[int, float], tuple[Landmark, ...]] = {}
+
+    @classmethod
+    def from_metadata(
+        cls,
+        poses: pa.Table | None,
+        instances: pa.Table | None,
+        visibility: pa.Table | None,
+        video: VideoInfo,
+        params: QAParams,
+    ) -> ViewContent | None:
+        """None when the metadata cannot say what a view shows: no poses, no visibility track, or no
+        instance whose position explains its sightings (then nothing is checked)."""
+        if poses is None or instances is None or visibility is None or not poses.num_rows:
+            return None
+        rows = [r for r in poses.to_pylist() if r["video_id"] == video.video_id]
+        if not any(r["valid"] for r in rows):
+            return None
+        track = track_from_rows(rows)
+        row_of_sample = {int(k): i for i, k in enumerate(track.sample_indices) if track.valid[i]}
+        mine = visibility.filter(pc.equal(visibility["video_id"], video.video_id))
+        geometric = set(pc.unique(mine.filter(mine["geometric"])["instance_id"]).to_pylist())
+        occluded = {
+            (int(r["instance_id"]), int(r["sample_index"]))
+            for r in mine.filter(pc.equal(mine["state"], OCCLUDED)).select(["instance_id", "sample_index"]).to_pylist()
+        }
+        boxes: dict[int, dict[int, tuple[float, float, float, float]]] = {}
+        fills: dict[int, list[float]] = {}
+        for r in mine.filter(pc.equal(mine["state"], VISIBLE)).to_pylist():
+            i = row_of_sample.get(int(r["sample_index"]))
+            if i is None or r["x0"] is None:
+                continue
+            b = (float(r["x0"]), float(r["y0"]), float(r["x1"]), float(r["y1"]))
+            boxes.setdefault(int(r["instance_id"]), {})[i] = b
+            if r["area"] is not None and (b[2] - b[0]) * (b[3] - b[1]) > 0:
+                fills.setdefault(int(r["instance_id"]), []).append(r["area"] / ((b[2] - b[0]) * (b[3] - b[1])))
+        landmarks = []
+        for r in instances.to_pylist():
+            iid = int(r["instance_id"])
+            if r["video_id"] != video.video_id or iid not in geometric or iid not in boxes:
+                continue
+            position = np.array([r["x"], r["y"], r["z"]], dtype=np.float64)
+            if not np.isfinite(position).all():
+                continue
+            pixels, depth = _project(track.R, track.C, track.K, position)
+            model = box_model(boxes[iid], pixels, depth, track)
+            if model is not None:
+                fill = float(np.median(fills[iid])) if iid in fills else 1.0
+                landmarks.append(
+                    Landmark(iid, r["concept"], position, model, fill, float(r["first_time"]), float(r["last_time"]))
+                )
+        if not landmarks:
+            return None
+        return cls(track, landmarks, occluded, (video.width, video.height), params.vpo_pitch_deg - video.pitch_deg)
+
+    def shown(self, frame: int, offset_deg: float) -> tuple[Landmark, ...]:
+        """The landmarks the view of ``frame`` turned by ``offset_deg`` shows clearly (none when the
+        frame has no valid pose: where it looks is unknown)."""
+        key = (frame, round(offset_deg, 9))
+        if key not in self._shown:
+            self._shown[key] = self._compute(frame, offset_deg)
+        return self._shown[key]
+
+    def _compute(self, frame: int, offset_deg: float) -> tuple[Landmark, ...]:
+        i = self.row_of.get(frame)
+        if i is None:
+            return ()
+        b = math.radians(self.pitch_deg)  # the view's axes in the video camera's: turned right, then tilted up
+        tilt = np.array([[1.0, 0.0, 0.0], [0.0, math.cos(b), -math.sin(b)], [0.0, math.sin(b), math.cos(b)]])
+        R = (yaw_matrix(offset_deg) @ tilt).T @ self.track.R[i]
+        K = self.track.K[i]
+        k = int(self.track.sample_indices[i])
+        cam = (self._positions - self.track.C[i]) @ R.T
+        z = cam[:, 2]
+        ok = z > 1e-6
+        z = np.where(ok, z, 1.0)
+        fx, fy = K[0, 0], K[1, 1]
+        cx = fx * (cam[:, 0] + self._boxes[:, 2]) / z + K[0, 2]  # box centre: the point plus its offset
+        cy = fy * (cam[:, 1] + self._boxes[:, 3]) / z + K[1, 2]
+        hw, hh = fx * self._boxes[:, 0] / z / 2, fy * self._boxes[:, 1] / z / 2
+        w, h = self.size
+        inside = np.clip(np.minimum(cx + hw, w) - np.maximum(cx - hw, 0.0), 0.0, None) * np.clip(
+            np.minimum(cy + hh, h) - np.maximum(cy - hh, 0.0), 0.0, None
+        )
+        clear = ok & (inside * self._fills >= CLEAR_AREA_FRAC * w * h)
+        return tuple(
+            lm for lm, c in zip(self.landmarks, clear, strict=True) if c and (lm.instance_id, k) not in self.occluded
+        )
+
+
+def _project(R: np.ndarray, C: np.ndarray, K: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Pixels (n, 2) and depths (n,) of a world point in n cameras (world -> camera R, centres C, intrinsics K)."""
+    cam = np.einsum("nij,nj->ni", R, position[None, :] - C)
+    depth = cam[:, 2]
+    safe = np.where(depth > 1e-6, depth, np.nan)
+    u = K[:, 0, 0] * cam[:, 0] / safe + K[:, 0, 2]
+    v = K[:, 1, 1] * cam[:, 1] / safe + K[:, 1, 2]
+    return np.stack([u, v], axis=1), depth
+
+
+def view_problem(
+    content: ViewContent, anchors: Sequence[Candidate], r: int, offsets: Sequence[float], min_landmarks: int
+) -> str | None:
+    """Why the view of anchor ``r`` (time rank; ``offsets`` by time rank) does not show its place,
+    or None when it does: it must show at least ``min_landmarks`` objects that tie it to its anchor,
+    i.e. that the video showed only between the anchors before and after it (a viewer who dates the
+    view by the moments the video showed them keeps it in its place in the order), and that no
+    other view of the question shows (two views sharing them could be taken for one another)."""
+    a = anchors[r]
+    before = anchors[r - 1].time if r > 0 else -math.inf
+    after = anchors[r + 1].time if r + 1 < len(anchors) else math.inf
+    shown = content.shown(a.frame, offsets[r])
+    elsewhere = {lm.instance_id for q, b in enumerate(anchors) if q != r for lm in content.shown(b.frame, offsets[q])}
+    tied = [lm for lm in shown if before < lm.first and lm.last < after and lm.instance_id not in elsewhere]
+    if len(tied) >= min_landmarks:
+        return None
+    view = f"the view of the frame at {a.time:g} s turned {offsets[r]:+.0f}°"
+    if not shown:
+        return f"{view} shows none of the video's objects clearly"
+    names = ", ".join(f"{lm.concept} #{lm.instance_id}" for lm in shown[:3])
+    return (
+        f"{view} shows {names}, which the video also shows beyond the frames before and after it "
+        f"({before:g} s, {after:g} s) or another view of the question shows: {len(tied)} of "
+        f"{min_landmarks} objects tie it to its moment"
+    )
+
+
+def settle_rotations(
+    content: ViewContent, anchors: Sequence[Candidate], tries: Sequence[Sequence[float]], min_landmarks: int
+) -> tuple[list[float] | None, str | None]:
+    """Offsets (by time rank) under which every view shows its place, the first that works of each
+    anchor's ``tries`` (its drawn offset first), chosen in time order with the others at their
+    current choice and checked together at the end; (None, why the first failing view fails) when
+    none is found."""
+    offsets = [t[0] for t in tries]
+    for r in range(len(anchors)):
+        first_problem = None
+        for o in tries[r]:
+            problem = view_problem(content, anchors, r, [*offsets[:r], o, *offsets[r + 1 :]], min_landmarks)
+            if problem is None:
+                offsets[r] = o
+                break
+            first_problem = first_problem or problem
+        else:
+            return None, first_problem
+    for r in range(len(anchors)):
+        problem = view_problem(content, anchors, r, offsets, min_landmarks)
+        if problem is not None:
+            return None, problem
+    return offsets, None
+
+
 def anchor_stratum(anchors: Sequence[Candidate], video: VideoInfo, params: QAParams) -> tuple[str, str]:
     """(difficulty bin of the smallest gap between the anchors, horizon bin of the query time)."""
     ts = sorted(a.time for a in anchors)
@@ -184,10 +386,16 @@ def choose_anchor_sets(
     params: QAParams,
     video: VideoInfo,
     visits: dict[int, tuple[float, float]] | None = None,
+    accept: Callable[[int, tuple[Candidate, ...]], bool] | None = None,
+    usable: Callable[[int, Candidate], bool] | None = None,
 ) -> list[tuple[Candidate, ...]]:
     """``count`` sets of 4 pairwise-compatible anchors, seeded per question; anchors are not reused
     across a video's questions unless there is no other way. With ``visits`` (``other_visits``), no
-    anchor's place is visited again on the other side of another anchor (``apart_visits``). Stratified: of the sets its
+    anchor's place is visited again on the other side of another anchor (``apart_visits``); with
+    ``accept``, a set is taken only when ``accept(question index, anchors by time)`` holds (every
+    view shows its place: ``settle_rotations``), and drawn only from the candidates
+    ``usable(question index, candidate)`` admits (a condition every anchor of an accepted set meets,
+    so that the restarts are not spent on sets that cannot pass). Stratified: of the sets its
     random restarts find, a question takes the first whose stratum (``anchor_stratum``) the video's earlier questions
     used least (one never used ends the search)."""
     min_dist = params.vpo_min_position_frac * trajectory_extent(cands)
@@ -196,12 +404,14 @@ def choose_anchor_sets(
     strata: Counter[tuple[str, str]] = Counter()
     for q in range(count):
         rng = StableRng(params.seed, video.video_id, "VPO", q)
+        pool = [c for c in cands if usable is None or usable(q, c)]
         found = None
         for allow_reuse in (False, True):
             options: dict[tuple[int, ...], tuple[Candidate, ...]] = {}
+            rejected: set[tuple[int, ...]] = set()
             for _ in range(params.vpo_attempts):
                 picked: list[Candidate] = []
-                for c in rng.shuffled(cands):
+                for c in rng.shuffled(pool):
                     if not allow_reuse and c.frame in used:
                         continue
                     if all(
@@ -214,12 +424,31 @@ def choose_anchor_sets(
                             break
                 if len(picked) == 4:
                     key = tuple(sorted(p.frame for p in picked))
-                    if key not in options and all(key != tuple(sorted(p.frame for p in s)) for s in sets):
-                        options[key] = tuple(sorted(picked, key=lambda c: c.time))
-                        if strata[anchor_stratum(options[key], video, params)] == 0:
-                            break
+                    if key in options or key in rejected or any(key == tuple(sorted(p.frame for p in s)) for s in sets):
+                        continue
+                    chosen = tuple(sorted(picked, key=lambda c: c.time))
+                    if accept is not None and not accept(q, chosen):
+                        rejected.add(key)
+                        continue
+                    options[key] = chosen
+                    if strata[anchor_stratum(chosen, video, params)] == 0:
+                        break
             if options:
                 found = min(options.values(), key=lambda s: strata[anchor_stratum(s, video, params)])
+                break
+
+        def fits(c: Candidate, p: Candidate) -> bool:
+            return compatible(c, p, params.vpo_min_gap_s, min_dist, params.vpo_drift_per_distance) and (
+                visits is None or apart_visits(c, p, visits)
+            )
+
+        def whole(s: tuple[Candidate, ...], q: int = q) -> bool:
+            taken = {tuple(sorted(c.frame for c in t)) for t in sets}
+            return tuple(sorted(c.frame for c in s)) not in taken and (accept is None or accept(q, s))
+
+        for allow_reuse in (False, True) if found is None else ():  # the restarts found none: search them all
+            found = search_set([c for c in pool if allow_reuse or c.frame not in used], fits, whole, rng)
+            if found is not None:
                 break
         if found is None:
             break  # a later question would not find room either
@@ -229,44 +458,195 @@ def choose_anchor_sets(
     return sets
 
 
+SEARCH_STEPS = 200_000  # pair checks a search may spend before it gives up (a long video's candidates are many)
+
+
+def search_set(
+    pool: Sequence[Candidate],
+    fits: Callable[[Candidate, Candidate], bool],
+    accept: Callable[[tuple[Candidate, ...]], bool],
+    rng: StableRng,
+    steps: int = SEARCH_STEPS,
+) -> tuple[Candidate, ...] | None:
+    """A set of 4 anchors, pairwise ``fits`` and ``accept``-ed as a whole, by depth-first search in time
+    order (the first anchor in a seeded order): where random restarts miss a narrow space of sets,
+    this finds one if any exists, within ``steps`` pair checks. None when there is none (or the
+    budget ran out)."""
+    ordered = sorted(pool, key=lambda c: c.time)
+    index = {id(c): i for i, c in enumerate(ordered)}
+    left = steps
+
+    def extend(picked: list[Candidate]) -> tuple[Candidate, ...] | None:
+        nonlocal left
+        if len(picked) == 4:
+            chosen = tuple(picked)
+            return chosen if accept(chosen) else None
+        for c in ordered[index[id(picked[-1])] + 1 :]:
+            left -= len(picked)
+            if left < 0:
+                return None
+            if all(fits(c, p) for p in picked):
+                found = extend([*picked, c])
+                if found is not None or left < 0:
+                    return found
+        return None
+
+    for first in rng.shuffled(ordered):
+        found = extend([first])
+        if found is not None or left < 0:
+            return found
+    return None
+
+
+@dataclass(frozen=True)
+class Presentation:
+    """How question ``q`` shows its anchors: ``shown[p]`` is the time rank of the anchor shown as
+    "Frame p+1"; ``offsets[p]`` its drawn rotation."""
+
+    shown: list[int]
+    correct_labels: tuple[str, ...]
+    distractors: list[str]
+    offsets: list[float]
+
+
+def presentation(params: QAParams, video: VideoInfo, q: int) -> Presentation:
+    rng = StableRng(params.seed, video.video_id, "VPO", q, "present")
+    shown = rng.shuffled(range(4))
+    label_of_rank = {rank: p + 1 for p, rank in enumerate(shown)}
+    correct_labels = tuple(f"Frame {label_of_rank[r]}" for r in range(4))
+    distractors = [ordering_text(p) for p in permutation_distractors(correct_labels, rng)]
+    offsets = []
+    for _ in range(4):
+        sign = 1.0 if rng.below(2) else -1.0
+        offsets.append(sign * rng.uniform(params.vpo_offset_min_deg, params.vpo_offset_max_deg))
+    return Presentation(shown, correct_labels, distractors, offsets)
+
+
+def rotation_tries(params: QAParams, video: VideoInfo, q: int) -> list[list[float]]:
+    """Per time rank, the offsets its view may take: the drawn one, the same turned the other way,
+    then ``vpo_rotation_attempts`` seeded draws from the offset range (either way)."""
+    pres = presentation(params, video, q)
+    tries: list[list[float]] = [[] for _ in range(4)]
+    for p, rank in enumerate(pres.shown):
+        o = pres.offsets[p]
+        rng = StableRng(params.seed, video.video_id, "VPO", q, "rotate", p)
+        more = [
+            (1.0 if rng.below(2) else -1.0) * rng.uniform(params.vpo_offset_min_deg, params.vpo_offset_max_deg)
+            for _ in range(params.vpo_rotation_attempts)
+        ]
+        tries[rank] = list(dict.fromkeys([o, -o, *more]))
+    return tries
+
+
+def _skip(video: VideoInfo, anchors: Sequence[Candidate], reason: str, reading: str) -> dict:
+    return {
+        "video_id": video.video_id,
+        "task_type": "VPO",
+        "item": "frames " + ",".join(str(c.frame) for c in anchors),
+        "reason": reason,
+        "reading": reading,
+    }
+
+
+def _visit_reason(s: Sequence[Candidate], visits: dict[int, tuple[float, float]]) -> str | None:
+    for a, b in itertools.combinations(s, 2):
+        if apart_visits(a, b, visits):
+            continue
+        a, b = sorted((a, b), key=lambda c: c.time)
+        again = (
+            f"where the frame at {a.time:g} s was taken is "
+            f"visited again at {visits[a.frame][1]:g} s, after the "
+            f"frame at {b.time:g} s"
+            if a.frame in visits and visits[a.frame][1] >= b.time
+            else f"where the frame at {b.time:g} s was taken is "
+            f"visited at {visits[b.frame][0]:g} s, before the "
+            f"frame at {a.time:g} s"
+        )
+        return (
+            f"the camera stands {again}: a viewer who "
+            "dates a frame by another visit of its place "
+            f"orders them otherwise; another set asked where one is left"
+        )
+    return None
+
+
+VISIT_READING = "another visit of the place"
+VIEW_READING = "what the rotated view shows"
+
+
 def vpo_plan(
-    poses: pa.Table | None, video: VideoInfo, params: QAParams, prov: Provenance
+    poses: pa.Table | None,
+    video: VideoInfo,
+    params: QAParams,
+    prov: Provenance,
+    instances: pa.Table | None = None,
+    visibility: pa.Table | None = None,
 ) -> tuple[list[Question], list[RenderJob], list[dict]]:
-    """The questions (rotated + unrotated control) and the images to render for them."""
+    """The questions (rotated + unrotated control) and the images to render for them.
+
+    With ``stable_answers``, a set is asked only when no anchor's place is visited again across
+    another anchor (``other_visits``) and, where the metadata can tell (``ViewContent``), each
+    rotated view shows its place (``view_problem``), turned another way if its drawn offset does
+    not (``rotation_tries``). Where the first choice has a set that fails, every set is chosen again
+    under both (``choose_anchor_sets``' ``visits`` and ``accept``), and the failing sets are listed
+    as skipped with their reading."""
     cands = candidates(poses, video, params)
     sets = choose_anchor_sets(cands, params.vpo_per_video, params, video)
     skipped = []
+    rotations: dict[int, list[float]] = {}  # question index -> offsets by time rank, where settled
     if params.stable_answers:
         visits = other_visits(cands, params.vpo_min_position_frac * trajectory_extent(cands))
-        unstable = [(s, a, b) for s in sets for a, b in itertools.combinations(s, 2) if not apart_visits(a, b, visits)]
-        if unstable:  # choose again: anchors whose places no other visit interleaves
-            sets = choose_anchor_sets(cands, params.vpo_per_video, params, video, visits)
-            reported = set()
-            for s, a, b in unstable:
-                if id(s) in reported:
-                    continue
-                reported.add(id(s))
-                a, b = sorted((a, b), key=lambda c: c.time)
-                again = (
-                    f"where the frame at {a.time:g} s was taken is "
-                    f"visited again at {visits[a.frame][1]:g} s, after the "
-                    f"frame at {b.time:g} s"
-                    if a.frame in visits and visits[a.frame][1] >= b.time
-                    else f"where the frame at {b.time:g} s was taken is "
-                    f"visited at {visits[b.frame][0]:g} s, before the "
-                    f"frame at {a.time:g} s"
+        content = (
+            ViewContent.from_metadata(poses, instances, visibility, video, params)
+            if params.vpo_min_landmarks > 0
+            else None
+        )
+
+        def settle(q: int, s: Sequence[Candidate]) -> tuple[list[float] | None, str | None]:
+            if content is None:
+                return [], None
+            return settle_rotations(content, s, rotation_tries(params, video, q), params.vpo_min_landmarks)
+
+        offsets_of: dict[int, set[float]] = {}
+
+        def usable(q: int, c: Candidate) -> bool:  # some offset it may take shows enough objects, tied or not
+            if content is None:
+                return True
+            if q not in offsets_of:
+                offsets_of[q] = {o for t in rotation_tries(params, video, q) for o in t}
+            return any(len(content.shown(c.frame, o)) >= params.vpo_min_landmarks for o in offsets_of[q])
+
+        failed = []
+        for q, s in enumerate(sets):
+            why = _visit_reason(s, visits)
+            if why is not None:
+                failed.append(_skip(video, s, why, VISIT_READING))
+                continue
+            offsets, problem = settle(q, s)
+            if offsets is None:
+                failed.append(
+                    _skip(
+                        video,
+                        s,
+                        f"{problem}: a viewer cannot tell which moment it shows; another set asked where one is left",
+                        VIEW_READING,
+                    )
                 )
-                skipped.append(
-                    {
-                        "video_id": video.video_id,
-                        "task_type": "VPO",
-                        "item": "frames " + ",".join(str(c.frame) for c in s),
-                        "reason": f"the camera stands {again}: a viewer who "
-                        "dates a frame by another visit of its place "
-                        f"orders them otherwise; another set asked where one is left",
-                        "reading": "another visit of the place",
-                    }
-                )
+        if failed:  # choose again: sets whose places no other visit interleaves and whose views show them
+            sets = choose_anchor_sets(
+                cands,
+                params.vpo_per_video,
+                params,
+                video,
+                visits,
+                accept=lambda q, s: settle(q, s)[0] is not None,
+                usable=usable,
+            )
+            skipped += failed
+        for q, s in enumerate(sets):
+            offsets, _ = settle(q, s)
+            if offsets:
+                rotations[q] = offsets
     if len(sets) < params.vpo_per_video:
         skipped.append(
             {
@@ -281,15 +661,10 @@ def vpo_plan(
     questions: list[Question] = []
     jobs: list[RenderJob] = []
     for q, anchors in enumerate(sets):  # anchors sorted by time
-        rng = StableRng(params.seed, video.video_id, "VPO", q, "present")
-        shown = rng.shuffled(range(4))  # shown[p] = time rank of the anchor shown as "Frame p+1"
-        label_of_rank = {rank: p + 1 for p, rank in enumerate(shown)}
-        correct_labels = tuple(f"Frame {label_of_rank[r]}" for r in range(4))
-        distractors = [ordering_text(p) for p in permutation_distractors(correct_labels, rng)]
-        offsets = []
-        for _ in range(4):
-            sign = 1.0 if rng.below(2) else -1.0
-            offsets.append(sign * rng.uniform(params.vpo_offset_min_deg, params.vpo_offset_max_deg))
+        pres = presentation(params, video, q)
+        shown, correct_labels, distractors = pres.shown, pres.correct_labels, pres.distractors
+        # offsets[p]: the rotation of "Frame p+1" (shown[p] = the time rank of the anchor it shows)
+        offsets = [rotations[q][shown[p]] for p in range(4)] if q in rotations else pres.offsets
         frames = [anchors[shown[p]].frame for p in range(4)]
         times = [anchors[shown[p]].time for p in range(4)]
         qt = max(times)
@@ -411,7 +786,7 @@ def refine_times(questions: Sequence[Question], frame_time: dict[int, float], pa
 
 # ----------------------------------------------------------------------------- the task
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
-    questions, jobs, skipped = vpo_plan(inputs.poses, inputs.video, params, prov)
+    questions, jobs, skipped = vpo_plan(inputs.poses, inputs.video, params, prov, inputs.instances, inputs.visibility)
     return TaskQuestions(questions, skipped, jobs)
 
 

@@ -33,7 +33,7 @@ from vsi_wild.stages.pose import Track
 from vsi_wild.stages.reconcile import associate as asc
 from vsi_wild.stages.reconcile import locate as loc
 from vsi_wild.stages.reconcile.answers import AnswerRules
-from vsi_wild.stages.reconcile.associate import ASSOCIATE_PARAMS
+from vsi_wild.stages.reconcile.associate import ASSOCIATE_PARAMS, Appearance
 from vsi_wild.stages.reconcile.instances import ClipInstance, Obs, load_clip_instances, mark_occluded_bottoms
 from vsi_wild.stages.reconcile.layout import align_clips
 from vsi_wild.stages.reconcile.locate import Location, ground_basis, locate_instances
@@ -42,6 +42,7 @@ from vsi_wild.stages.segment import SAMPLE_STEP, ClipSpan
 __all__ = [
     "ASSOCIATE_PARAMS",
     "AnswerRules",
+    "Appearance",
     "ClipInstance",
     "Location",
     "Obs",
@@ -102,7 +103,12 @@ class ReconcileParams(BaseModel):
         0.0, le=0, description="b_same: added for two tracks of one clip never seen together (a track that broke)"
     )
     continuity_weight: float = Field(6.439, ge=0, description="beta: log odds per unit of box overlap across a cut")
-    appearance_weight: float = Field(0.0, ge=0, description="a: log odds per unit of colour-histogram similarity")
+    appearance_weight: float = Field(
+        0.0,
+        ge=0,
+        description="a: log odds per unit of appearance similarity (the colour histograms' Bhattacharyya "
+        "coefficient, or the image embeddings' cosine: segment.appearance); fitted with the descriptor in use",
+    )
     review_expected_errors: float = Field(
         0.7975,
         gt=0,
@@ -236,17 +242,25 @@ def reconcile(
     poses: Track | None = None,
     camera_height: float | None = None,
     rules: AnswerRules | None = None,
+    appearance: Appearance = "histogram",
 ) -> Reconciled:
     """Link clip-local instances into global instances (the module docstring). ``camera_height``:
     the camera's height above the ground in the poses' units (instances are then located where
     they meet the ground); ``rules``: what the qa stage's answers read (``default_rules``: the
-    qa section's defaults), for each decision's ``answer_impact``."""
+    qa section's defaults), for each decision's ``answer_impact``; ``appearance``: what the
+    appearance term compares (the colour histograms, or the instances' image embeddings)."""
     if poses is not None and not (params.use_positions and poses.valid.any()):
         poses = None
     instances = sorted(instances, key=lambda c: c.key)
     alignments, walked = prepare(instances, params, poses, camera_height)
     groups, decided = asc.associate(
-        instances, alignments, walked, params, rules or default_rules(clips), params.exact_max_instances
+        instances,
+        alignments,
+        walked,
+        params,
+        rules or default_rules(clips),
+        params.exact_max_instances,
+        appearance=appearance,
     )
     members, observations, positions = global_instances(video_id, groups, poses, camera_height, params)
     rows = sorted(

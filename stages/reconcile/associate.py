@@ -16,7 +16,14 @@ object is a sum of named log-likelihood-ratio terms (``score``):
   in N: a match means little where look-alikes crowd or where the places are loose;
 - ``llr_continuity``: beta x the boxes' overlap when one was seen in the sample just before the
   other's first (across a cut, or a track that broke), each carried at its own image motion;
-- ``llr_appearance``: a x (s - 1), s the colour histograms' Bhattacharyya similarity.
+- ``llr_appearance``: a x (s - 1), s the appearance similarity: the colour histograms'
+  Bhattacharyya coefficient (``appearance="histogram"``, the CPU path) or the cosine of the two
+  instances' image embeddings (``"embedding"``: open_clip's image tower on their crops). Read as a
+  likelihood ratio: if s is normally distributed with one spread for one object and for two, its
+  log-likelihood ratio is linear in s, a x (s - s0); the offset -a x s0 lies in the prior's b0, so
+  a is the one parameter the term adds (b0 is then the log odds at identical looks, s = 1), and
+  both are fitted together with the descriptor in use. Null where either instance has no
+  descriptor.
 
 Each concept's instances are then partitioned by correlation clustering (``multicut``): the
 partition maximising the summed log odds of the pairs it joins, never joining two instances seen
@@ -32,7 +39,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Literal, Protocol
 
 import numpy as np
 
@@ -41,6 +48,8 @@ from vsi_wild.stages.reconcile.instances import ClipInstance, box_iou
 from vsi_wild.stages.reconcile.layout import Alignment
 from vsi_wild.stages.reconcile.multicut import Partition
 from vsi_wild.stages.segment import bhattacharyya
+
+Appearance = Literal["histogram", "embedding"]  # what llr_appearance compares
 
 ASSOCIATE_PARAMS = (
     "position_scale",
@@ -94,7 +103,7 @@ class Evidence:
     same_clip: bool
     boundary: bool  # b's first sighting is the sample right after a's last
     box_iou: float | None  # their boxes' overlap there (carried at their image motion)
-    appearance: float | None  # Bhattacharyya similarity of the colour histograms
+    appearance: float | None  # the histograms' Bhattacharyya coefficient, or the embeddings' cosine
     d: np.ndarray | None  # (2,) ground-plane difference (after the layout alignment, if any)
     cov: np.ndarray | None  # (2, 2) both positions' covariance (and the alignment's)
     walked: float  # camera path length between the sightings (pose units; 0 when aligned)
@@ -118,6 +127,19 @@ def _cut_iou(a: ClipInstance, b: ClipInstance) -> float:
     return float(max(ious))
 
 
+def appearance_similarity(a: ClipInstance, b: ClipInstance, appearance: Appearance) -> float | None:
+    """How alike two instances look: the colour histograms' Bhattacharyya coefficient (0..1), or
+    their image embeddings' cosine (-1..1); None where either lacks the descriptor."""
+    if appearance == "embedding":
+        if a.embedding is None or b.embedding is None or not a.embedding.size or not b.embedding.size:
+            return None
+        na, nb = float(np.linalg.norm(a.embedding)), float(np.linalg.norm(b.embedding))
+        return float(a.embedding @ b.embedding) / (na * nb) if na > 0 and nb > 0 else None
+    if a.appearance.size and b.appearance.size and a.appearance.sum() > 0 and b.appearance.sum() > 0:
+        return bhattacharyya(a.appearance, b.appearance)
+    return None
+
+
 def co_visible(a: ClipInstance, b: ClipInstance) -> bool:
     """Seen in one sample: two objects (the cannot-link)."""
     return a.clip == b.clip and not a.samples.keys().isdisjoint(b.samples.keys())
@@ -127,9 +149,11 @@ def evidence(
     instances: Sequence[ClipInstance],
     alignments: dict[tuple[int, int], Alignment],
     walked: Callable[[int, int], float] | None,
+    appearance: Appearance = "histogram",
 ) -> list[Evidence]:
     """The evidence of every pair of one concept's instances that were never seen together, in key
-    order (``a`` the one seen first). ``walked(k0, k1)``: camera path length between two samples."""
+    order (``a`` the one seen first). ``walked(k0, k1)``: camera path length between two samples;
+    ``appearance``: which descriptor ``appearance_similarity`` compares."""
     by_concept: dict[str, list[ClipInstance]] = {}
     for ci in sorted(instances, key=lambda c: c.key):
         by_concept.setdefault(ci.concept, []).append(ci)
@@ -165,11 +189,7 @@ def evidence(
                     continue
                 a, b = (x, y) if (x.first_sample, x.key) <= (y.first_sample, y.key) else (y, x)
                 boundary = b.first_sample == a.last_sample + 1
-                app = (
-                    bhattacharyya(a.appearance, b.appearance)
-                    if a.appearance.size and b.appearance.size and a.appearance.sum() > 0 and b.appearance.sum() > 0
-                    else None
-                )
+                app = appearance_similarity(a, b, appearance)
                 d = cov = dist = None
                 dist_walked, aligned = 0.0, False
                 if a.where is not None and b.where is not None:
@@ -333,6 +353,7 @@ def associate(
     rules: ans.AnswerRules,
     exact_max: int = 40,
     min_posterior: float = 1e-3,
+    appearance: Appearance = "histogram",
 ) -> tuple[list[list[ClipInstance]], list[Decided]]:
     """The global instances (each a list of clip instances) and the decided pairs.
 
@@ -345,8 +366,8 @@ def associate(
     chain of positive log odds connects, reversing costs at least the pair's own log odds: where
     even the most answers a decision can change could not make it a review item at those odds,
     its own log odds stand for the margin. Pairs whose posterior is below ``min_posterior`` and
-    that are apart are not recorded."""
-    ev = evidence(instances, alignments, walked)
+    that are apart are not recorded. ``appearance``: what the appearance term compares (``evidence``)."""
+    ev = evidence(instances, alignments, walked, appearance)
     terms = score(params, EvidenceArrays.of(ev)) if ev else {t: np.zeros(0) for t in TERMS}
     lo = log_odds(terms) if ev else np.zeros(0)
     items = sorted(instances, key=lambda c: c.key)

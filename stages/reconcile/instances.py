@@ -55,6 +55,7 @@ class ClipInstance:
     mean_area: float = 0.0
     samples: dict[int, Obs] = field(default_factory=dict)  # sample index -> observation
     where: Located | None = None  # once located
+    embedding: np.ndarray | None = None  # L2-normalised image embedding (segment.appearance's embedder), if any
 
     @property
     def key(self) -> tuple[int, int]:
@@ -69,9 +70,12 @@ class ClipInstance:
         return max(self.samples)
 
 
-def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[dict]) -> list[ClipInstance]:
+def load_clip_instances(
+    instance_rows: Iterable[dict], segment_rows: Iterable[dict], embedding_rows: Iterable[dict] | None = None
+) -> list[ClipInstance]:
     """Clip instances (``schema.CLIP_INSTANCES`` rows) with their sightings (``schema.CLIP_SEGMENTS``
-    rows), sorted by clip, first time and local id."""
+    rows) and, where given, their image embeddings (``schema.CLIP_EMBEDDINGS`` rows), sorted by
+    clip, first time and local id."""
     out: dict[tuple[int, int], ClipInstance] = {}
     for r in instance_rows:
         ci = ClipInstance(
@@ -96,6 +100,11 @@ def load_clip_instances(instance_rows: Iterable[dict], segment_rows: Iterable[di
             float(r["fps"]),
             (int(r["image_width"]), int(r["image_height"])),
         )
+    for r in embedding_rows or ():
+        key = (int(r["clip_index"]), int(r["local_id"]))
+        if key not in out:
+            raise ValueError(f"embedding of unknown clip instance {key}")
+        out[key].embedding = np.asarray(r["embedding"], dtype=np.float64)
     return sorted(out.values(), key=lambda c: (c.clip, c.first_time, c.local))
 
 

@@ -214,36 +214,18 @@ class Queue:
         best = best_observations(derived.observations)
         instances = {r["instance_id"]: r for r in derived.instances}
         if kind == "pair":
-            decisions, members = self.review.decisions(vid)
+            decisions, _ = self.review.decisions(vid)
             pair = next((p for p in review_pairs(decisions, derived.members) if pair_key(p) == rest), None)
             if pair is None:
                 raise LookupError(f"no review pair {rest} in {vid}")
-            auto = {(m["clip_index"], m["local_id"]): m for m in members}
-            cs = self.review.config.segment.clip_seconds
-            sides = []
-            for clip, local, now in (
-                (pair["clip_a"], pair["local_a"], pair["instance_a"]),
-                (pair["clip_b"], pair["local_b"], pair["instance_b"]),
-            ):
-                m = auto[(clip, local)]
-                obs = [
-                    o
-                    for o in self.review.auto_inputs(vid).observations
-                    if o["instance_id"] == m["instance_id"]
-                    and clip * cs <= o["time"] < (clip + 1) * cs
-                    and o["x0"] is not None
-                ]
-                o = max(obs, key=lambda o: (o["area"] or 0, -o["time"])) if obs else None
-                sides.append(
-                    {
-                        "clip": clip,
-                        "local_id": local,
-                        "instance_id": now,
-                        "first_time": m["first_time"],
-                        "last_time": m["last_time"],
-                        "best": None if o is None else {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]},
-                    }
+            shown = self.member_views(vid)
+            sides = [
+                {**shown[(clip, local)], "instance_id": now}
+                for clip, local, now in (
+                    (pair["clip_a"], pair["local_a"], pair["instance_a"]),
+                    (pair["clip_b"], pair["local_b"], pair["instance_b"]),
                 )
+            ]
             out.update(pair=pair, sides=sides)
         elif kind == "clip":
             c = int(rest)
@@ -261,16 +243,55 @@ class Queue:
             out["question"] = q
             concepts = set(q.get("concepts") or [])
             if q["task_type"] in ("VOC", "VOO"):  # the instances it counts or orders, as they are now
+                # with the clip-local members reconciliation joined into each (one picture each):
+                # where two of them are different objects, a reviewer splits one out from here
+                shown = self.member_views(vid)
+                members_of: dict[int, list[dict[str, Any]]] = defaultdict(list)
+                for m in derived.members:
+                    if m["instance_id"] is not None:
+                        members_of[m["instance_id"]].append(shown[(m["clip_index"], m["local_id"])])
                 out["instances"] = [
                     {
                         **{k: r[k] for k in ("instance_id", "concept", "first_time", "last_time", "origin")},
                         "best": best.get(r["instance_id"]),
+                        "members": sorted(
+                            members_of.get(r["instance_id"], []), key=lambda m: (m["clip"], m["local_id"])
+                        ),
                     }
                     for r in sorted(instances.values(), key=lambda r: (r["concept"], r["first_time"]))
                     if r["concept"] in concepts
                 ]
         else:
             raise LookupError(f"no queue item {item_id!r}")
+        return out
+
+    def member_views(self, video_id: str) -> dict[tuple[int, int], dict[str, Any]]:
+        """(clip, local id) -> what the queue shows of that clip-local instance: its clip, local id,
+        first and last time, and its own largest box (its automatic instance's observations in its
+        clip), whichever instance the fixes put it in now."""
+        _, members = self.review.decisions(video_id)
+        cs = self.review.config.segment.clip_seconds
+        largest: dict[tuple[int, int], dict[str, Any]] = {}
+        for o in self.review.auto_inputs(video_id).observations:
+            if o["x0"] is None:
+                continue
+            key = (o["instance_id"], int(o["time"] // cs))
+            held = largest.get(key)
+            if held is None or ((o["area"] or 0), -o["time"]) > ((held["area"] or 0), -held["time"]):
+                largest[key] = o
+        out: dict[tuple[int, int], dict[str, Any]] = {}
+        for m in members:
+            clip, local = m["clip_index"], m["local_id"]
+            best = largest.get((m["instance_id"], clip))
+            out[(clip, local)] = {
+                "clip": clip,
+                "local_id": local,
+                "first_time": m["first_time"],
+                "last_time": m["last_time"],
+                "best": None
+                if best is None
+                else {"time": best["time"], "box": [best["x0"], best["y0"], best["x1"], best["y1"]]},
+            }
         return out
 
 

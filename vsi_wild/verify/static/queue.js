@@ -2,7 +2,7 @@
 // VMR clips, questions), one at a time, decided from the keyboard and saved at once (rebased onto
 // the fix file as it is then); progress per kind, per video and 5-minute segment, per reviewer.
 "use strict";
-const Z = {items: [], progress: null, current: null, detail: null, selected: new Set(), player: null, busy: false};
+const Z = {items: [], progress: null, current: null, detail: null, selected: new Set(), member: null, player: null, busy: false};
 const $ = id => document.getElementById(id);
 const SECTORS = ["forward", "forward-right", "right", "backward-right", "backward", "backward-left", "left", "forward-left"];
 const REASONS = ["ambiguous", "not answerable from the video", "wrong answer"];
@@ -84,7 +84,8 @@ function keysFor(kind, d) {
   const own = {
     pair: d && d.pair && d.pair.merged ? [...k("m", "keep merged"), " · ", ...k("a", "split apart"), " · "] : [...k("m", "merge"), " · ", ...k("a", "keep apart"), " · "],
     question: [...k("y", "accept"), " · ", ...k("r", "reject (reason below)"), " · ", ...k("1–3", "reject: ambiguous / not answerable / wrong answer"), " · ",
-               ...(d && d.instances ? [...k("click", "select instances"), " · ", ...k("m", "merge the selected"), " · ", ...k("d", "remove the selected"), " · "] : [])],
+               ...(d && d.instances ? [...k("click", "select instances"), " · ", ...k("m", "merge the selected"), " · ", ...k("d", "remove the selected"), " · "] : []),
+               ...(d && d.instances && d.instances.some(i => (i.members || []).length > 1) ? [...k("a", "split the selected clip member out"), " · "] : [])],
     clip: [...k("y", "the direction is right: verified"), " · ", ...k("1–8", "set the direction to that sector"), " · ", ...k("x", "no meaningful motion"), " · "],
     unit: [],
   }[kind] || [];
@@ -92,7 +93,7 @@ function keysFor(kind, d) {
 }
 
 async function open(id) {
-  Z.current = id; Z.selected = new Set(); $("item-error").textContent = "";
+  Z.current = id; Z.selected = new Set(); Z.member = null; $("item-error").textContent = "";
   const item = Z.items.find(i => i.id === id);
   renderList();
   if (!item) { Z.detail = null; $("item").replaceChildren(el("p", {class: "muted done-all"}, "Nothing left to review: every item is done.")); $("keys").textContent = ""; return; }
@@ -144,11 +145,9 @@ function renderItem(item, d) {
       options ? el("ol", {type: "A"}, ...options.map(o => el("li", {class: o === q.correct ? "correct" : null}, o))) : null,
       el("p", {}, q.query_times.map((t, i) => `at ${fmtTime(t)}: ${q.answers[i]}`).join(" · ")));
     if (d.instances) {
-      body.push(el("p", {class: "muted"}, `the ${q.concepts.join(", ")} instances as the saved fixes make them now (click to select; the count is their number)`),
-        el("div", {class: "instance-strip"}, ...d.instances.map(i => el("figure", {
-          class: "inst" + (Z.selected.has(i.instance_id) ? " selected" : ""), "data-instance": i.instance_id,
-          onclick: e => { ACTIONS++; Z.selected.has(i.instance_id) ? Z.selected.delete(i.instance_id) : Z.selected.add(i.instance_id); e.currentTarget.classList.toggle("selected"); }},
-          crop(item.video_id, i.best, 90), el("figcaption", {}, `#${i.instance_id} ${i.concept} · ${fmtTime(i.first_time)}–${fmtTime(i.last_time)}`)))));
+      body.push(el("p", {class: "muted"}, `the ${q.concepts.join(", ")} instances as the saved fixes make them now (click to select; the count is their number); ` +
+        "under an instance joined across clips, its clip members: two different objects among them? click one, then split it out"),
+        el("div", {class: "instance-strip"}, ...d.instances.map(i => instanceFigure(item.video_id, i))));
     }
     const frames = (q.frame_indices || []).slice(0, 8).map((f, i) => el("figure", {class: "thumb"},
       el("img", {src: `/api/videos/${encodeURIComponent(item.video_id)}/frame?f=${f}`, loading: "lazy"}),
@@ -169,6 +168,37 @@ function renderItem(item, d) {
   }
   $("item").replaceChildren(...body.filter(Boolean));
   $("keys").replaceChildren(...keysFor(d.kind, d));
+}
+
+function memberId(m) { return `${m.clip}:${m.local_id}`; }
+
+function instanceFigure(vid, i) {
+  // one instance a question counts or orders: its picture, and when reconciliation joined clip
+  // members into it, one picture per member (clip, local id, time) with a split button
+  const members = i.members || [];
+  const fig = el("figure", {
+    class: "inst" + (members.length > 1 ? " joined" : "") + (Z.selected.has(i.instance_id) ? " selected" : ""), "data-instance": i.instance_id,
+    onclick: e => { ACTIONS++; Z.selected.has(i.instance_id) ? Z.selected.delete(i.instance_id) : Z.selected.add(i.instance_id); e.currentTarget.classList.toggle("selected"); }},
+    crop(vid, i.best, 90),
+    el("figcaption", {}, `#${i.instance_id} ${i.concept} · ${fmtTime(i.first_time)}–${fmtTime(i.last_time)}`,
+       members.length === 1 ? el("span", {class: "muted"}, ` · clip ${members[0].clip} #${members[0].local_id}`) : null));
+  if (members.length < 2) return fig;
+  const clips = new Set(members.map(m => m.clip)).size;
+  fig.append(el("div", {class: "members", title: `${members.length} clip members reconciliation joined into #${i.instance_id}`},
+    ...members.map(m => el("figure", {
+      class: "member" + (Z.member === memberId(m) ? " selected" : ""), "data-member": memberId(m),
+      title: `clip ${m.clip}, clip-local instance ${m.local_id}: ${fmtTime(m.first_time)}–${fmtTime(m.last_time)}`,
+      onclick: e => { e.stopPropagation(); ACTIONS++; selectMember(Z.member === memberId(m) ? null : memberId(m)); }},
+      crop(vid, m.best, 64),
+      el("figcaption", {}, `clip ${m.clip} · #${m.local_id}`, el("br"), `${fmtTime(m.first_time)}–${fmtTime(m.last_time)}`),
+      clips > 1 ? el("button", {class: "split", title: `split clip ${m.clip} #${m.local_id} out of #${i.instance_id} (key a when selected)`,
+                                 onclick: e => { e.stopPropagation(); ACTIONS++; splitMember(memberId(m)); }}, "split out") : null))));
+  return fig;
+}
+
+function selectMember(id) {
+  Z.member = id;
+  document.querySelectorAll("figure.member").forEach(f => f.classList.toggle("selected", f.dataset.member === id));
 }
 
 function drawMiniCompass(c, angle) {
@@ -226,6 +256,14 @@ function instanceFix(kind) {
   }, false);
 }
 
+function splitMember(id) {
+  // the clip member becomes an instance of its own: the temporal page's split op, saved at once
+  const d = Z.detail;
+  if (!id) { $("item-error").textContent = "select a clip member first (click its picture under its instance)"; return; }
+  const [clip, local_id] = id.split(":").map(Number);
+  return decide(() => saveFix(d.video_id, {op: "split", clip, local_id}), false);
+}
+
 function clipVerified() {
   const d = Z.detail;
   return decide(() => saveProgress({clip: d.motion.clip_index, clip_verified: true}, d.video_id), true);
@@ -273,6 +311,7 @@ document.addEventListener("keydown", e => {
   else if (kind === "question" && ["1", "2", "3"].includes(key)) { acted(); verdict("reject", REASONS[Number(key) - 1]); }
   else if (kind === "question" && key === "m" && Z.detail.instances) { acted(); instanceFix("merge"); }
   else if (kind === "question" && key === "d" && Z.detail.instances) { acted(); instanceFix("remove"); }
+  else if (kind === "question" && key === "a" && Z.detail.instances) { acted(); splitMember(Z.member); }
   else if (kind === "clip" && key === "y") { acted(); clipVerified(); }
   else if (kind === "clip" && key === "x") { acted(); clipNone(); }
   else if (kind === "clip" && /^[1-8]$/.test(key)) { acted(); setSector(Number(key) - 1); }
