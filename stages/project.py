@@ -422,11 +422,9 @@ class Projector:
             self.pool.shutdown()
             self.pool = None
 
-    def project(self, Y: np.ndarray, U: np.ndarray, V: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-        """(n_views, h*w*3/2) uint8: each row one view's I420 picture, written into ``out`` when
-        given (every byte of it is written)."""
-        if out is None:
-            out = np.empty((self.n, self.frame_size), np.uint8)
+    def project(self, Y: np.ndarray, U: np.ndarray, V: np.ndarray) -> np.ndarray:
+        """(n_views, h*w*3/2) uint8: each row one view's I420 picture."""
+        out = np.empty((self.n, self.frame_size), np.uint8)
         m = self.fast
         if m is not None:
             assert self._strips is not None  # made with self.fast
@@ -486,36 +484,8 @@ class Projector:
                 )
         return out
 
-    def project_frame(self, frame: av.VideoFrame, out: np.ndarray | None = None) -> np.ndarray:
-        return self.project(*yuv420_planes(frame), out=out)
-
-
-class ViewBuffers:
-    """Recycled frame buffers of the views: a buffer returns to the free list once each of its
-    ``users`` (the encoders) has called ``done`` on it; x264 copies a picture when it takes it, so
-    the buffer is free then. A fresh 12 MB buffer per frame cost the kernel ~4 % of the stage's CPU
-    in page faults and zeroing. Holds at most the frames in flight (the blurrer's window and the
-    encoders' queues)."""
-
-    def __init__(self, shape: tuple[int, ...], users: int):
-        self.shape, self.users = shape, users
-        self._free: list[np.ndarray] = []
-        self._count: dict[int, int] = {}
-        self._lock = threading.Lock()
-
-    def get(self) -> np.ndarray:
-        with self._lock:
-            if self._free:
-                return self._free.pop()
-        return np.empty(self.shape, np.uint8)
-
-    def done(self, buf: np.ndarray) -> None:
-        with self._lock:
-            n = self._count.pop(id(buf), 0) + 1
-            if n < self.users:
-                self._count[id(buf)] = n
-            else:
-                self._free.append(buf)
+    def project_frame(self, frame: av.VideoFrame) -> np.ndarray:
+        return self.project(*yuv420_planes(frame))
 
 
 def i420_to_rgb(i420: np.ndarray, width: int, height: int) -> np.ndarray:
@@ -575,18 +545,16 @@ def project_source(
                 )
             total = info.n_frames or (int(round(info.duration_s * info.fps)) if info.fps else None)
 
-            buffers = ViewBuffers((projector.n, projector.frame_size), len(writers))
-
             def emit(ready: list[ReadyFrame]) -> None:
                 for item in ready:
                     for k, w in enumerate(writers):
-                        w.write(item.views[k], item.pts, done=functools.partial(buffers.done, item.views))
+                        w.write(item.views[k], item.pts)
 
             done = 0
             for df in reader.frames():
                 if (df.frame.width, df.frame.height) != (info.width, info.height):
                     raise UnitError(f"{src}: frame size changes mid-stream at frame {df.index}", retryable=False)
-                views = projector.project_frame(df.frame, out=buffers.get())
+                views = projector.project_frame(df.frame)
                 emit(blurrer.push(df.index, df.pts, df.time, views))
                 done += 1
                 if progress is not None:

@@ -620,21 +620,15 @@ class ThreadedWriter:
                 return
             if self.error is not None:
                 continue  # drain after a failure so the producer never blocks
-            i420, pts, done = item
             try:
-                self.writer.write(i420, pts)
+                self.writer.write(*item)
             except BaseException as e:  # noqa: BLE001 - handed to the producer
                 self.error = e
-                continue
-            if done is not None:
-                done()
 
-    def write(self, i420: np.ndarray, pts: int, done: Callable[[], None] | None = None) -> None:
-        """Queue a frame; ``done`` is called (in the encoder's thread) once the encoder has taken it
-        and the buffer may be reused."""
+    def write(self, i420: np.ndarray, pts: int) -> None:
         if self.error is not None:
             raise self.error
-        self.q.put((i420, pts, done))
+        self.q.put((i420, pts))
 
     def close(self) -> None:
         self.q.put(self._STOP)

@@ -198,33 +198,3 @@ def test_progress_is_reported_per_frame(tmp_path, detector):
         source_id="local-progress",
     )
     assert [d for d, _ in seen] == list(range(1, 8)) and seen[-1][1] == 7
-
-
-def test_recycled_view_buffers_write_the_bytes_of_fresh_ones(tmp_path, detector, monkeypatch):
-    """A frame's buffer is reused once every encoder has taken the frame: the views are
-    byte-identical to those written with a fresh buffer per frame (a buffer reused too early
-    would put a later frame's pixels into an earlier one), and far fewer buffers than frames
-    are made."""
-    from vsi_wild.stages import project as pr
-
-    n = 60
-    src = write_video(tmp_path / "src.mkv", textured, [i / 10 for i in range(n)])
-    handed: list[np.ndarray] = []  # every buffer get() returned (held: ids stay unique)
-    real_get = pr.ViewBuffers.get
-
-    def get(self):
-        buf = real_get(self)
-        handed.append(buf)
-        return buf
-
-    monkeypatch.setattr(pr.ViewBuffers, "get", get)
-    project_source(src, tmp_path / "recycled", SMALL, detector, face_params=FACES, source_id="local-pool")
-    distinct = len({id(b) for b in handed})
-    monkeypatch.setattr(pr.ViewBuffers, "done", lambda self, buf: None)  # never recycled
-    project_source(src, tmp_path / "fresh", SMALL, detector, face_params=FACES, source_id="local-pool")
-    assert len(handed) == 2 * n and len({id(b) for b in handed[n:]}) == n
-    assert distinct < n // 2, distinct
-    files = sorted(p.name for p in (tmp_path / "fresh").glob("*.mp4"))
-    assert len(files) == 4
-    for name in files:
-        assert (tmp_path / "recycled" / name).read_bytes() == (tmp_path / "fresh" / name).read_bytes(), name
