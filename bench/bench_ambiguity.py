@@ -32,6 +32,7 @@ An item is ambiguous when two readings give different answers. Prints, over the 
     questions_<task>: release questions asked
     questions_<task>_unchecked, ambiguous_items_<task>_unchecked: the same with stable_answers off
     questions_ratio_<task>: questions / questions_unchecked (target >= 0.8)
+    ambiguous_items_by_visit_VPO, ambiguous_items_by_view_VPO: VPO's ambiguous items per reading
     wrong_items_<task>: items whose graded answer no reading gives (metadata errors: e.g. a
         reconciliation split over-counts; not ambiguity)
 and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
@@ -39,8 +40,12 @@ and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
 Measured (this machine's render, the three samples together; unchecked -> checked):
 VOC 16/350 -> 2/333 counts ambiguous, 66 -> 63 questions; VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the
 loop's steady moves lie on the 8 directions: the rule is exercised by tests/test_qa_readings.py);
-VPO 32/36 -> 6/22 (0.61 of the questions: s907 walks its loop again, every place of its first
-30 s is visited at its end, and no anchor set is left). What is left: 2 VOC counts whose speck (1 and
+VPO 32/36 -> 6/24 by the visit reading (0.67 of the questions: s907 walks its loop again, every place
+of its first 30 s is visited at its end, and no anchor set exists in its metadata, a search of every
+set shows; s908 keeps 12 of 12 where the random restarts alone found 10). By the view reading, every
+VPO question asked has a view no object dates (ambiguous_items_by_view_VPO 24/24; 22/22 before
+the search); with --qa-set vpo_min_landmarks=1 the pipeline asks 2 (sample 0, s907 0, s908 2), 1
+of them undatable by the truth. What is left: 2 VOC counts whose speck (1 and
 4-10 px) is below what the segmenter keeps (segment.min_area), so the metadata never saw it; 6 VPO
 questions on the sample whose first-seconds frame the loop's end revisits by the truth (1.3 m) but
 not by the CPU pose track (5.1 m, beyond the place radius).

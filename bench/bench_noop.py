@@ -362,8 +362,8 @@ def noop_cli(config: Path, root: Path, expected_units: int) -> float:
     return seconds
 
 
-def _refuse(stage: Any, prepared: Any) -> Callable[[], Any]:
-    raise RuntimeError(f"a no-op run would compute {stage.name}:{prepared.unit}")
+def _refuse(stage: Any, group: list[Any]) -> Callable[[], Any]:
+    raise RuntimeError(f"a no-op run would compute {stage.name}:{', '.join(p.unit for p in group)}")
 
 
 def noop_in_process(

@@ -2,9 +2,10 @@
 the production config's settings, on CUDA. Prints per stage the frames per second, the peak GPU
 memory and the hours of 360° video one GPU-hour processes, for the old and the new ways of running
 a stage side by side (segment: one propagation per concept vs one image-encoder pass per frame for
-all concepts; detect: fp16 vs fp32, batch vs single frames; pose: bf16 vs fp32, the views' windows
-one at a time vs batched), checks each faster way's outputs against the reference way's on the
-same frames (with the tolerance stated), and writes it all as JSON.
+all concepts; detect: fp16 vs fp32, the views' frames in shared passes vs one view per call, batch
+vs single frames; pose: bf16 vs fp32, the views' windows one at a time vs batched), checks each
+faster way's outputs against the reference way's on the same frames (with the tolerance stated),
+and writes it all as JSON.
 
 A weight present under the config's `models.weights_dir` (as `vsi-wild weights check` sees it) is
 used; an absent one is replaced by the same architecture with random weights (tests/random_weights.py),
@@ -409,12 +410,15 @@ def check_detect(ctx: Context) -> list[Result]:
     )
     opts = _models_overrides(ctx.config, "yolo_world_")
     batch_size = opts.get("yolo_world_batch_size", 16)
-    # frames of the 4 views interleaved, as a source's 2 FPS frames come
+    # the 4 views' 2 FPS frames, detected as the stage runs a source's views (run_detect_views): in
+    # shared passes, their frames interleaved (detect_many)
     views = [_frames(s.frames, s, v) for v in range(s.views)]
+    view_batches = [_batch(views[v], f"gpu-check_{v}") for v in range(s.views)]
     frames = [views[v][k] for k in range(s.frames) for v in range(s.views)]
     concepts = CONCEPTS[: s.concepts]
     out: list[Result] = []
     runs: dict[bool, list] = {}
+    detectors: dict[bool, Any] = {}
     for half in (True, False):
         det = create(
             "open_vocab_detector",
@@ -425,8 +429,9 @@ def check_detect(ctx: Context) -> list[Result]:
             **{**opts, "yolo_world_half": half},
         )
         det.detect(_batch(frames[:2]), concepts)  # warm-up (model load, cudnn autotune)
-        dt, peak, dets = ctx.meter(lambda det=det: det.detect(_batch(frames), concepts))  # called here
-        runs[half] = dets
+        dt, peak, many = ctx.meter(lambda det=det: det.detect_many(view_batches, concepts))  # called here
+        runs[half] = [d for per_view in many for d in per_view]
+        detectors[half] = det
         r = Result(
             "detect",
             "yolo_world",
@@ -437,6 +442,7 @@ def check_detect(ctx: Context) -> list[Result]:
             dt,
             peak_gpu_mib=peak,
             production=half == opts.get("yolo_world_half", False),
+            notes=[f"the {s.views} views' frames interleaved in shared passes (detect_many, as run_detect_views)"],
         )
         out.append(_rate(r, s, 2.0))
         if half and ctx.budget.allows(4 * dt):
@@ -464,6 +470,32 @@ def check_detect(ctx: Context) -> list[Result]:
                 production=False,
             )
             out.append(_rate(r1, s, 2.0))
+    prod = bool(opts.get("yolo_world_half", False))
+    if ctx.budget.allows(2 * out[0].seconds + 5):
+        # the views one per call (the stage before run_detect_views) against the shared passes
+        dt1, peak1, alone = ctx.meter(lambda: [d for b in view_batches for d in detectors[prod].detect(b, concepts)])
+        r1 = Result(
+            "detect",
+            "yolo_world",
+            kind,
+            ctx.device,
+            f"{'fp16' if prod else 'fp32'}, one view per call",
+            len(frames),
+            dt1,
+            peak_gpu_mib=peak1,
+            production=False,
+        )
+        out.append(_rate(r1, s, 2.0))
+        m = compare_detections(alone, runs[prod])
+        ctx.comparisons.append(
+            Comparison(
+                "detect",
+                "views in shared passes vs one view per call",
+                m,
+                f"share of boxes with a same-label partner at IoU >= {BOX_IOU_MIN} >= {BOX_KEPT_MIN}",
+                None if m["kept_share"] is None else m["kept_share"] >= BOX_KEPT_MIN,
+            )
+        )
     m = compare_detections(runs[False], runs[True])
     ok = None if m["kept_share"] is None or ctx.device == "cpu" else m["kept_share"] >= BOX_KEPT_MIN
     ctx.comparisons.append(
@@ -591,6 +623,11 @@ def check_segment(ctx: Context) -> list[Result]:
             f"one clip of {len(frames)} frames, {len(concepts)} concepts, {len(recs)} masks; "
             f"image encoder {len(calls) / len(frames):.2f} x per frame"
         )
+        if shared:
+            r.notes.append(
+                "the model only: in the stage a worker runs a video's clips, the next clips' JPEG folders "
+                "written by its feed thread while SAM3 works (engine.execute_group, SEGMENT.feed)"
+            )
         r.notes += notes
         results.append(_rate(r, s, 2.0))
     old, new = records["per-concept (old)"], records["shared encoder (new)"]
@@ -694,7 +731,16 @@ def check_pose(ctx: Context) -> list[Result]:
     )
     precision = "fp32" if ctx.device == "cpu" else opts.get("da3_precision", "bf16")
     r = Result(
-        "pose", "da3", kind, ctx.device, f"{precision}, views one at a time", n, dt, peak_gpu_mib=peak, notes=[note]
+        "pose",
+        "da3",
+        kind,
+        ctx.device,
+        f"views one at a time, {precision}",
+        n,
+        dt,
+        peak_gpu_mib=peak,
+        production=False,
+        notes=[note],
     )
     out.append(_rate(r, s, 2.0))
     dt, peak, together = ctx.meter(lambda: est.estimate_many(views))
@@ -703,12 +749,11 @@ def check_pose(ctx: Context) -> list[Result]:
         "da3",
         kind,
         ctx.device,
-        f"{precision}, views batched",
+        f"views batched, {precision}",
         n,
         dt,
         peak_gpu_mib=peak,
-        production=False,
-        notes=[note, "DA3PoseEstimator.estimate_many: the pose stage does not call it yet"],
+        notes=[note, "estimate_many: the pose stage's path (estimate_source: the views' chunks in lockstep)"],
     )
     out.append(_rate(r, s, 2.0))
     _compare_poses(ctx, "views batched vs one at a time", alone, together)
@@ -803,8 +848,9 @@ GPU_SIDE = ("detect", "segment", "pose")  # the DAG's GPU stages (faces run on t
 # Ways of running the GPU side, by the variant each stage runs in (None: the production way)
 WAYS = {
     "production": {},
-    "before": {"detect": "fp32, batch", "segment": "per-concept (old)"},  # the pipeline before issue 33
-    "pose_batched": {"pose": "views batched"},  # production, with the views' DA3 windows batched
+    # the pipeline before issue 33
+    "before": {"detect": "fp32, one view per call", "segment": "per-concept (old)", "pose": "views one at a time"},
+    "pose_alone": {"pose": "views one at a time"},  # production, but the views' DA3 windows one view at a time
     "detect_fp16": {"detect": "fp16, batch"},  # production, with YOLO-World in fp16 (models.yolo_world_half)
 }
 
@@ -948,8 +994,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print(
         f"overall: {fmt(new)} hours of 360° video per GPU-hour (detect, segment, pose as the pipeline runs them); "
-        f"before issue 33 (detect fp32, segment per concept): {fmt(old)}; with the views' DA3 windows batched: "
-        f"{fmt(ways['pose_batched'])}; with YOLO-World in fp16: {fmt(ways['detect_fp16'])}{random_note}"
+        f"before issue 33 (detect fp32 one view per call, segment per concept, pose one view at a time): "
+        f"{fmt(old)}; with the views' DA3 windows one view at a time: {fmt(ways['pose_alone'])}; "
+        f"with YOLO-World in fp16: {fmt(ways['detect_fp16'])}{random_note}"
     )
     if f"overall_video_hours_per_gpu_hour_at_{PLANNED_CONCEPTS}_concepts" in report:
         print(

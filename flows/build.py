@@ -80,6 +80,22 @@ def run_unit(
     return outcome.to_dict()
 
 
+@task(name="run-units", task_run_name="{stage_name}:{group}")
+def run_units(
+    spec_json: str,
+    stage_name: str,
+    group: str,
+    units: list[tuple[str, str, dict[str, dict[str, tuple[str, str, str]]]]],
+) -> list[dict[str, Any]]:
+    """A stage's units that run together on one worker (``Stage.group``): (unit, key, inputs) each."""
+    config, store = _worker_context(spec_json)
+    prepared = [
+        Prepared(stage_name, unit, key, {name: {u: UnitRef(*r) for u, r in us.items()} for name, us in inputs.items()})
+        for unit, key, inputs in units
+    ]
+    return [o.to_dict() for o in engine.execute_group(registry.stage(stage_name), prepared, config, store)]
+
+
 def task_runner(config: Config) -> Any:
     if config.run.task_runner == "dask":
         from prefect_dask import DaskTaskRunner
@@ -120,11 +136,18 @@ def execute_plan(request: RunRequest) -> dict[str, Any]:
     )
     spec_json = WorkerSpec(config=config.model_dump(mode="json"), data_root=data_root).model_dump_json()
 
-    def submit(stage: engine.Stage, prepared: Prepared):
-        inputs = {n: {u: (r.stage, r.unit, r.key) for u, r in us.items()} for n, us in prepared.inputs.items()}
-        t = run_unit.with_options(tags=["gpu"] if stage.gpu else [])
-        future = t.submit(spec_json, stage.name, prepared.unit, prepared.key, inputs)
-        return lambda: Outcome(**future.result())
+    def submit(stage: engine.Stage, group: list[Prepared]):
+        tags = ["gpu"] if stage.gpu else []
+        units = [
+            (p.unit, p.key, {n: {u: (r.stage, r.unit, r.key) for u, r in us.items()} for n, us in p.inputs.items()})
+            for p in group
+        ]
+        if len(units) == 1:
+            future = run_unit.with_options(tags=tags).submit(spec_json, stage.name, *units[0])
+            return lambda: [Outcome(**future.result())]
+        name = f"{units[0][0]}..{units[-1][0]}"
+        futures = run_units.with_options(tags=tags).submit(spec_json, stage.name, name, units)
+        return lambda: [Outcome(**o) for o in futures.result()]
 
     engine.run_stages(plan, stages, submit)
     summary = engine.summarize(plan, data_root)

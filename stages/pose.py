@@ -26,7 +26,7 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, overload
+from typing import Literal, Protocol, cast, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -204,50 +204,75 @@ def rotation_median(Rs: Sequence[np.ndarray], iters: int = 20, eps_deg: float = 
 
 
 # ------------------------------------------------------------------------------ chunking
-def estimate_chunked(
-    estimator: PoseEstimator,
-    frames: Iterable[tuple[int, float, int, np.ndarray]],
-    video_id: str,
-    fps: float,
-    chunk: int,
-) -> Track:
-    """Run ``estimator`` over a stream of (k, t_k, frame_index, rgb) in chunks of ``chunk`` frames
-    overlapping by two, and stitch the chunks into one track (rigid alignment on the last shared
-    frame; scale from the shared step, unless the backend measured the chunk's lengths in its
-    common unit: ``last_metric``). Holds at most one chunk of images."""
-    assert chunk >= 3
-    ks, ts, fs = [], [], []
-    Rs: list[np.ndarray] = []
-    Cs: list[np.ndarray] = []
-    Ks, valid, metric, bearings = [], [], [], []
-    has_metric = has_bearings = False
-    chained = bool(getattr(estimator, "chains_steps", False))
-    buf: list[tuple[int, float, int, np.ndarray]] = []
-    first = True
-    scale: float | np.floating = 1.0
+FrameItem = tuple[int, float, int, np.ndarray]  # (k, t_k, frame index, rgb)
 
-    def run(items: list[tuple[int, float, int, np.ndarray]]) -> None:
-        nonlocal first, scale, has_metric, has_bearings
-        batch = FrameBatch(
-            video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items], [x[0] for x in items], fps
-        )
-        tr = track_from_result(
-            ([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps), estimator.estimate(batch)
-        )
+
+def frame_chunks(frames: Iterable[FrameItem], chunk: int) -> Iterator[list[FrameItem]]:
+    """The chunks ``estimate_chunked`` runs the estimator on: ``chunk`` frames each, consecutive
+    chunks sharing two frames, the last one shorter (and none of only the two shared frames)."""
+    assert chunk >= 3
+    buf: list[FrameItem] = []
+    ran = False
+    for item in frames:
+        buf.append(item)
+        if len(buf) == chunk:
+            yield buf
+            ran = True
+            buf = buf[-2:]
+    if len(buf) > 2 or (not ran and buf):
+        yield buf
+
+
+def chunk_batch(items: Sequence[FrameItem], video_id: str, fps: float) -> FrameBatch:
+    return FrameBatch(
+        video_id, [x[3] for x in items], [x[1] for x in items], [x[2] for x in items], [x[0] for x in items], fps
+    )
+
+
+class ChunkStitcher:
+    """One video's chunk results stitched into one track (rigid alignment on the last shared
+    frame; scale from the shared step, unless the backend measured the chunk's lengths in its
+    common unit: ``metric``). ``add`` each chunk's result in order, then ``track``."""
+
+    def __init__(self, fps: float, chained: bool = False):
+        self.fps = fps
+        self.chained = chained
+        self.ks: list[int] = []
+        self.ts: list[float] = []
+        self.fs: list[int] = []
+        self.Rs: list[np.ndarray] = []
+        self.Cs: list[np.ndarray] = []
+        self.Ks: list[np.ndarray] = []
+        self.valid: list[bool] = []
+        self.metric: list[bool] = []
+        self.bearings: list = []
+        self.has_metric = self.has_bearings = False
+        self.first = True
+        self.scale: float | np.floating = 1.0
+
+    def add(
+        self,
+        items: Sequence[FrameItem],
+        result: PoseResult,
+        metric: Sequence[bool] | None = None,
+        bearings: Sequence | None = None,
+    ) -> None:
+        """``result``: the estimator's poses of ``items``; ``metric`` and ``bearings``: what it said
+        of them (``last_metric``, ``last_bearings``), used where they cover every item."""
+        fps = self.fps
+        tr = track_from_result(([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps), result)
         # Backends that know which step lengths are metric say so (twoview: ground-plane scale).
-        m = getattr(estimator, "last_metric", None)
-        m = np.asarray(m, dtype=bool) if m is not None and len(m) == len(items) else None
-        has_metric = has_metric or m is not None
-        pairs = getattr(estimator, "last_bearings", None)
-        pairs = pairs if pairs is not None and len(pairs) == len(items) else None
-        has_bearings = has_bearings or pairs is not None
+        m = np.asarray(metric, dtype=bool) if metric is not None and len(metric) == len(items) else None
+        self.has_metric = self.has_metric or m is not None
+        pairs = bearings if bearings is not None and len(bearings) == len(items) else None
+        self.has_bearings = self.has_bearings or pairs is not None
         s: float | np.floating
-        if first:
+        if self.first:
             start = 0
             R_al, C_al, s = np.eye(3), np.zeros(3), 1.0
         else:
             # Previous track's poses of the two shared frames: P_a, P_b (world), chunk's: Q_a, Q_b.
-            Ca, Rb, Cb = Cs[-2], Rs[-1], Cs[-1]
+            Ca, Rb, Cb = self.Cs[-2], self.Rs[-1], self.Cs[-1]
             qa, qb = tr.C[0], tr.C[1]
             prev_step = np.linalg.norm(Cb - Ca)
             new_step = np.linalg.norm(qb - qa)
@@ -255,10 +280,10 @@ def estimate_chunked(
                 # The backend measured this chunk's lengths (twoview: against the ground plane): it
                 # is in the common unit already. Rescaling it by its shared step would multiply all
                 # of its measured lengths by that one step's error (seen: x0.35 over 32 s).
-                scale = 1.0
+                self.scale = 1.0
             elif prev_step > 1e-9 and new_step > 1e-9:
-                scale = prev_step / new_step
-            s = scale
+                self.scale = prev_step / new_step
+            s = self.scale
             # X_world = A (X_chunk * s) + b, anchored at the last shared frame (A = Rb^T tr.R[1]), so
             # that the chunk's next steps continue from where the previous chunk ended
             A = Rb.T @ tr.R[1]
@@ -266,38 +291,102 @@ def estimate_chunked(
             R_al, C_al = A, b
             start = 2
         for i in range(start, len(items)):
-            ks.append(items[i][0])
-            ts.append(items[i][1])
-            fs.append(items[i][2])
-            Rs.append(tr.R[i] @ R_al.T)
-            Cs.append(R_al @ (s * tr.C[i]) + C_al)
-            Ks.append(tr.K[i])
-            valid.append(bool(tr.valid[i]))
-            metric.append(bool(m[i]) if m is not None else False)
-            bearings.append(pairs[i] if pairs is not None else None)
-        first = False
+            self.ks.append(items[i][0])
+            self.ts.append(items[i][1])
+            self.fs.append(items[i][2])
+            self.Rs.append(tr.R[i] @ R_al.T)
+            self.Cs.append(R_al @ (s * tr.C[i]) + C_al)
+            self.Ks.append(tr.K[i])
+            self.valid.append(bool(tr.valid[i]))
+            self.metric.append(bool(m[i]) if m is not None else False)
+            self.bearings.append(pairs[i] if pairs is not None else None)
+        self.first = False
 
-    for item in frames:
-        buf.append(item)
-        if len(buf) == chunk:
-            run(buf)
-            buf = buf[-2:]
-    if len(buf) > 2 or (first and buf):
-        run(buf)
-    n = len(ks)
-    return Track(
-        np.asarray(ks, dtype=np.int64),
-        np.asarray(ts, dtype=float),
-        np.asarray(fs, dtype=np.int64),
-        float(fps),
-        np.asarray(Rs).reshape(n, 3, 3),
-        np.asarray(Cs).reshape(n, 3),
-        np.asarray(Ks).reshape(n, 3, 3),
-        np.asarray(valid, dtype=bool),
-        np.asarray(metric, dtype=bool) if has_metric else None,
-        bearings if has_bearings else None,
-        chained=chained,
+    def track(self) -> Track:
+        n = len(self.ks)
+        return Track(
+            np.asarray(self.ks, dtype=np.int64),
+            np.asarray(self.ts, dtype=float),
+            np.asarray(self.fs, dtype=np.int64),
+            float(self.fps),
+            np.asarray(self.Rs).reshape(n, 3, 3),
+            np.asarray(self.Cs).reshape(n, 3),
+            np.asarray(self.Ks).reshape(n, 3, 3),
+            np.asarray(self.valid, dtype=bool),
+            np.asarray(self.metric, dtype=bool) if self.has_metric else None,
+            self.bearings if self.has_bearings else None,
+            chained=self.chained,
+        )
+
+
+def estimate_chunked(
+    estimator: PoseEstimator,
+    frames: Iterable[FrameItem],
+    video_id: str,
+    fps: float,
+    chunk: int,
+) -> Track:
+    """Run ``estimator`` over a stream of (k, t_k, frame_index, rgb) in chunks of ``chunk`` frames
+    overlapping by two (``frame_chunks``), and stitch the chunks into one track
+    (``ChunkStitcher``). Holds at most one chunk of images."""
+    stitcher = ChunkStitcher(fps, bool(getattr(estimator, "chains_steps", False)))
+    for items in frame_chunks(frames, chunk):
+        result = estimator.estimate(chunk_batch(items, video_id, fps))
+        stitcher.add(items, result, getattr(estimator, "last_metric", None), getattr(estimator, "last_bearings", None))
+    return stitcher.track()
+
+
+class BatchPoseEstimator(PoseEstimator, Protocol):
+    """An estimator that runs several videos' frames in one call (DA3: their windows as one batch),
+    each result what ``estimate`` gives that video alone."""
+
+    def estimate_many(self, batches: Sequence[FrameBatch]) -> list[PoseResult]: ...
+
+
+def batches_views(estimators: Sequence[PoseEstimator]) -> BatchPoseEstimator | None:
+    """The estimator that can run all of these views' chunks in one call: they are one backend
+    with one configuration (its ``params``) and it has ``estimate_many``; else None. Backends that
+    report per-chunk state beside their poses (twoview's ``last_metric``, ``last_bearings``) run
+    one view at a time."""
+    first = estimators[0] if estimators else None
+    if first is None or not callable(getattr(first, "estimate_many", None)):
+        return None
+    if any(hasattr(first, a) for a in ("last_metric", "last_bearings")):
+        return None
+    same = all(
+        type(e) is type(first) and getattr(e, "params", None) == getattr(first, "params", None) for e in estimators
     )
+    return cast("BatchPoseEstimator", first) if same else None
+
+
+def estimate_chunked_together(
+    estimator: BatchPoseEstimator,
+    streams: dict[str, tuple[Iterable[FrameItem], str, float]],
+    chunk: int,
+    done: Callable[[str], None] | None = None,
+) -> dict[str, Track]:
+    """``estimate_chunked`` of several videos (a source's views) in lockstep: the i-th chunk of
+    every video goes to the estimator in one ``estimate_many`` call. ``streams``: name ->
+    (frames, video id, fps). Each video's chunks and stitching are the ones it gets alone; holds
+    one chunk per video. ``done(name)`` when a video's frames have all been estimated."""
+    chunks = {v: frame_chunks(frames, chunk) for v, (frames, _vid, _fps) in streams.items()}
+    stitchers = {
+        v: ChunkStitcher(fps, bool(getattr(estimator, "chains_steps", False))) for v, (_f, _vid, fps) in streams.items()
+    }
+    live = list(streams)
+    while live:
+        got = {v: next(chunks[v], None) for v in live}
+        for v in [v for v in live if got[v] is None]:
+            live.remove(v)
+            if done:
+                done(v)
+        now = [v for v in live if got[v] is not None]
+        if not now:
+            break
+        results = estimator.estimate_many([chunk_batch(got[v], streams[v][1], streams[v][2]) for v in now])  # type: ignore[arg-type]
+        for v, res in zip(now, results, strict=True):
+            stitchers[v].add(got[v], res)  # type: ignore[arg-type]
+    return {v: s.track() for v, s in stitchers.items()}
 
 
 # ------------------------------------------------------------------------------ fusion
@@ -678,29 +767,60 @@ def estimate_source(
     make_estimator: Callable[[ViewInput], PoseEstimator],
     params: PoseParams,
     progress: Callable[[int, int], None] | None = None,
+    batch_views: bool = True,
 ) -> tuple[Track, dict[str, Track]]:
     """The pose stage's work for one source: each view estimated alone (``estimate_chunked``),
     steps that fewer than two views managed recovered across the rig (``recover_turns``), the
-    views fused (``fuse_views``). Returns the fused (source) track and the views' own tracks."""
+    views fused (``fuse_views``). Returns the fused (source) track and the views' own tracks.
+
+    Where the views' estimators can run together (``batches_views``: DA3) and ``batch_views``,
+    the views' chunks go through it in lockstep, the i-th chunk of every view in one call
+    (``estimate_chunked_together``; DA3 batches their windows); each view's track is the one it
+    gets alone, within the backend's batching tolerance (DA3: 1e-4, tests/test_backends_pose.py).
+    Else (twoview) one view after the other."""
     tracks: dict[str, Track] = {}
     frame_w: dict[str, int] = {}
+    first_ws: dict[str, list[int]] = {}
+    streams: dict[str, Iterator[FrameItem]] = {}
     for v, vi in views.items():
         first_w: list[int] = []
 
-        def stream(vi: ViewInput = vi, first_w: list[int] = first_w) -> Iterator[tuple[int, float, int, np.ndarray]]:
+        def stream(vi: ViewInput = vi, first_w: list[int] = first_w) -> Iterator[FrameItem]:
             for item in vi.frames():
                 if not first_w:
                     first_w.append(item[3].shape[1])
                 yield item
 
-        tr = estimate_chunked(make_estimator(vi), stream(), vi.video_id, vi.fps, params.chunk_frames)
+        first_ws[v] = first_w
+        streams[v] = stream()
+    estimators = {v: make_estimator(vi) for v, vi in views.items()}
+    together = batches_views(list(estimators.values())) if batch_views and len(views) > 1 else None
+    finished: list[str] = []
+
+    def view_done(v: str) -> None:
+        finished.append(v)
+        if progress:
+            progress(len(finished), len(views))
+
+    if together is not None:
+        found = estimate_chunked_together(
+            together,
+            {v: (streams[v], vi.video_id, vi.fps) for v, vi in views.items()},
+            params.chunk_frames,
+            view_done,
+        )
+    else:
+        found = {}
+        for v, vi in views.items():
+            found[v] = estimate_chunked(estimators[v], streams[v], vi.video_id, vi.fps, params.chunk_frames)
+            view_done(v)
+    for v, vi in views.items():
+        tr, first_w = found[v], first_ws[v]
         if len(tr.sample_indices) and first_w and first_w[0] != vi.width:
             s = vi.width / first_w[0]  # intrinsics back to the view's own pixels
             tr.K = np.einsum("ij,njk->nik", np.diag([s, s, 1.0]), tr.K)
         tracks[v] = tr
         frame_w[v] = first_w[0] if first_w else vi.width
-        if progress:
-            progress(len(tracks), len(views))
     yaws = {v: vi.yaw_deg for v, vi in views.items()}
     turns: dict[int, np.ndarray] = {}
     weak = weak_steps(tracks) if len(tracks) > 1 else []

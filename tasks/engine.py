@@ -26,7 +26,7 @@ import socket
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -81,6 +81,18 @@ class Stage:
     packages: tuple[str, ...] = ()
     gpu: bool = False
     gpu_memory_gib: float | None = None  # roughly what one unit needs on the GPU (for scheduling)
+    # The CPU work that prepares a unit's input for its model (decoding, resizing, writing frames):
+    # ``feed(job)`` returns what ``run`` then reads as ``job.feed()``. Units of a ``group`` run on one
+    # worker, and there the next unit's feed runs in a thread while this unit's model works
+    # (``execute_group``), so a GPU does not wait on the decoder between units.
+    feed: Callable[[Job], Any] | None = None
+    # Units that share an ancestor of this kind (a clip's video) go to one worker as one task and run
+    # there in order, each with its own status, output and failure. None: one task per unit.
+    group: UnitKind | None = None
+    # A group's units in one pass (their model calls shared: a source's views' frames in one batch),
+    # each job writing its own output. Should it raise, the units run again one at a time (``run``),
+    # so that a bad input fails its own unit only.
+    run_group: Callable[[list[Job]], None] | None = None
     description: str = ""
     units: Callable[[Plan, Stage], list[str]] | None = None
     no_units_hint: str = ""  # what to do when ``units`` finds none (stages without upstream)
@@ -523,17 +535,30 @@ def prepare(plan: Plan, stage: Stage, unit: str) -> Outcome | Prepared:
     return Prepared(stage.name, unit, key, inputs)
 
 
-Submit = Callable[[Stage, Prepared], Callable[[], Outcome]]
+# Runs a group of a stage's units (one unless the stage declares ``group``), maybe elsewhere, and
+# returns a way to wait for their outcomes (in the group's order).
+Submit = Callable[[Stage, list[Prepared]], Callable[[], list[Outcome]]]
 
 
 def run_inline(plan: Plan) -> Submit:
     """Execute units one after another in this thread (tests, debugging)."""
 
-    def submit(stage: Stage, prepared: Prepared) -> Callable[[], Outcome]:
-        outcome = execute(stage, prepared, plan.config, plan.store)
-        return lambda: outcome
+    def submit(stage: Stage, group: list[Prepared]) -> Callable[[], list[Outcome]]:
+        outcomes = execute_group(stage, group, plan.config, plan.store)
+        return lambda: outcomes
 
     return submit
+
+
+def unit_groups(stage: Stage, prepared: list[Prepared]) -> list[list[Prepared]]:
+    """The tasks a stage's units to compute go in: one per unit, or (``Stage.group``) one per
+    ancestor of that kind, its units in their plan order."""
+    if stage.group is None or stage.unit_kind == ALL:
+        return [[p] for p in prepared]
+    groups: dict[str, list[Prepared]] = {}
+    for p in prepared:
+        groups.setdefault(unit_ancestor(p.unit, stage.unit_kind, stage.group), []).append(p)
+    return list(groups.values())
 
 
 def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
@@ -562,13 +587,14 @@ def run_stages(plan: Plan, stages: Iterable[Stage], submit: Submit) -> None:
             )
             emit("stage_failed", stage=stage.name, error=plan.stage_failures[stage.name].error)
             continue
-        pending = [(prepared, submit(stage, prepared)) for prepared in to_compute]
-        for prepared, wait in pending:
+        pending = [(group, submit(stage, group)) for group in unit_groups(stage, to_compute)]
+        for group, wait in pending:
             try:
-                outcome = wait()
-            except Exception as e:  # noqa: BLE001 - the runner lost the unit (worker died, ...)
-                outcome = Outcome(stage.name, prepared.unit, "failed", key=prepared.key, error=f"task failed: {e}")
-            plan.record(outcome)
+                outcomes = wait()
+            except Exception as e:  # noqa: BLE001 - the runner lost the units (worker died, ...)
+                outcomes = [Outcome(stage.name, p.unit, "failed", key=p.key, error=f"task failed: {e}") for p in group]
+            for outcome in outcomes:
+                plan.record(outcome)
         release_models(stage.name)  # the stage's teardown in this process (workers: see enter_stage)
 
 
@@ -609,6 +635,7 @@ class Job:
         store: Store,
         inputs: dict[str, dict[str, UnitRef]],
         out: UnitWriter,
+        fed: Fed | None = None,
     ):
         self.stage = stage
         self.unit = unit
@@ -620,7 +647,20 @@ class Job:
         self.store = store
         self.inputs = inputs
         self.out = out
+        self._fed = fed
         self._last_progress = 0.0
+
+    def feed(self) -> Any:
+        """The stage's ``feed`` of this unit: the one the worker prepared ahead (``execute_group``),
+        or made now. A feed that failed raises here, in the unit it belongs to."""
+        if self.stage.feed is None:
+            raise ContractError(f"stage {self.stage.name} reads its feed without declaring one (Stage.feed)")
+        fed, self._fed = self._fed, None
+        if fed is None:
+            return self.stage.feed(self)
+        if fed.error is not None:
+            raise fed.error
+        return fed.value
 
     def ref(self, stage: str, unit: str | None = None) -> UnitRef:
         """The output of upstream ``stage`` for ``unit`` (default: the single related unit)."""
@@ -681,6 +721,14 @@ class Job:
         if total is not None and done >= total or now - self._last_progress > 0.25:
             self._last_progress = now
             emit("progress", stage=self.stage.name, unit=self.unit, done=done, total=total, what=what)
+
+
+@dataclass
+class Fed:
+    """A unit's feed made ahead: its value, or the error making it raised."""
+
+    value: Any = None
+    error: BaseException | None = None
 
 
 @dataclass
@@ -844,8 +892,96 @@ class _SubSections:
         return getattr(self._section, attr)
 
 
-def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> Outcome:
-    """Run one unit and record its status; never raises for a failure of the unit itself."""
+def execute_group(stage: Stage, group: list[Prepared], config: Config, store: Store) -> list[Outcome]:
+    """Run a group of a stage's units (``unit_groups``) here, in order, each as ``execute`` runs
+    it. Where the stage has a ``feed``, a thread makes the next units' feeds while this one runs
+    (at most two ahead): their decoding overlaps the model's work."""
+    from vsi_wild.stages.video_io import prefetched  # PyAV: imported where a feed runs, not by every plan
+
+    if stage.run_group is not None and len(group) > 1:
+        together = _execute_together(stage, stage.run_group, group, config, store)
+        if together is not None:
+            return together
+    if stage.feed is None or len(group) < 2:
+        return [execute(stage, p, config, store) for p in group]
+    feed = stage.feed
+
+    def feeds() -> Iterator[tuple[Prepared, Fed]]:
+        for p in group:
+            job = Job(stage, p.unit, p.key, config, store, p.inputs, cast(UnitWriter, None))  # a feed writes no output
+            try:
+                yield p, Fed(feed(job))
+            except Exception as e:  # noqa: BLE001 - raised in its own unit (Job.feed)
+                yield p, Fed(error=e)
+
+    return [execute(stage, p, config, store, fed) for p, fed in prefetched(feeds(), depth=1, name=f"feed-{stage.name}")]
+
+
+def _execute_together(
+    stage: Stage, run_group: Callable[[list[Job]], None], group: list[Prepared], config: Config, store: Store
+) -> list[Outcome] | None:
+    """``Stage.run_group`` over a group's units, each output committed and recorded as ``execute``
+    does; None (nothing committed) when it raised or an output broke its declaration: the caller
+    then runs the units one at a time (another attempt each), where each failure is its own unit's."""
+    enter_stage(stage.name)
+    started = _now()
+    t0 = time.monotonic()
+    attempts = {p.unit: _attempts(store, stage.name, p.unit) + 1 for p in group}
+    for p in group:
+        _write_status(store, stage.name, p.unit, "running", key=p.key, attempts=attempts[p.unit], started_at=started)
+        emit("start", stage=stage.name, unit=p.unit)
+    refs = [UnitRef(stage.name, p.unit, p.key) for p in group]
+    try:
+        with contextlib.ExitStack() as writers:
+            outs = [writers.enter_context(store.writer(r)) for r in refs]
+            run_group([Job(stage, p.unit, p.key, config, store, p.inputs, w) for p, w in zip(group, outs, strict=True)])
+            for w in outs:
+                check_outputs(stage, w.scratch)  # raising here discards every scratch folder
+    except Exception as e:  # noqa: BLE001 - the units run again one at a time
+        _log_traceback(store, stage.name, group[0].unit, e)
+        return None
+    outcomes = []
+    for p, ref in zip(group, refs, strict=True):
+        failure, registered = _complete(stage, store, config, ref)
+        seconds = time.monotonic() - t0
+        if failure is None:
+            fp = store.fingerprint(ref)
+            outcome = Outcome(
+                stage.name, p.unit, "computed", key=p.key, fingerprint=fp, seconds=seconds, registered=registered
+            )
+            _write_status(
+                store,
+                stage.name,
+                p.unit,
+                "done",
+                key=p.key,
+                fingerprint=fp,
+                attempts=attempts[p.unit],
+                started_at=started,
+            )
+        else:
+            error, kind, retry = failure
+            outcome = Outcome(stage.name, p.unit, "failed", key=p.key, error=error, seconds=seconds)
+            _write_status(
+                store,
+                stage.name,
+                p.unit,
+                "failed",
+                key=p.key,
+                error=error,
+                attempts=attempts[p.unit],
+                started_at=started,
+                error_class=kind,
+                retryable=retry,
+            )
+        emit("end", stage=stage.name, unit=p.unit, outcome=outcome)
+        outcomes.append(outcome)
+    return outcomes
+
+
+def execute(stage: Stage, prepared: Prepared, config: Config, store: Store, fed: Fed | None = None) -> Outcome:
+    """Run one unit and record its status; never raises for a failure of the unit itself.
+    ``fed``: its feed, made ahead (``execute_group``)."""
     unit, key = prepared.unit, prepared.key
     ref = UnitRef(stage.name, unit, key)
     enter_stage(stage.name)
@@ -857,7 +993,7 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store) -> O
     failure: tuple[str, str, bool] | None = None
     try:
         with store.writer(ref) as w:
-            stage.run(Job(stage, unit, key, config, store, prepared.inputs, w))
+            stage.run(Job(stage, unit, key, config, store, prepared.inputs, w, fed))
             check_outputs(stage, w.scratch)  # raising here discards the scratch folder
     except Skip as e:
         outcome = Outcome(stage.name, unit, "skipped", key=key, error=str(e), seconds=time.monotonic() - t0)

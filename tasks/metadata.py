@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import tempfile
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import cv2
@@ -155,37 +156,83 @@ CANDIDATES = Stage(
 
 
 # ------------------------------------------------------------------------------ detect
-def run_detect(job: Job) -> None:
-    p: det.DetectParams = job.config.detect
-    vid = job.unit
-    source_id, _ = ids.split_video_id(vid)
-    concepts = list(dict.fromkeys(job.read("candidates", "candidates.parquet")["concept"].to_pylist()))
-    view = _view_row(job, vid)
-    detector = job.backend("open_vocab_detector")
-    rows: list[dict] = []
-    n = 0
-    total = seg.n_samples(float(view["duration_s"]))
-    # the next batch is decoded while the detector runs on this one
-    for batch in prefetched(
-        frame_batches(job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), p.batch_frames, SAMPLE_FPS),
-        depth=2,
-        name=f"feed-{vid}",
-    ):
-        rows.extend(
-            det.detection_rows(
-                vid,
-                batch,
-                detector.detect(batch, concepts)
-                if concepts
-                else [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in batch.images],
-                p.backend,
-            )
+class _VideoDetections:
+    """One detect unit's work: its concepts, its 2 FPS batches (decoded ahead by a thread of its
+    own while the detector runs), the rows found so far, and the tables it writes at the end."""
+
+    def __init__(self, job: Job):
+        self.job = job
+        self.params: det.DetectParams = job.config.detect
+        vid = job.unit
+        self.concepts = list(dict.fromkeys(job.read("candidates", "candidates.parquet")["concept"].to_pylist()))
+        view = _view_row(job, vid)
+        self.size = (int(view["width"]), int(view["height"]))
+        self.total = seg.n_samples(float(view["duration_s"]))
+        self.batches = prefetched(
+            frame_batches(
+                job.file("project", f"{vid}.mp4"), vid, float(view["fps"]), self.params.batch_frames, SAMPLE_FPS
+            ),
+            depth=2,
+            name=f"feed-{vid}",
         )
-        n += len(batch.images)
-        job.progress(n, total, "frames")
-    stats = det.occurrence_stats(concepts, rows, n, p)
-    job.out.write_table("detections.parquet", schema.table(schema.DETECTIONS, rows))
-    job.out.write_table("concept_stats.parquet", schema.table(schema.CONCEPT_STATS, det.stats_rows(vid, stats)))
+        self.rows: list[dict] = []
+        self.n = 0
+
+    def add(self, batch: backends.FrameBatch, dets: list[backends.Detections] | None) -> None:
+        """The detections of one batch (None: the video has no concepts to detect)."""
+        if dets is None:
+            dets = [backends.Detections(np.zeros((0, 4)), np.zeros(0), []) for _ in batch.images]
+        self.rows.extend(det.detection_rows(self.job.unit, batch, dets, self.params.backend))
+        self.n += len(batch.images)
+        self.job.progress(self.n, self.total, "frames")
+
+    def write(self) -> None:
+        stats = det.occurrence_stats(self.concepts, self.rows, self.n, self.params)
+        out = self.job.out
+        out.write_table("detections.parquet", schema.table(schema.DETECTIONS, self.rows))
+        out.write_table(
+            "concept_stats.parquet", schema.table(schema.CONCEPT_STATS, det.stats_rows(self.job.unit, stats))
+        )
+
+
+def run_detect(job: Job) -> None:
+    video = _VideoDetections(job)
+    detector = job.backend("open_vocab_detector")
+    for batch in video.batches:
+        video.add(batch, detector.detect(batch, video.concepts) if video.concepts else None)
+    video.write()
+
+
+def run_detect_views(jobs: list[Job]) -> None:
+    """A source's views detected together (``DETECT.group``): the views that prompt the same
+    concepts at the same frame size go through the detector in lockstep, the next batch of each in
+    one call (``detect_many``: YOLO-World runs their frames, interleaved, in shared forward passes).
+    Only such views share a call: YOLO-World's neck attends to the prompt's text features
+    (``C2fAttn``), so another view's names would change this view's boxes. Each view's rows are the
+    ones it gets alone (exactly, on the CPU: tests/test_backends_detect.py)."""
+    videos = [_VideoDetections(job) for job in jobs]
+    detector = jobs[0].backend("open_vocab_detector")  # one source: the same backend for each view
+    together: dict[tuple, list[_VideoDetections]] = {}
+    for v in videos:
+        together.setdefault((tuple(v.concepts), v.size), []).append(v)
+    for (concepts, _size), group in together.items():
+        live = list(group)
+        while live:
+            got = [(v, next(v.batches, None)) for v in live]
+            live = [v for v, b in got if b is not None]
+            batches = [b for _, b in got if b is not None]
+            if not batches:
+                break
+            if not concepts:
+                found: list = [None] * len(batches)
+            elif callable(getattr(detector, "detect_many", None)):
+                found = detector.detect_many(batches, list(concepts))
+            else:  # a backend without a batched call (groundtruth): one view after the other
+                found = [detector.detect(b, list(concepts)) for b in batches]
+            for v, b, d in zip(live, batches, found, strict=True):
+                v.add(b, d)
+    for v in videos:
+        v.write()
 
 
 DETECT = Stage(
@@ -194,6 +241,8 @@ DETECT = Stage(
     version="1",
     unit_kind="video",
     run=run_detect,
+    group="source",  # a source's views on one worker: their frames share the detector's calls
+    run_group=run_detect_views,
     needs=("candidates", "project"),
     sections=("detect",),
     backends=(BackendUse("open_vocab_detector", "detect.backend"),),
@@ -257,10 +306,30 @@ def _prompts(
     return out
 
 
-def run_segment(job: Job) -> None:
+@dataclass
+class ClipFeed:
+    """What segment's model reads for one clip (``feed_segment``): the kept concepts, the drawn
+    tracks, and the clip's 2 FPS frames as a folder of JPEGs (``batch``: None when there is nothing
+    to segment). ``close`` removes the folder."""
+
+    view: dict
+    span: seg.ClipSpan
+    concepts: list[str]
+    drawn: list
+    batch: backends.FrameBatch | None
+    folder: tempfile.TemporaryDirectory | None
+
+    def close(self) -> None:
+        if self.folder is not None:
+            self.folder.cleanup()
+
+
+def feed_segment(job: Job) -> ClipFeed:
+    """The CPU half of a segment unit: decode the clip's 2 FPS frames and write them as the JPEG
+    folder SAM3 reads (a whole clip stays on disk, not in memory). On a worker running a video's
+    clips (``SEGMENT.group``) the next clips' folders are written while SAM3 works on this one."""
     p: seg.SegmentParams = job.config.segment
     vid, index = ids.split_clip_id(job.unit)
-    source_id, _ = ids.split_video_id(vid)
     view = _view_row(job, vid)
     spans = {c.index: c for c in seg.clip_spans(float(view["duration_s"]), p.clip_seconds)}
     if index not in spans:
@@ -269,34 +338,49 @@ def run_segment(job: Job) -> None:
     stats = job.read("detect", "concept_stats.parquet").to_pylist()
     concepts = [r["concept"] for r in stats if r["kept"]]
     drawn = _drawn_in_clip(job.store, job.config, vid, index)
+    if not (concepts or drawn):
+        return ClipFeed(view, span, concepts, drawn, None, None)
+    folder = tempfile.TemporaryDirectory(prefix="vsi-clip-")
+    try:
+
+        def jpeg_files(rgbs: Iterator[np.ndarray]) -> seg.JpegFrames:
+            paths: list[Path] = []
+            for rgb in rgbs:
+                path = Path(folder.name) / f"{len(paths):05d}.jpg"
+                cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
+                paths.append(path)
+                job.progress(len(paths), span.n_samples, "frames")
+            return seg.JpegFrames(paths)
+
+        (batch,) = frame_batches(
+            job.file("project", f"{vid}.mp4"),
+            vid,
+            float(view["fps"]),
+            None,
+            SAMPLE_FPS,
+            span.start,
+            span.end,
+            p.frame_max_width,
+            images=jpeg_files,
+        )
+    except BaseException:
+        folder.cleanup()
+        raise
+    return ClipFeed(view, span, concepts, drawn, batch, folder)
+
+
+def run_segment(job: Job) -> None:
+    p: seg.SegmentParams = job.config.segment
+    vid, index = ids.split_clip_id(job.unit)
+    clip: ClipFeed = job.feed()
     inst_rows: list[dict] = []
     seg_rows: list[dict] = []
     emb_rows: list[dict] = []
     prompted_rows: list[dict] | None = None
-    if concepts or drawn:
-        segmenter = job.backend("segmenter")
-        with tempfile.TemporaryDirectory(prefix="vsi-clip-") as tmp:
-
-            def jpeg_files(rgbs: Iterator[np.ndarray]) -> seg.JpegFrames:  # a whole clip stays on disk, not in memory
-                paths: list[Path] = []
-                for rgb in rgbs:
-                    path = Path(tmp) / f"{len(paths):05d}.jpg"
-                    cv2.imwrite(str(path), cv2.cvtColor(rgb, cv2.COLOR_RGB2BGR), [cv2.IMWRITE_JPEG_QUALITY, 95])
-                    paths.append(path)
-                    job.progress(len(paths), span.n_samples, "frames")
-                return seg.JpegFrames(paths)
-
-            (batch,) = frame_batches(
-                job.file("project", f"{vid}.mp4"),
-                vid,
-                float(view["fps"]),
-                None,
-                SAMPLE_FPS,
-                span.start,
-                span.end,
-                p.frame_max_width,
-                images=jpeg_files,
-            )
+    try:
+        concepts, drawn, batch, view = clip.concepts, clip.drawn, clip.batch, clip.view
+        if batch is not None:
+            segmenter = job.backend("segmenter")
             if concepts:
                 records = segmenter.segment(batch, concepts)
                 errors = job.config.model_errors
@@ -319,6 +403,8 @@ def run_segment(job: Job) -> None:
                 prompted_rows = _prompted_rows(
                     vid, index, batch, _prompts(drawn, view, batch, index, p.clip_seconds), segmenter, view, p
                 )
+    finally:
+        clip.close()
     job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
     job.out.write_table("instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
     if p.appearance != seg.HISTOGRAM:  # written whenever an embedder is configured: reconcile reads it
@@ -381,6 +467,8 @@ SEGMENT = Stage(
     version="1",
     unit_kind="clip",
     run=run_segment,
+    feed=feed_segment,  # the clip's JPEG folder, written ahead on a worker running a video's clips
+    group="video",
     needs=("detect", "project"),
     sections=("segment", "model_errors.segmenter", "model_errors.seed"),
     backends=(

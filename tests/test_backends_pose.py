@@ -123,3 +123,62 @@ def test_da3_windows_batched_across_views_equal_one_at_a_time(da3_dir) -> None:
         assert np.array_equal(a.valid, b.valid)
         np.testing.assert_allclose(b.extrinsics, a.extrinsics, atol=1e-4)
         np.testing.assert_allclose(b.intrinsics, a.intrinsics, rtol=1e-4)
+
+
+def test_pose_stage_runs_a_sources_views_through_da3_together(da3_dir, monkeypatch) -> None:
+    """The pose stage's source unit has all four views: their chunks go to DA3 in lockstep, each
+    DA3 call a batch of the four views' windows (``estimate_source``), and every view's track and
+    the fused one are what the views one at a time give, within DA3's batching tolerance."""
+    from vsi_wild.stages import pose as po
+    from vsi_wild.stages.backends.pose import DA3PoseEstimator
+
+    rng = np.random.default_rng(11)
+    n = 4
+    clips = {v: [(rng.random((H, W, 3)) * 255).astype(np.uint8) for _ in range(n)] for v in range(4)}
+    names = ["front", "right", "back", "left"]
+    views = {
+        name: po.ViewInput(
+            f"src_{name}",
+            90.0 * i,
+            90.0,
+            30.0,
+            W,
+            lambda i=i: iter([(k, k / 2, 15 * k, clips[i][k]) for k in range(n)]),
+        )
+        for i, name in enumerate(names)
+    }
+    params = po.PoseParams(backend="da3", chunk_frames=3)  # chunks [0..2] [1..3], one DA3 window each
+
+    def make(_vi):
+        return create(
+            "pose_estimator",
+            "da3",
+            device="cpu",
+            da3_model_dir=str(da3_dir),
+            da3_process_res=112,
+            da3_window=3,
+            da3_overlap=1,
+        )
+
+    calls: list[int] = []
+    real = DA3PoseEstimator.run_windows
+    monkeypatch.setattr(DA3PoseEstimator, "run_windows", lambda self, ws: (calls.append(len(ws)), real(self, ws))[1])
+    fused_alone, alone = po.estimate_source(views, make, params, batch_views=False)
+    calls_alone, calls[:] = list(calls), []
+    done: list[tuple[int, int]] = []
+    fused, together = po.estimate_source(views, make, params, lambda d, t: done.append((d, t)))
+    # one view at a time: 2 chunks per view, one window per call; together: each call the four
+    # views' windows
+    assert calls_alone == [1] * 8 and calls == [4] * 2
+    assert done == [(1, 4), (2, 4), (3, 4), (4, 4)]
+    for v in names:
+        a, b = alone[v], together[v]
+        assert np.array_equal(a.sample_indices, b.sample_indices) and np.array_equal(a.valid, b.valid)
+        np.testing.assert_allclose(b.R, a.R, atol=1e-4)
+        np.testing.assert_allclose(b.C, a.C, atol=1e-4)
+        np.testing.assert_allclose(b.K, a.K, rtol=1e-4)
+    # the fusion (rotation medians over four random-weight views) moves the views' 1e-6 to ~1e-4
+    assert np.array_equal(fused.valid, fused_alone.valid)
+    turn = np.einsum("nij,nkj->nik", fused.R, fused_alone.R)
+    deg = np.degrees(np.arccos(np.clip((np.trace(turn, axis1=1, axis2=2) - 1) / 2, -1, 1)))
+    assert deg.max() < 0.05, deg

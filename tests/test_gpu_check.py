@@ -28,15 +28,21 @@ def test_the_gpu_check_runs_in_its_reduced_form(tmp_path, monkeypatch, capsys):
     rows = report["stages"]
     by = {(r["stage"], r["variant"]): r for r in rows}
     assert {r["stage"] for r in rows} == {"detect", "pose", "faces", "text"}
-    assert {v for s, v in by if s == "detect"} == {"fp16, batch 16", "fp32, batch 16", "fp16, batch 1"}
+    assert {v for s, v in by if s == "detect"} == {
+        "fp16, batch 16",
+        "fp32, batch 16",
+        "fp16, batch 1",
+        "fp32, one view per call",
+    }
     assert {v for s, v in by if s == "pose"} == {
-        "fp32, views one at a time",
-        "fp32, views batched",
+        "views one at a time, fp32",
+        "views batched, fp32",
         "fp32 reference, views batched",
     }
     production = {r["stage"]: r for r in rows if r["production"]}
-    assert production["detect"]["variant"] == "fp32, batch 16"  # fp16 (yolo_world_half) is off until measured
-    assert production["pose"]["variant"] == "fp32, views one at a time"  # what the pose stage calls
+    # the views' frames in shared passes (fp16, yolo_world_half, is off until measured)
+    assert production["detect"]["variant"] == "fp32, batch 16"
+    assert production["pose"]["variant"] == "views batched, fp32"  # what the pose stage calls
     for r in rows:
         if r["stage"] != "text":
             assert r["fps"] > 0 and r["video_hours_per_gpu_hour"] > 0 and r["weights"].startswith("random")
@@ -45,7 +51,10 @@ def test_the_gpu_check_runs_in_its_reduced_form(tmp_path, monkeypatch, capsys):
     # the GPU side: detect, segment and pose as the pipeline runs them (faces run on the CPU)
     rates = [production[n]["video_hours_per_gpu_hour"] for n in ("detect", "pose")]
     assert report["overall_video_hours_per_gpu_hour"] == pytest.approx(1 / sum(1 / x for x in rates))
-    before = [by[("detect", "fp32, batch 16")]["video_hours_per_gpu_hour"], rates[1]]
+    before = [
+        by[("detect", "fp32, one view per call")]["video_hours_per_gpu_hour"],
+        by[("pose", "views one at a time, fp32")]["video_hours_per_gpu_hour"],
+    ]
     assert report["overall_video_hours_per_gpu_hour_by_way"]["before"] == pytest.approx(1 / sum(1 / x for x in before))
     fp16 = [by[("detect", "fp16, batch 16")]["video_hours_per_gpu_hour"], rates[1]]
     assert report["overall_video_hours_per_gpu_hour_by_way"]["detect_fp16"] == pytest.approx(
@@ -56,6 +65,8 @@ def test_the_gpu_check_runs_in_its_reduced_form(tmp_path, monkeypatch, capsys):
     # claim nothing (unmeasured)
     checks = {(c["stage"], c["what"]): c for c in report["comparisons"]}
     assert checks[("pose", "views batched vs one at a time")]["ok"] is True
+    shared = checks[("detect", "views in shared passes vs one view per call")]
+    assert shared["ok"] is True and shared["measures"]["kept_share"] == 1.0
     fp32 = checks[("pose", "fp32 vs fp32")]
     assert fp32["measures"]["max_deg"] == 0.0 and fp32["ok"] is None and fp32["note"].startswith("unmeasured")
     det = checks[("detect", "fp16 vs fp32 (same frames, batch)")]
@@ -65,6 +76,7 @@ def test_the_gpu_check_runs_in_its_reduced_form(tmp_path, monkeypatch, capsys):
     printed = capsys.readouterr().out
     assert "hours of 360° video per GPU-hour" in printed and "random (speed and memory only)" in printed
     assert "check pose: views batched vs one at a time: holds" in printed
+    assert "check detect: views in shared passes vs one view per call: holds" in printed
     assert "check detect: fp16 vs fp32 (same frames, batch): UNMEASURED" in printed
     assert "unmeasured: fp16 / bf16 against fp32" in printed
 

@@ -180,6 +180,51 @@ def test_motion_and_view_agreement(built):
         assert sum(m["state"] == "ok" for m in motion) >= 3
 
 
+def test_segment_writes_the_next_clips_frames_while_the_model_works(built, monkeypatch):
+    """A worker runs a video's clips together (``SEGMENT.group``): while the segmenter works on one
+    clip, the next clip's JPEG folder is being written by the feed thread (the segmenter waits for
+    it to start: run one clip after the other and it never does), and the clips' outputs are the
+    bytes they were."""
+    import dataclasses
+    import threading
+
+    store, config, plan = built
+    vid = ids.video_id(SID, "front")
+    clips = sorted(u for u in plan.outcomes["segment"] if ids.split_clip_id(u)[0] == vid)
+    assert len(clips) == 4
+    fed: dict[str, threading.Event] = {u: threading.Event() for u in clips}
+    real_feed = tm.feed_segment
+
+    def feed(job):
+        fed[job.unit].set()
+        return real_feed(job)
+
+    stage = dataclasses.replace(tm.SEGMENT, feed=feed)
+    ahead: list[tuple[str, bool]] = []
+    real_backend = engine.Job.backend
+
+    def backend(job, kind, **options):
+        segmenter = real_backend(job, kind, **options)
+        real_segment = segmenter.segment
+        i = clips.index(job.unit)
+
+        def segment(batch, concepts):
+            if i + 1 < len(clips):  # the next clip's feed starts while this clip is segmented
+                ahead.append((job.unit, fed[clips[i + 1]].wait(timeout=60)))
+            return real_segment(batch, concepts)
+
+        segmenter.segment = segment
+        return segmenter
+
+    monkeypatch.setattr(engine.Job, "backend", backend)
+    again = Plan.load(config, store, STAGES, selection=engine.Selection(frozenset([vid])), force=frozenset(["segment"]))
+    engine.run_stages(again, [stage], engine.run_inline(again))
+    assert ahead == [(u, True) for u in clips[:-1]]
+    for u in clips:
+        before, after = plan.outcomes["segment"][u], again.outcomes["segment"][u]
+        assert after.state == "computed" and (after.key, after.fingerprint) == (before.key, before.fingerprint)
+
+
 def test_fix_file_changes_metadata_and_recomputes_only_that_video(built, tmp_path):
     store, config, plan = built
     vid = f"{SID}_front"

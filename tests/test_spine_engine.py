@@ -251,3 +251,40 @@ def test_global_stage_after_a_failed_global_stage_is_skipped(tmp_path):
     assert counts(plan, "all") == {"failed": 1}
     assert counts(plan, "report") == {"skipped": 1} and ("report", "all") not in CALLS
     assert "needs all:all" in plan.outcomes["report"]["all"].error
+
+
+def test_a_group_runs_in_one_pass_and_a_failure_falls_back_to_its_own_unit(tmp_path):
+    """A stage with ``group`` and ``run_group`` gets a source's videos in one call, each video with
+    its own output and status; when that call raises, the videos run again one at a time, so the
+    bad one fails alone and its siblings are computed."""
+    import dataclasses
+
+    store = Store(tmp_path / "data")
+    _register(store, "local-a", "local-b")
+    bad_view = ids.video_id("local-b", "left")
+    passes: list[list[str]] = []
+
+    def vid_run(job):
+        if job.unit == bad_view:
+            raise UnitError(f"{job.unit}: broken on purpose")
+        _vid_run(job)
+
+    def together(jobs):
+        passes.append(sorted(j.unit for j in jobs))
+        for j in jobs:
+            vid_run(j)
+
+    src, vid, _ = stages()
+    vid = dataclasses.replace(vid, run=vid_run, group="source", run_group=together)
+    plan = run(store, sts=[src, vid])
+    views = {sid: sorted(ids.video_id(sid, v) for v in ids.VIEWS) for sid in ("local-a", "local-b")}
+    assert sorted(passes) == [views["local-a"], views["local-b"]]
+    states = {u: o.state for u, o in plan.outcomes["vid"].items()}
+    assert states == {u: "failed" if u == bad_view else "computed" for us in views.values() for u in us}
+    assert "broken on purpose" in plan.outcomes["vid"][bad_view].error
+    # local-a's views ran once, in the group's pass; local-b's again one at a time after it raised
+    vid_calls = [u for stage, u in CALLS if stage == "vid"]
+    assert sorted(u for u in vid_calls if u.startswith("local-a")) == views["local-a"]
+    assert sorted(u for u in vid_calls if u.startswith("local-b")) == sorted(
+        [u for u in views["local-b"] if u < bad_view] + [u for u in views["local-b"] if u != bad_view]
+    )

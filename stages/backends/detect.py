@@ -16,7 +16,9 @@ off by default until `make gpu-check` has compared its boxes with fp32's on the 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import contextlib
+import functools
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +44,24 @@ def check_rgb_frames(batch: FrameBatch) -> None:
                 f"video {batch.video_id}: frame {pos} (sample {batch.sample_indices[pos]}) is not an "
                 f"(H, W, 3) uint8 RGB array: {desc}"
             )
+
+
+@contextlib.contextmanager
+def no_nms_time_limit() -> Iterator[None]:
+    """ultralytics' NMS stops after 2 s + 0.05 s per image of a batch and returns the images after
+    that with no boxes at all (a log warning only): a loaded machine, a large batch or a frame with
+    many candidates would lose detections, differently from run to run (seen on this CPU with random
+    weights: 16-frame passes kept 2,100 boxes where 4-frame passes kept 4,500). Within this context
+    the limit is off (``max_time_img`` infinite); the module attribute is what ultralytics' predictor
+    calls, restored on exit. Entered under the model lock."""
+    from ultralytics.utils import nms
+
+    real = nms.non_max_suppression
+    nms.non_max_suppression = functools.partial(real, max_time_img=float("inf"))
+    try:
+        yield
+    finally:
+        nms.non_max_suppression = real
 
 
 def _load_yolo_world(path: Path, device: str) -> Any:
@@ -84,17 +104,45 @@ class YoloWorldDetector:
         yolo._vsi_classes = tuple(concepts)
 
     def detect(self, batch: FrameBatch, concepts: Sequence[str]) -> list[Detections]:
+        return self.detect_many([batch], concepts)[0]
+
+    def detect_many(self, batches: Sequence[FrameBatch], concepts: Sequence[str]) -> list[list[Detections]]:
+        """``detect`` of several videos' frames (a source's views) with the same concepts, in shared
+        forward passes: their frames interleaved (frame 0 of each batch, then frame 1, ...) and run
+        ``models.yolo_world_batch_size`` at a time. A frame's boxes do not depend on the others in
+        its pass (exactly so on a CPU in fp32; on a GPU the kernels chosen per batch size may round
+        differently: `make gpu-check` compares). Frames of one size per call (ultralytics letterboxes
+        a batch of mixed sizes to a square, which moves boxes)."""
         concepts = list(dict.fromkeys(str(c) for c in concepts))  # unique, in order
-        if not concepts or not len(batch.images):
-            return [empty_detections() for _ in batch.images]
-        check_rgb_frames(batch)
+        out: list[list[Detections]] = [[empty_detections() for _ in b.images] for b in batches]
+        if not concepts:
+            return out
+        order = [
+            (b, i)
+            for i in range(max((len(x.images) for x in batches), default=0))
+            for b, x in enumerate(batches)
+            if i < len(x.images)
+        ]
+        if not order:
+            return out
+        for fb in batches:
+            check_rgb_frames(fb)
+        sizes = {batches[b].images[i].shape[:2] for b, i in order}
+        if len(sizes) != 1:
+            raise UnitError(
+                f"videos {', '.join(b.video_id for b in batches)}: frames of different sizes {sorted(sizes)} "
+                "in one detector call"
+            )
         p = self.params
-        out: list[Detections] = []
-        with self._loaded.lock:  # classes and predictor are model state: one caller at a time
+        found: list[Detections] = []
+        with self._loaded.lock, no_nms_time_limit():  # classes and predictor are model state: one caller at a time
             self._set_classes(concepts)
-            for i in range(0, len(batch.images), p.yolo_world_batch_size):
+            for start in range(0, len(order), p.yolo_world_batch_size):
                 # ultralytics reads numpy arrays as BGR (OpenCV order)
-                bgr = [np.ascontiguousarray(img[..., ::-1]) for img in batch.images[i : i + p.yolo_world_batch_size]]
+                bgr = [
+                    np.ascontiguousarray(batches[b].images[i][..., ::-1])
+                    for b, i in order[start : start + p.yolo_world_batch_size]
+                ]
                 results = self._loaded.model.predict(
                     bgr,
                     imgsz=p.yolo_world_imgsz,
@@ -106,15 +154,17 @@ class YoloWorldDetector:
                     verbose=False,
                 )
                 for r in results:
-                    b = r.boxes
-                    cls = b.cls.cpu().numpy().astype(int)
-                    out.append(
+                    boxes = r.boxes
+                    cls = boxes.cls.cpu().numpy().astype(int)
+                    found.append(
                         Detections(
-                            boxes=b.xyxy.cpu().numpy().astype(np.float32).reshape(-1, 4),
-                            scores=b.conf.cpu().numpy().astype(np.float32),
+                            boxes=boxes.xyxy.cpu().numpy().astype(np.float32).reshape(-1, 4),
+                            scores=boxes.conf.cpu().numpy().astype(np.float32),
                             labels=[concepts[c] for c in cls],
                         )
                     )
+        for (b, i), d in zip(order, found, strict=True):
+            out[b][i] = d
         return out
 
 
