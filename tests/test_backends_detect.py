@@ -33,6 +33,21 @@ def weights(tmp_path_factory: pytest.TempPathFactory):
     return d, clip
 
 
+def _detector(d, batch_size: int):
+    """Our YOLO-World adapter on the module's random weights, at the tests' small image size."""
+    return create(
+        "open_vocab_detector",
+        "yolo_world",
+        device="cpu",
+        weights_dir=str(d),
+        yolo_world_weights="yolo_world.pt",
+        open_clip_weights="clip.pt",
+        yolo_world_imgsz=160,
+        yolo_world_conf=CONF,
+        yolo_world_batch_size=batch_size,
+    )
+
+
 def _frames() -> list[np.ndarray]:
     rng = np.random.default_rng(0)
     a = np.zeros((H, W, 3), np.uint8)
@@ -77,17 +92,7 @@ def one_torch_thread():
 
 def test_yolo_world_detects_through_our_adapter(weights, one_torch_thread) -> None:
     d, clip = weights
-    det = create(
-        "open_vocab_detector",
-        "yolo_world",
-        device="cpu",
-        weights_dir=str(d),
-        yolo_world_weights="yolo_world.pt",
-        open_clip_weights="clip.pt",
-        yolo_world_imgsz=160,
-        yolo_world_conf=CONF,
-        yolo_world_batch_size=1,
-    )
+    det = _detector(d, batch_size=1)
     frames = _frames()
     batch = FrameBatch("vid_front", frames, [0.0, 0.5], [0, 15], [0, 1], 30.0)
     for concepts in (["chair", "trash can", "person"], ["bus", "chair"]):  # re-prompting resets classes
@@ -149,17 +154,7 @@ def test_yolo_world_runs_a_sources_views_in_shared_passes(weights, one_torch_thr
     from vsi_wild.tasks import metadata as tm
 
     d, _ = weights
-    det = create(
-        "open_vocab_detector",
-        "yolo_world",
-        device="cpu",
-        weights_dir=str(d),
-        yolo_world_weights="yolo_world.pt",
-        open_clip_weights="clip.pt",
-        yolo_world_imgsz=160,
-        yolo_world_conf=CONF,
-        yolo_world_batch_size=4,
-    )
+    det = _detector(d, batch_size=4)
     rng = np.random.default_rng(3)
     frames = {v: [(rng.random((H, W, 3)) * 255).astype(np.uint8) for _ in range(3)] for v in range(4)}
     prompts = {0: ["chair", "bench"], 1: ["chair", "bench"], 2: ["chair", "bench"], 3: ["chair", "bench", "bus"]}

@@ -27,21 +27,26 @@ def da3_dir(tmp_path_factory: pytest.TempPathFactory):
     return d
 
 
+def _estimator(da3_dir, window: int):
+    """Our DA3 adapter on the module's random-weight model, at the tests' small resolution."""
+    return create(
+        "pose_estimator",
+        "da3",
+        device="cpu",
+        da3_model_dir=str(da3_dir),
+        da3_process_res=112,
+        da3_window=window,
+        da3_overlap=1,
+    )
+
+
 def _frames(n: int) -> list[np.ndarray]:
     rng = np.random.default_rng(1)
     return [(rng.random((H, W, 3)) * 255).astype(np.uint8) for _ in range(n)]
 
 
 def test_da3_poses_through_our_adapter(da3_dir) -> None:
-    est = create(
-        "pose_estimator",
-        "da3",
-        device="cpu",
-        da3_model_dir=str(da3_dir),
-        da3_process_res=112,
-        da3_window=2,
-        da3_overlap=1,
-    )
+    est = _estimator(da3_dir, window=2)
     frames = _frames(3)
     res = est.estimate(FrameBatch("vid_front", frames, [0.0, 0.5, 1.0], [0, 15, 30], [0, 1, 2], 30.0))
     assert res.extrinsics.shape == (3, 3, 4) and res.intrinsics.shape == (3, 3, 3) and res.valid.shape == (3,)
@@ -93,15 +98,7 @@ def test_da3_windows_batched_across_views_equal_one_at_a_time(da3_dir) -> None:
     """A source's views' windows in one forward pass (DA3's batch dimension) give each view the
     poses it gets alone: batching is a speed choice, not an output one. Tolerance: the same fp32
     arithmetic per batch element, reordered by the batched kernels (measured here: well below it)."""
-    est = create(
-        "pose_estimator",
-        "da3",
-        device="cpu",
-        da3_model_dir=str(da3_dir),
-        da3_process_res=112,
-        da3_window=3,
-        da3_overlap=1,
-    )
+    est = _estimator(da3_dir, window=3)
     rng = np.random.default_rng(7)
     views = []
     for v in range(3):
@@ -150,15 +147,7 @@ def test_pose_stage_runs_a_sources_views_through_da3_together(da3_dir, monkeypat
     params = po.PoseParams(backend="da3", chunk_frames=3)  # chunks [0..2] [1..3], one DA3 window each
 
     def make(_vi):
-        return create(
-            "pose_estimator",
-            "da3",
-            device="cpu",
-            da3_model_dir=str(da3_dir),
-            da3_process_res=112,
-            da3_window=3,
-            da3_overlap=1,
-        )
+        return _estimator(da3_dir, window=3)
 
     calls: list[int] = []
     real = DA3PoseEstimator.run_windows
