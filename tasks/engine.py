@@ -943,39 +943,7 @@ def _execute_together(
     outcomes = []
     for p, ref in zip(group, refs, strict=True):
         failure, registered = _complete(stage, store, config, ref)
-        seconds = time.monotonic() - t0
-        if failure is None:
-            fp = store.fingerprint(ref)
-            outcome = Outcome(
-                stage.name, p.unit, "computed", key=p.key, fingerprint=fp, seconds=seconds, registered=registered
-            )
-            _write_status(
-                store,
-                stage.name,
-                p.unit,
-                "done",
-                key=p.key,
-                fingerprint=fp,
-                attempts=attempts[p.unit],
-                started_at=started,
-            )
-        else:
-            error, kind, retry = failure
-            outcome = Outcome(stage.name, p.unit, "failed", key=p.key, error=error, seconds=seconds)
-            _write_status(
-                store,
-                stage.name,
-                p.unit,
-                "failed",
-                key=p.key,
-                error=error,
-                attempts=attempts[p.unit],
-                started_at=started,
-                error_class=kind,
-                retryable=retry,
-            )
-        emit("end", stage=stage.name, unit=p.unit, outcome=outcome)
-        outcomes.append(outcome)
+        outcomes.append(_finish(store, ref, failure, registered, attempts[p.unit], started, time.monotonic() - t0))
     return outcomes
 
 
@@ -991,6 +959,7 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store, fed:
     emit("start", stage=stage.name, unit=unit)
     t0 = time.monotonic()
     failure: tuple[str, str, bool] | None = None
+    registered: list[str] = []
     try:
         with store.writer(ref) as w:
             stage.run(Job(stage, unit, key, config, store, prepared.inputs, w, fed))
@@ -1005,28 +974,44 @@ def execute(stage: Stage, prepared: Prepared, config: Config, store: Store, fed:
         failure = _classify(e)
     else:
         failure, registered = _complete(stage, store, config, ref)
+    return _finish(store, ref, failure, registered, attempts, started, time.monotonic() - t0)
+
+
+def _finish(
+    store: Store,
+    ref: UnitRef,
+    failure: tuple[str, str, bool] | None,
+    registered: list[str],
+    attempts: int,
+    started: datetime,
+    seconds: float,
+) -> Outcome:
+    """A finished unit's outcome, its status row ("done", or "failed" with the failure's class) and
+    its "end" event."""
     if failure is None:
         fp = store.fingerprint(ref)
         outcome = Outcome(
-            stage.name, unit, "computed", key=key, fingerprint=fp, seconds=time.monotonic() - t0, registered=registered
+            ref.stage, ref.unit, "computed", key=ref.key, fingerprint=fp, seconds=seconds, registered=registered
         )
-        _write_status(store, stage.name, unit, "done", key=key, fingerprint=fp, attempts=attempts, started_at=started)
+        _write_status(
+            store, ref.stage, ref.unit, "done", key=ref.key, fingerprint=fp, attempts=attempts, started_at=started
+        )
     else:
         error, kind, retry = failure
-        outcome = Outcome(stage.name, unit, "failed", key=key, error=error, seconds=time.monotonic() - t0)
+        outcome = Outcome(ref.stage, ref.unit, "failed", key=ref.key, error=error, seconds=seconds)
         _write_status(
             store,
-            stage.name,
-            unit,
+            ref.stage,
+            ref.unit,
             "failed",
-            key=key,
+            key=ref.key,
             error=error,
             attempts=attempts,
             started_at=started,
             error_class=kind,
             retryable=retry,
         )
-    emit("end", stage=stage.name, unit=unit, outcome=outcome)
+    emit("end", stage=ref.stage, unit=ref.unit, outcome=outcome)
     return outcome
 
 
