@@ -9,9 +9,9 @@ instances located and the layouts aligned as reconciliation does) and whether th
 is one object. Then:
 
 1. the seven parameters of the log odds (position scale and tail, drift per distance walked, the
-   prior and its same-clip offset, the continuity and appearance weights) maximise the pairs'
-   Bernoulli log-likelihood (logistic loss of the labels under the model's log odds; L-BFGS-B
-   from the current defaults);
+   prior, how far a layout alignment's false alarms are trusted, the continuity and appearance
+   weights) maximise the pairs' Bernoulli log-likelihood (logistic loss of the labels under the
+   model's log odds; L-BFGS-B from the current defaults);
 2. with those, every training view is reconciled (the partition does not depend on the review
    threshold), and ``review_expected_errors`` (a decision is a review item when the answers the
    opposite decision changes, times the probability that it is wrong, reach it) is the smallest
@@ -47,7 +47,7 @@ FITTED = (
     "position_tail",
     "drift_per_distance",
     "prior_log_odds",
-    "same_clip_log_odds",
+    "chance_alignment_log10",
     "continuity_weight",
     "appearance_weight",
 )
@@ -56,7 +56,7 @@ BOUNDS = {
     "position_tail": (0.3, 200.0),
     "drift_per_distance": (0.0, 1.0),
     "prior_log_odds": (-30.0, 30.0),
-    "same_clip_log_odds": (-30.0, 0.0),
+    "chance_alignment_log10": (-10.0, 10.0),
     "continuity_weight": (0.0, 50.0),
     "appearance_weight": (0.0, 100.0),
 }

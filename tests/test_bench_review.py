@@ -1,5 +1,5 @@
 """bench/bench_review.py's truth: on the sample it finds the reconciler's errors (docs/metadata.md:
-reconcile v12 leaves false splits in three views and one false merge), and a fix file merging each
+reconcile v13 leaves false splits in all four views and one false merge), and a fix file merging each
 split's instances leaves no split."""
 
 from __future__ import annotations

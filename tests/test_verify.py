@@ -40,7 +40,8 @@ expect.set_options(timeout=30_000)
 SID = "sample-walk"
 VID = f"{SID}_front"
 TOKEN = "test-token"
-CONCEPT = "fire hydrant"
+# a concept whose front-view count reconciliation gets right (no review item) and joins across clips
+CONCEPT = "traffic cone"
 # The clip of the front view a reviewer marks `none` by hand (one with an automatic question), and
 # the clip whose pivot and angle they fix
 FIXED_CLIP = 2

@@ -87,30 +87,32 @@ class ReconcileParams(BaseModel):
     )
     # associate: fitted (bench/fit_reconcile.py)
     position_scale: float = Field(
-        1.46, gt=0, description="kappa: the location errors' scale over the propagated covariances"
+        1.168, gt=0, description="kappa: the location errors' scale over the propagated covariances"
     )
     position_tail: float = Field(
-        2.375, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the location errors' tails are)"
+        4.09, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the location errors' tails are)"
     )
     drift_per_distance: float = Field(
-        0.01868, ge=0, description="q: pose drift (standard deviation) per unit walked between two sightings"
+        0.02336, ge=0, description="q: pose drift (standard deviation) per unit walked between two sightings"
     )
     prior_log_odds: float = Field(
-        0.0224,
+        0.7773,
         description="b0: log odds of one object when one look-alike is expected within the match's uncertainty ellipse",
     )
-    same_clip_log_odds: float = Field(
-        0.0, le=0, description="b_same: added for two tracks of one clip never seen together (a track that broke)"
+    chance_alignment_log10: float = Field(
+        3.921,
+        description="g: a layout alignment is a chance one with probability F / (1 + F), F = 10^g x its number "
+        "of false alarms (how many more chance alignments the scenes' layouts give than the a-contrario null expects)",
     )
-    continuity_weight: float = Field(6.439, ge=0, description="beta: log odds per unit of box overlap across a cut")
+    continuity_weight: float = Field(5.511, ge=0, description="beta: log odds per unit of box overlap across a cut")
     appearance_weight: float = Field(
-        0.0,
+        0.2018,
         ge=0,
         description="a: log odds per unit of appearance similarity (the colour histograms' Bhattacharyya "
         "coefficient, or the image embeddings' cosine: segment.appearance); fitted with the descriptor in use",
     )
     review_expected_errors: float = Field(
-        0.7975,
+        0.5031,
         gt=0,
         description="c: a decision is a review item when the answers the opposite decision would change, "
         "times the probability that the decision is wrong, reach this (the answers it is expected to get wrong)",

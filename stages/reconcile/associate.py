@@ -5,10 +5,16 @@ object is a sum of named log-likelihood-ratio terms (``score``):
 
 - ``llr_position``: how well their ground positions agree, -(nu + 2)/2 log(1 + m^2 / nu), m the
   Mahalanobis distance of their difference under S = kappa^2 (both covariances + the pose drift
-  accumulated over the distance walked between the sightings, q x walked, or the layout
-  alignment's uncertainty where the two clips' layouts were aligned): a Student-t's log-density
-  ratio to a perfect match (nu: how heavy the location errors' tails are);
-- ``llr_prior``: the look-alike prior, b0 (b0 + b_same for two tracks of one clip) + log(1 / N +
+  accumulated over the distance walked between the sightings, q x walked): a Student-t's
+  log-density ratio to a perfect match (nu: how heavy the location errors' tails are). Where the
+  two clips' layouts were aligned (``layout``), the alignment is either right (the difference
+  after it, under the alignment's uncertainty instead of the drift) or a chance alignment (the
+  difference as the poses give it, with the drift), a mixture of the two with P(chance) = F / (1 +
+  F), F = 10^g x the alignment's number of false alarms: g says how many more chance alignments
+  the scenes' layouts give than the a-contrario test's null hypothesis (objects placed
+  independently and uniformly) expects. The term is the mixture's log odds less the prior's (below, under the
+  alignment's S);
+- ``llr_prior``: the look-alike prior, b0 + log(1 / N +
   1 / (rho x 2 pi sqrt(det S))): N the concept's instances around the pair (the most one of the
   two clips shows within the median viewing range; its whole clip's for an instance without a
   place), rho = N over that disc. Where the match's uncertainty ellipse is small against the
@@ -56,7 +62,7 @@ ASSOCIATE_PARAMS = (
     "position_tail",
     "drift_per_distance",
     "prior_log_odds",
-    "same_clip_log_odds",
+    "chance_alignment_log10",
     "continuity_weight",
     "appearance_weight",
     "review_expected_errors",
@@ -76,7 +82,7 @@ class AssociateParams(Protocol):
     @property
     def prior_log_odds(self) -> float: ...
     @property
-    def same_clip_log_odds(self) -> float: ...
+    def chance_alignment_log10(self) -> float: ...
     @property
     def continuity_weight(self) -> float: ...
     @property
@@ -106,12 +112,15 @@ class Evidence:
     appearance: float | None  # the histograms' Bhattacharyya coefficient, or the embeddings' cosine
     d: np.ndarray | None  # (2,) ground-plane difference (after the layout alignment, if any)
     cov: np.ndarray | None  # (2, 2) both positions' covariance (and the alignment's)
-    walked: float  # camera path length between the sightings (pose units; 0 when aligned)
+    walked: float  # camera path length between the sightings (pose units)
     aligned: bool  # measured after aligning the two clips' layouts
     alikes: int  # the concept's instances around the pair: the most one of the two clips shows within the
     # median viewing range of the instance's place (or in the whole clip, for an instance without one)
     density: float  # ... over the radius's disc: instances per unit area
     distance: float | None  # |d| over the mean viewing range
+    d_poses: np.ndarray | None = None  # (2,) the difference as the poses give it (no alignment)
+    cov_poses: np.ndarray | None = None  # (2, 2) both positions' covariance without the alignment's
+    alignment_log10_nfa: float | None = None  # the alignment's number of false alarms (log10), if aligned
 
 
 def _cut_iou(a: ClipInstance, b: ClipInstance) -> float:
@@ -190,24 +199,21 @@ def evidence(
                 a, b = (x, y) if (x.first_sample, x.key) <= (y.first_sample, y.key) else (y, x)
                 boundary = b.first_sample == a.last_sample + 1
                 app = appearance_similarity(a, b, appearance)
-                d = cov = dist = None
+                d = cov = dist = d_poses = cov_poses = nfa = None
                 dist_walked, aligned = 0.0, False
                 if a.where is not None and b.where is not None:
                     key = (min(a.clip, b.clip), max(a.clip, b.clip))
                     al = alignments.get(key)
                     first, second = (a.where, b.where) if a.clip == key[0] else (b.where, a.where)
+                    d_poses = d = a.where.xy - b.where.xy
+                    cov_poses = cov = a.where.cov + b.where.cov
+                    if walked is not None:
+                        dist_walked = walked(a.last_sample, b.first_sample) if a.last_sample < b.first_sample else 0.0
                     if al is not None and a.clip != b.clip:
                         J = al.jacobian
                         d = al.apply(first.xy) - second.xy
                         cov = J @ first.cov @ J.T + second.cov + al.cov_at(first.xy)
-                        aligned = True
-                    else:
-                        d = a.where.xy - b.where.xy
-                        cov = a.where.cov + b.where.cov
-                        if walked is not None:
-                            dist_walked = (
-                                walked(a.last_sample, b.first_sample) if a.last_sample < b.first_sample else 0.0
-                            )
+                        aligned, nfa = True, float(al.log10_nfa)
                     dist = float(np.linalg.norm(d)) / max((a.where.range + b.where.range) / 2.0, 1e-9)
                 alikes = max(1, crowd(a), crowd(b))
                 density = alikes / (math.pi * radius**2) if radius > 0 else 1.0
@@ -226,6 +232,9 @@ def evidence(
                         alikes,
                         density,
                         dist,
+                        d_poses,
+                        cov_poses,
+                        nfa,
                     )
                 )
     return out
@@ -244,15 +253,20 @@ class EvidenceArrays:
     same_clip: np.ndarray
     box_iou: np.ndarray
     appearance: np.ndarray
+    d_poses: np.ndarray  # (n, 2)
+    cov_poses: np.ndarray  # (n, 2, 2)
+    alignment_log10_nfa: np.ndarray  # -inf where not aligned
 
     @classmethod
     def of(cls, ev: Sequence[Evidence]) -> EvidenceArrays:
         n = len(ev)
-        d = np.full((n, 2), np.nan)
-        cov = np.full((n, 2, 2), np.nan)
+        d, d_poses = np.full((n, 2), np.nan), np.full((n, 2), np.nan)
+        cov, cov_poses = np.full((n, 2, 2), np.nan), np.full((n, 2, 2), np.nan)
         for i, e in enumerate(ev):
             if e.d is not None:
                 d[i], cov[i] = e.d, e.cov
+            if e.d_poses is not None:
+                d_poses[i], cov_poses[i] = e.d_poses, e.cov_poses
 
         def f(v: float | None) -> float:
             return np.nan if v is None else float(v)
@@ -267,23 +281,46 @@ class EvidenceArrays:
             np.array([e.same_clip for e in ev], dtype=bool),
             np.array([f(e.box_iou) for e in ev]),
             np.array([f(e.appearance) for e in ev]),
+            d_poses,
+            cov_poses,
+            np.array([-np.inf if e.alignment_log10_nfa is None else e.alignment_log10_nfa for e in ev], dtype=float),
         )
+
+
+def _match(
+    p: AssociateParams, d: np.ndarray, cov: np.ndarray, drift_var: np.ndarray, ev: EvidenceArrays
+) -> tuple[np.ndarray, np.ndarray]:
+    """The Student-t's log-density ratio to a perfect match of the differences ``d`` under S =
+    kappa^2 (cov + drift_var I), and the prior's density part log(1 + N / (rho 2 pi sqrt(det S)));
+    0 where a difference is missing."""
+    kappa2, nu = p.position_scale**2, p.position_tail
+    S = kappa2 * (cov + drift_var[:, None, None] * np.eye(2)[None])
+    has = np.isfinite(d).all(axis=1)
+    det = np.where(has, S[:, 0, 0] * S[:, 1, 1] - S[:, 0, 1] * S[:, 1, 0], 1.0)
+    det = np.maximum(np.nan_to_num(det, nan=1.0), 1e-300)
+    dx, dy = np.nan_to_num(d[:, 0]), np.nan_to_num(d[:, 1])
+    m2 = (S[:, 1, 1] * dx * dx - 2 * S[:, 0, 1] * dx * dy + S[:, 0, 0] * dy * dy) / det
+    position = np.where(has, -(nu + 2.0) / 2.0 * np.log1p(np.nan_to_num(m2, nan=np.inf, posinf=np.inf) / nu), 0.0)
+    density = np.where(has, np.log1p(ev.alikes / (ev.density * 2.0 * math.pi * np.sqrt(det))), 0.0)
+    return position, density
 
 
 def score(p: AssociateParams, ev: EvidenceArrays) -> dict[str, np.ndarray]:
     """The named terms of every pair (nan where a term does not apply) under the parameters ``p``
     (an object with the ``ASSOCIATE_PARAMS`` attributes); their nan-sum is the log odds."""
-    kappa2, nu = p.position_scale**2, p.position_tail
-    drift = np.where(ev.aligned, 0.0, (p.drift_per_distance * ev.walked) ** 2)
-    S = kappa2 * (ev.cov + drift[:, None, None] * np.eye(2)[None])
     has = np.isfinite(ev.d).all(axis=1)
-    det = np.where(has, S[:, 0, 0] * S[:, 1, 1] - S[:, 0, 1] * S[:, 1, 0], 1.0)
-    det = np.maximum(det, 1e-300)
-    dx, dy = np.nan_to_num(ev.d[:, 0]), np.nan_to_num(ev.d[:, 1])
-    m2 = (S[:, 1, 1] * dx * dx - 2 * S[:, 0, 1] * dx * dy + S[:, 0, 0] * dy * dy) / det
-    position = np.where(has, -(nu + 2.0) / 2.0 * np.log1p(np.nan_to_num(m2, nan=np.inf, posinf=np.inf) / nu), np.nan)
-    prior = p.prior_log_odds + p.same_clip_log_odds * ev.same_clip - np.log(ev.alikes)
-    prior = np.where(has, prior + np.log1p(ev.alikes / (ev.density * 2.0 * math.pi * np.sqrt(det))), prior)
+    aligned = ev.aligned & has
+    # as the poses give it: the drift over the distance walked between the sightings
+    pos_poses, dens_poses = _match(p, ev.d_poses, ev.cov_poses, (p.drift_per_distance * ev.walked) ** 2, ev)
+    # after the alignment: its uncertainty instead of the drift
+    pos_aligned, dens_aligned = _match(p, ev.d, ev.cov, np.zeros(len(has)), ev)
+    # P(chance alignment) = F / (1 + F), F = 10^g x the alignment's false alarms
+    ln_f = np.where(aligned, (p.chance_alignment_log10 + ev.alignment_log10_nfa) * math.log(10.0), -np.inf)
+    log_chance, log_right = ln_f - np.logaddexp(0.0, ln_f), -np.logaddexp(0.0, ln_f)
+    mixed = np.logaddexp(log_right + pos_aligned + dens_aligned, log_chance + pos_poses + dens_poses)
+    density = np.where(aligned, dens_aligned, dens_poses)
+    position = np.where(has, np.where(aligned, mixed - dens_aligned, pos_poses), np.nan)
+    prior = p.prior_log_odds - np.log(ev.alikes) + density
     continuity = p.continuity_weight * ev.box_iou  # nan where not a boundary pair
     appearance = p.appearance_weight * (ev.appearance - 1.0)
     return {"llr_position": position, "llr_prior": prior, "llr_continuity": continuity, "llr_appearance": appearance}
