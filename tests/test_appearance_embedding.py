@@ -131,7 +131,7 @@ def _instance(clip: int, local: int, k: int, embedding: np.ndarray | None, hist:
 def test_identical_crops_score_higher_than_different_ones(embedder):
     """Three sightings of a bin at one place: b's crop is a's, c's another image. With a positive
     appearance weight the pair that looks identical gets the higher appearance term and log odds;
-    with the weight at 0 (what the renders fit) the term is 0 for both."""
+    with the weight at 0 the term is 0 for both."""
     red, other = _crops()[1], _crops()[2]
     e_a, e_b, e_c = embedder.embed([red, red, other])
     hist = np.ones(72)
@@ -146,7 +146,7 @@ def test_identical_crops_score_higher_than_different_ones(embedder):
     assert differ.terms["llr_appearance"] == pytest.approx(4.0 * (differ.ev.appearance - 1.0))
     assert same.log_odds > differ.log_odds
     _, unweighted = asc.associate(
-        [a, b, c], {}, lambda k0, k1: 0.0, rc.ReconcileParams(), rules, appearance="embedding"
+        [a, b, c], {}, lambda k0, k1: 0.0, rc.ReconcileParams(appearance_weight=0.0), rules, appearance="embedding"
     )
     assert {d.terms["llr_appearance"] for d in unweighted} == {0.0}
     # an instance without an embedding has no appearance term under "embedding"
