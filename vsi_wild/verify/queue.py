@@ -261,6 +261,15 @@ class Queue:
                     for r in sorted(instances.values(), key=lambda r: (r["concept"], r["first_time"]))
                     if r["concept"] in concepts
                 ]
+                # the question was derived from the metadata as last re-derived: where the saved
+                # fixes group the concept's sightings otherwise, its answer is out of date
+                if second is None:
+                    asked = self.catalog.table("metadata", vid, "observations.parquet").to_pylist()
+                    out["changed"] = [
+                        {"concept": c, "then": len(then), "now": len(now)}
+                        for c in sorted(concepts)
+                        if (then := sighting_groups(asked, c)) != (now := sighting_groups(derived.observations, c))
+                    ]
         else:
             raise LookupError(f"no queue item {item_id!r}")
         return out
@@ -305,3 +314,13 @@ def best_observations(observations: list[dict[str, Any]]) -> dict[int, dict[str,
         if o["instance_id"] not in out or key > out[o["instance_id"]][0]:
             out[o["instance_id"]] = (key, {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]})
     return {i: v[1] for i, v in out.items()}
+
+
+def sighting_groups(observations: list[dict[str, Any]], concept: str) -> set[frozenset[tuple]]:
+    """How one concept's sightings are grouped into instances, whatever the instances' ids: one
+    set of (sample, box) per instance."""
+    groups: dict[int, set[tuple]] = defaultdict(set)
+    for o in observations:
+        if o["concept"] == concept and o["x0"] is not None:
+            groups[o["instance_id"]].add((o["sample_index"], o["x0"], o["y0"], o["x1"], o["y1"]))
+    return {frozenset(g) for g in groups.values()}
