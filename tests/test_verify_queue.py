@@ -171,6 +171,7 @@ def test_a_question_shows_its_instances_clip_members_and_one_is_split_out_with_a
         f"the saved fixes make {len(before) + 1} {concept} instances where this question was derived from "
         f"{len(before)}: re-derive the video to update its answer"
     )
+    page.wait_for_function("[...document.querySelectorAll('#item img.crop')].every(i => i.complete)")
     page.screenshot(path=str(screenshot_dir / "verify_queue_split_stale.png"), full_page=True)
     fixes = YAML(typ="safe").load((root / "fixes" / f"{LEFT}.yaml").read_text())["fixes"]
     assert [{k: f[k] for k in ("op", "clip", "local_id", "by")} for f in fixes] == [
