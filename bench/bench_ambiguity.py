@@ -38,17 +38,21 @@ An item is ambiguous when two readings give different answers. Prints, over the 
 and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
 
 Measured (this machine's render, the three samples together; unchecked -> checked):
-VOC 16/350 -> 2/333 counts ambiguous, 66 -> 63 questions; VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the
+VOC 5/248 -> 2/291 counts ambiguous, 47 -> 56 questions; VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the
 loop's steady moves lie on the 8 directions: the rule is exercised by tests/test_qa_readings.py);
 VPO 32/36 -> 6/24 by the visit reading (0.67 of the questions: s907 walks its loop again, every place
 of its first 30 s is visited at its end, and no anchor set exists in its metadata, a search of every
 set shows; s908 keeps 12 of 12 where the random restarts alone found 10). By the view reading, every
 VPO question asked has a view no object dates (ambiguous_items_by_view_VPO 24/24; 22/22 before
 the search); with --qa-set vpo_min_landmarks=1 the pipeline asks 2 (sample 0, s907 0, s908 2), 1
-of them undatable by the truth. What is left: 2 VOC counts whose speck (1 and
-4-10 px) is below what the segmenter keeps (segment.min_area), so the metadata never saw it; 6 VPO
-questions on the sample whose first-seconds frame the loop's end revisits by the truth (1.3 m) but
-not by the CPU pose track (5.1 m, beyond the place radius).
+of them undatable by the truth. What is left: 2 VOC counts whose speck (1 and 4-10 px) is below what
+the segmenter keeps (segment.min_area), so the metadata never saw it; 6 VPO questions on the sample
+whose frame at 9-9.5 s the plaza's return (110-115 s) revisits by the truth. The CPU pose track puts
+the return beyond the place radius (the loop's end 5.1 m from its start, 1.3 m by the truth), and the
+objects (``vpo.object_visits``) cannot join the two visits either: no object the view's metadata
+knows stands within the radius (5.1 m) of the camera at 9-9.5 s (the nearest, a bench, 7.9-8.2 m
+away), and the bench the right view sees at both visits is two instances in the metadata. The
+objects join only the loop's first second and its last, which the anchors' edge margin leaves out.
 
 Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908] [--qa-set KEY=VALUE]
 The first run renders the three samples (~10 CPU-minutes); later runs reuse them.

@@ -2,9 +2,11 @@
 
 Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata/instances.parquet``,
 ``metadata/motion.parquet``, ``metadata/motion_samples.parquet``, ``metadata/visibility.parquet``,
-``pose/poses.parquet`` (VPO's place gap), the probed source row (``probe/source.parquet``) for the panorama file, and
-the ``qa`` and ``faces`` config sections. Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED),
-``images.parquet`` (QA_IMAGES) and ``images/*``.
+``pose/poses.parquet`` (VPO's place gap), the probed source row (``probe/source.parquet``) for the panorama file,
+the ``qa`` and ``faces`` config sections, and ``pose.camera_height``, ``pose.backend`` and
+``reconcile.level_views`` (VPO's revisits by the objects: where they meet the ground). Writes
+``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED), ``images.parquet`` (QA_IMAGES) and
+``images/*``.
 """
 
 from __future__ import annotations
@@ -90,7 +92,20 @@ def run(job: Job) -> None:
     prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
     visibility = job.read("metadata", "visibility.parquet")  # sightings under each reading (VOC, VOO)
     motion_samples = job.read("metadata", "motion_samples.parquet")  # VMR's evidence window and other pivots
-    result = plan_video(video, instances, motion, poses, params, prov, visibility, motion_samples)
+    # VPO's revisits by the objects: where they meet the ground, the camera's height below it (the
+    # poses' unit: known for the metric pose backends), in views as level as reconcile takes them
+    result = plan_video(
+        video,
+        instances,
+        motion,
+        poses,
+        params,
+        prov,
+        visibility,
+        motion_samples,
+        job.config.pose.ground_height(),
+        job.config.reconcile.level_views,
+    )
     if result.renders:  # the face model and the panorama only for a video with images to render
         blur = image_blurrer(*face_setup(job.config))
         render_video(result, video, params, _panorama(job), job.out.path, blur)
@@ -113,7 +128,7 @@ QA = Stage(
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),
-    sections=("qa", "faces"),
+    sections=("qa", "faces", "pose.camera_height", "pose.backend", "reconcile.level_views"),
     backends=(FACE_DETECTOR,),
     description="Rule-based questions of one view video (VMR, VPO, VOO, VOC) and its rendered VPO views",
 )

@@ -8,17 +8,22 @@ Constructed metadata, the answers worked out here by hand:
 - VMR: a direction 3° from a sector's edge: another steady moment of the clip is the pivot, or the
   clip is not asked; 12.5° from the edge it is asked as it is;
 - a video whose metadata has no unstable item: the same questions with the check on and off.
+- VPO: a loop walked again whose drifting track misses the revisit: the posts seen close at both
+  visits show it (no question asked holds an anchor a post dates in another visit across another
+  anchor); seen only from afar on the second lap, they show nothing (the track's questions).
 """
 
 from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 import pytest
 from qa_world import instances_table, make_world, motion_samples_table, motion_table, poses_table, views_table
 
 from vsi_wild import schema
+from vsi_wild.stages.pose import Track, track_from_rows
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import plan_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo, ordering_text
@@ -27,7 +32,17 @@ from vsi_wild.stages.qa.readings import sector_margin, seen_under
 from vsi_wild.stages.qa.vmr import vmr_questions
 from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import voo_questions
-from vsi_wild.stages.qa.vpo import Candidate, ViewContent, choose_anchor_sets, view_problem, vpo_plan
+from vsi_wild.stages.qa.vpo import (
+    Candidate,
+    GroundSighting,
+    OtherVisits,
+    ViewContent,
+    choose_anchor_sets,
+    object_visits,
+    sightings_from_metadata,
+    view_problem,
+    vpo_plan,
+)
 
 VID = "sample-test_front"
 PROV = Provenance(0, "test", "test")
@@ -595,3 +610,208 @@ def test_anchor_sets_are_searched_for_where_random_restarts_miss_them():
     params = QAParams(vpo_attempts=1, vpo_min_gap_s=30.0)
     sets = choose_anchor_sets(cands, 3, params, _video(duration=100.0, fps=2.0))
     assert sorted(tuple(c.time for c in s) for s in sets) == [(0.0, 30.0, 60.0, 90.0), (0.0, 30.0, 60.0, 95.0)]
+
+
+# a loop walked once and then its first 30 s again (OpenCV world axes, y down, the camera 1.6 m above
+# the ground): a circle of 16 m radius at 1 m/s from the origin, heading +z and turning right; posts
+# stand 1 m inside it every 2 m of its first 46 m. The estimated track drifts (0.08, 0, 0.04) m/s:
+# it ends the first lap 8.9 m from the start, beyond the place radius, so the track alone does not
+# see the second lap come back.
+LOOP_R, LOOP_S, LOOP_H, LOOP_DRIFT = 16.0, 130.0, 1.6, (0.08, 0.0, 0.04)
+LOOP_POSTS = [3.0 + 2.0 * j for j in range(22)]  # arc length (m) from the start
+
+
+def _loop_camera(t: float) -> tuple[np.ndarray, np.ndarray]:
+    """The true camera centre and its world -> camera rotation (rows: right, down, forward) at t."""
+    a = t / LOOP_R
+    centre = np.array([LOOP_R - LOOP_R * math.cos(a), 0.0, LOOP_R * math.sin(a)])
+    R = np.array([[math.cos(a), 0.0, -math.sin(a)], [0.0, 1.0, 0.0], [math.sin(a), 0.0, math.cos(a)]])
+    return centre, R
+
+
+def _loop_post(s: float) -> np.ndarray:
+    a = s / LOOP_R
+    return np.array([LOOP_R - (LOOP_R - 1.0) * math.cos(a), LOOP_H, (LOOP_R - 1.0) * math.sin(a)])
+
+
+def _loop_foot(t: float, s: float) -> tuple[float, float] | None:
+    """The pixel where post ``s`` meets the ground in the front view at t, when it is in view (its
+    foot inside the image, at most 30 m away); else None."""
+    centre, R = _loop_camera(t)
+    x, y, z = R @ (_loop_post(s) - centre)
+    if z <= 0.5 or math.hypot(x, z) > 30.0:
+        return None
+    u, v = _F * x / z + (W - 1) / 2, _F * y / z + (H - 1) / 2
+    return (u, v) if 10.0 <= u <= W - 10.0 and v < H - 3.0 else None
+
+
+def _loop(far_on_second_lap: bool = False) -> tuple[VideoInfo, pa.Table, pa.Table, pa.Table, float]:
+    """The video, its POSES (the drifting track), INSTANCES, VISIBILITY (from the true camera) and
+    the place radius (qa.vpo_min_position_frac of the track's extent over the anchor candidates).
+    ``far_on_second_lap``: the detector misses every post the second lap passes within the radius
+    (it sees them only farther away)."""
+    K = [_F, 0.0, (W - 1) / 2, 0.0, _F, (H - 1) / 2, 0.0, 0.0, 1.0]
+    n = int(LOOP_S * 2) + 1
+    poses = []
+    for k in range(n):
+        t = k / 2
+        centre, R = _loop_camera(t)
+        c = centre + t * np.array(LOOP_DRIFT)
+        tr = -R @ c
+        extr = [*R[0], tr[0], *R[1], tr[1], *R[2], tr[2]]
+        poses.append(
+            {
+                **dict(video_id=VID, sample_index=k, time=t, frame=k, fps=2.0, intrinsics=K, valid=True),
+                **dict(
+                    extrinsics=[float(e) for e in extr], x=float(c[0]), y=float(c[1]), z=float(c[2]), backend="test"
+                ),
+            }
+        )
+    track = np.array([[p["x"], p["z"]] for p in poses if 1.0 <= p["time"] <= LOOP_S - 1.0])
+    radius = 0.1 * float(np.linalg.norm(track.max(axis=0) - track.min(axis=0)))
+    inst, vis = [], []
+    for iid, s in enumerate(LOOP_POSTS, start=1):
+        times = []
+        for k in range(n):
+            t = k / 2
+            foot = _loop_foot(t, s)
+            if foot is not None and far_on_second_lap and t > 2 * math.pi * LOOP_R:
+                centre, _ = _loop_camera(t)
+                if math.hypot(*(_loop_post(s) - centre)[[0, 2]]) < radius:
+                    foot = None
+            box = (foot[0] - 10.0, foot[1] - 40.0, foot[0] + 10.0, foot[1]) if foot else (None,) * 4
+            vis.append(
+                {
+                    **dict(video_id=VID, instance_id=iid, concept="post", sample_index=k, time=t, frame=k, fps=2.0),
+                    **dict(state="visible" if foot else "out_of_view", geometric=True),
+                    **dict(zip(("x0", "y0", "x1", "y1"), box, strict=True)),
+                    "area": 400 if foot else None,
+                }
+            )
+            times += [t] if foot else []
+        p = _loop_post(s)
+        inst.append(
+            {
+                **dict(video_id=VID, concept="post", instance_id=iid, first_time=times[0], last_time=times[-1]),
+                **dict(first_frame=int(times[0] * 2), last_frame=int(times[-1] * 2), fps=2.0),
+                **dict(n_observations=len(times), spans=[{"start": times[0], "end": times[-1]}]),
+                **dict(x=float(p[0]), y=float(p[1]), z=float(p[2]), origin="auto"),
+            }
+        )
+    video = VideoInfo(VID, "sample-test", "front", 0.0, 0.0, 90.0, 58.7155, W, H, 2.0, n, LOOP_S)
+    tables = (schema.table(schema.POSES, poses), schema.table(schema.INSTANCES, inst))
+    return video, *tables, schema.table(schema.VISIBILITY, vis), radius
+
+
+def _loop_near_posts(t: float, radius: float) -> set[float]:
+    centre, _ = _loop_camera(t)
+    return {
+        s for s in LOOP_POSTS if _loop_foot(t, s) is not None and math.hypot(*(_loop_post(s) - centre)[[0, 2]]) < radius
+    }
+
+
+def _loop_revisits(a: float, radius: float) -> list[float]:
+    """Worked out from the loop's geometry, not the pipeline's back-projection: the moments the
+    camera stands at the place of moment ``a`` again (the true cameras closer than ``radius``,
+    outside the unbroken stretch of such moments around ``a``) with a post within ``radius`` of the
+    camera there and at ``a``, its foot in view at both."""
+    moments = [k / 2 for k in range(int(LOOP_S * 2) + 1)]
+    here = _loop_camera(a)[0]
+    close = [float(np.linalg.norm(_loop_camera(t)[0] - here)) < radius for t in moments]
+    i = moments.index(a)
+    lo, hi = i, i
+    while lo > 0 and close[lo - 1]:
+        lo -= 1
+    while hi < len(moments) - 1 and close[hi + 1]:
+        hi += 1
+    posts = _loop_near_posts(a, radius)
+    return [t for j, t in enumerate(moments) if close[j] and not lo <= j <= hi and posts & _loop_near_posts(t, radius)]
+
+
+def _revisits_a_post_shows(times: list[float], radius: float) -> bool:
+    """Some anchor's place is visited again on the other side of another anchor (``_loop_revisits``)."""
+    return any((a < b) != (t < b) for a in times for t in _loop_revisits(a, radius) for b in times if b != a)
+
+
+def test_object_visits_are_the_places_a_post_shows_twice():
+    """Every frame's other visits by the posts, against the loop's geometry: the moments its true
+    camera comes back within the radius with a post near both (the drifting track's positions
+    play no part); the frames of the first 30 s are visited again on the second lap, which the
+    track puts beyond the radius."""
+    video, poses, _, visibility, radius = _loop()
+    track = track_from_rows(poses.to_pylist())
+    found = object_visits(track, sightings_from_metadata(visibility, video), LOOP_H, radius)
+    again = {k: _loop_revisits(k / 2, radius) for k in range(int(LOOP_S * 2) + 1)}
+    expected = {k: (min(ts), max(ts)) for k, ts in again.items() if ts}
+    assert {f: (v.first, v.last) for f, v in found.items()} == expected
+    assert all(k / 2 < 30 or k / 2 > 100 for k in expected) and len([k for k in expected if k < 60]) > 40
+    assert all(v.first_by and v.first_by.startswith("post #") for v in found.values())
+    drifted = {p["sample_index"]: np.array([p["x"], p["z"]]) for p in poses.to_pylist()}
+    assert all(np.linalg.norm(drifted[k] - drifted[int(t * 2)]) > radius for k in expected if k < 60 for t in again[k])
+    assert object_visits(track, sightings_from_metadata(visibility, video), LOOP_H, 0.0) == {}
+
+
+def test_vpo_revisit_the_track_misses_is_seen_by_the_objects():
+    """The second lap comes back to the places of the first 30 s; the drifting track puts them 9 m
+    and more away. Without the objects (no camera height: the track alone), some question holds
+    an anchor whose place a post shows visited again across another anchor; with them, none does,
+    and the sets dropped name the post. When the second lap sees the posts only from beyond the
+    radius, the objects show no revisit: the questions are those of the track alone."""
+    video, poses, instances, visibility, radius = _loop()
+    # anchors 20 s apart: sets fit between the first lap's revisited 30 s and the second lap (at 30 s,
+    # every set of a 130 s video would hold a revisited anchor, and none would be asked)
+    params = QAParams(vpo_per_video=3, vpo_min_gap_s=20.0)
+
+    def rotated(height: float | None, vis: pa.Table = visibility):
+        qs, _, skipped = vpo_plan(poses, video, params, PROV, instances, vis, camera_height=height)
+        return [q for q in qs if q.subtype == "rotated"], skipped
+
+    by_track, _ = rotated(None)
+    assert any(_revisits_a_post_shows(q.frame_times, radius) for q in by_track)
+    by_objects, skipped = rotated(LOOP_H)
+    assert len(by_objects) == 3
+    assert not any(_revisits_a_post_shows(q.frame_times, radius) for q in by_objects)
+    visit = [s for s in skipped if s.get("reading") == "another visit of the place"]
+    assert visit and all("(post #" in s["reason"] and "stands at the place in both" in s["reason"] for s in visit)
+
+    far = _loop(far_on_second_lap=True)[3]
+    assert rotated(LOOP_H, far)[0] == rotated(None, far)[0]
+
+
+def _side_by_side(centres: list[list[float]], times: list[float], truth: tuple[float, float]) -> dict:
+    """``object_visits`` (radius 5 m) of cameras facing +z at ``centres`` (the track) and ``times``,
+    the first and the last of them seeing a post midway between their true places ``truth`` (x, on
+    the ground line z = 0) 3.5 m ahead."""
+    n = len(centres)
+    track = Track(
+        sample_indices=np.arange(n),
+        times=np.array(times),
+        frames=np.arange(n) * 2,
+        fps=2.0,
+        R=np.stack([np.eye(3)] * n),
+        C=np.array(centres, dtype=np.float64),
+        K=np.stack([np.array([[_F, 0.0, (W - 1) / 2], [0.0, _F, (H - 1) / 2], [0.0, 0.0, 1.0]])] * n),
+        valid=np.ones(n, dtype=bool),
+    )
+    post = (truth[0] + truth[1]) / 2
+    seen = [
+        GroundSighting("post #1", k, _F * (post - x) / 3.5 + (W - 1) / 2, _F * LOOP_H / 3.5 + (H - 1) / 2)
+        for k, x in ((0, truth[0]), (n - 1, truth[1]))
+    ]
+    return object_visits(track, seen, LOOP_H, 5.0)
+
+
+@pytest.mark.parametrize(("apart", "again"), [(4.5, True), (5.5, False)])
+def test_object_visits_measure_the_cameras_apart_by_the_object(apart: float, again: bool):
+    """Two cameras facing +z, ``apart`` m side by side, 100 s apart (a sample between them 50 m
+    away), see a post midway between them 3.5 m ahead (4.45 m from each at most, within the 5 m
+    radius): the post puts them ``apart`` m from each other, one place when that is under the radius."""
+    found = _side_by_side([[0.0, 0.0, 0.0], [50.0, 0.0, 0.0], [apart, 0.0, 0.0]], [0.0, 50.0, 100.0], (0.0, apart))
+    expected = {0: OtherVisits(100.0, 100.0, "post #1", "post #1"), 4: OtherVisits(0.0, 0.0, "post #1", "post #1")}
+    assert found == (expected if again else {})
+
+
+def test_object_visits_one_visit_where_the_track_and_the_object_differ_near_the_radius():
+    """A camera steps 4.5 m sideways in a second; the track makes it 5.2 m, beyond the radius. The
+    post seen at both ends keeps the camera at its place all along: one visit, not two."""
+    assert _side_by_side([[0.0, 0.0, 0.0], [2.6, 0.0, 0.0], [5.2, 0.0, 0.0]], [0.0, 0.5, 1.0], (0.0, 4.5)) == {}

@@ -412,8 +412,9 @@ def test_every_exported_answer_holds_under_every_reading(built, sample_config):
     reason=(
         "the sample's loop ends where it began: by the truth, 6 of its 12 VPO questions hold a frame of the first "
         "seconds whose place the walk's last seconds come back to (a viewer may date it first or last); the CPU pose "
-        "backend's track ends 5.1 m from its start (1.3 m by the truth), beyond the place radius, so the qa stage "
-        "does not see those revisits (stages/qa/vpo.py other_visits)"
+        "backend's track ends 5.1 m from its start (1.3 m by the truth), beyond the place radius, and no object the "
+        "metadata knows stands within that radius of the camera at both visits, so the qa stage does not see those "
+        "revisits (stages/qa/vpo.py other_visits, object_visits)"
     ),
 )
 def test_vpo_orders_hold_when_a_frame_is_taken_for_another_visit(built, sample_config):

@@ -142,6 +142,7 @@ def test_a_question_shows_its_instances_clip_members_and_one_is_split_out_with_a
     page.wait_for_function("window.pageReady === true && Z.detail && !Z.busy")
     # every instance it counts; the joined one with one picture per clip member (clip, local id, time)
     expect(page.locator("figure.inst")).to_have_count(len(before))
+    expect(page.locator("#item p.stale")).to_have_count(0)  # no saved fix: the answer is the metadata's
     shown = page.locator(f'figure.inst[data-instance="{joined}"] figure.member')
     expect(shown).to_have_count(len(of[joined]))
     for n, (c, lo) in enumerate(sorted(of[joined])):
@@ -165,6 +166,13 @@ def test_a_question_shows_its_instances_clip_members_and_one_is_split_out_with_a
         0 if len(of[joined]) == 2 else len(of[joined]) - 1
     )
     page.wait_for_function("!Z.busy")
+    # the question still shows the last derive's answer, and says the saved fix has made it out of date
+    expect(page.locator("#item p.stale")).to_have_text(
+        f"the saved fixes make {len(before) + 1} {concept} instances where this question was derived from "
+        f"{len(before)}: re-derive the video to update its answer"
+    )
+    page.wait_for_function("[...document.querySelectorAll('#item img.crop')].every(i => i.complete)")
+    page.screenshot(path=str(screenshot_dir / "verify_queue_split_stale.png"), full_page=True)
     fixes = YAML(typ="safe").load((root / "fixes" / f"{LEFT}.yaml").read_text())["fixes"]
     assert [{k: f[k] for k in ("op", "clip", "local_id", "by")} for f in fixes] == [
         {"op": "split", "clip": clip, "local_id": local, "by": "ana"}
@@ -187,3 +195,8 @@ def test_a_question_shows_its_instances_clip_members_and_one_is_split_out_with_a
     }
     asked = {question_id(q): q for q in _current(root, "qa", LEFT, "questions.parquet")}
     assert asked[question_id(question)]["answers"] == [str(int(question["answers"][0]) + 1)]
+    # once re-derived, the item shows the new answer and no longer says it is out of date
+    page.goto(f"{live}/queue?video={LEFT}&item=question:{LEFT}:{question_id(question)}")
+    page.wait_for_function("window.pageReady === true && Z.detail && !Z.busy")
+    expect(page.locator("#item")).to_contain_text(f": {int(question['answers'][0]) + 1}")
+    expect(page.locator("#item p.stale")).to_have_count(0)

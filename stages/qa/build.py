@@ -67,9 +67,13 @@ def plan_video(
     prov: Provenance,
     visibility: pa.Table | None = None,
     motion_samples: pa.Table | None = None,
+    camera_height: float | None = None,
+    level_views: bool = True,
 ) -> VideoQA:
-    """Every question of one video (pure: no pixels); the images to render are listed."""
-    inputs = VideoInputs(video, instances, motion, poses, visibility, motion_samples)
+    """Every question of one video (pure: no pixels); the images to render are listed.
+    ``camera_height``: the camera's height above the ground in the poses' unit (None: not known);
+    ``level_views``: the views are level (VPO's revisits by the objects, ``vpo.object_visits``)."""
+    inputs = VideoInputs(video, instances, motion, poses, visibility, motion_samples, camera_height, level_views)
     qs: list[Question] = []
     jobs: list[RenderJob] = []
     skipped: list[dict] = []
@@ -120,8 +124,12 @@ def build_video(
     blur: Callable[[np.ndarray], tuple[np.ndarray, list[dict]]] | None,
     visibility: pa.Table | None = None,
     motion_samples: pa.Table | None = None,
+    camera_height: float | None = None,
+    level_views: bool = True,
 ) -> VideoQA:
     """Plan the video's questions and render their images (written to ``dest(relative path)``)."""
-    result = plan_video(video, instances, motion, poses, params, prov, visibility, motion_samples)
+    result = plan_video(
+        video, instances, motion, poses, params, prov, visibility, motion_samples, camera_height, level_views
+    )
     render_video(result, video, params, pano_path, dest, blur)
     return result

@@ -43,6 +43,8 @@ class VideoInputs:
     poses: pa.Table | None  # schema.POSES of this video (pose), None when unknown
     visibility: pa.Table | None = None  # schema.VISIBILITY (metadata), None when unknown
     motion_samples: pa.Table | None = None  # schema.MOTION_SAMPLES (metadata), None when unknown
+    camera_height: float | None = None  # the camera's height above the ground in the poses' unit, None when unknown
+    level_views: bool = True  # the views are level (reconcile.level_views): the ground is below each camera
 
 
 @dataclass

@@ -137,8 +137,35 @@ def compatible(a: Candidate, b: Candidate, min_gap_s: float, min_dist: float, dr
     return True
 
 
-def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, tuple[float, float]]:
-    """frame -> (first, last) moment the camera came back to that candidate's place on another
+@dataclass(frozen=True)
+class OtherVisits:
+    """The first and last moments another visit brings the camera back to a frame's place, and what
+    dates each: the object whose sightings put the camera there (``object_visits``: its name), or
+    None where the estimated track does (``other_visits``)."""
+
+    first: float
+    last: float
+    first_by: str | None = None
+    last_by: str | None = None
+
+    def union(self, other: OtherVisits) -> OtherVisits:
+        """The visits either shows (the earlier first, the later last; on a tie, this one's)."""
+        first, first_by = (self.first, self.first_by) if self.first <= other.first else (other.first, other.first_by)
+        last, last_by = (self.last, self.last_by) if self.last >= other.last else (other.last, other.last_by)
+        return OtherVisits(first, last, first_by, last_by)
+
+
+def union_visits(*found: Mapping[int, OtherVisits]) -> dict[int, OtherVisits]:
+    """frame -> the other visits any of ``found`` shows (a revisit seen by the track or by the objects)."""
+    out: dict[int, OtherVisits] = {}
+    for visits in found:
+        for frame, v in visits.items():
+            out[frame] = out[frame].union(v) if frame in out else v
+    return out
+
+
+def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, OtherVisits]:
+    """frame -> the first and last moment the camera came back to that candidate's place on another
     visit: the candidates closer than ``min_dist`` to it on the ground (the place radius of
     ``compatible``), outside the unbroken stretch of such candidates around its own moment. A viewer
     who recognises the place a frame shows but not the visit may date the frame in another visit (a
@@ -147,8 +174,9 @@ def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, tuple
 
     Measured on the track as estimated, without ``compatible``'s drift allowance: with it every
     place of the sample's loop is one with every place walked 100 m later, and no anchor set is
-    left; so a revisit the track's drift moves beyond the radius is not seen (the sample's loop ends
-    5.1 m from its start by the CPU backend's track, 1.3 m by the truth)."""
+    left; so a revisit the track's drift moves beyond the radius is not seen here (the sample's loop
+    ends 5.1 m from its start by the CPU backend's track, 1.3 m by the truth): ``object_visits``
+    sees those by the objects."""
     posed = sorted((c for c in cands if c.pos is not None), key=lambda c: c.time)
     if not posed or min_dist <= 0:
         return {}
@@ -164,15 +192,119 @@ def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, tuple
             hi += 1
         same[lo : hi + 1] = False  # its own visit
         if same.any():
-            out[c.frame] = (float(times[same].min()), float(times[same].max()))
+            out[c.frame] = OtherVisits(float(times[same].min()), float(times[same].max()))
     return out
 
 
-def apart_visits(a: Candidate, b: Candidate, visits: dict[int, tuple[float, float]]) -> bool:
-    """Dating either frame in another visit of its place (``other_visits``) keeps the two in order."""
+@dataclass(frozen=True)
+class GroundSighting:
+    """An object seen in one 2 FPS sample: its name ("bench #12"), the sample, and its box's bottom
+    centre (view pixels), where it meets the ground."""
+
+    name: str
+    sample_index: int
+    u: float
+    v: float
+
+
+def object_visits(
+    track: Track, sightings: Iterable[GroundSighting], camera_height: float, radius: float, level: bool = True
+) -> dict[int, OtherVisits]:
+    """frame -> the other visits of the place the camera stands at in that frame, as the objects
+    show them, independently of where the track puts the camera.
+
+    In each sighting the object stands where its box's bottom meets the ground
+    (``Track.ground_point``: ``camera_height`` below that frame's camera, along the ray of that
+    frame's orientation), at a ground offset v from the camera. One object at X seen in two frames
+    puts their cameras at X - v1 and X - v2: |v1 - v2| apart. That distance rests on the two
+    frames' orientations and the object's ranges only, not on the track's positions, whose drift
+    grows with the distance walked (the sample's loop ends 5.1 m from its start by the CPU track,
+    1.3 m by the truth; its heading drifts by degrees). Two frames are at one place when
+    |v1 - v2| < ``radius`` (the place radius of ``other_visits``), and on different visits when the
+    camera stays at neither's place between them: each lies outside the other's own visit, the
+    unbroken run of moments around it at its place by the track (over a few seconds its drift is
+    small) or by an object (the two measures differ near the radius: a moment either keeps at the
+    place has not left it). Only objects within ``radius`` of the camera in both frames count:
+    objects at the place, whose offsets an error of the heading moves by at most ``radius`` times
+    that angle. A box cut off at the image's bottom does not show where the object meets the
+    ground, and is left out (as ``reconcile.locate.ground_contact`` leaves it out).
+    ``level``: the views are level (the ground is below each camera's own down axis); else below
+    the cameras' mean down. Frames without a valid pose, and samples no object places twice, are
+    left out."""
+    rows = track.valid_rows()
+    if not rows or not camera_height or radius <= 0:
+        return {}
+    down = track.down()
+    C = track.C[rows]
+    ground = C - np.outer(C @ down, down)  # the cameras on the ground plane (ground_positions)
+    at = {int(track.sample_indices[i]): n for n, i in enumerate(rows)}
+    near: dict[str, list[tuple[int, np.ndarray]]] = {}  # object -> (valid row, ground offset) within the radius
+    for s in sightings:
+        n = at.get(s.sample_index)
+        X = None if n is None else track.ground_point(s.sample_index, s.u, s.v, camera_height, None if level else down)
+        if n is None or X is None:
+            continue
+        offset = X - C[n]
+        offset = offset - (offset @ down) * down
+        if float(np.linalg.norm(offset)) < radius:
+            near.setdefault(s.name, []).append((n, offset))
+    # row n -> {row j: the object that puts the camera at j within the radius of the camera at n}
+    placed: dict[int, dict[int, str]] = {}
+    for name, seen in sorted(near.items()):
+        where = np.array([n for n, _ in seen])
+        offsets = np.array([o for _, o in seen])
+        for n, o in seen:
+            by = placed.setdefault(n, {})
+            for j in where[np.linalg.norm(offsets - o, axis=1) < radius].tolist():
+                by.setdefault(int(j), name)
+    own: dict[int, tuple[int, int]] = {}  # row n -> its own visit (first and last row)
+    for n, by in placed.items():
+
+        def here(j: int, n: int = n, by: dict[int, str] = by) -> bool:  # at row n's place, by the track or an object
+            return j in by or bool(np.linalg.norm(ground[j] - ground[n]) < radius)
+
+        lo, hi = n, n
+        while lo > 0 and here(lo - 1):
+            lo -= 1
+        while hi < len(rows) - 1 and here(hi + 1):
+            hi += 1
+        own[n] = (lo, hi)
+    times = track.times[rows]
+    out: dict[int, OtherVisits] = {}
+    for n, by in placed.items():  # (placing is mutual: j in placed[n] when n in placed[j])
+        again = sorted(j for j in by if not own[n][0] <= j <= own[n][1] and not own[j][0] <= n <= own[j][1])
+        if again:
+            first, last = again[0], again[-1]
+            out[int(track.frames[rows[n]])] = OtherVisits(float(times[first]), float(times[last]), by[first], by[last])
+    return out
+
+
+def sightings_from_metadata(visibility: pa.Table | None, video: VideoInfo) -> list[GroundSighting]:
+    """The video's sightings whose box bottom shows where the object meets the ground (VISIBILITY's
+    visible rows with a box not cut off by the image's bottom, within 2 px as ``Obs.cut_at_bottom``),
+    named by their concept and instance id."""
+    if visibility is None or not visibility.num_rows:
+        return []
+    mine = visibility.filter(pc.equal(visibility["video_id"], video.video_id))
+    mine = mine.filter(pc.equal(mine["state"], VISIBLE))
+    out = []
+    for r in mine.select(["instance_id", "concept", "sample_index", "x0", "x1", "y1"]).to_pylist():
+        if r["x0"] is None or r["y1"] is None or r["y1"] >= video.height - 2.0:
+            continue
+        out.append(
+            GroundSighting(
+                f"{r['concept']} #{r['instance_id']}", int(r["sample_index"]), (r["x0"] + r["x1"]) / 2, r["y1"]
+            )
+        )
+    return out
+
+
+def apart_visits(a: Candidate, b: Candidate, visits: Mapping[int, OtherVisits]) -> bool:
+    """Dating either frame in another visit of its place (``other_visits``, ``object_visits``)
+    keeps the two in order."""
     a, b = sorted((a, b), key=lambda c: c.time)
-    return (a.frame not in visits or visits[a.frame][1] < b.time) and (
-        b.frame not in visits or visits[b.frame][0] > a.time
+    return (a.frame not in visits or visits[a.frame].last < b.time) and (
+        b.frame not in visits or visits[b.frame].first > a.time
     )
 
 
@@ -385,7 +517,7 @@ def choose_anchor_sets(
     count: int,
     params: QAParams,
     video: VideoInfo,
-    visits: dict[int, tuple[float, float]] | None = None,
+    visits: Mapping[int, OtherVisits] | None = None,
     accept: Callable[[int, tuple[Candidate, ...]], bool] | None = None,
     usable: Callable[[int, Candidate], bool] | None = None,
 ) -> list[tuple[Candidate, ...]]:
@@ -548,26 +680,32 @@ def _skip(video: VideoInfo, anchors: Sequence[Candidate], reason: str, reading: 
     }
 
 
-def _visit_reason(s: Sequence[Candidate], visits: dict[int, tuple[float, float]]) -> str | None:
+def _visit_reason(s: Sequence[Candidate], visits: Mapping[int, OtherVisits]) -> str | None:
     for a, b in itertools.combinations(s, 2):
         if apart_visits(a, b, visits):
             continue
         a, b = sorted((a, b), key=lambda c: c.time)
-        again = (
-            f"where the frame at {a.time:g} s was taken is "
-            f"visited again at {visits[a.frame][1]:g} s, after the "
-            f"frame at {b.time:g} s"
-            if a.frame in visits and visits[a.frame][1] >= b.time
-            else f"where the frame at {b.time:g} s was taken is "
-            f"visited at {visits[b.frame][0]:g} s, before the "
-            f"frame at {a.time:g} s"
-        )
+        if a.frame in visits and visits[a.frame].last >= b.time:
+            v = visits[a.frame]
+            again = (
+                f"where the frame at {a.time:g} s was taken is visited again at {v.last:g} s, after the "
+                f"frame at {b.time:g} s{_dated_by(v.last_by)}"
+            )
+        else:
+            v = visits[b.frame]
+            again = (
+                f"where the frame at {b.time:g} s was taken is visited at {v.first:g} s, before the "
+                f"frame at {a.time:g} s{_dated_by(v.first_by)}"
+            )
         return (
-            f"the camera stands {again}: a viewer who "
-            "dates a frame by another visit of its place "
-            f"orders them otherwise; another set asked where one is left"
+            f"the camera stands {again}: a viewer who dates a frame by another visit of its place "
+            "orders them otherwise; another set asked where one is left"
         )
     return None
+
+
+def _dated_by(name: str | None) -> str:
+    return "" if name is None else f" ({name} stands at the place in both)"
 
 
 VISIT_READING = "another visit of the place"
@@ -581,11 +719,15 @@ def vpo_plan(
     prov: Provenance,
     instances: pa.Table | None = None,
     visibility: pa.Table | None = None,
+    camera_height: float | None = None,
+    level_views: bool = True,
 ) -> tuple[list[Question], list[RenderJob], list[dict]]:
     """The questions (rotated + unrotated control) and the images to render for them.
 
     With ``stable_answers``, a set is asked only when no anchor's place is visited again across
-    another anchor (``other_visits``) and, where the metadata can tell (``ViewContent``), each
+    another anchor, by the estimated track (``other_visits``) or, where the camera's height is
+    known (``camera_height``, the poses' unit; ``level_views`` as reconcile's), by the objects the
+    video saw there (``object_visits``), and, where the metadata can tell (``ViewContent``), each
     rotated view shows its place (``view_problem``), turned another way if its drawn offset does
     not (``rotation_tries``). Where the first choice has a set that fails, every set is chosen again
     under both (``choose_anchor_sets``' ``visits`` and ``accept``), and the failing sets are listed
@@ -595,7 +737,13 @@ def vpo_plan(
     skipped = []
     rotations: dict[int, list[float]] = {}  # question index -> offsets by time rank, where settled
     if params.stable_answers:
-        visits = other_visits(cands, params.vpo_min_position_frac * trajectory_extent(cands))
+        radius = params.vpo_min_position_frac * trajectory_extent(cands)
+        visits = other_visits(cands, radius)
+        rows = [r for r in poses.to_pylist() if r["video_id"] == video.video_id] if poses is not None else []
+        if camera_height and rows:
+            track = track_from_rows(rows)
+            seen = object_visits(track, sightings_from_metadata(visibility, video), camera_height, radius, level_views)
+            visits = union_visits(visits, {c.frame: seen[c.frame] for c in cands if c.frame in seen})
         content = (
             ViewContent.from_metadata(poses, instances, visibility, video, params)
             if params.vpo_min_landmarks > 0
@@ -786,7 +934,16 @@ def refine_times(questions: Sequence[Question], frame_time: dict[int, float], pa
 
 # ----------------------------------------------------------------------------- the task
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
-    questions, jobs, skipped = vpo_plan(inputs.poses, inputs.video, params, prov, inputs.instances, inputs.visibility)
+    questions, jobs, skipped = vpo_plan(
+        inputs.poses,
+        inputs.video,
+        params,
+        prov,
+        inputs.instances,
+        inputs.visibility,
+        inputs.camera_height,
+        inputs.level_views,
+    )
     return TaskQuestions(questions, skipped, jobs)
 
 

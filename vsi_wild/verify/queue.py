@@ -19,6 +19,7 @@ item's detail (``Queue.detail``) applies the video's fixes to show it as it is n
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 from vsi_wild import ids
@@ -211,7 +212,7 @@ class Queue:
         if second is not None:  # blind: the pairs, clips and verdicts as if only this reviewer had decided
             fixes = [f for f in fixes if fx.op_key(f) is None or f.get("by") == second]
         derived = self.review.dry_run(vid, self.review.render(vid, fixes))
-        best = best_observations(derived.observations)
+        best = largest_sightings(derived.observations, lambda o: o["instance_id"])
         instances = {r["instance_id"]: r for r in derived.instances}
         if kind == "pair":
             decisions, _ = self.review.decisions(vid)
@@ -261,6 +262,15 @@ class Queue:
                     for r in sorted(instances.values(), key=lambda r: (r["concept"], r["first_time"]))
                     if r["concept"] in concepts
                 ]
+                # the question was derived from the metadata as last re-derived: where the saved
+                # fixes group the concept's sightings otherwise, its answer is out of date
+                if second is None:
+                    asked = self.catalog.table("metadata", vid, "observations.parquet").to_pylist()
+                    out["changed"] = [
+                        {"concept": c, "then": len(then), "now": len(now)}
+                        for c in sorted(concepts)
+                        if (then := sighting_groups(asked, c)) != (now := sighting_groups(derived.observations, c))
+                    ]
         else:
             raise LookupError(f"no queue item {item_id!r}")
         return out
@@ -271,37 +281,40 @@ class Queue:
         clip), whichever instance the fixes put it in now."""
         _, members = self.review.decisions(video_id)
         cs = self.review.config.segment.clip_seconds
-        largest: dict[tuple[int, int], dict[str, Any]] = {}
-        for o in self.review.auto_inputs(video_id).observations:
-            if o["x0"] is None:
-                continue
-            key = (o["instance_id"], int(o["time"] // cs))
-            held = largest.get(key)
-            if held is None or ((o["area"] or 0), -o["time"]) > ((held["area"] or 0), -held["time"]):
-                largest[key] = o
-        out: dict[tuple[int, int], dict[str, Any]] = {}
-        for m in members:
-            clip, local = m["clip_index"], m["local_id"]
-            best = largest.get((m["instance_id"], clip))
-            out[(clip, local)] = {
-                "clip": clip,
-                "local_id": local,
+        largest = largest_sightings(
+            self.review.auto_inputs(video_id).observations, lambda o: (o["instance_id"], int(o["time"] // cs))
+        )
+        return {
+            (m["clip_index"], m["local_id"]): {
+                "clip": m["clip_index"],
+                "local_id": m["local_id"],
                 "first_time": m["first_time"],
                 "last_time": m["last_time"],
-                "best": None
-                if best is None
-                else {"time": best["time"], "box": [best["x0"], best["y0"], best["x1"], best["y1"]]},
+                "best": largest.get((m["instance_id"], m["clip_index"])),
             }
-        return out
+            for m in members
+        }
 
 
-def best_observations(observations: list[dict[str, Any]]) -> dict[int, dict[str, Any]]:
-    """instance id -> its largest observation with a box (time, box): the thumbnail to show."""
-    out: dict[int, tuple] = {}
+def largest_sightings(observations: Sequence[dict[str, Any]], group: Callable[[dict[str, Any]], Hashable]) -> dict:
+    """group -> its largest observation with a box, as {time, box}: the thumbnail to show (the mask's
+    area, else the box's; the earliest of equals)."""
+    out: dict[Hashable, tuple] = {}
     for o in observations:
         if o["x0"] is None:
             continue
         key = (o["area"] or (o["x1"] - o["x0"]) * (o["y1"] - o["y0"]), -o["time"])
-        if o["instance_id"] not in out or key > out[o["instance_id"]][0]:
-            out[o["instance_id"]] = (key, {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]})
-    return {i: v[1] for i, v in out.items()}
+        g = group(o)
+        if g not in out or key > out[g][0]:
+            out[g] = (key, {"time": o["time"], "box": [o["x0"], o["y0"], o["x1"], o["y1"]]})
+    return {g: v[1] for g, v in out.items()}
+
+
+def sighting_groups(observations: list[dict[str, Any]], concept: str) -> set[frozenset[tuple]]:
+    """How one concept's sightings are grouped into instances, whatever the instances' ids: one
+    set of (sample, box) per instance."""
+    groups: dict[int, set[tuple]] = defaultdict(set)
+    for o in observations:
+        if o["concept"] == concept and o["x0"] is not None:
+            groups[o["instance_id"]].add((o["sample_index"], o["x0"], o["y0"], o["x1"], o["y1"]))
+    return {frozenset(g) for g in groups.values()}

@@ -143,7 +143,11 @@ function renderItem(item, d) {
     const options = q.correct !== null ? [q.correct, ...(q.distractors || [])].sort() : null;
     body.push(el("p", {}, q.question),
       options ? el("ol", {type: "A"}, ...options.map(o => el("li", {class: o === q.correct ? "correct" : null}, o))) : null,
-      el("p", {}, q.query_times.map((t, i) => `at ${fmtTime(t)}: ${q.answers[i]}`).join(" · ")));
+      el("p", {}, q.query_times.map((t, i) => `at ${fmtTime(t)}: ${q.answers[i]}`).join(" · ")),
+      ...(d.changed || []).map(c => el("p", {class: "stale"}, (c.now !== c.then
+        ? `the saved fixes make ${c.now} ${c.concept} instances where this question was derived from ${c.then}`
+        : `the saved fixes regroup the ${c.concept} instances this question was derived from`) +
+        ": re-derive the video to update its answer")));
     if (d.instances) {
       body.push(el("p", {class: "muted"}, `the ${q.concepts.join(", ")} instances as the saved fixes make them now (click to select; the count is their number); ` +
         "under an instance joined across clips, its clip members: two different objects among them? click one, then split it out"),
