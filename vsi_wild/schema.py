@@ -517,7 +517,12 @@ MERGE_DECISIONS = _schema(
     f("log_odds", pa.float64(), doc="the sum of the llr_* terms: log P(same) / P(different)"),
     f("posterior", pa.float64(), doc="P(same object)"),
     f("llr_position", pa.float64(), True, doc="how well the two ground positions agree (null: not both located)"),
-    f("llr_appearance", pa.float64(), True, doc="colour-histogram similarity (null: no histogram)"),
+    f(
+        "llr_appearance",
+        pa.float64(),
+        True,
+        doc="the appearance similarity's term (segment.appearance; null: either instance has no descriptor)",
+    ),
     f("llr_continuity", pa.float64(), True, doc="box overlap across the cut (null: not seen either side of one)"),
     f(
         "llr_prior",
@@ -534,7 +539,13 @@ MERGE_DECISIONS = _schema(
     f("reason", pa.string(), doc="the terms in words, e.g. 'position -3.1, look-alike prior -1.0: left apart'"),
     f("boundary", pa.bool_(), doc="one was seen in the sample right before the other's first"),
     f("box_iou", pa.float64(), True, doc="IoU of those two boxes (boundary pairs only)"),
-    f("appearance", pa.float64(), True, doc="Bhattacharyya coefficient of the appearance histograms, 0..1"),
+    f(
+        "appearance",
+        pa.float64(),
+        True,
+        doc="the colour histograms' Bhattacharyya coefficient (0..1) or the image embeddings' cosine "
+        "(segment.appearance)",
+    ),
     f("distance", pa.float64(), True, doc="ground-plane distance of the two positions over their mean viewing range"),
 )
 
