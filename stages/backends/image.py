@@ -19,8 +19,8 @@ import numpy as np
 
 from vsi_wild.stages.backends import weights as W
 from vsi_wild.stages.backends.base import BackendContext, register
-from vsi_wild.stages.backends.params import OPEN_CLIP_FIELDS, LoadedModel, ModelsParams, as_params, load_once, require
-from vsi_wild.stages.backends.text import load_open_clip_model
+from vsi_wild.stages.backends.params import OPEN_CLIP_FIELDS, LoadedModel, ModelsParams, as_params, require
+from vsi_wild.stages.backends.text import load_open_clip
 
 
 class OpenClipImageEmbedder:
@@ -31,16 +31,7 @@ class OpenClipImageEmbedder:
     def __init__(self, params: ModelsParams):
         self.params = params
         open_clip = require("open_clip", "open-clip-torch", self.name)
-        path = params.weight_path("open_clip_weights", hint="OpenAI CLIP ViT-B/32 (ViT-B-32.pt)")
-        device = params.torch_device()
-        key = ("open_clip", params.open_clip_model, params.open_clip_quick_gelu, str(path.resolve()), device, "image")
-        self._loaded: LoadedModel = load_once(
-            key,
-            lambda: (
-                load_open_clip_model(params.open_clip_model, params.open_clip_quick_gelu, path, device, tower="image"),
-                device,
-            ),
-        )
+        self._loaded: LoadedModel = load_open_clip(params, "image")
         visual = self._loaded.model.visual
         self.dim = int(visual.output_dim)
         transform = require("open_clip.transform", "open-clip-torch", self.name)

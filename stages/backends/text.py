@@ -82,6 +82,22 @@ def load_open_clip_model(
     return model.float().eval().to(device)
 
 
+def load_open_clip(params: ModelsParams, tower: Literal["text", "image"]) -> LoadedModel:
+    """The configured open_clip model (``models.open_clip_model``, ``models.open_clip_weights``)
+    with its ``tower``, loaded once per process (``load_once``): the text embedder's and the image
+    embedder's, from one weight file."""
+    path = params.weight_path("open_clip_weights", hint="OpenAI CLIP ViT-B/32 (ViT-B-32.pt)")
+    device = params.torch_device()
+    key = ("open_clip", params.open_clip_model, params.open_clip_quick_gelu, str(path.resolve()), device, tower)
+    return load_once(
+        key,
+        lambda: (
+            load_open_clip_model(params.open_clip_model, params.open_clip_quick_gelu, path, device, tower=tower),
+            device,
+        ),
+    )
+
+
 class OpenClipTextEmbedder:
     name = "open_clip"
     dim = 512
@@ -90,13 +106,7 @@ class OpenClipTextEmbedder:
         self.params = params
         self.synonym_threshold = params.open_clip_synonym_threshold
         open_clip = require("open_clip", "open-clip-torch", self.name)
-        path = params.weight_path("open_clip_weights", hint="OpenAI CLIP ViT-B/32 (ViT-B-32.pt)")
-        device = params.torch_device()
-        key = ("open_clip", params.open_clip_model, params.open_clip_quick_gelu, str(path.resolve()), device)
-        self._loaded: LoadedModel = load_once(
-            key,
-            lambda: (load_open_clip_model(params.open_clip_model, params.open_clip_quick_gelu, path, device), device),
-        )
+        self._loaded: LoadedModel = load_open_clip(params, "text")
         self._tokenizer = open_clip.get_tokenizer(params.open_clip_model)
 
     @property
