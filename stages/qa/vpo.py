@@ -70,16 +70,35 @@ class Candidate:
     walked: float = 0.0  # ground path length of the camera from the video's first pose to here
 
 
-def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> list[Candidate]:
+class VideoPoses:
+    """One view video's pose rows (schema.POSES) and the track they make, read once per video for
+    every use (anchor candidates, revisits by the objects, what a rotated view shows); the track is
+    built on first use."""
+
+    def __init__(self, poses: pa.Table | None, video: VideoInfo):
+        rows = poses.to_pylist() if poses is not None and poses.num_rows else []
+        self.rows = [r for r in rows if r["video_id"] == video.video_id]
+        self._track: Track | None = None
+
+    @property
+    def track(self) -> Track:
+        if self._track is None:
+            self._track = track_from_rows(self.rows)
+        return self._track
+
+    def any_valid(self) -> bool:
+        return any(r["valid"] for r in self.rows)
+
+
+def candidates(poses: pa.Table | VideoPoses | None, video: VideoInfo, params: QAParams) -> list[Candidate]:
     """Anchor candidates: the 2 FPS pose timestamps (or a 2 FPS grid when there are no poses),
     away from both ends of the video."""
+    posed = poses if isinstance(poses, VideoPoses) else VideoPoses(poses, video)
     lo, hi = params.vpo_edge_margin_s, video.duration_s - params.vpo_edge_margin_s
     out: dict[int, Candidate] = {}
-    rows = poses.to_pylist() if poses is not None and poses.num_rows else []
-    rows = [r for r in rows if r["video_id"] == video.video_id]
-    if rows:  # the 2 FPS sampler's (t_k, nearest frame) pairs: right for variable frame rates too
-        ground = ground_positions(rows)
-        for r in sorted(rows, key=lambda r: r["time"]):
+    if posed.rows:  # the 2 FPS sampler's (t_k, nearest frame) pairs: right for variable frame rates too
+        ground = ground_positions(posed)
+        for r in sorted(posed.rows, key=lambda r: r["time"]):
             frame = int(r["frame"])
             if not 0 <= frame < video.n_frames:
                 continue
@@ -100,20 +119,20 @@ def candidates(poses: pa.Table | None, video: VideoInfo, params: QAParams) -> li
     return [c for c in ordered if lo <= c.time <= hi]
 
 
-def ground_positions(rows: Sequence[dict]) -> dict[int, tuple[float, float, float]]:
+def ground_positions(posed: VideoPoses) -> dict[int, tuple[float, float, float]]:
     """sample index -> the camera centre (x, y, z) on the ground plane: its component along the
-    cameras' mean down axis removed, for the valid, finite poses of one video (schema.POSES rows).
+    cameras' mean down axis removed, for the valid, finite poses of one video.
     A place is a position on the ground: an estimated track's height drifts (the CPU backend's by
     ~2 m over the sample's loop), a walker's eye height does not, and the drift must not part two
     anchors. Rotations that give no down axis (all zero) leave the centres as they are."""
     centres = {
         int(r["sample_index"]): c
-        for r in rows
+        for r in posed.rows
         if r["valid"] and np.isfinite(c := np.array([r["x"], r["y"], r["z"]], dtype=np.float64)).all()
     }
     if not centres:
         return {}
-    down = track_from_rows(rows).down()  # zero when the rotations give no axis
+    down = posed.track.down()  # zero when the rotations give no axis
     if not np.isfinite(down).all():
         down = np.zeros(3)
     return {k: cast(tuple[float, float, float], tuple(map(float, c - (c @ down) * down))) for k, c in centres.items()}
@@ -135,6 +154,17 @@ def compatible(a: Candidate, b: Candidate, min_gap_s: float, min_dist: float, dr
     if min_dist > 0 and a.pos is not None and b.pos is not None:
         return math.dist(a.pos, b.pos) >= min_dist + drift_per_distance * abs(a.walked - b.walked)
     return True
+
+
+def run_around(i: int, n: int, here: Callable[[int], Any]) -> tuple[int, int]:
+    """The first and last index of the unbroken run of indices of [0, n) around ``i`` where
+    ``here`` holds (``i`` is in it whatever ``here(i)`` says): a moment's own visit of its place."""
+    lo, hi = i, i
+    while lo > 0 and here(lo - 1):
+        lo -= 1
+    while hi < n - 1 and here(hi + 1):
+        hi += 1
+    return lo, hi
 
 
 @dataclass(frozen=True)
@@ -185,11 +215,7 @@ def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, Other
     out = {}
     for i, c in enumerate(posed):  # one row at a time: a long video has many thousands of candidates
         same = np.linalg.norm(pts - pts[i], axis=1) < min_dist
-        lo, hi = i, i
-        while lo > 0 and same[lo - 1]:
-            lo -= 1
-        while hi < len(posed) - 1 and same[hi + 1]:
-            hi += 1
+        lo, hi = run_around(i, len(posed), same.__getitem__)
         same[lo : hi + 1] = False  # its own visit
         if same.any():
             out[c.frame] = OtherVisits(float(times[same].min()), float(times[same].max()))
@@ -263,12 +289,7 @@ def object_visits(
         def here(j: int, n: int = n, by: dict[int, str] = by) -> bool:  # at row n's place, by the track or an object
             return j in by or bool(np.linalg.norm(ground[j] - ground[n]) < radius)
 
-        lo, hi = n, n
-        while lo > 0 and here(lo - 1):
-            lo -= 1
-        while hi < len(rows) - 1 and here(hi + 1):
-            hi += 1
-        own[n] = (lo, hi)
+        own[n] = run_around(n, len(rows), here)
     times = track.times[rows]
     out: dict[int, OtherVisits] = {}
     for n, by in placed.items():  # (placing is mutual: j in placed[n] when n in placed[j])
@@ -356,7 +377,7 @@ class ViewContent:
     @classmethod
     def from_metadata(
         cls,
-        poses: pa.Table | None,
+        poses: pa.Table | VideoPoses | None,
         instances: pa.Table | None,
         visibility: pa.Table | None,
         video: VideoInfo,
@@ -364,12 +385,12 @@ class ViewContent:
     ) -> ViewContent | None:
         """None when the metadata cannot say what a view shows: no poses, no visibility track, or no
         instance whose position explains its sightings (then nothing is checked)."""
-        if poses is None or instances is None or visibility is None or not poses.num_rows:
+        if poses is None or instances is None or visibility is None:
             return None
-        rows = [r for r in poses.to_pylist() if r["video_id"] == video.video_id]
-        if not any(r["valid"] for r in rows):
+        posed = poses if isinstance(poses, VideoPoses) else VideoPoses(poses, video)
+        if not posed.any_valid():
             return None
-        track = track_from_rows(rows)
+        track = posed.track
         row_of_sample = {int(k): i for i, k in enumerate(track.sample_indices) if track.valid[i]}
         mine = visibility.filter(pc.equal(visibility["video_id"], video.video_id))
         geometric = set(pc.unique(mine.filter(mine["geometric"])["instance_id"]).to_pylist())
@@ -732,20 +753,20 @@ def vpo_plan(
     not (``rotation_tries``). Where the first choice has a set that fails, every set is chosen again
     under both (``choose_anchor_sets``' ``visits`` and ``accept``), and the failing sets are listed
     as skipped with their reading."""
-    cands = candidates(poses, video, params)
+    posed = VideoPoses(poses, video)
+    cands = candidates(posed, video, params)
     sets = choose_anchor_sets(cands, params.vpo_per_video, params, video)
     skipped = []
     rotations: dict[int, list[float]] = {}  # question index -> offsets by time rank, where settled
     if params.stable_answers:
         radius = params.vpo_min_position_frac * trajectory_extent(cands)
         visits = other_visits(cands, radius)
-        rows = [r for r in poses.to_pylist() if r["video_id"] == video.video_id] if poses is not None else []
-        if camera_height and rows:
-            track = track_from_rows(rows)
-            seen = object_visits(track, sightings_from_metadata(visibility, video), camera_height, radius, level_views)
+        if camera_height and posed.rows:
+            sightings = sightings_from_metadata(visibility, video)
+            seen = object_visits(posed.track, sightings, camera_height, radius, level_views)
             visits = union_visits(visits, {c.frame: seen[c.frame] for c in cands if c.frame in seen})
         content = (
-            ViewContent.from_metadata(poses, instances, visibility, video, params)
+            ViewContent.from_metadata(posed, instances, visibility, video, params)
             if params.vpo_min_landmarks > 0
             else None
         )
