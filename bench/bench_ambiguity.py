@@ -32,17 +32,32 @@ An item is ambiguous when two readings give different answers. Prints, over the 
     questions_<task>: release questions asked
     questions_<task>_unchecked, ambiguous_items_<task>_unchecked: the same with stable_answers off
     questions_ratio_<task>: questions / questions_unchecked (target >= 0.8)
+    balanced_out_<task>, balanced_out_unchecked_<task>: release questions the export's answer balance
+        (stages/qa/balance.py) left out after the readings
+    offered_ratio_<task>: the same ratio before the answer balance (questions + balanced_out): the
+        readings' own cost. The two differ where the balance acts on one build and not the other: a
+        group of fewer than qa.answer_balance_min_n questions is left alone, so the readings can take
+        a group under that floor and more questions are asked with them than without
     ambiguous_items_by_visit_VPO, ambiguous_items_by_view_VPO: VPO's ambiguous items per reading
     wrong_items_<task>: items whose graded answer no reading gives (metadata errors: e.g. a
         reconciliation split over-counts; not ambiguity)
 and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
 
 Measured (this machine's render, the three samples together; unchecked -> checked):
-VOC 5/248 -> 2/291 counts ambiguous, 47 -> 56 questions; VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the
-loop's steady moves lie on the 8 directions: the rule is exercised by tests/test_qa_readings.py);
-VPO 32/36 -> 6/24 by the visit reading (0.67 of the questions: s907 walks its loop again, every place
-of its first 30 s is visited at its end, and no anchor set exists in its metadata, a search of every
-set shows; s908 keeps 12 of 12 where the random restarts alone found 10). By the view reading, every
+VOC 5/263 -> 2/291 counts ambiguous, 50 -> 56 questions: more with the readings than without, as the
+answer balance leaves out 11 of s908's 24 totals without them (the bound of a group of 20 or more)
+and none of its 19 with them (a group under qa.answer_balance_min_n is left alone); before the
+balance, 72 -> 67 (offered_ratio 0.93; the readings drop 5 of s908's totals). The 16 wrong VOC items
+(12 on the sample, 4 on s908) each count one instance too many: the metadata has two instances
+where the truth has one (the sample's left beach balls: three over two), reconciliation's splits,
+not a reading. VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the loop's
+steady moves lie on the 8 directions: the rule is exercised by tests/test_qa_readings.py); VPO 32/36
+-> 6/24 by the visit reading (0.67 of the questions: s907 walks its loop again, every place of its
+first 30 s is visited at its end, and no anchor set exists in its metadata: of the 2,849,585 sets of
+4 of a view's 297 candidates that the gap and place conditions allow, none keeps every anchor's
+other visits on its side of the others, as an enumeration of them all shows (the candidates no other
+visit reaches span 36.5-109 s, less than the 90 s that 4 anchors 30 s apart need); s908 keeps 12 of
+12 where the random restarts alone found 10). By the view reading, every
 VPO question asked has a view no object dates (ambiguous_items_by_view_VPO 24/24; 22/22 before
 the search); with --qa-set vpo_min_landmarks=1 the pipeline asks 2 (sample 0, s907 0, s908 2), 1
 of them undatable by the truth. What is left: 2 VOC counts whose speck (1 and 4-10 px) is below what
@@ -94,12 +109,16 @@ HELD_OUT = (
 )
 SAMPLES = (("sample", {}), *HELD_OUT)
 CLEAR_FRAC = 50 / (640 * 360)  # "seen clearly": the readings' 50 px of a 640x360 view
+BALANCE_REASON = "answer balance:"  # how stages/qa/balance.py's QA_SKIPPED rows begin
 
 
-def build(root: Path, overrides: dict, stable: bool, qa_sets: tuple[str, ...] = ()) -> list[dict]:
+def build(
+    root: Path, overrides: dict, stable: bool, qa_sets: tuple[str, ...] = ()
+) -> tuple[list[dict], dict[str, int]]:
     """``vsi-wild run`` on configs/sample.yaml with the sample's overrides (the stages before qa
     cached after the first run), then qa and export again (forced: the code as it is now), each
-    export without a previous ledger; the exported rows."""
+    export without a previous ledger; the exported rows, and per task how many release questions
+    the answer balance left out (``BALANCE_REASON``: the export's selection, after the readings)."""
     sets = [f"sample.{k}={v}" for k, v in overrides.items()] + [f"qa.stable_answers={str(stable).lower()}"]
     sets += [f"qa.{s}" for s in qa_sets] if stable else []
     cmd = [
@@ -122,7 +141,10 @@ def build(root: Path, overrides: dict, stable: bool, qa_sets: tuple[str, ...] = 
             raise RuntimeError(f"{' '.join(cmd + extra)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     import pyarrow.parquet as pq
 
-    return pq.read_table(root / "exports" / "qa.parquet").to_pylist()
+    balanced: dict[str, int] = defaultdict(int)
+    for r in pq.read_table(root / "exports" / "skipped.parquet").to_pylist():
+        balanced[r["task_type"]] += r["reason"].startswith(BALANCE_REASON)
+    return pq.read_table(root / "exports" / "qa.parquet").to_pylist(), dict(balanced)
 
 
 # ----------------------------------------------------------------------------- the truth, per reading
@@ -337,8 +359,8 @@ def main() -> int:
             continue
         root = args.root / name
         try:
-            before = build(root, overrides, stable=False)
-            after = build(root, overrides, stable=True, qa_sets=tuple(args.qa_set))
+            before, balanced_before = build(root, overrides, stable=False)
+            after, balanced_after = build(root, overrides, stable=True, qa_sets=tuple(args.qa_set))
         except RuntimeError as e:
             print(f"ambiguity_{name}: error {e}", file=sys.stderr)
             failed += 1
@@ -347,7 +369,9 @@ def main() -> int:
         (source,) = store.registry()["source_id"].to_pylist()
         truth = Truth(load_truth(store, source), params)
         figures: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
-        for label_, rows in (("", after), ("_unchecked", before)):
+        for label_, rows, balanced in (("", after, balanced_after), ("_unchecked", before, balanced_before)):
+            for task in TASKS:
+                figures[task][f"balanced_out{label_}"] += balanced.get(task, 0)
             for task, ambiguous, wrong, why in items(rows, truth):
                 figures[task][f"ambiguous_items{label_}"] += ambiguous
                 if task == "VPO":  # each reading apart (an item may fall under both)
@@ -375,6 +399,8 @@ def main() -> int:
             "items_unchecked",
             "questions_unchecked",
             "wrong_items_unchecked",
+            "balanced_out",
+            "balanced_out_unchecked",
         ):
             print(f"{k}_{task}: {f[k]}")
         if task == "VPO":
@@ -382,6 +408,11 @@ def main() -> int:
                 print(f"{k}_{task}: {f[k]}")
         ratio = f["questions"] / f["questions_unchecked"] if f["questions_unchecked"] else float("nan")
         print(f"questions_ratio_{task}: {ratio:.2f}")
+        offered, offered_unchecked = (
+            f["questions"] + f["balanced_out"],
+            f["questions_unchecked"] + f["balanced_out_unchecked"],
+        )
+        print(f"offered_ratio_{task}: {offered / offered_unchecked if offered_unchecked else float('nan'):.2f}")
     return 1 if failed else 0
 
 
