@@ -161,7 +161,7 @@ def main() -> int:
         return float(np.logaddexp(0.0, -(2 * labels - 1) * lo).sum())
 
     x0 = np.array([getattr(defaults, k) for k in FITTED])
-    placed = [k != "unplaced_log_odds" for k in FITTED]  # stage 1 fits these; bu stays at its default
+    placed = np.array([k != "unplaced_log_odds" for k in FITTED])  # stage 1 fits these; bu stays at its default
 
     def with_placed(z) -> np.ndarray:
         x = x0.copy()
@@ -180,21 +180,19 @@ def main() -> int:
 
     def with_unplaced(z) -> np.ndarray:
         x = x1.copy()
-        x[~np.array(placed)] = z
+        x[~placed] = z
         return x
 
-    res_u = minimize(
-        lambda z: pair_loss(with_unplaced(z), withheld, y_withheld),
-        x0[~np.array(placed)],
-        method="L-BFGS-B",
-        bounds=[BOUNDS["unplaced_log_odds"]],
-    )
+    def withheld_loss(z) -> float:
+        return pair_loss(with_unplaced(z), withheld, y_withheld)
+
+    res_u = minimize(withheld_loss, x0[~placed], method="L-BFGS-B", bounds=[BOUNDS["unplaced_log_odds"]])
     fitted = dict(zip(FITTED, (float(v) for v in with_unplaced(res_u.x)), strict=True))
     print(f"fit_unplaced_converged: {bool(res_u.success)} ({res_u.message})")
     print(
         f"fit_mean_log_loss_positions_withheld: {res_u.fun / len(y_withheld):.4f} "
-        f"(at the default bu {pair_loss(with_unplaced(x0[~np.array(placed)]), withheld, y_withheld) / len(y_withheld):.4f}; "
-        f"at bu = b0 {pair_loss(with_unplaced([fitted['prior_log_odds']]), withheld, y_withheld) / len(y_withheld):.4f})"
+        f"(at the default bu {withheld_loss(x0[~placed]) / len(y_withheld):.4f}; "
+        f"at bu = b0 {withheld_loss([fitted['prior_log_odds']]) / len(y_withheld):.4f})"
     )
     print("# the log odds' parameters: " + ", ".join(f"{k} {v:.4g}" for k, v in fitted.items()), flush=True)
 
