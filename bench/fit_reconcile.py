@@ -8,10 +8,13 @@ instances never seen together, its evidence (stages/reconcile/associate.py: ``ev
 instances located and the layouts aligned as reconciliation does) and whether the truth says it
 is one object. Then:
 
-1. the seven parameters of the log odds (position scale and tail, drift per distance walked, the
-   prior, how far a layout alignment's false alarms are trusted, the continuity and appearance
-   weights) maximise the pairs' Bernoulli log-likelihood (logistic loss of the labels under the
-   model's log odds; L-BFGS-B from the current defaults);
+1. the seven parameters of the log odds with a position term (position scale and tail, drift per
+   distance walked, the prior's offset b0, how far a layout alignment's false alarms are trusted,
+   the continuity and appearance weights) maximise the pairs' Bernoulli log-likelihood (logistic
+   loss of the labels under the model's log odds; L-BFGS-B from the current defaults); then, those
+   fixed, the offset without a position term (``unplaced_log_odds``) maximises it on the same
+   pairs compared with the positions withheld (as ``use_positions: false`` compares them: no
+   position term, the look-alikes counted over the whole clip);
 2. with those, every training view is reconciled (the partition does not depend on the review
    threshold), and ``review_expected_errors`` (a decision is a review item when the answers the
    opposite decision changes, times the probability that it is wrong, reach it) is the smallest
@@ -47,6 +50,7 @@ FITTED = (
     "position_tail",
     "drift_per_distance",
     "prior_log_odds",
+    "unplaced_log_odds",
     "chance_alignment_log10",
     "continuity_weight",
     "appearance_weight",
@@ -56,6 +60,7 @@ BOUNDS = {
     "position_tail": (0.3, 200.0),
     "drift_per_distance": (0.0, 1.0),
     "prior_log_odds": (-30.0, 30.0),
+    "unplaced_log_odds": (-30.0, 30.0),
     "chance_alignment_log10": (-10.0, 10.0),
     "continuity_weight": (0.0, 50.0),
     "appearance_weight": (0.0, 100.0),
@@ -123,10 +128,16 @@ def main() -> int:
     defaults = rc.ReconcileParams()
     data = []  # (level, seed, vi, config, instances, poses)
     evs, labels = [], []
+    withheld_evs, withheld_labels = [], []  # the same pairs without positions
+    no_positions = defaults.model_copy(update={"use_positions": False})
     for level, seed, vi, config in views(args.seeds, args.noise, args.root, args.appearance, args.models):
         errs = config.model_errors
         poses = me.perturb_track(vi.track, errs.poses, me.rng_for(errs.seed, vi.video_id, "poses"))
         instances = sorted(vi.instances(), key=lambda c: c.key)
+        alignments, walked = rc.prepare(instances, no_positions, poses, config.pose.ground_height())
+        ev = asc.evidence(instances, alignments, walked, tm.appearance_of(config))
+        withheld_evs += ev
+        withheld_labels += [vi.truth_of[e.a.key] == vi.truth_of[e.b.key] for e in ev]
         alignments, walked = rc.prepare(instances, defaults, poses, config.pose.ground_height())
         ev = asc.evidence(instances, alignments, walked, tm.appearance_of(config))
         evs += ev
@@ -134,23 +145,56 @@ def main() -> int:
         data.append((level, seed, vi, config, poses))
         print(f"# {level} seed {seed} {vi.view}: {len(ev)} pairs, {len(alignments)} layout alignments", flush=True)
     arrays = asc.EvidenceArrays.of(evs)
+    withheld = asc.EvidenceArrays.of(withheld_evs)
     y = np.array(labels, dtype=float)
+    y_withheld = np.array(withheld_labels, dtype=float)
     print(f"fit_pairs: {len(y)}")
     print(f"fit_pairs_same_object: {int(y.sum())}")
+    print(f"fit_pairs_without_position_term: {int((~np.isfinite(arrays.d).all(axis=1)).sum())}")
+    print(f"fit_pairs_positions_withheld: {len(y_withheld)}")
 
     def params_of(x) -> P:
         return P(**dict(zip(FITTED, x, strict=True)))
 
-    def loss(x) -> float:
-        lo = asc.log_odds(asc.score(params_of(x), arrays))
-        s = 2 * y - 1
-        return float(np.logaddexp(0.0, -s * lo).sum())
+    def pair_loss(x, ev, labels) -> float:
+        lo = asc.log_odds(asc.score(params_of(x), ev))
+        return float(np.logaddexp(0.0, -(2 * labels - 1) * lo).sum())
 
     x0 = np.array([getattr(defaults, k) for k in FITTED])
-    res = minimize(loss, x0, method="L-BFGS-B", bounds=[BOUNDS[k] for k in FITTED])
-    fitted = dict(zip(FITTED, (float(v) for v in res.x), strict=True))
+    placed = np.array([k != "unplaced_log_odds" for k in FITTED])  # stage 1 fits these; bu stays at its default
+
+    def with_placed(z) -> np.ndarray:
+        x = x0.copy()
+        x[placed] = z
+        return x
+
+    res = minimize(
+        lambda z: pair_loss(with_placed(z), arrays, y),
+        x0[placed],
+        method="L-BFGS-B",
+        bounds=[BOUNDS[k] for k, on in zip(FITTED, placed, strict=True) if on],
+    )
+    x1 = with_placed(res.x)
     print(f"fit_converged: {bool(res.success)} ({res.message})")
-    print(f"fit_mean_log_loss: {res.fun / len(y):.4f} (at the defaults {loss(x0) / len(y):.4f})")
+    print(f"fit_mean_log_loss: {res.fun / len(y):.4f} (at the defaults {pair_loss(x0, arrays, y) / len(y):.4f})")
+
+    def with_unplaced(z) -> np.ndarray:
+        x = x1.copy()
+        x[~placed] = z
+        return x
+
+    def withheld_loss(z) -> float:
+        return pair_loss(with_unplaced(z), withheld, y_withheld)
+
+    res_u = minimize(withheld_loss, x0[~placed], method="L-BFGS-B", bounds=[BOUNDS["unplaced_log_odds"]])
+    fitted = dict(zip(FITTED, (float(v) for v in with_unplaced(res_u.x)), strict=True))
+    print(f"fit_unplaced_converged: {bool(res_u.success)} ({res_u.message})")
+    print(
+        f"fit_mean_log_loss_positions_withheld: {res_u.fun / len(y_withheld):.4f} "
+        f"(at the default bu {withheld_loss(x0[~placed]) / len(y_withheld):.4f}; "
+        f"at bu = b0 {withheld_loss([fitted['prior_log_odds']]) / len(y_withheld):.4f})"
+    )
+    print("# the log odds' parameters: " + ", ".join(f"{k} {v:.4g}" for k, v in fitted.items()), flush=True)
 
     # the review threshold: reconcile every training view with the fitted parameters (the
     # partition does not depend on the threshold; the smallest one tried gives every margin it needs)

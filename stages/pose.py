@@ -51,18 +51,20 @@ class PoseParams(BaseModel):
     twoview_features: str = Field("sift", description="twoview backend: sift | orb")
     camera_height: float | None = Field(
         1.6,
-        description="the camera's height above the ground (metres). twoview scales its steps so that this "
-        "holds, and then reconcile locates objects where they meet the ground; null: not known",
+        description="the camera's height above the ground (metres). twoview and da3 scale their poses so "
+        "that the ground they see lies this far below the camera (the poses' unit is then metres), and "
+        "reconcile and VPO locate objects where they meet the ground; null: not known (da3's unit is then "
+        "that of its first window)",
     )
 
     def ground_height(self) -> float | None:
-        """The camera's height in the poses' own unit, when known: only twoview's poses are scaled by
-        it (da3's unit is that of its first window, not metres)."""
+        """The camera's height in the poses' own unit, when known: the backends in
+        ``METRIC_BACKENDS`` scale their poses to metres by it."""
         return self.camera_height if self.backend in METRIC_BACKENDS else None
 
 
 # Pose backends whose unit is set by ``PoseParams.camera_height``.
-METRIC_BACKENDS = ("twoview",)
+METRIC_BACKENDS = ("twoview", "da3")
 
 
 def yaw_matrix(yaw_deg: float) -> np.ndarray:
@@ -260,6 +262,8 @@ class ChunkStitcher:
         """``result``: the estimator's poses of ``items``; ``metric`` and ``bearings``: what it said
         of them (``last_metric``, ``last_bearings``), used where they cover every item."""
         fps = self.fps
+        if metric is None and result.metric is not None:
+            metric = [bool(x) for x in result.metric]
         tr = track_from_result(([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps), result)
         # Backends that know which step lengths are metric say so (twoview: ground-plane scale).
         m = np.asarray(metric, dtype=bool) if metric is not None and len(metric) == len(items) else None

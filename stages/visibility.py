@@ -15,10 +15,11 @@ the projected point, both in world units (pixels x depth / focal length), and th
 another timestamp is that model at the new depth. The instance is in the frustum when the predicted
 box overlaps the image.
 
-Positions are only as good as the poses behind them (da3's unit is arbitrary, a twoview track
-drifts): an instance's position is used only when it explains its own sightings, i.e. when the
-predicted box is in the frustum at no fewer than ``min_consistency`` of the timestamps it was seen
-at. Otherwise, and for instances without position, every unobserved timestamp is ``not_seen``.
+Positions are only as good as the poses behind them (a track drifts; its unit is metres only
+where the backend measured the ground): an instance's position is used only when it explains its
+own sightings, i.e. when the predicted box is in the frustum at no fewer than ``min_consistency``
+of the timestamps it was seen at. Otherwise, and for instances without position, every unobserved
+timestamp is ``not_seen``.
 """
 
 from __future__ import annotations

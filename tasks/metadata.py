@@ -373,6 +373,7 @@ def run_segment(job: Job) -> None:
     p: seg.SegmentParams = job.config.segment
     vid, index = ids.split_clip_id(job.unit)
     clip: ClipFeed = job.feed()
+    embeds = appearance_of(job.config) == "embedding"  # embeddings.parquet is written: reconcile reads it
     inst_rows: list[dict] = []
     seg_rows: list[dict] = []
     emb_rows: list[dict] = []
@@ -395,7 +396,7 @@ def run_segment(job: Job) -> None:
                         concepts,
                     )
                 seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
-                if p.appearance != seg.HISTOGRAM:
+                if embeds:
                     emb_rows = seg.embedding_rows(
                         vid, index, batch, seg_rows, job.backend("image_embedder"), p.embed_crops
                     )
@@ -407,7 +408,7 @@ def run_segment(job: Job) -> None:
         clip.close()
     job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
     job.out.write_table("instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
-    if p.appearance != seg.HISTOGRAM:  # written whenever an embedder is configured: reconcile reads it
+    if embeds:
         job.out.write_table("embeddings.parquet", schema.table(schema.CLIP_EMBEDDINGS, emb_rows))
     if prompted_rows is not None:
         job.out.write_table("prompted.parquet", schema.table(schema.PROMPTED_MASKS, prompted_rows))

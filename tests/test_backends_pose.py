@@ -171,3 +171,97 @@ def test_pose_stage_runs_a_sources_views_through_da3_together(da3_dir, monkeypat
     turn = np.einsum("nij,nkj->nik", fused.R, fused_alone.R)
     deg = np.degrees(np.arccos(np.clip((np.trace(turn, axis1=1, axis2=2) - 1) / 2, -1, 1)))
     assert deg.max() < 0.05, deg
+
+
+def _walk_windows(windows):
+    """What DA3 would say of a level camera walking 0.5 m per frame straight ahead, 1.6 m above
+    flat ground: each window in its own world (its first frame's camera) and its own unit (0.37 m x
+    (1 + first frame / 10)), depth maps (84 x 112, the processed size) of the ground in that unit.
+    The frame's index is in its first pixel."""
+    w, h = 112, 84
+    f = (w / 2) / np.tan(np.radians(45.0))
+    k = np.array([[f, 0, w / 2], [0, f, h / 2], [0, 0, 1.0]])
+    v = np.arange(h)[:, None] + 0.5 - h / 2
+    out = []
+    for images in windows:
+        first = int(images[0][0, 0, 0])
+        unit = 0.37 * (1 + first / 10)
+        ext = np.zeros((len(images), 3, 4))
+        ext[:, :, :3] = np.eye(3)
+        for j, img in enumerate(images):
+            ext[j, 2, 3] = -0.5 * (int(img[0, 0, 0]) - first) * unit  # t = -R C
+        ground = np.where(v > 0, 1.6 * unit * f / np.maximum(v, 1e-9), np.inf) * np.ones((1, w))
+        out.append((ext, np.repeat(k[None], len(images), 0), np.repeat(ground[None], len(images), 0), (w, h)))
+    return out
+
+
+def test_da3_chunks_are_in_metres_where_they_see_the_ground(da3_dir, monkeypatch) -> None:
+    """With the pose stage's camera height (passed as the stage passes it, beside the views'
+    geometry), every chunk is scaled so that the ground its depth maps see lies that far below:
+    the walk's steps come out 0.5 m whatever DA3's unit, marked metric, and the stitched track
+    keeps them across chunks of different units. Without it, the unit is the first window's."""
+    from vsi_wild.stages import pose as po
+    from vsi_wild.stages.backends.pose import DA3PoseEstimator
+
+    monkeypatch.setattr(DA3PoseEstimator, "run_windows", lambda self, ws: _walk_windows(ws))
+    n = 9
+    frames = [np.full((H, W, 3), k, np.uint8) for k in range(n)]
+    opts = {"device": "cpu", "da3_model_dir": str(da3_dir), "da3_window": 3, "da3_overlap": 1}
+    metric = create("pose_estimator", "da3", hfov_deg=90.0, features="sift", camera_height=1.6, **opts)
+    unscaled = create("pose_estimator", "da3", hfov_deg=90.0, features="sift", camera_height=None, **opts)
+    batch = FrameBatch(
+        "walk_front", frames, [k / 2 for k in range(n)], [15 * k for k in range(n)], list(range(n)), 30.0
+    )
+
+    def steps(ext: np.ndarray) -> np.ndarray:
+        c = -np.einsum("nji,nj->ni", ext[:, :, :3], ext[:, :, 3])
+        return np.linalg.norm(np.diff(c, axis=0), axis=1)
+
+    got = metric.estimate(batch)
+    np.testing.assert_allclose(steps(got.extrinsics), 0.5, rtol=1e-9)
+    assert got.metric is not None and got.metric.all()
+    raw = unscaled.estimate(batch)
+    np.testing.assert_allclose(steps(raw.extrinsics), 0.5 * 0.37, rtol=1e-9)
+    assert raw.metric is None
+
+    items = [(k, k / 2, 15 * k, frames[k]) for k in range(n)]
+    track = po.estimate_chunked(metric, iter(items), "walk_front", 30.0, 4)  # chunks of other units
+    np.testing.assert_allclose(np.linalg.norm(np.diff(track.C, axis=0), axis=1), 0.5, rtol=1e-9)
+    assert track.metric is not None and track.metric.all()
+
+
+@pytest.mark.slow
+def test_the_pose_stage_runs_da3_on_the_small_sample(da3_dir, tmp_path) -> None:
+    """The production pose backend through the engine, as `pose.backend: da3` runs it: the stage
+    builds DA3 with the options it gives every pose estimator (the views' geometry, the camera's
+    height) and writes every view's poses, fused and independent."""
+    from conftest import small_sample_config
+
+    from vsi_wild.config import load_config
+    from vsi_wild.store import Store, UnitRef
+    from vsi_wild.tasks import engine
+    from vsi_wild.tasks import metadata as tm
+    from vsi_wild.tasks.probe import PROBE
+    from vsi_wild.tasks.project import PROJECT
+    from vsi_wild.tasks.review import REVIEW
+    from vsi_wild.tasks.sample import SAMPLE
+
+    stages = [SAMPLE, PROBE, REVIEW, PROJECT, tm.POSE]
+    overrides = {
+        "pose.backend": "da3",
+        "models.device": "cpu",
+        "models.da3_model_dir": str(da3_dir),
+        "models.da3_process_res": 112,
+    }
+    config = load_config(small_sample_config(tmp_path / "c.yaml", tmp_path / "data"), overrides)
+    store = Store(tmp_path / "data")
+    plan = engine.Plan.load(config, store, stages)
+    engine.run_stages(plan, stages, engine.run_inline(plan))
+    assert not engine.summarize(plan, str(tmp_path))["failed"]
+    ((unit, outcome),) = plan.outcomes["pose"].items()
+    ref = UnitRef("pose", unit, outcome.key)
+    for name, backend in (("poses.parquet", "da3"), ("view_poses.parquet", "da3:independent")):
+        rows = store.read_table(ref, name).to_pylist()
+        assert {r["backend"] for r in rows} == {backend}
+        by_view = {r["video_id"] for r in rows}
+        assert len(by_view) == 4 and len(rows) == 4 * 32  # 16 s at 2 FPS, each view

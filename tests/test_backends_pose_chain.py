@@ -14,6 +14,7 @@ import pytest
 from vsi_wild.stages.backends.pose import (
     WindowPoses,
     chain_windows,
+    ground_height,
     intrinsics_to_input,
     pose_validity,
     window_starts,
@@ -75,7 +76,7 @@ def test_chained_windows_recover_the_trajectory(move: float) -> None:
         e, d = _simulate_call(ext[start : start + window], depth[start : start + window], rng)
         windows.append(WindowPoses(start, e, np.repeat(k[None], len(e), 0), d))
     assert len(windows) > 3
-    got, ixt, valid = chain_windows(n, windows)
+    got, ixt, valid, _ = chain_windows(n, windows)
     assert valid.all()
     truth = _relative_to_first(ext)
     # the global scale is the first call's: measure it from the truth and the first window
@@ -95,7 +96,7 @@ def test_chain_without_depth_uses_camera_centres() -> None:
     for start in window_starts(n, 6, 3):
         e, _ = _simulate_call(ext[start : start + 6], depth[start : start + 6], rng)
         windows.append(WindowPoses(start, e, np.repeat(np.eye(3)[None], len(e), 0), None))
-    got, _, valid = chain_windows(n, windows)
+    got, _, valid, _ = chain_windows(n, windows)
     assert valid.all()
     truth = _relative_to_first(ext)
     np.testing.assert_allclose(got[:, :, :3], truth[:, :, :3], atol=1e-9)
@@ -109,7 +110,7 @@ def test_unalignable_window_invalidates_its_frames_only_forward() -> None:
     ext, depth = _trajectory(rng, 10, 0.0)  # pure rotation: no centre spread
     w0 = WindowPoses(0, *_simulate_call(ext[:6], depth[:6], rng)[:1], np.repeat(np.eye(3)[None], 6, 0))
     w1 = WindowPoses(4, *_simulate_call(ext[4:10], depth[4:10], rng)[:1], np.repeat(np.eye(3)[None], 6, 0))
-    _, _, valid = chain_windows(10, [w0, w1])  # no depth, no spread: no scale
+    _, _, valid, _ = chain_windows(10, [w0, w1])  # no depth, no spread: no scale
     assert valid[:6].all() and not valid[6:].any()
 
 
@@ -142,3 +143,44 @@ def test_intrinsics_map_back_to_input_pixels() -> None:
     assert k[0, 2] == pytest.approx((W - 1) / 2) and k[1, 2] == pytest.approx((H - 1) / 2)
     assert (W / 2) / k[0, 0] == pytest.approx(np.tan(np.radians(hfov) / 2))
     assert (H / 2) / k[1, 1] == pytest.approx(np.tan(np.radians(vfov) / 2))
+
+
+def _da3_k(w: int, h: int, hfov: float) -> np.ndarray:
+    """K as DA3 writes it for a processed image of (w, h): principal point (w/2, h/2), pixel edges."""
+    f = (w / 2) / np.tan(np.radians(hfov) / 2)
+    return np.array([[f, 0, w / 2], [0, f, h / 2], [0, 0, 1.0]])
+
+
+def _depth_of_scene(k_proc: np.ndarray, w: int, h: int, height: float) -> np.ndarray:
+    """Depth (along the optical axis) of a level camera's processed image over the ground plane y
+    = ``height`` (camera axes, y down), with a wall at z = 2 x height filling the image's left
+    40 % and standing on that ground, found by casting each pixel centre's ray."""
+    u, v = np.meshgrid(np.arange(w) + 0.5, np.arange(h) + 0.5)  # pixel centres, DA3's edge convention
+    rays = np.stack([(u - k_proc[0, 2]) / k_proc[0, 0], (v - k_proc[1, 2]) / k_proc[1, 1], np.ones_like(u)], -1)
+    depth = np.full((h, w), np.inf)
+    down = rays[..., 1] > 0
+    depth[down] = height / rays[..., 1][down]  # t with t * ray_y = height; z = t (ray_z = 1)
+    wall_z = 2.0 * height
+    hit = (np.arange(w) < 0.4 * w)[None, :] & (wall_z * rays[..., 1] <= height) & (wall_z < depth)
+    depth[hit] = wall_z
+    return depth
+
+
+def test_ground_height_from_a_level_cameras_depth_map() -> None:
+    """The ground below a level camera, in its depth map's unit: the depth map (of DA3's processed
+    size, 252 x 140) of a camera 0.592 units up (1.6 m in a unit of 0.37 m) over flat ground, with a
+    wall across 40 % of the view; the intrinsics are the input's (640 x 360, ``intrinsics_to_input``).
+    The wall's pixels are a minority of those 15 degrees or more below the horizon: the height is
+    exact. A view too narrow to see that far down measures nothing."""
+    w, h, W, H = 252, 140, 640, 360
+    k_proc = _da3_k(w, h, 90.0)
+    height = 1.6 * 0.37
+    depth = _depth_of_scene(k_proc, w, h, height)
+    k_in = intrinsics_to_input(k_proc, (w, h), (W, H))
+    assert ground_height(depth, k_in, (W, H)) == pytest.approx(height, rel=1e-9)
+    # the wall's rows alone would give less: the median is the ground's
+    assert np.isinf(depth).any() and (depth == 2.0 * height).sum() > 1000
+    narrow = _da3_k(w, h, 40.0)  # vertical half-angle 12.9 degrees: no row 15 degrees down
+    assert np.isnan(
+        ground_height(_depth_of_scene(narrow, w, h, height), intrinsics_to_input(narrow, (w, h), (W, H)), (W, H))
+    )

@@ -57,6 +57,9 @@ class PoseResult:
     extrinsics: np.ndarray  # (n, 3, 4) world -> camera, OpenCV axes (x right, y down, z forward)
     intrinsics: np.ndarray  # (n, 3, 3) in the input images' pixels
     valid: np.ndarray  # (n,) bool
+    # (n,) bool: the frame's position is in metres, measured against the ground (da3 with
+    # ``camera_height``); None: the backend's own unit, or it says so itself (twoview's last_metric)
+    metric: np.ndarray | None = None
 
 
 class TextEmbedder(Protocol):

@@ -11,7 +11,10 @@ rotation and translation averaged over the shared frames' poses. Drift accumulat
 in any chained odometry; the paper audits poses by hand.
 
 Output convention (``PoseResult``): extrinsics world -> camera, OpenCV axes (x right, y down,
-z forward), world = the first frame's camera, unit = DA3's scale of the first window (not metres);
+z forward), world = the first frame's camera, unit = DA3's scale of the first window, or metres
+where the pose stage's ``camera_height`` is given and the chunk's depth maps see the ground: the
+level views' pixels well below the horizon put the ground at a height in DA3's unit
+(``ground_height``), and the chunk is scaled to make it ``camera_height`` (``PoseResult.metric``);
 intrinsics in the *input* frames' pixels, pixel-centre coordinates (``stages/geometry.py``). DA3
 resizes frames so the longest side is ``da3_process_res`` (each side then rounded to a multiple of
 14) and writes K with the principal point at (w/2, h/2) in pixel-edge coordinates (VGGT style), so
@@ -25,6 +28,7 @@ which on CPU is ~3x slower; on CUDA we call DA3's own ``forward`` (bf16/fp16 aut
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,11 +113,14 @@ class WindowPoses:
     depth: np.ndarray | None = None  # (m, h, w), same scale as the extrinsics' translations
 
 
-def chain_windows(n: int, windows: Sequence[WindowPoses]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def chain_windows(
+    n: int, windows: Sequence[WindowPoses]
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, dict[int, np.ndarray]]:
     """Poses of frames 0..n-1 in one world frame: window 0's, then re-expressed so that frame 0's
     camera is the world (identity extrinsics). Returns (extrinsics (n,3,4), intrinsics (n,3,3),
-    valid (n,)). A window whose alignment cannot be estimated (no finite scale, no shared frame
-    with a placed window) leaves its new frames invalid rather than guessing."""
+    valid (n,), depth: frame -> its depth map in the chain's unit, where the windows had one). A
+    window whose alignment cannot be estimated (no finite scale, no shared frame with a placed
+    window) leaves its new frames invalid rather than guessing."""
     ext = np.full((n, 3, 4), np.nan)
     ixt = np.full((n, 3, 3), np.nan)
     have = np.zeros(n, bool)
@@ -151,7 +158,40 @@ def chain_windows(n: int, windows: Sequence[WindowPoses]) -> tuple[np.ndarray, n
         ref = int(np.flatnonzero(valid)[0])
         inv = np.linalg.inv(_to44(ext[ref]))
         ext = (_to44(ext) @ inv)[:, :3, :4]
-    return ext, ixt, valid
+    return ext, ixt, valid, depth
+
+
+# The ground a level camera sees at least this far below the horizon: within about 6 m of a camera
+# 1.6 m up, where a depth map is most accurate, and below most obstacles' tops.
+GROUND_DEPRESSION_DEG = 15.0
+
+
+def ground_height(depth: np.ndarray, K: np.ndarray, input_wh: tuple[int, int]) -> float:
+    """The height above the ground of a level camera, in the unit of its depth map ``depth``
+    ((h, w), depth along the optical axis; ``K``: intrinsics in the input image's pixels,
+    ``input_wh`` its size): a pixel at row v sees a point z (v - cy) / fy below the camera (z its
+    depth), the ground's height where the ray descends at least ``GROUND_DEPRESSION_DEG``. The
+    median over those pixels (an obstacle standing in them lowers a minority); nan where the view
+    sees nothing that far down."""
+    d = np.asarray(depth, np.float64)
+    h, _w = d.shape
+    sy = input_wh[1] / h  # depth rows -> input rows (pixel centres)
+    v_in = (np.arange(h) + 0.5) * sy - 0.5
+    drop = (v_in - K[1, 2]) / K[1, 1]  # tan of each row's depression
+    rows = drop >= math.tan(math.radians(GROUND_DEPRESSION_DEG))
+    below = d[rows] * drop[rows, None]
+    below = below[np.isfinite(below) & (below > 0)]
+    return float(np.median(below)) if below.size else float("nan")
+
+
+def chain_ground_height(
+    depth: dict[int, np.ndarray], intrinsics: np.ndarray, valid: np.ndarray, input_wh: tuple[int, int]
+) -> float:
+    """The camera's height in a chain's unit: the median of its valid frames' ``ground_height``
+    (nan where none measured one)."""
+    hs = [ground_height(d, intrinsics[i], input_wh) for i, d in sorted(depth.items()) if valid[i]]
+    hs = [x for x in hs if np.isfinite(x) and x > 0]
+    return float(np.median(hs)) if hs else float("nan")
 
 
 def intrinsics_to_input(k: np.ndarray, processed_wh: tuple[int, int], input_wh: tuple[int, int]) -> np.ndarray:
@@ -192,8 +232,9 @@ def load_da3(path: Path, device: str) -> Any:
 class DA3PoseEstimator:
     name = "da3"
 
-    def __init__(self, params: ModelsParams):
+    def __init__(self, params: ModelsParams, camera_height: float | None = None):
         self.params = params
+        self.camera_height = camera_height  # metres: each chunk is scaled so that its ground lies this far below
         require("depth_anything_3", "depth-anything-3", self.name)
         path = params.weight_path("da3_model_dir", kind="dir", hint="a DA3 folder (config.json + model.safetensors)")
         for f in ("config.json",):
@@ -291,8 +332,17 @@ class DA3PoseEstimator:
                 in_h, in_w = batches[i].images[0].shape[:2]
                 windows[i].append(WindowPoses(starts[i][k], ext, intrinsics_to_input(K, wh, (in_w, in_h)), depth))
         for i in todo:
-            ext, ixt, valid = chain_windows(len(batches[i].images), windows[i])
-            out[i] = PoseResult(extrinsics=ext, intrinsics=ixt, valid=valid & pose_validity(ext, ixt))
+            ext, ixt, valid, depths = chain_windows(len(batches[i].images), windows[i])
+            valid &= pose_validity(ext, ixt)
+            metric = None
+            if self.camera_height:
+                in_h, in_w = batches[i].images[0].shape[:2]
+                h = chain_ground_height(depths, ixt, valid, (in_w, in_h))
+                if np.isfinite(h):  # the chunk in metres: its ground camera_height below the camera
+                    ext = ext.copy()
+                    ext[:, :, 3] *= self.camera_height / h
+                    metric = valid.copy()
+            out[i] = PoseResult(extrinsics=ext, intrinsics=ixt, valid=valid, metric=metric)
         done = [r for r in out if r is not None]
         assert len(done) == len(out)  # every video's result is filled above
         return done
@@ -309,6 +359,10 @@ def _batch_item(raw: Any, b: int, n: int) -> Any:
     for k, v in raw.items():
         part[k] = v[b : b + 1] if isinstance(v, torch.Tensor) and v.dim() and v.shape[0] == n else v
     return part
+
+
+# What the pose stage passes to whichever pose estimator it builds (tasks.metadata.run_pose).
+POSE_STAGE_OPTIONS = ("hfov_deg", "features", "camera_height")
 
 
 @register(
@@ -329,4 +383,8 @@ def _batch_item(raw: Any, b: int, n: int) -> Any:
     gpu=True,
 )
 def make_da3(ctx: BackendContext) -> DA3PoseEstimator:
-    return DA3PoseEstimator(as_params(ctx.models, ctx.options))
+    # The pose stage gives every pose estimator the views' geometry and the camera's height
+    # (POSE_STAGE_OPTIONS); DA3 estimates its own intrinsics and reads the height. Other options
+    # override the models section (tests, benches).
+    options = {k: v for k, v in ctx.options.items() if k not in POSE_STAGE_OPTIONS}
+    return DA3PoseEstimator(as_params(ctx.models, options), ctx.options.get("camera_height"))

@@ -55,7 +55,7 @@ __all__ = [
 
 
 class ReconcileParams(BaseModel):
-    """Reconciliation's parameters. The eight of ``associate`` (``ASSOCIATE_PARAMS``) are fitted by
+    """Reconciliation's parameters. The nine of ``associate`` (``ASSOCIATE_PARAMS``) are fitted by
     bench/fit_reconcile.py on the bench's training seeds 1-16 (six look-alikes per category, noise
     levels none and moderate pooled; docs/metadata.md), never set by hand: refit them when the
     segmenter, the pose backend or the footage changes."""
@@ -96,8 +96,14 @@ class ReconcileParams(BaseModel):
         0.02336, ge=0, description="q: pose drift (standard deviation) per unit walked between two sightings"
     )
     prior_log_odds: float = Field(
-        0.7773,
-        description="b0: log odds of one object when one look-alike is expected within the match's uncertainty ellipse",
+        0.7772,
+        description="b0: log odds of one object when one look-alike is expected within the match's uncertainty ellipse "
+        "(with the position term, whose normalisation it carries)",
+    )
+    unplaced_log_odds: float = Field(
+        -0.767,
+        description="bu: log odds of one object for a pair with no position term (no poses, or an instance not "
+        "located) when one look-alike is in the clip: the prior is bu - log N there",
     )
     chance_alignment_log10: float = Field(
         3.921,

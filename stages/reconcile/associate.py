@@ -19,7 +19,11 @@ object is a sum of named log-likelihood-ratio terms (``score``):
   two clips shows within the median viewing range; its whole clip's for an instance without a
   place), rho = N over that disc. Where the match's uncertainty ellipse is small against the
   look-alikes' spacing a match says much; where it covers the look-alikes the odds fall to one
-  in N: a match means little where look-alikes crowd or where the places are loose;
+  in N: a match means little where look-alikes crowd or where the places are loose. b0 is fitted
+  together with the position term, whose Student-t ratio to a perfect match is at most 0, so it
+  carries that term's normalisation too; a pair without a position term (no poses, or an
+  instance not located) has its own offset instead, bu - log N: bu is the log odds that two
+  instances are one object when only the look-alike count is known;
 - ``llr_continuity``: beta x the boxes' overlap when one was seen in the sample just before the
   other's first (across a cut, or a track that broke), each carried at its own image motion;
 - ``llr_appearance``: a x (s - 1), s the appearance similarity: the colour histograms'
@@ -36,7 +40,7 @@ partition maximising the summed log odds of the pairs it joins, never joining tw
 in one sample (the segmenter saw two objects). A pair's posterior is its odds in context (what the
 partition loses when its decision is reversed); it is a review item when the answers the reversed
 partition changes, times the probability that the decision is wrong, reach
-``review_expected_errors``; the partition's decision stands meanwhile. The eight parameters are
+``review_expected_errors``; the partition's decision stands meanwhile. The nine parameters are
 ``ASSOCIATE_PARAMS``, fitted by bench/fit_reconcile.py on the bench's training seeds.
 """
 
@@ -62,6 +66,7 @@ ASSOCIATE_PARAMS = (
     "position_tail",
     "drift_per_distance",
     "prior_log_odds",
+    "unplaced_log_odds",
     "chance_alignment_log10",
     "continuity_weight",
     "appearance_weight",
@@ -81,6 +86,8 @@ class AssociateParams(Protocol):
     def drift_per_distance(self) -> float: ...
     @property
     def prior_log_odds(self) -> float: ...
+    @property
+    def unplaced_log_odds(self) -> float: ...
     @property
     def chance_alignment_log10(self) -> float: ...
     @property
@@ -320,7 +327,8 @@ def score(p: AssociateParams, ev: EvidenceArrays) -> dict[str, np.ndarray]:
     mixed = np.logaddexp(log_right + pos_aligned + dens_aligned, log_chance + pos_poses + dens_poses)
     density = np.where(aligned, dens_aligned, dens_poses)
     position = np.where(has, np.where(aligned, mixed - dens_aligned, pos_poses), np.nan)
-    prior = p.prior_log_odds - np.log(ev.alikes) + density
+    # b0 goes with the position term (it carries that term's normalisation); bu stands without one
+    prior = np.where(has, p.prior_log_odds + density, p.unplaced_log_odds) - np.log(ev.alikes)
     continuity = p.continuity_weight * ev.box_iou  # nan where not a boundary pair
     appearance = p.appearance_weight * (ev.appearance - 1.0)
     return {"llr_position": position, "llr_prior": prior, "llr_continuity": continuity, "llr_appearance": appearance}
