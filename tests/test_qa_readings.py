@@ -26,7 +26,7 @@ from vsi_wild import schema
 from vsi_wild.stages.pose import Track, track_from_rows
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import plan_video
-from vsi_wild.stages.qa.common import Provenance, VideoInfo, ordering_text
+from vsi_wild.stages.qa.common import Provenance, StableRng, VideoInfo, ordering_text
 from vsi_wild.stages.qa.params import Sighting
 from vsi_wild.stages.qa.readings import sector_margin, seen_under
 from vsi_wild.stages.qa.vmr import vmr_questions
@@ -37,8 +37,11 @@ from vsi_wild.stages.qa.vpo import (
     GroundSighting,
     OtherVisits,
     ViewContent,
+    apart_visits,
     choose_anchor_sets,
+    compatible,
     object_visits,
+    search_set,
     sightings_from_metadata,
     view_problem,
     vpo_plan,
@@ -610,6 +613,43 @@ def test_anchor_sets_are_searched_for_where_random_restarts_miss_them():
     params = QAParams(vpo_attempts=1, vpo_min_gap_s=30.0)
     sets = choose_anchor_sets(cands, 3, params, _video(duration=100.0, fps=2.0))
     assert sorted(tuple(c.time for c in s) for s in sets) == [(0.0, 30.0, 60.0, 90.0), (0.0, 30.0, 60.0, 95.0)]
+
+
+def _walked_again(overlap_end: float) -> tuple[list[Candidate], dict[int, OtherVisits]]:
+    """A 150 s walk's 2 FPS candidates (1.5-148.5 s, no poses) whose moments up to ``overlap_end`` are
+    walked again 119 s later, and each of those frames' other visit."""
+    cands = [Candidate(k / 2, k, None) for k in range(3, 298)]
+    early = {c.frame: OtherVisits(c.time + 119.0, c.time + 119.0) for c in cands if c.time <= overlap_end}
+    late = {c.frame: OtherVisits(c.time - 119.0, c.time - 119.0) for c in cands if 1.5 <= c.time - 119.0 <= overlap_end}
+    return cands, early | late
+
+
+def test_the_anchor_search_finds_the_one_set_a_walk_walked_again_leaves():
+    """The walk's first 28 s (1.5-29.5 s) walked again 119 s later (120.5-148.5 s), anchors 30 s apart:
+    no other anchor may lie between a frame of either end and its other visit, which leaves room for
+    one anchor at each end and none between them, so every anchor lies in 30-120 s, exactly 90 s, and
+    the only set is 30-60-90-120 (worked out by hand). The random restarts miss it; the search finds
+    it for the first question, and no second set exists, whatever the seed."""
+    cands, visits = _walked_again(29.5)
+    for seed in range(3):
+        params = QAParams(seed=seed, vpo_min_gap_s=30.0)
+        sets = choose_anchor_sets(cands, 3, params, _video(duration=150.0, fps=2.0), visits)
+        assert [tuple(c.time for c in s) for s in sets] == [(30.0, 60.0, 90.0, 120.0)]
+
+
+def test_the_anchor_search_checks_each_pair_once():
+    """Where no set exists (the walk's moments up to 30 s walked again: the stretch no other visit
+    reaches is 30.5-120 s, under the 90 s four anchors 30 s apart need), the search tries every set
+    and checks each pair of candidates once: n(n-1)/2 checks at most, within the default budget."""
+    cands, visits = _walked_again(30.0)
+    checked: list[tuple[int, int]] = []
+
+    def fits(c: Candidate, p: Candidate) -> bool:
+        checked.append((c.frame, p.frame))
+        return compatible(c, p, 30.0, 0.0) and apart_visits(c, p, visits)
+
+    assert search_set(cands, fits, lambda s: True, StableRng(0, VID, "VPO", 0)) is None
+    assert len(checked) == len(set(checked)) <= len(cands) * (len(cands) - 1) // 2
 
 
 # a loop walked once and then its first 30 s again (OpenCV world axes, y down, the camera 1.6 m above
