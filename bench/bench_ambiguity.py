@@ -55,9 +55,10 @@ steady moves lie on the 8 directions: the rule is exercised by tests/test_qa_rea
 -> 6/24 by the visit reading (0.67 of the questions: s907 walks its loop again, every place of its
 first 30 s is visited at its end, and no anchor set exists in its metadata: of the 2,849,585 sets of
 4 of a view's 297 candidates that the gap and place conditions allow, none keeps every anchor's
-other visits on its side of the others, as an enumeration of them all shows (the candidates no other
-visit reaches span 36.5-109 s, less than the 90 s that 4 anchors 30 s apart need); s908 keeps 12 of
-12 where the random restarts alone found 10). By the view reading, every
+other visits on its side of the others, as an enumeration of them all shows, and so does the
+pipeline's own search (``vpo.search_set``: every pair checked once, 43,956 checks a view): the
+candidates no other visit reaches span 36.5-109 s, less than the 90 s that 4 anchors 30 s apart
+need; s908 keeps 12 of 12 where the random restarts alone found 10). By the view reading, every
 VPO question asked has a view no object dates (ambiguous_items_by_view_VPO 24/24; 22/22 before
 the search); with --qa-set vpo_min_landmarks=1 the pipeline asks 2 (sample 0, s907 0, s908 2), 1
 of them undatable by the truth. What is left: 2 VOC counts whose speck (1 and 4-10 px) is below what
