@@ -129,7 +129,13 @@ class Track:
         i = self.row(k)
         if i is None:
             return None
-        d_cam = np.linalg.solve(self.K[i], np.array([u, v, 1.0]))
+        try:
+            d_cam = np.linalg.solve(self.K[i], np.array([u, v, 1.0]))
+        except np.linalg.LinAlgError:
+            raise ValueError(
+                f"sample {k}: its pose is marked valid but its intrinsics are not a camera's "
+                f"({self.K[i].ravel().tolist()}): poses.parquet's intrinsics column"
+            ) from None
         d = self.R[i].T @ d_cam
         return self.C[i], d / np.linalg.norm(d)
 

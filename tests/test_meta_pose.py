@@ -435,3 +435,26 @@ def test_a_step_measured_far_off_its_neighbours_scale_is_treated_as_unmeasured()
     assert got[9] == pytest.approx(0.1)
     assert np.delete(got, [6, 9]) == pytest.approx([0.05] * 10)
     assert po.step_lengths(parallax, {}, by_view, window=3, max_ratio=100.0)[6] == pytest.approx(3.6)
+
+
+def test_a_valid_pose_without_a_camera_is_named_where_a_ray_is_cast():
+    """A pose row marked valid whose intrinsics are not a camera's (all zero: a stand-in) cannot
+    cast a ray; the error names the sample and the column, not a bare singular-matrix error."""
+    rows = [
+        {
+            "video_id": "v_front",
+            "sample_index": k,
+            "time": k / 2,
+            "frame": 15 * k,
+            "fps": 30.0,
+            "extrinsics": np.eye(3, 4).ravel().tolist(),
+            "intrinsics": ([0.0] * 9) if k == 1 else geometry.view_intrinsics(640, 360, 90.0).ravel().tolist(),
+            "valid": True,
+        }
+        for k in range(3)
+    ]
+    track = po.track_from_rows(rows)
+    c, d = track.ray(0, 319.5, 179.5)
+    np.testing.assert_allclose(d, [0.0, 0.0, 1.0], atol=1e-12)
+    with pytest.raises(ValueError, match=r"sample 1: .*intrinsics"):
+        track.ray(1, 10.0, 10.0)
