@@ -721,7 +721,9 @@ def check_pose(ctx: Context) -> list[Result]:
     opts["da3_overlap"] = min(opts.get("da3_overlap", 8), opts["da3_window"] - 1)
     views = [_batch(_frames(s.frames, s, v), f"gpu-check_{v}") for v in range(s.views)]
     n = sum(len(b.images) for b in views)
-    est = create("pose_estimator", "da3", device=ctx.device, da3_model_dir=path, **opts)
+    # as the pose stage builds it: with the camera height, each chunk is scaled to metres by its ground
+    height = {"camera_height": ctx.config.pose.camera_height}
+    est = create("pose_estimator", "da3", device=ctx.device, da3_model_dir=path, **height, **opts)
     est.estimate(_batch(views[0].images[:2]))  # warm-up
     out = []
     dt, peak, alone = ctx.meter(lambda: [est.estimate(b) for b in views])
@@ -759,7 +761,12 @@ def check_pose(ctx: Context) -> list[Result]:
     _compare_poses(ctx, "views batched vs one at a time", alone, together)
     if ctx.budget.allows(2 * dt + 10):
         est32 = create(
-            "pose_estimator", "da3", device=ctx.device, da3_model_dir=path, **{**opts, "da3_precision": "fp32"}
+            "pose_estimator",
+            "da3",
+            device=ctx.device,
+            da3_model_dir=path,
+            **height,
+            **{**opts, "da3_precision": "fp32"},
         )
         dt32, peak32, ref = ctx.meter(lambda: est32.estimate_many(views))
         r = Result(
