@@ -215,8 +215,8 @@ def _weight(
 
 
 def load_sections(path: Path) -> Any:
-    """The config's ``models`` and ``faces`` sections, each validated by its own model: all this
-    check reads. (The whole ``Config`` imports every stage, PyAV included, which the GPU machine's
+    """The config's ``models``, ``faces`` and ``pose`` sections, each validated by its own model: all
+    this check reads. (The whole ``Config`` imports every stage, PyAV included, which the GPU machine's
     environment need not carry for this.)"""
     from types import SimpleNamespace
 
@@ -224,11 +224,13 @@ def load_sections(path: Path) -> Any:
 
     from vsi_wild.stages.backends.params import ModelsParams
     from vsi_wild.stages.faces import FaceParams
+    from vsi_wild.stages.pose import PoseParams
 
     data = yaml.safe_load(Path(path).read_text()) or {}
     return SimpleNamespace(
         models=ModelsParams.model_validate(data.get("models") or {}),
         faces=FaceParams.model_validate(data.get("faces") or {}),
+        pose=PoseParams.model_validate(data.get("pose") or {}),
     )
 
 
