@@ -262,14 +262,15 @@ class ChunkStitcher:
         self,
         items: Sequence[FrameItem],
         result: PoseResult,
-        metric: Sequence[bool] | None = None,
+        metric: Sequence[bool] | np.ndarray | None = None,
         bearings: Sequence | None = None,
     ) -> None:
         """``result``: the estimator's poses of ``items``; ``metric`` and ``bearings``: what it said
-        of them (``last_metric``, ``last_bearings``), used where they cover every item."""
+        of them (``last_metric``, ``last_bearings``; else ``result.metric``), used where they cover
+        every item."""
         fps = self.fps
-        if metric is None and result.metric is not None:
-            metric = [bool(x) for x in result.metric]
+        if metric is None:
+            metric = result.metric
         tr = track_from_result(([x[0] for x in items], [x[1] for x in items], [x[2] for x in items], fps), result)
         # Backends that know which step lengths are metric say so (twoview: ground-plane scale).
         m = np.asarray(metric, dtype=bool) if metric is not None and len(metric) == len(items) else None
