@@ -789,9 +789,9 @@ def run_metadata(job: Job) -> None:
     pending = meta.pending_reviews(decisions, members, fixset)
     if pending:  # the qa stage marks the questions that rest on them provisional
         job.out.write_table("review_pending.parquet", schema.table(schema.REVIEW_PENDING, pending))
-    # the qa stage weighs each VOC answer by the unreviewed decisions whose reversal would change it
     unreviewed = meta.unreviewed_decisions(decisions, members, fixset, derived.members)
-    job.out.write_table("unreviewed_decisions.parquet", schema.table(schema.UNREVIEWED_DECISIONS, unreviewed))
+    if unreviewed:  # the qa stage weighs each VOC answer by those it rests on
+        job.out.write_table("unreviewed_decisions.parquet", schema.table(schema.UNREVIEWED_DECISIONS, unreviewed))
 
 
 METADATA = Stage(

@@ -30,7 +30,7 @@ SOURCE_FILE = "source.parquet"  # the probe stage's output
 POSES_FILE = "poses.parquet"  # the pose stage's output
 REVIEWS_FILE = "question_reviews.parquet"  # the metadata stage's, when the fix file reviews questions
 PENDING_FILE = "review_pending.parquet"  # the metadata stage's, when reconciliation left review items unresolved
-UNREVIEWED_FILE = "unreviewed_decisions.parquet"  # the metadata stage's: every decision no fix resolved
+UNREVIEWED_FILE = "unreviewed_decisions.parquet"  # the metadata stage's, when decisions are left unresolved
 
 
 def _view(job: Job, vid: str) -> VideoInfo:
@@ -59,9 +59,13 @@ def _pending_reviews(job: Job) -> list[dict]:
     return job.read("metadata", PENDING_FILE).to_pylist()
 
 
-def _at_risk(job: Job, instances: pa.Table, visibility: pa.Table, video: VideoInfo, params: QAParams) -> list:
+def _at_risk(
+    job: Job, instances: pa.Table, visibility: pa.Table, video: VideoInfo, params: QAParams
+) -> list[provisional.AtRisk]:
     """The video's unreviewed reconciliation decisions as its VOC counts read them: by the sightings
     of the reading that gives the answers (``qa.voc_readings``' first)."""
+    if not job.store.has_file(job.ref("metadata"), UNREVIEWED_FILE):  # written only when there are some
+        return []
     seen = seen_under(instances, visibility, video.video_id, video.width * video.height, params.voc_readings[0])
     return provisional.at_risk(job.read("metadata", UNREVIEWED_FILE).to_pylist(), seen)
 

@@ -138,23 +138,23 @@ def _risks(rows: list[dict], fixset: fx.FixSet | None = None) -> list[provisiona
 
 
 def test_a_count_is_at_risk_from_the_decisions_whose_two_sides_it_has_seen():
-    """Reversing a join splits the instance from when both of its sides are seen (45 s); joining two
-    instances left apart changes the count from when the later is first seen. The bound sums the
-    decisions' probabilities of being wrong."""
+    """Each decision bears on the counts from when both its sides are seen: the join from 45 s, 1
+    against 2 from 25 s, 3 against the others from 65 s. The bound adds their probabilities of
+    being wrong."""
     risks = _risks(_risky(0.85, 0.1))
     assert sorted((r.row["clip_b"], r.changes_from) for r in risks) == [(1, 25.0), (2, 45.0), (3, 65.0), (3, 65.0)]
-    assert provisional.answer_risk(risks, "bench", 20.0) == (0.0, [])
-    assert provisional.answer_risk(risks, "bench", 30.0)[0] == pytest.approx(0.1)
-    assert provisional.answer_risk(risks, "bench", 50.0)[0] == pytest.approx(0.25)
-    assert provisional.answer_risk(risks, "bench", 70.0)[0] == pytest.approx(0.45)
-    assert provisional.answer_risk(risks, "cone", 70.0) == (0.0, [])
+    assert provisional.answer_risk(risks, "bench", [20.0]) == (0.0, [])
+    assert provisional.answer_risk(risks, "bench", [30.0])[0] == pytest.approx(0.1)
+    assert provisional.answer_risk(risks, "bench", [50.0])[0] == pytest.approx(0.25)
+    assert provisional.answer_risk(risks, "bench", [70.0])[0] == pytest.approx(0.45)
+    assert provisional.answer_risk(risks, "cone", [70.0]) == (0.0, [])
     stream = provisional.mark(_voc_table("bench", [20.0, 40.0, 70.0]), [], risks, 0.05)
     assert stream["provisional"].to_pylist() == [True]
     assert (
         stream["provisional_reason"][0]
         .as_py()
         .startswith(
-            "rests on 4 unreviewed decision(s) whose reversal would change the answer (P(wrong answer) up to 0.45): "
+            "rests on 4 unreviewed decision(s) that may make the answer wrong (P(wrong answer) up to 0.45): "
             "bench clip 0 #1 / clip 2 #2 (merged, P(same) 0.85); bench clip 0 #1 / clip 1 #4 (apart, P(same) 0.10)"
         )
     )
@@ -162,28 +162,59 @@ def test_a_count_is_at_risk_from_the_decisions_whose_two_sides_it_has_seen():
     assert early["provisional"].to_pylist() == [False] and early["provisional_reason"].to_pylist() == [None]
 
 
+def test_one_error_is_counted_once():
+    """Every pair across a wrong merge is wrong with it, and every pair between two instances of one
+    object: an instance adds its lightest spanning tree of joined pairs (Kruskal), two instances the
+    surest of their pairs, never every pair."""
+    members = [*RISK_MEMBERS, {**member(1, 4, 7), "first_time": 85.0, "last_time": 89.0}]
+    seen = {**SEEN, 1: Seen(1, "bench", (5.0, 9.0, 45.0, 49.0, 85.0, 89.0))}
+    rows = [
+        *_risky(0.85, 0.1),
+        {**decision(0, 1, 4, 7, review=False, decided="merge"), "posterior": 0.95},
+        {**decision(2, 2, 4, 7, review=False, decided="merge"), "posterior": 0.98},
+        {**decision(2, 2, 3, 5, review=False), "posterior": 0.3},
+        {**decision(3, 5, 4, 7, review=False), "posterior": 0.02},
+    ]
+    left = meta.unreviewed_decisions(rows, members, fx.FixSet.empty(VID), members)
+    risks = provisional.at_risk(left, seen)
+    # by 70 s: the join 0.15 (instance 1 seen in clips 0 and 2), 1-2 0.1, 2-3 0.1, 1-3 the surer of 0.1 and 0.3
+    assert provisional.answer_risk(risks, "bench", [70.0])[0] == pytest.approx(0.45)
+    # by 90 s instance 1's tree is 0.02 + 0.05 (not the 0.15 pair), 1-3 still as first asked (0.1 by 70 s)
+    risk, carrying = provisional.answer_risk(risks, "bench", [70.0, 90.0])
+    assert risk == pytest.approx(0.07 + 0.1 + 0.1 + 0.1)
+    assert sorted((r.sides, round(r.p_wrong, 3)) for r in carrying) == [
+        (((0, 1), (1, 4)), 0.1),
+        (((0, 1), (3, 5)), 0.1),
+        (((0, 1), (4, 7)), 0.05),
+        (((1, 4), (3, 5)), 0.1),
+        (((2, 2), (4, 7)), 0.02),
+    ]
+    # asked only at 90 s, 1-3's surest pair is clip 3 #5 / clip 4 #7 (0.02)
+    assert provisional.answer_risk(risks, "bench", [90.0])[0] == pytest.approx(0.07 + 0.1 + 0.1 + 0.02)
+
+
 def test_a_video_whose_decisions_are_all_sure_marks_nothing():
     risks = _risks(_risky(0.9995, 0.002))
-    assert provisional.answer_risk(risks, "bench", 70.0)[0] == pytest.approx(0.0065)
+    assert provisional.answer_risk(risks, "bench", [70.0])[0] == pytest.approx(0.0065)
     out = provisional.mark(_voc_table("bench", [70.0]), [], risks, QAParams().provisional_risk)
     assert out["provisional"].to_pylist() == [False]
 
 
 def test_a_decision_a_person_resolved_carries_no_risk():
     rows = _risky(0.9995, 0.3)
-    assert provisional.answer_risk(_risks(rows), "bench", 70.0)[0] == pytest.approx(0.9005)
+    assert provisional.answer_risk(_risks(rows), "bench", [70.0])[0] == pytest.approx(0.9005)
     # a person kept clip 0 #1 and clip 1 #4 apart: that pair carries nothing now, the others all they did
     fixset = _fixes(
         "  - op: review_pair\n    clip_a: 0\n    local_a: 1\n    clip_b: 1\n    local_b: 4\n    decision: apart\n"
     )
     left = _risks(rows, fixset)
     assert [(r.row["clip_a"], r.row["clip_b"]) for r in left] == [(0, 2), (0, 3), (1, 3)]
-    assert provisional.answer_risk(left, "bench", 70.0)[0] == pytest.approx(0.6005)
+    assert provisional.answer_risk(left, "bench", [70.0])[0] == pytest.approx(0.6005)
     # a split of clip 3 #5 resolves both its pairs; a merge of instances 1 and 2, every pair within them
     left = _risks(rows, _fixes("  - op: split\n    clip: 3\n    local_id: 5\n"))
     assert [(r.row["clip_a"], r.row["clip_b"]) for r in left] == [(0, 2), (0, 1)]
     left = _risks(rows, _fixes("  - op: split\n    clip: 3\n    local_id: 5\n  - op: merge\n    instances: [1, 2]\n"))
-    assert left == [] and provisional.answer_risk(left, "bench", 70.0) == (0.0, [])
+    assert left == [] and provisional.answer_risk(left, "bench", [70.0]) == (0.0, [])
 
 
 def _no_pose_questions() -> tuple[list[dict], dict[str, int], dict[str, int], list[dict]]:

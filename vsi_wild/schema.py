@@ -657,8 +657,8 @@ REVIEW_PENDING = _schema(
 UNREVIEWED_DECISIONS = _schema(
     "Every reconciliation decision of one video (`merge_decisions.parquet`) that no fix has resolved (as for "
     "`review_pending.parquet`), with the instances its two sides are part of after the fixes and the probability "
-    "that it is wrong: the qa stage sums, per VOC question, those whose reversal would change its answer "
-    "(stages/qa/provisional.py). Review items are among them.",
+    "that it is wrong: the qa stage bounds, per VOC question, the probability that they make its answer wrong "
+    "(stages/qa/provisional.py). Review items are among them. Written only when there are some.",
     f("video_id", pa.string()),
     f("concept", pa.string()),
     f("clip_a", pa.int64()),
@@ -1226,7 +1226,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("visibility.parquet", VISIBILITY),
         _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
         _parquet("review_pending.parquet", REVIEW_PENDING, optional=True),
-        _parquet("unreviewed_decisions.parquet", UNREVIEWED_DECISIONS),
+        _parquet("unreviewed_decisions.parquet", UNREVIEWED_DECISIONS, optional=True),
     ),
     "qa": (
         _parquet("questions.parquet", QA_QUESTIONS),

@@ -8,20 +8,21 @@ decision, and leaves for review the pairs whose expected wrong answers reach
 
 A **VOC** question is provisional when its concept has a review item (reversing a merge or a split
 changes the count), or when the probability that its answer is wrong because of unreviewed
-decisions reaches ``QAParams.provisional_risk``. That probability is bounded by summing, over the
-decisions whose reversal would change its answer, the probability that each is wrong, min(P, 1 -
-P), capped at 1 (``answer_risk``). A decision changes the count at time t when both sides are
-counted by then (``at_risk``): two instances left apart, when both are first seen by t (joined,
-they count once); one instance it joined, when each side's own clip instance is seen by t (split
-there, both parts count). If every such decision is right, the count is right (a count too high
-needs two instances of one object both seen by t; one too low, two objects in one instance both
-seen by t: either is a wrong decision of such a pair), so the answer is wrong only if one of them
-is wrong, and the sum bounds that union whatever the decisions' dependence (Boole's inequality).
-It is not 1 - prod(1 - p): that is exact only for independent errors, and the errors here are
-mostly exclusive (a sighting is the revisit of at most one earlier object), where the union's
-probability is the sum, more than the product form says. The bound says more than it must
-rather than less, as far as the posteriors are calibrated; pairs that reconciliation left apart
-below a posterior of 0.001 are not listed, and add nothing.
+decisions reaches ``QAParams.provisional_risk``. Each decision is wrong with probability min(P, 1 -
+P); a count at time t rests on the decisions whose two sides (clip instances) are both seen by t
+(``at_risk``). It is wrong only if (i) an instance holds two objects both seen by t: then any tree
+of its joined pairs that spans its clip instances seen by t has a pair joining two objects, a wrong
+merge; or (ii) two instances, each one object, both seen by t, are one object: then every pair
+between their clip instances seen by t was wrongly left apart. So, by Boole's inequality, the
+probability is at most the sum over instances of their lightest spanning tree's probabilities
+(Kruskal), plus, over pairs of instances, the least of their pairs' probabilities, capped at 1
+(``answer_risk``). The bound holds whatever the decisions' dependence: it says more than it must
+rather than less, as far as the posteriors are calibrated. It is not 1 - prod(1 - p) over the
+pairs, which is exact only for independent errors: the pairs across one wrong merge are all wrong
+together (summing or multiplying them all counts one error many times), and a sighting is the
+revisit of at most one earlier object (exclusive errors, whose union's probability is the sum, more
+than the product form says). Pairs reconciliation left apart below a posterior of 0.001 are not
+listed and add nothing.
 
 A **VOO** question rests on its four concepts' review items (reversing one may move a concept's
 first or last real sighting; marked whenever it could, which says more than it must rather than
@@ -45,19 +46,28 @@ _EPS = 1e-9
 
 @dataclass(frozen=True)
 class AtRisk:
-    """One unreviewed decision as a VOC count reads it: reversed, it changes the concept's count at
-    every time from ``changes_from`` on."""
+    """One unreviewed decision as a VOC count reads it: it bears on the count at every time from
+    ``changes_from`` on, when both its sides are seen."""
 
     row: dict  # its schema.UNREVIEWED_DECISIONS row
     concept: str
     p_wrong: float
     changes_from: float
 
-    def describe(self) -> str:
+    @property
+    def joined(self) -> bool:
+        return bool(self.row["instance_a"] == self.row["instance_b"])
+
+    @property
+    def sides(self) -> tuple[tuple[int, int], tuple[int, int]]:
         d = self.row
+        return (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
+
+    def describe(self) -> str:
+        (ca, la), (cb, lb) = self.sides
         return (
-            f"{self.concept} clip {d['clip_a']} #{d['local_a']} / clip {d['clip_b']} #{d['local_b']} "
-            f"({'merged' if d['instance_a'] == d['instance_b'] else 'apart'}, P(same) {d['posterior']:.2f})"
+            f"{self.concept} clip {ca} #{la} / clip {cb} #{lb} "
+            f"({'merged' if self.joined else 'apart'}, P(same) {self.row['posterior']:.2f})"
         )
 
 
@@ -66,10 +76,11 @@ def _first_within(times: Sequence[float], lo: float, hi: float) -> float | None:
 
 
 def at_risk(decisions: Iterable[dict], seen: Mapping[int, Seen]) -> list[AtRisk]:
-    """The decisions (``schema.UNREVIEWED_DECISIONS`` rows) whose reversal changes a count, with
-    the time from which it does. ``seen``: instance id -> its sightings under the reading the
-    count is made by (``readings.seen_under``). A side that was removed or is never seen counts no
-    instance either way, and two sides a person renamed apart were decided by that person: no risk."""
+    """The decisions (``schema.UNREVIEWED_DECISIONS`` rows) a count can rest on, each from when
+    both its sides' clip instances are seen. ``seen``: instance id -> its sightings under the
+    reading the count is made by (``readings.seen_under``); a side's own first sighting is its
+    instance's first within the side's times. A side that was removed or is never seen counts
+    nothing either way, and two sides a person renamed apart were decided by that person: no risk."""
     out = []
     for d in decisions:
         ia, ib = d["instance_a"], d["instance_b"]
@@ -77,33 +88,57 @@ def at_risk(decisions: Iterable[dict], seen: Mapping[int, Seen]) -> list[AtRisk]
         sb = seen.get(int(ib)) if ib is not None else None
         if sa is None or sb is None or sa.concept != sb.concept:
             continue
-        if ia == ib:  # joined: split there, each part counts from its side's own first sighting
-            fa = _first_within(sa.times, d["first_a"], d["last_a"])
-            fb = _first_within(sb.times, d["first_b"], d["last_b"])
-            if fa is None or fb is None:
-                continue
-            t = max(fa, fb)
-        else:  # apart: joined, the two instances count once from when both are seen
-            t = max(sa.first, sb.first)
-        out.append(AtRisk(d, sa.concept, float(d["p_wrong"]), t))
+        fa = _first_within(sa.times, d["first_a"], d["last_a"])
+        fb = _first_within(sb.times, d["first_b"], d["last_b"])
+        if fa is None or fb is None:
+            continue
+        out.append(AtRisk(d, sa.concept, float(d["p_wrong"]), max(fa, fb)))
     return out
 
 
-def answer_risk(risks: Iterable[AtRisk], concept: str, t: float) -> tuple[float, list[AtRisk]]:
-    """An upper bound on the probability that ``concept``'s count at time ``t`` is wrong because of
-    unreviewed decisions (the sum of their probabilities of being wrong, capped at 1), and those
-    decisions, the likeliest wrong first."""
-    carrying = sorted(
-        (r for r in risks if r.concept == concept and r.changes_from <= t + _EPS and r.p_wrong > 0),
-        key=lambda r: (
-            -r.p_wrong,
-            r.changes_from,
-            r.row["clip_a"],
-            r.row["local_a"],
-            r.row["clip_b"],
-            r.row["local_b"],
-        ),
+def answer_risk(risks: Iterable[AtRisk], concept: str, query_times: Sequence[float]) -> tuple[float, list[AtRisk]]:
+    """An upper bound on the probability that any of ``concept``'s counts at ``query_times`` is
+    wrong because of unreviewed decisions, and the decisions it sums, the likeliest wrong first.
+    Per instance: the lightest tree of its joined pairs spanning its clip instances seen by the
+    last query time (an instance that holds two objects by some time holds them by then). Per two
+    instances: the surest of the pairs between them left apart, among those seen by the first
+    query time both are seen by (if they are one object then, they are one object at every time
+    after)."""
+    times = sorted(query_times)
+    if not times:
+        return 0.0, []
+    rel = sorted(
+        (r for r in risks if r.concept == concept and r.changes_from <= times[-1] + _EPS and r.p_wrong > 0),
+        key=lambda r: (r.p_wrong, r.sides),
     )
+    parent: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def root(x: tuple[int, int]) -> tuple[int, int]:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    def asked_by(t: float) -> float:  # the first query time at or after t
+        return next(q for q in times if t <= q + _EPS)
+
+    first_asked: dict[frozenset, float] = {}
+    for r in rel:
+        if not r.joined:
+            key = frozenset((r.row["instance_a"], r.row["instance_b"]))
+            first_asked[key] = min(first_asked.get(key, math.inf), asked_by(r.changes_from))
+    carrying, apart_done = [], set()
+    for r in rel:  # the likeliest right first: Kruskal's lightest tree, and each instance pair's surest
+        if r.joined:
+            a, b = (root(x) for x in r.sides)
+            if a != b:
+                parent[a] = b
+                carrying.append(r)
+            continue
+        key = frozenset((r.row["instance_a"], r.row["instance_b"]))
+        if key not in apart_done and r.changes_from <= first_asked[key] + _EPS:
+            apart_done.add(key)
+            carrying.append(r)
+    carrying.sort(key=lambda r: (-r.p_wrong, r.changes_from, r.sides))
     return min(1.0, math.fsum(r.p_wrong for r in carrying)), carrying
 
 
@@ -122,7 +157,7 @@ def _describe_risk(risk: float, carrying: list[AtRisk]) -> str:
     shown = carrying[:3]
     more = f" and {len(carrying) - len(shown)} more" if len(carrying) > len(shown) else ""
     return (
-        f"{len(carrying)} unreviewed decision(s) whose reversal would change the answer (P(wrong answer) up to "
+        f"{len(carrying)} unreviewed decision(s) that may make the answer wrong (P(wrong answer) up to "
         f"{risk:.2f}): " + "; ".join(r.describe() for r in shown) + more
     )
 
@@ -136,9 +171,8 @@ def voc_provisional(
 ) -> tuple[bool, str | None]:
     """Whether a VOC question of ``concept`` asked at ``query_times`` is provisional, and why:
     ``pending``, its concept's review items (``schema.REVIEW_PENDING`` rows); ``risks``, the video's
-    decisions at risk (``at_risk``); ``level``, ``QAParams.provisional_risk``. A stream question is
-    as risky as its latest checkpoint (a count's risk only grows with time)."""
-    risk, carrying = answer_risk(risks, concept, max(query_times, default=0.0))
+    decisions at risk (``at_risk``); ``level``, ``QAParams.provisional_risk``."""
+    risk, carrying = answer_risk(risks, concept, query_times)
     if pending:
         return True, _describe(list(pending)) + (f"; in all, {_describe_risk(risk, carrying)}" if carrying else "")
     if carrying and risk >= level:
