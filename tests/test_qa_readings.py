@@ -36,6 +36,7 @@ from vsi_wild.stages.qa.vpo import (
     Candidate,
     GroundSighting,
     OtherVisits,
+    VideoPoses,
     ViewContent,
     apart_visits,
     choose_anchor_sets,
@@ -579,7 +580,7 @@ def test_each_rotated_view_shows_an_object_that_dates_it():
     # 40 m, which the view at 40 s shows too): the three tie it to its moment, until the video shows
     # the third again at 150 s, after the next anchor (a look-alike merged into it)
     anchors = [Candidate(t, int(t * 2), (0.0, 0.0, t)) for t in (2.0, 40.0, 80.0, 120.0)]
-    content = ViewContent.from_metadata(poses, instances, visibility, video, params)
+    content = ViewContent.from_metadata(VideoPoses(poses, video), instances, visibility, video, params)
     assert content is not None and view_problem(content, anchors, 0, [45.0] * 4, 3) is None
     again = [
         {**r, "state": "visible", "x0": 600.0, "y0": 150.0, "x1": 640.0, "y1": 210.0, "area": 1200}
@@ -589,7 +590,11 @@ def test_each_rotated_view_shows_an_object_that_dates_it():
     ]
     later = [{**r, "last_time": 150.0} if r["instance_id"] == 3 else r for r in instances.to_pylist()]
     content = ViewContent.from_metadata(
-        poses, schema.table(schema.INSTANCES, later), schema.table(schema.VISIBILITY, again), video, params
+        VideoPoses(poses, video),
+        schema.table(schema.INSTANCES, later),
+        schema.table(schema.VISIBILITY, again),
+        video,
+        params,
     )
     assert content is not None
     assert "ball #3" in (view_problem(content, anchors, 0, [45.0] * 4, 3) or "")

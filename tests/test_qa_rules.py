@@ -390,8 +390,9 @@ def test_vpo_place_condition_grows_with_the_path_walked_between_the_anchors():
     w = make_world(5, duration=60.0)
     for p in w.poses:
         p["x"], p["y"] = 1.5 * p["time"], 0.0  # 1.5 m/s straight ahead
-    from vsi_wild.stages.qa.vpo import candidates
+    from vsi_wild.stages.qa.vpo import VideoPoses, candidates
 
-    cands = candidates(poses_table(w, "front"), video_of(w, "front"), PARAMS)
+    video = video_of(w, "front")
+    cands = candidates(VideoPoses(poses_table(w, "front"), video), video, PARAMS)
     a, b = cands[0], cands[-1]
     assert b.walked - a.walked == pytest.approx(1.5 * (b.time - a.time), rel=0.02)

@@ -185,7 +185,7 @@ def _revisits(oracle):
     >= qa.vpo_min_gap_s apart in time and clearly at the same place by the truth (closer than half
     of qa.vpo_min_position_frac of the truth trajectory's extent: the pose estimate is not the truth)."""
     from vsi_wild.stages.qa.common import VideoInfo
-    from vsi_wild.stages.qa.vpo import candidates
+    from vsi_wild.stages.qa.vpo import VideoPoses, candidates
 
     truth, config, _, read, source = oracle
     qa = config.qa
@@ -194,7 +194,7 @@ def _revisits(oracle):
     views = {v["view"]: v for v in read("project", source, "views.parquet").to_pylist()}
     for view in VIEW_YAW:
         video = VideoInfo.from_row(views[view])
-        cands = candidates(est_poses, video, qa)
+        cands = candidates(VideoPoses(est_poses, video), video, qa)
         xy = np.array([at_frame[c.frame] for c in cands])
         near = qa.vpo_min_position_frac * float(np.linalg.norm(xy.max(axis=0) - xy.min(axis=0))) / 2
 

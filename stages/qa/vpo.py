@@ -90,10 +90,9 @@ class VideoPoses:
         return any(r["valid"] for r in self.rows)
 
 
-def candidates(poses: pa.Table | VideoPoses | None, video: VideoInfo, params: QAParams) -> list[Candidate]:
+def candidates(posed: VideoPoses, video: VideoInfo, params: QAParams) -> list[Candidate]:
     """Anchor candidates: the 2 FPS pose timestamps (or a 2 FPS grid when there are no poses),
     away from both ends of the video."""
-    posed = poses if isinstance(poses, VideoPoses) else VideoPoses(poses, video)
     lo, hi = params.vpo_edge_margin_s, video.duration_s - params.vpo_edge_margin_s
     out: dict[int, Candidate] = {}
     if posed.rows:  # the 2 FPS sampler's (t_k, nearest frame) pairs: right for variable frame rates too
@@ -377,7 +376,7 @@ class ViewContent:
     @classmethod
     def from_metadata(
         cls,
-        poses: pa.Table | VideoPoses | None,
+        posed: VideoPoses,
         instances: pa.Table | None,
         visibility: pa.Table | None,
         video: VideoInfo,
@@ -385,10 +384,7 @@ class ViewContent:
     ) -> ViewContent | None:
         """None when the metadata cannot say what a view shows: no poses, no visibility track, or no
         instance whose position explains its sightings (then nothing is checked)."""
-        if poses is None or instances is None or visibility is None:
-            return None
-        posed = poses if isinstance(poses, VideoPoses) else VideoPoses(poses, video)
-        if not posed.any_valid():
+        if instances is None or visibility is None or not posed.any_valid():
             return None
         track = posed.track
         row_of_sample = {int(k): i for i, k in enumerate(track.sample_indices) if track.valid[i]}
