@@ -22,6 +22,9 @@ partition: each concept's instances grouped by object. Printed, summed over the 
     reconcile_voc_accuracy_auto, reconcile_voc_accuracy_reviewed: the VOC answers (each stream
         checkpoint's count and the total, per view and concept) equal to the truth partition's,
         as exported and after the oracle reviewer
+    reconcile_voc_wrong_unflagged: VOC answers as exported that are wrong and not provisional (marked as
+        the qa stage marks them: stages/qa/provisional.py at qa.provisional_risk)
+    reconcile_voc_provisional_fraction: the fraction of VOC answers marked provisional
     reconcile_voo_accuracy_auto, reconcile_voo_accuracy_reviewed: the same for VOO (the order of
         every 4-concept set whose first or last appearances lie >= qa.voo_min_gap_s apart)
     segmenter_voc_accuracy, segmenter_voo_accuracy: the truth partition's answers against the
@@ -413,8 +416,43 @@ def truth_answers(vi: ViewInputs, concepts: set[str], min_px: float, rules) -> t
     return voc, times
 
 
+def provisional_answers(
+    members: list[dict], decisions: list[dict], video_id: str, by_key: dict, rules, got: dict, want: dict, level: float
+) -> tuple[int, int]:
+    """(VOC answers wrong and not provisional, VOC answers provisional) of one view, marked as the
+    qa stage marks its questions (``stages/qa/provisional.py``, from the decisions as the metadata
+    stage lists them without fixes): each checkpoint's answer is the stream question's, the total
+    the total question's; an instance is seen at its clip instances' times (``answers.voc_answers``)."""
+    from vsi_wild.stages import fixes as fx
+    from vsi_wild.stages import metadata as meta
+    from vsi_wild.stages.qa import provisional
+    from vsi_wild.stages.qa.readings import Seen
+
+    none = fx.FixSet.empty(video_id)
+    times: dict[int, set[float]] = {}
+    for m in members:
+        times.setdefault(int(m["instance_id"]), set()).update((float(m["first_time"]), float(m["last_time"])))
+    concept = {int(m["instance_id"]): by_key[(int(m["clip_index"]), int(m["local_id"]))].concept for m in members}
+    seen = {i: Seen(i, concept[i], tuple(sorted(ts))) for i, ts in times.items()}
+    risks = provisional.at_risk(meta.unreviewed_decisions(decisions, members, none, members), seen)
+    pending: dict[str, list[dict]] = {}
+    for d in meta.pending_reviews(decisions, members, none):
+        pending.setdefault(d["concept"], []).append(d)
+    cps = rules.checkpoints()
+    unflagged_wrong = flagged = 0
+    for c, counts in want.items():
+        g = got.get(c, [0] * len(counts))
+        stream, _ = provisional.voc_provisional(c, cps, pending.get(c, []), risks, level)
+        total, _ = provisional.voc_provisional(c, [rules.duration_s], pending.get(c, []), risks, level)
+        answers = [(x != y, stream) for x, y in zip(g, counts, strict=True)] + [(g[-1] != counts[-1], total)]
+        unflagged_wrong += sum(wrong and not flag for wrong, flag in answers)
+        flagged += sum(flag for _, flag in answers)
+    return unflagged_wrong, flagged
+
+
 class Tally:
-    def __init__(self):
+    def __init__(self, provisional: bool = True):
+        self.provisional = provisional  # the reconciler's decisions have posteriors to mark questions by
         self.v = dict.fromkeys(
             (
                 "merges",
@@ -425,6 +463,8 @@ class Tally:
                 "voc_auto",
                 "voc_reviewed",
                 "voc_total",
+                "voc_wrong_unflagged",
+                "voc_provisional",
                 "voo_auto",
                 "voo_reviewed",
                 "voo_total",
@@ -443,6 +483,14 @@ class Tally:
         def acc(a: float, n: float) -> str:
             return f"{a / n:.4f}" if n else "nan"
 
+        provisional = (
+            [
+                f"{prefix}voc_wrong_unflagged: {v['voc_wrong_unflagged']:.0f}",
+                f"{prefix}voc_provisional_fraction: {acc(v['voc_provisional'], v['voc_total'])}",
+            ]
+            if self.provisional
+            else []
+        )
         return [
             f"{prefix}false_merges: {v['merges']:.0f}",
             f"{prefix}false_splits: {v['splits']:.0f}",
@@ -452,6 +500,7 @@ class Tally:
             f"{prefix}review_items_per_view_minute: {v['review'] / view_minutes:.3f}",
             f"{prefix}voc_accuracy_auto: {acc(v['voc_auto'], v['voc_total'])}",
             f"{prefix}voc_accuracy_reviewed: {acc(v['voc_reviewed'], v['voc_total'])}",
+            *provisional,
             f"{prefix}voo_accuracy_auto: {acc(v['voo_auto'], v['voo_total'])}",
             f"{prefix}voo_accuracy_reviewed: {acc(v['voo_reviewed'], v['voo_total'])}",
             f"{prefix}voc_answers: {v['voc_total']:.0f}",
@@ -461,9 +510,17 @@ class Tally:
 
 
 def measure(
-    members: list[dict], decisions: list[dict], vi: ViewInputs, by_key: dict, rules, sets: list, want: tuple[dict, dict]
+    members: list[dict],
+    decisions: list[dict],
+    vi: ViewInputs,
+    by_key: dict,
+    rules,
+    sets: list,
+    want: tuple[dict, dict],
+    provisional_risk: float | None = None,
 ) -> dict:
-    """One view's figures for one reconciler's members and decision rows."""
+    """One view's figures for one reconciler's members and decision rows; with ``provisional_risk``
+    (``qa.provisional_risk``) the VOC answers marked provisional too (``provisional_answers``)."""
     groups_of: dict[int, list] = {}
     for m in members:
         groups_of.setdefault(m["instance_id"], []).append((int(m["clip_index"]), int(m["local_id"])))
@@ -476,9 +533,17 @@ def measure(
     after = reviewed(groups, items, vi.truth_of)
     merges, splits = errors_of(groups, vi.truth_of)
     silent_merges, silent_splits = errors_of(after, vi.truth_of)
-    va, vt, oa, ot = compare(answers(groups, by_key, rules), want, sets)
+    got = answers(groups, by_key, rules)
+    va, vt, oa, ot = compare(got, want, sets)
     vr, _, orr, _ = compare(answers(after, by_key, rules), want, sets)
+    unflagged_wrong, flagged = (
+        provisional_answers(members, decisions, vi.video_id, by_key, rules, got[0], want[0], provisional_risk)
+        if provisional_risk is not None
+        else (0, 0)
+    )
     return {
+        "voc_wrong_unflagged": unflagged_wrong,
+        "voc_provisional": flagged,
         "merges": merges,
         "splits": splits,
         "silent_merges": silent_merges,
@@ -553,7 +618,7 @@ def main() -> int:
 
     v11 = load_v11(args.v11) if args.v11 else None
     store = Store(args.root)
-    totals, totals_v11, seg = Tally(), Tally(), [0, 0, 0, 0]
+    totals, totals_v11, seg = Tally(), Tally(provisional=False), [0, 0, 0, 0]
     view_minutes = 0.0
     failed = False
     for seed in args.seeds:
@@ -565,7 +630,7 @@ def main() -> int:
             print(f"reconcile_seed{seed}: error {views}", file=sys.stderr)
             failed = True
             continue
-        seed_tally, seed_v11 = Tally(), Tally()
+        seed_tally, seed_v11 = Tally(), Tally(provisional=False)
         for vi in views:
             rules = tm.answer_rules(config, vi.row)
             view_minutes += float(vi.row["duration_s"]) / 60.0
@@ -580,7 +645,7 @@ def main() -> int:
             seg = [seg[0] + r, seg[1] + n, seg[2] + vr, seg[3] + vn]
             t0 = time.perf_counter()
             result = tm.reconcile_view(config, vi.video_id, vi.row, instances, vi.clips, track)
-            fig = measure(result.members, result.decisions, vi, by_key, rules, sets, want)
+            fig = measure(result.members, result.decisions, vi, by_key, rules, sets, want, config.qa.provisional_risk)
             fig["seconds"] = time.perf_counter() - t0
             seed_tally.add(fig)
             if v11 is not None:

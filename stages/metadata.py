@@ -860,9 +860,8 @@ FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
 }
 
 
-def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: fx.FixSet) -> list[dict]:
-    """Reconciliation's review items (``schema.MERGE_DECISIONS`` rows with ``review``) that the fix
-    set has not resolved, as ``schema.REVIEW_PENDING`` rows: an item is resolved by a person's
+def _resolved_by(fixset: fx.FixSet, members: Iterable[dict]) -> Callable[[dict], bool]:
+    """Whether a ``schema.MERGE_DECISIONS`` row is resolved by the fix set: by a person's
     ``review_pair`` decision on it, a ``merge`` fix naming both sides' automatic instances, or a
     ``split`` fix of either side's clip instance."""
     instance_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
@@ -873,14 +872,26 @@ def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: 
         for f in fixset.fixes
         if f.op.op == "review_pair"
     }
-    out = []
-    for d in decisions:
-        if not d["review"]:
-            continue
+
+    def resolved(d: dict) -> bool:
         a, b = (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
         ia, ib = instance_of[a], instance_of[b]
-        if a in split or b in split or any({ia, ib} <= m for m in merged) or frozenset({a, b}) in decided:
+        return a in split or b in split or any({ia, ib} <= m for m in merged) or frozenset({a, b}) in decided
+
+    return resolved
+
+
+def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: fx.FixSet) -> list[dict]:
+    """Reconciliation's review items (``schema.MERGE_DECISIONS`` rows with ``review``) that the fix
+    set has not resolved (``_resolved_by``), as ``schema.REVIEW_PENDING`` rows."""
+    members = list(members)
+    instance_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
+    resolved = _resolved_by(fixset, members)
+    out = []
+    for d in decisions:
+        if not d["review"] or resolved(d):
             continue
+        a, b = (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
         out.append(
             {
                 "video_id": d["video_id"],
@@ -889,11 +900,54 @@ def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: 
                 "local_a": a[1],
                 "clip_b": b[0],
                 "local_b": b[1],
-                "instance_a": ia,
-                "instance_b": ib,
+                "instance_a": instance_of[a],
+                "instance_b": instance_of[b],
                 "decision": d["decision"],
                 "posterior": float(d["posterior"]),
                 "answer_impact": int(d["answer_impact"]),
+            }
+        )
+    return out
+
+
+def unreviewed_decisions(
+    decisions: Iterable[dict], members: Iterable[dict], fixset: fx.FixSet, fixed_members: Iterable[dict]
+) -> list[dict]:
+    """Every reconciliation decision (``schema.MERGE_DECISIONS`` rows) the fix set has not resolved
+    (``_resolved_by``), as ``schema.UNREVIEWED_DECISIONS`` rows: each side with the instance it is
+    part of after the fixes (``fixed_members``: ``Derived.members``; None where removed) and its
+    clip instance's times (``members``: reconciliation's), the decision's probability of being
+    wrong min(P, 1 - P). A decision a person resolved carries no risk, so it is left out."""
+    members = list(members)
+    times = {
+        (int(m["clip_index"]), int(m["local_id"])): (float(m["first_time"]), float(m["last_time"])) for m in members
+    }
+    now = {(int(m["clip_index"]), int(m["local_id"])): m["instance_id"] for m in fixed_members}
+    resolved = _resolved_by(fixset, members)
+    out = []
+    for d in decisions:
+        if resolved(d):
+            continue
+        a, b = (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
+        p = float(d["posterior"])
+        out.append(
+            {
+                "video_id": d["video_id"],
+                "concept": d["concept"],
+                "clip_a": a[0],
+                "local_a": a[1],
+                "clip_b": b[0],
+                "local_b": b[1],
+                "instance_a": now.get(a),
+                "instance_b": now.get(b),
+                "first_a": times[a][0],
+                "last_a": times[a][1],
+                "first_b": times[b][0],
+                "last_b": times[b][1],
+                "decision": d["decision"],
+                "review": bool(d["review"]),
+                "posterior": p,
+                "p_wrong": min(p, 1.0 - p),
             }
         )
     return out

@@ -784,19 +784,20 @@ def run_metadata(job: Job) -> None:
     )
     if derived.reviews:  # the qa stage drops the rejected questions (only then: no file, same bytes)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
-    pending = meta.pending_reviews(
-        job.read("reconcile", "merge_decisions.parquet").to_pylist(),
-        job.read("reconcile", "members.parquet").to_pylist(),
-        fixset,
-    )
+    decisions = job.read("reconcile", "merge_decisions.parquet").to_pylist()
+    members = job.read("reconcile", "members.parquet").to_pylist()
+    pending = meta.pending_reviews(decisions, members, fixset)
     if pending:  # the qa stage marks the questions that rest on them provisional
         job.out.write_table("review_pending.parquet", schema.table(schema.REVIEW_PENDING, pending))
+    unreviewed = meta.unreviewed_decisions(decisions, members, fixset, derived.members)
+    if unreviewed:  # the qa stage weighs each VOC answer by those it rests on
+        job.out.write_table("unreviewed_decisions.parquet", schema.table(schema.UNREVIEWED_DECISIONS, unreviewed))
 
 
 METADATA = Stage(
     name="metadata",
     outputs=schema.ARTIFACTS["metadata"],
-    version="3",
+    version="4",
     unit_kind="video",
     run=run_metadata,
     needs=("reconcile", "pose", "project"),

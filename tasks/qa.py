@@ -4,7 +4,8 @@ Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata
 ``metadata/motion.parquet``, ``metadata/motion_samples.parquet``, ``metadata/visibility.parquet``,
 ``pose/poses.parquet`` (VPO's place gap), the probed source row (``probe/source.parquet``) for the panorama file,
 the ``qa`` and ``faces`` config sections, and ``pose.camera_height``, ``pose.backend`` and
-``reconcile.level_views`` (VPO's revisits by the objects: where they meet the ground). Writes
+``reconcile.level_views`` (VPO's revisits by the objects: where they meet the ground), and the metadata stage's
+``unreviewed_decisions.parquet`` and ``review_pending.parquet`` (which questions are provisional). Writes
 ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED), ``images.parquet`` (QA_IMAGES) and
 ``images/*``.
 """
@@ -21,6 +22,7 @@ from vsi_wild.stages.faces import image_blurrer
 from vsi_wild.stages.qa import QAParams, provisional
 from vsi_wild.stages.qa.build import plan_video, render_video
 from vsi_wild.stages.qa.common import Provenance, VideoInfo, question_id, skipped_table
+from vsi_wild.stages.qa.readings import seen_under
 from vsi_wild.tasks.engine import Job, Stage
 from vsi_wild.tasks.project import FACE_DETECTOR, face_setup
 
@@ -28,6 +30,7 @@ SOURCE_FILE = "source.parquet"  # the probe stage's output
 POSES_FILE = "poses.parquet"  # the pose stage's output
 REVIEWS_FILE = "question_reviews.parquet"  # the metadata stage's, when the fix file reviews questions
 PENDING_FILE = "review_pending.parquet"  # the metadata stage's, when reconciliation left review items unresolved
+UNREVIEWED_FILE = "unreviewed_decisions.parquet"  # the metadata stage's, when decisions are left unresolved
 
 
 def _view(job: Job, vid: str) -> VideoInfo:
@@ -54,6 +57,17 @@ def _pending_reviews(job: Job) -> list[dict]:
     if not job.store.has_file(job.ref("metadata"), PENDING_FILE):
         return []
     return job.read("metadata", PENDING_FILE).to_pylist()
+
+
+def _at_risk(
+    job: Job, instances: pa.Table, visibility: pa.Table, video: VideoInfo, params: QAParams
+) -> list[provisional.AtRisk]:
+    """The video's unreviewed reconciliation decisions as its VOC counts read them: by the sightings
+    of the reading that gives the answers (``qa.voc_readings``' first)."""
+    if not job.store.has_file(job.ref("metadata"), UNREVIEWED_FILE):  # written only when there are some
+        return []
+    seen = seen_under(instances, visibility, video.video_id, video.width * video.height, params.voc_readings[0])
+    return provisional.at_risk(job.read("metadata", UNREVIEWED_FILE).to_pylist(), seen)
 
 
 def _question_reviews(job: Job) -> list[dict]:
@@ -110,7 +124,8 @@ def run(job: Job) -> None:
         blur = image_blurrer(*face_setup(job.config))
         render_video(result, video, params, _panorama(job), job.out.path, blur)
     questions, skipped = result.tables()
-    questions = provisional.mark(questions, _pending_reviews(job))
+    risks = _at_risk(job, instances, visibility, video, params)
+    questions = provisional.mark(questions, _pending_reviews(job), risks, params.provisional_risk)
     reviews = _question_reviews(job)
     if reviews:
         questions, skipped = _drop_rejected(questions, skipped, reviews)
@@ -124,7 +139,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="4",
+    version="5",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

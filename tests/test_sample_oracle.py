@@ -88,9 +88,9 @@ def test_voc_streaming_counts_rise(oracle):
 def test_voc_answers_agree_with_the_truth_unless_provisional_and_after_review(oracle):
     """What reconciliation gets right on the default sample (issue 30's target, every answer right
     after an oracle review, is missed: docs/metadata.md). Every VOC answer (each checkpoint's and
-    the total) that rests on no unreviewed decision equals the truth's but for a few (a look-alike
-    the layout test could not link back to the plaza's first visit, with no review item: 1 of the
-    sample's 120 today); once an oracle reviewer has resolved the review items, at least 95 % do
+    the total) that is not provisional equals the truth's (a look-alike the layout test could not
+    link back to the plaza's first visit has no review item, but its count is likely enough wrong
+    to be provisional); once an oracle reviewer has resolved the review items, at least 95 % do
     (114 of 120 today), and every wrong one counts too many, by at most two (false splits, not
     merges)."""
     truth, config, rows, read, source = oracle
@@ -104,7 +104,7 @@ def test_voc_answers_agree_with_the_truth_unless_provisional_and_after_review(or
     }
     expect = {(v, c, t): sum(s <= t + 1e-9 for s in first[(v, c)].values()) for v, c, t in got}
     wrong = {k: (expect[k], n) for k, n in got.items() if expect[k] != n}
-    assert got and len(wrong) <= 0.02 * len(got), wrong
+    assert got and not wrong, wrong
     right = total = 0
     for view in VIEW_YAW:
         _, reviewed = reviewed_voc(read, source, view, config, truth)

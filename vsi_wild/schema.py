@@ -654,6 +654,30 @@ REVIEW_PENDING = _schema(
 )
 
 
+UNREVIEWED_DECISIONS = _schema(
+    "Every reconciliation decision of one video (`merge_decisions.parquet`) that no fix has resolved (as for "
+    "`review_pending.parquet`), with the instances its two sides are part of after the fixes and the probability "
+    "that it is wrong: the qa stage bounds, per VOC question, the probability that they make its answer wrong "
+    "(stages/qa/provisional.py). Review items are among them. Written only when there are some.",
+    f("video_id", pa.string()),
+    f("concept", pa.string()),
+    f("clip_a", pa.int64()),
+    f("local_a", pa.int64()),
+    f("clip_b", pa.int64()),
+    f("local_b", pa.int64()),
+    f("instance_a", pa.int64(), True, doc="the instance clip_a's instance is part of after the fixes (null: removed)"),
+    f("instance_b", pa.int64(), True),
+    f("first_a", pa.float64(), doc="clip_a's instance's first and last time (members.parquet)"),
+    f("last_a", pa.float64()),
+    f("first_b", pa.float64()),
+    f("last_b", pa.float64()),
+    f("decision", pa.string(), doc="merge | apart: what the automatic metadata did"),
+    f("review", pa.bool_(), doc="a review item (also in review_pending.parquet)"),
+    f("posterior", pa.float64(), doc="P(same object)"),
+    f("p_wrong", pa.float64(), doc="the probability that the decision is wrong: min(posterior, 1 - posterior)"),
+)
+
+
 QUESTION_REVIEWS = _schema(
     "A person's verdicts on one video's generated questions (`review_question` fixes, in file order): "
     "written by the metadata and qa stages only when the video's fix file has such a fix.",
@@ -844,10 +868,17 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
         "provisional",
         pa.bool_(),
         True,
-        doc="the answer rests on a reconciliation decision no person has reviewed yet (VOC: one of its concept's "
-        "review items; VOO: one of its four concepts'); filled for every question by the qa stage",
+        doc="the answer rests on reconciliation decisions no person has reviewed yet (VOC: one of its concept's "
+        "review items, or unreviewed decisions whose reversal would change its answer that are wrong with "
+        "probability qa.provisional_risk or more; VOO: one of its four concepts' review items); filled for every "
+        "question by the qa stage",
     ),
-    _q("provisional_reason", pa.string(), True, doc="which unreviewed decisions (null when not provisional)"),
+    _q(
+        "provisional_reason",
+        pa.string(),
+        True,
+        doc="which unreviewed decisions, and how likely they make the answer wrong (null when not provisional)",
+    ),
     _q("seed", pa.int64()),
     _q("metadata_fingerprint", pa.string()),
     _q("pipeline_version", pa.string()),
@@ -1195,6 +1226,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("visibility.parquet", VISIBILITY),
         _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
         _parquet("review_pending.parquet", REVIEW_PENDING, optional=True),
+        _parquet("unreviewed_decisions.parquet", UNREVIEWED_DECISIONS, optional=True),
     ),
     "qa": (
         _parquet("questions.parquet", QA_QUESTIONS),

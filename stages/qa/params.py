@@ -146,6 +146,16 @@ class QAParams(BaseModel):
         "nearest 2 FPS moment where it does not, at most this fraction of the checkpoint interval away (else "
         "it is not asked)",
     )
+    provisional_risk: float = Field(
+        0.05,
+        gt=0,
+        le=1,
+        description="the probability of a wrong answer at or above which a VOC question says it is provisional "
+        "(stages/qa/provisional.py: the sum, over the unreviewed reconciliation decisions whose reversal would "
+        "change its answer, of each one's probability of being wrong). 0.05: an answer exported as settled is, "
+        "by reconciliation's own posteriors, at least 95 % likely right, the share of right VOC answers the "
+        "benchmark asks for; a question with a review item is provisional whatever its risk",
+    )
 
     # answer distributions (export: the selection is global, over every video of a task)
     max_answer_ratio: float = Field(

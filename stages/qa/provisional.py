@@ -1,18 +1,145 @@
-"""Which questions rest on a reconciliation decision that no person has reviewed yet.
+"""Which questions rest on reconciliation decisions that no person has reviewed yet.
 
-Reconciliation leaves its uncertain decisions for review (``schema.MERGE_DECISIONS``' ``review``)
-while the metadata takes the more likely one; the metadata stage lists those no fix has resolved
-(``schema.REVIEW_PENDING``). A VOC question of a concept with such an item rests on it (reversing a
-merge or a split changes the count); a VOO question rests on its four concepts' items (reversing
-one may move a concept's first or last real sighting; marked whenever it could, which says more
-than it must rather than less). Every other question is not provisional.
+Reconciliation decides, for every compared pair of one concept's clip instances, whether they are
+one object, with a posterior P (``schema.MERGE_DECISIONS``); the metadata takes the more likely
+decision, and leaves for review the pairs whose expected wrong answers reach
+``review_expected_errors``. The metadata stage lists the decisions no fix has resolved
+(``schema.UNREVIEWED_DECISIONS``; the review items among them also in ``schema.REVIEW_PENDING``).
+
+A **VOC** question is provisional when its concept has a review item (reversing a merge or a split
+changes the count), or when the probability that its answer is wrong because of unreviewed
+decisions reaches ``QAParams.provisional_risk``. Each decision is wrong with probability min(P, 1 -
+P); a count at time t rests on the decisions whose two sides (clip instances) are both seen by t
+(``at_risk``). It is wrong only if (i) an instance holds two objects both seen by t: then any tree
+of its joined pairs that spans its clip instances seen by t has a pair joining two objects, a wrong
+merge; or (ii) two instances, each one object, both seen by t, are one object: then every pair
+between their clip instances seen by t was wrongly left apart. So, by Boole's inequality, the
+probability is at most the sum over instances of their lightest spanning tree's probabilities
+(Kruskal), plus, over pairs of instances, the least of their pairs' probabilities, capped at 1
+(``answer_risk``). The bound holds whatever the decisions' dependence: it says more than it must
+rather than less, as far as the posteriors are calibrated. It is not 1 - prod(1 - p) over the
+pairs, which is exact only for independent errors: the pairs across one wrong merge are all wrong
+together (summing or multiplying them all counts one error many times), and a sighting is the
+revisit of at most one earlier object (exclusive errors, whose union's probability is the sum, more
+than the product form says). Pairs reconciliation left apart below a posterior of 0.001 are not
+listed and add nothing.
+
+A **VOO** question rests on its four concepts' review items (reversing one may move a concept's
+first or last real sighting; marked whenever it could, which says more than it must rather than
+less). The sum above does not apply to it: joining or splitting instances moves an appearance only
+where it makes or breaks a sustained sighting, so most decisions that change a count change no
+order. Every other question is not provisional.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import pyarrow as pa
+
+from vsi_wild.stages.qa.readings import Seen
+
+_EPS = 1e-9
+
+
+@dataclass(frozen=True)
+class AtRisk:
+    """One unreviewed decision as a VOC count reads it: it bears on the count at every time from
+    ``changes_from`` on, when both its sides are seen."""
+
+    row: dict  # its schema.UNREVIEWED_DECISIONS row
+    concept: str
+    p_wrong: float
+    changes_from: float
+
+    @property
+    def joined(self) -> bool:
+        return bool(self.row["instance_a"] == self.row["instance_b"])
+
+    @property
+    def sides(self) -> tuple[tuple[int, int], tuple[int, int]]:
+        d = self.row
+        return (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
+
+    def describe(self) -> str:
+        (ca, la), (cb, lb) = self.sides
+        return (
+            f"{self.concept} clip {ca} #{la} / clip {cb} #{lb} "
+            f"({'merged' if self.joined else 'apart'}, P(same) {self.row['posterior']:.2f})"
+        )
+
+
+def _first_within(times: Sequence[float], lo: float, hi: float) -> float | None:
+    return next((t for t in times if lo - _EPS <= t <= hi + _EPS), None)
+
+
+def at_risk(decisions: Iterable[dict], seen: Mapping[int, Seen]) -> list[AtRisk]:
+    """The decisions (``schema.UNREVIEWED_DECISIONS`` rows) a count can rest on, each from when
+    both its sides' clip instances are seen. ``seen``: instance id -> its sightings under the
+    reading the count is made by (``readings.seen_under``); a side's own first sighting is its
+    instance's first within the side's times. A side that was removed or is never seen counts
+    nothing either way, and two sides a person renamed apart were decided by that person: no risk."""
+    out = []
+    for d in decisions:
+        ia, ib = d["instance_a"], d["instance_b"]
+        sa = seen.get(int(ia)) if ia is not None else None
+        sb = seen.get(int(ib)) if ib is not None else None
+        if sa is None or sb is None or sa.concept != sb.concept:
+            continue
+        fa = _first_within(sa.times, d["first_a"], d["last_a"])
+        fb = _first_within(sb.times, d["first_b"], d["last_b"])
+        if fa is None or fb is None:
+            continue
+        out.append(AtRisk(d, sa.concept, float(d["p_wrong"]), max(fa, fb)))
+    return out
+
+
+def answer_risk(risks: Iterable[AtRisk], concept: str, query_times: Sequence[float]) -> tuple[float, list[AtRisk]]:
+    """An upper bound on the probability that any of ``concept``'s counts at ``query_times`` is
+    wrong because of unreviewed decisions, and the decisions it sums, the likeliest wrong first.
+    Per instance: the lightest tree of its joined pairs spanning its clip instances seen by the
+    last query time (an instance that holds two objects by some time holds them by then). Per two
+    instances: the surest of the pairs between them left apart, among those seen by the first
+    query time both are seen by (if they are one object then, they are one object at every time
+    after)."""
+    times = sorted(query_times)
+    if not times:
+        return 0.0, []
+    rel = sorted(
+        (r for r in risks if r.concept == concept and r.changes_from <= times[-1] + _EPS and r.p_wrong > 0),
+        key=lambda r: (r.p_wrong, r.sides),
+    )
+    parent: dict[tuple[int, int], tuple[int, int]] = {}
+
+    def root(x: tuple[int, int]) -> tuple[int, int]:
+        while parent.setdefault(x, x) != x:
+            x = parent[x]
+        return x
+
+    def asked_by(t: float) -> float:  # the first query time at or after t
+        return next(q for q in times if t <= q + _EPS)
+
+    first_asked: dict[frozenset, float] = {}
+    for r in rel:
+        if not r.joined:
+            key = frozenset((r.row["instance_a"], r.row["instance_b"]))
+            first_asked[key] = min(first_asked.get(key, math.inf), asked_by(r.changes_from))
+    carrying, apart_done = [], set()
+    for r in rel:  # the likeliest right first: Kruskal's lightest tree, and each instance pair's surest
+        if r.joined:
+            a, b = (root(x) for x in r.sides)
+            if a != b:
+                parent[a] = b
+                carrying.append(r)
+            continue
+        key = frozenset((r.row["instance_a"], r.row["instance_b"]))
+        if key not in apart_done and r.changes_from <= first_asked[key] + _EPS:
+            apart_done.add(key)
+            carrying.append(r)
+    carrying.sort(key=lambda r: (-r.p_wrong, r.changes_from, r.sides))
+    return min(1.0, math.fsum(r.p_wrong for r in carrying)), carrying
 
 
 def _describe(items: list[dict]) -> str:
@@ -26,16 +153,56 @@ def _describe(items: list[dict]) -> str:
     return f"rests on {len(items)} unreviewed reconciliation decision(s): " + "; ".join(parts) + more
 
 
-def mark(questions: pa.Table, pending: Iterable[dict]) -> pa.Table:
-    """``questions`` (``schema.QA_QUESTIONS``) with ``provisional`` and ``provisional_reason`` set."""
+def _describe_risk(risk: float, carrying: list[AtRisk]) -> str:
+    shown = carrying[:3]
+    more = f" and {len(carrying) - len(shown)} more" if len(carrying) > len(shown) else ""
+    return (
+        f"{len(carrying)} unreviewed decision(s) that may make the answer wrong (P(wrong answer) up to "
+        f"{risk:.2f}): " + "; ".join(r.describe() for r in shown) + more
+    )
+
+
+def voc_provisional(
+    concept: str,
+    query_times: Sequence[float],
+    pending: Sequence[dict],
+    risks: Sequence[AtRisk],
+    level: float,
+) -> tuple[bool, str | None]:
+    """Whether a VOC question of ``concept`` asked at ``query_times`` is provisional, and why:
+    ``pending``, its concept's review items (``schema.REVIEW_PENDING`` rows); ``risks``, the video's
+    decisions at risk (``at_risk``); ``level``, ``QAParams.provisional_risk``."""
+    risk, carrying = answer_risk(risks, concept, query_times)
+    if pending:
+        return True, _describe(list(pending)) + (f"; in all, {_describe_risk(risk, carrying)}" if carrying else "")
+    if carrying and risk >= level:
+        return True, "rests on " + _describe_risk(risk, carrying)
+    return False, None
+
+
+def mark(questions: pa.Table, pending: Iterable[dict], risks: Sequence[AtRisk], level: float) -> pa.Table:
+    """``questions`` (``schema.QA_QUESTIONS``) with ``provisional`` and ``provisional_reason`` set:
+    ``pending``, the video's review items no fix resolved (``schema.REVIEW_PENDING``); ``risks``,
+    its unreviewed decisions as the VOC counts read them (``at_risk``); ``level``,
+    ``QAParams.provisional_risk``."""
     by_concept: dict[str, list[dict]] = {}
     for d in pending:
         by_concept.setdefault(d["concept"], []).append(d)
     flags, reasons = [], []
-    for task, concepts in zip(questions["task_type"].to_pylist(), questions["concepts"].to_pylist(), strict=True):
-        items = [d for c in (concepts or []) for d in by_concept.get(c, [])] if task in ("VOC", "VOO") else []
-        flags.append(bool(items))
-        reasons.append(_describe(items) if items else None)
+    for task, concepts, times in zip(
+        questions["task_type"].to_pylist(),
+        questions["concepts"].to_pylist(),
+        questions["query_times"].to_pylist(),
+        strict=True,
+    ):
+        flag, reason = False, None
+        if task == "VOC" and concepts:
+            flag, reason = voc_provisional(concepts[0], times or [], by_concept.get(concepts[0], []), risks, level)
+        elif task == "VOO":
+            items = [d for c in (concepts or []) for d in by_concept.get(c, [])]
+            flag, reason = bool(items), _describe(items) if items else None
+        flags.append(flag)
+        reasons.append(reason)
     out = questions
     for name, values, typ in (("provisional", flags, pa.bool_()), ("provisional_reason", reasons, pa.string())):
         i = out.schema.get_field_index(name)
