@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from qa_world import (
+    LABEL_DIRS,
     VIEW_YAW,
     instances_table,
     make_world,
@@ -87,17 +88,7 @@ def test_sector_table(angle, label):
 @settings(max_examples=300, deadline=None)
 @given(st.floats(-180, 179.999999, allow_nan=False))
 def test_sector_is_the_nearest_of_8_directions(angle):
-    centres = {
-        "forward": 0,
-        "forward-right": 45,
-        "right": 90,
-        "backward-right": 135,
-        "backward": 180,
-        "backward-left": -135,
-        "left": -90,
-        "forward-left": -45,
-    }
-    cos = {k: math.cos(math.radians(angle - c)) for k, c in centres.items()}
+    cos = {k: math.cos(math.radians(angle - c)) for k, c in LABEL_DIRS.items()}
     best = max(cos.values())
     if sum(1 for v in cos.values() if best - v < 1e-9) > 1:
         return  # exactly on a boundary: the table test pins those

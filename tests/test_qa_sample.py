@@ -22,6 +22,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
+from qa_world import LABEL_DIRS as DIRS
 from sample_oracle import (
     VIEW_YAW,
     appearance_times,
@@ -34,17 +35,6 @@ from sample_oracle import (
 )
 
 pytestmark = pytest.mark.slow
-
-DIRS = {
-    "forward": 0,
-    "forward-right": 45,
-    "right": 90,
-    "backward-right": 135,
-    "backward": 180,
-    "backward-left": 225,
-    "left": 270,
-    "forward-left": 315,
-}
 
 
 # ------------------------------------------------------------------ QA on the sample's truth
