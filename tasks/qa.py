@@ -5,7 +5,8 @@ Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata
 ``pose/poses.parquet`` (VPO's place gap), the probed source row (``probe/source.parquet``) for the panorama file,
 the ``qa`` and ``faces`` config sections, and ``pose.camera_height``, ``pose.backend`` and
 ``reconcile.level_views`` (VPO's revisits by the objects: where they meet the ground), and the metadata stage's
-``unreviewed_decisions.parquet`` and ``review_pending.parquet`` (which questions are provisional). Writes
+``unreviewed_decisions.parquet`` and ``review_pending.parquet`` (which questions are provisional), and its
+``question_reviews.parquet`` (a rejected question is dropped; an accepted one is not provisional). Writes
 ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED), ``images.parquet`` (QA_IMAGES) and
 ``images/*``.
 """
@@ -125,8 +126,9 @@ def run(job: Job) -> None:
         render_video(result, video, params, _panorama(job), job.out.path, blur)
     questions, skipped = result.tables()
     risks = _at_risk(job, instances, visibility, video, params)
-    questions = provisional.mark(questions, _pending_reviews(job), risks, params.provisional_risk)
     reviews = _question_reviews(job)
+    accepted = provisional.accepted_ids(reviews)  # checked against the video by a person: not provisional
+    questions = provisional.mark(questions, _pending_reviews(job), risks, params.provisional_risk, accepted)
     if reviews:
         questions, skipped = _drop_rejected(questions, skipped, reviews)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, reviews))
@@ -139,7 +141,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="5",
+    version="6",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

@@ -11,9 +11,10 @@ from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages import reconcile as rc
 from vsi_wild.stages.qa import QAParams, provisional
-from vsi_wild.stages.qa.common import Provenance, VideoInfo, questions_table
+from vsi_wild.stages.qa.common import Provenance, VideoInfo, question_id, questions_table
 from vsi_wild.stages.qa.readings import Seen, seen_under
 from vsi_wild.stages.qa.voc import voc_questions
+from vsi_wild.verify.queue import question_rank
 
 VID = "sample-x_front"
 
@@ -91,6 +92,49 @@ def test_voc_and_voo_questions_of_a_concept_with_a_pending_item_are_provisional(
     reason = out["provisional_reason"].to_pylist()
     assert reason[0].startswith("rests on 1 unreviewed reconciliation decision(s): cone clip 0 #7 / clip 2 #8 (apart")
     assert reason[1] is None
+
+
+def test_a_question_a_person_accepted_is_not_provisional():
+    rows = [_question("VOC", ["cone"]), _question("VOO", ["cone", "bin", "cup", "car"])]
+    rows = [
+        {**r, "subtype": "total" if r["task_type"] == "VOC" else "first", "item": f"item {n}"}
+        for n, r in enumerate(rows)
+    ]
+    table = schema.table(schema.QA_QUESTIONS, [{**{f.name: None for f in schema.QA_QUESTIONS}, **r} for r in rows])
+    pending = meta.pending_reviews(DECISIONS[2:], MEMBERS, fx.FixSet.empty(VID))
+    assert provisional.mark(table, pending, [], 0.05)["provisional"].to_pylist() == [True, True]
+    reviews = [  # schema.QUESTION_REVIEWS rows: the VOC question accepted, the VOO one rejected
+        {"video_id": VID, "question_id": question_id(rows[0]), "verdict": "accept", "reason": None, "line": 3},
+        {"video_id": VID, "question_id": question_id(rows[1]), "verdict": "reject", "reason": "ambiguous", "line": 7},
+    ]
+    assert provisional.accepted_ids(reviews) == {question_id(rows[0])}
+    out = provisional.mark(table, pending, [], 0.05, provisional.accepted_ids(reviews))
+    assert out.schema == schema.QA_QUESTIONS
+    assert out["provisional"].to_pylist() == [False, True]
+    assert out["provisional_reason"].to_pylist()[0] is None
+
+
+def test_the_queue_puts_provisional_questions_first_then_by_video_and_task():
+    def q(video, task, subtype, item, prov):
+        return {"video_id": video, "task_type": task, "subtype": subtype, "item": item, "provisional": prov}
+
+    rows = [
+        q("a_front", "VOC", "total", "bench", False),
+        q("a_front", "VMR", "clip", "1", None),  # a question from before the flag: not provisional
+        q("b_back", "VOO", "first", "bench|bin|car|cup", True),
+        q("a_front", "VOO", "last", "bench|bin|car|cup", False),
+        q("b_back", "VOC", "total", "cone", True),
+        q("a_front", "VOC", "total", "cone", True),
+    ]
+    order = sorted(rows, key=question_rank)
+    assert [(r["video_id"], r["task_type"], r["item"]) for r in order] == [
+        ("a_front", "VOC", "cone"),
+        ("b_back", "VOC", "cone"),
+        ("b_back", "VOO", "bench|bin|car|cup"),
+        ("a_front", "VOC", "bench"),
+        ("a_front", "VOO", "bench|bin|car|cup"),
+        ("a_front", "VMR", "1"),
+    ]
 
 
 # ------------------------------------------------------------------ the risk of unreviewed decisions

@@ -16,6 +16,7 @@ from playwright.sync_api import Page, expect
 from test_verify import TOKEN, _current, serve
 
 from vsi_wild.config import load_config
+from vsi_wild.stages.qa.common import question_id
 from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app
 
@@ -244,13 +245,31 @@ def test_a_custom_rejection_reason_is_shown_and_reviewed_counts_only_asked_quest
     expect(card).to_have_class(re.compile("rejected"))
     expect(card.locator("select.reason")).to_have_value("other…")  # it said "ambiguous"
     expect(card.locator("input.reason-text")).to_have_value("the balls are hidden by glare")
-    page.locator(".card:not(.rejected) button.accept").first.click()
+    # a provisional question says why on its card; once a person accepts it, it is no longer provisional
+    before = {question_id(q): q for q in _current(root, "qa", VID, "questions.parquet")}
+    notes = page.locator(".card .provisional")
+    expect(notes).to_have_count(sum(q["provisional"] for q in before.values()))
+    prov = page.locator(".card:not(.rejected)", has=page.locator(".provisional")).first
+    accepted = prov.get_attribute("data-question")
+    assert before[accepted]["provisional"]
+    expect(prov.locator(".provisional")).to_have_text(f"provisional: {before[accepted]['provisional_reason']}")
+    prov.scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshot_dir / "verify_questions_provisional.png"))
+    prov.locator("button.accept").click()
     expect(page.locator(".card.accepted")).to_have_count(1)
     page.click("#rederive")
     # the units it runs: the video's 4 segment clips (cached), reconcile, metadata, qa, export, report
     expect(page.locator("#job progress")).to_have_attribute("max", "9")
     expect(page.locator("#job")).to_contain_text("re-derive done: 9 / 9 units", timeout=300_000)
-    asked = len(_current(root, "qa", VID, "questions.parquet"))
+    now = {question_id(q): q for q in _current(root, "qa", VID, "questions.parquet")}
+    assert (now[accepted]["provisional"], now[accepted]["provisional_reason"]) == (False, None)
+    assert (
+        sum(q["provisional"] for q in now.values()) == sum(q["provisional"] for k, q in before.items() if k != qid) - 1
+    )
+    expect(page.locator(f'.card[data-question="{accepted}"] .provisional')).to_have_count(
+        0
+    )  # reloaded by the re-derive
+    asked = len(now)
     page.goto(live + "/")
     cell = page.locator(f'#videos tr[data-video="{VID}"] td').nth(10)
     expect(cell).to_have_text(f"1 / {asked} (+1 rejected, no longer asked)")  # it said 2 / asked

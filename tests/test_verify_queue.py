@@ -49,12 +49,31 @@ def test_the_queue_is_walked_to_the_end_with_the_keyboard_only(page: Page, live,
     n_pairs = sum(d["review"] for d in _current(root, "reconcile", VID, "merge_decisions.parquet"))
     assert n_pairs > 0 and kinds.count("pair") == n_pairs and kinds.count("clip") == 8 and kinds.count("question") > 10
     expect(page.locator("#progress-all")).to_have_text(f"0 / {len(items)} done")
+    # the questions whose answer rests on unreviewed reconciliation decisions (the qa stage's flag)
+    # come first among the questions, and the list says so, with the reason
+    asked = {question_id(q): q for q in _current(root, "qa", VID, "questions.parquet")}
+    questions = [i for i in items if i["kind"] == "question"]
+    assert {i["question_id"]: i["provisional"] for i in questions} == {k: q["provisional"] for k, q in asked.items()}
+    flags = [i["provisional"] for i in questions]
+    assert 0 < sum(flags) < len(flags) and flags == sorted(flags, reverse=True), flags
+    notes = page.locator("#items li.question .provisional")
+    expect(notes).to_have_count(sum(flags))
+    expect(notes.first).to_have_text(f"provisional: {asked[questions[0]['question_id']]['provisional_reason']}")
     page.screenshot(path=str(screenshot_dir / "verify_queue.png"), full_page=True)
     decided: dict[str, str] = {}
     for n in range(len(items)):
         page.wait_for_function("Z.detail && !Z.busy")
         d = page.evaluate("Z.detail")
         kind = d["kind"]
+        if kind == "question":  # the item says why it is provisional, above the question
+            q = asked[d["question"]["question_id"]]
+            note = page.locator("#item p.provisional")
+            if q["provisional"]:
+                expect(note).to_have_text(f"provisional: {q['provisional_reason']}")
+                if not (screenshot_dir / "verify_queue_provisional.png").exists():
+                    page.screenshot(path=str(screenshot_dir / "verify_queue_provisional.png"))
+            else:
+                expect(note).to_have_count(0)
         if kind == "pair":  # the first pair merged, the others kept apart (a pair merged meanwhile is kept merged)
             key = "m" if n == 0 else "a"
         elif kind == "question":

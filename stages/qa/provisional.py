@@ -28,17 +28,20 @@ A **VOO** question rests on its four concepts' review items (reversing one may m
 first or last real sighting; marked whenever it could, which says more than it must rather than
 less). The sum above does not apply to it: joining or splitting instances moves an appearance only
 where it makes or breaks a sustained sighting, so most decisions that change a count change no
-order. Every other question is not provisional.
+order. Every other question is not provisional, and neither is a question a person accepted (a
+``review_question`` fix, verdict accept): they checked its answer against the video, which is what
+the flag asks for.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
 
+from vsi_wild.stages.qa.common import question_id
 from vsi_wild.stages.qa.readings import Seen
 
 _EPS = 1e-9
@@ -180,23 +183,40 @@ def voc_provisional(
     return False, None
 
 
-def mark(questions: pa.Table, pending: Iterable[dict], risks: Sequence[AtRisk], level: float) -> pa.Table:
+def accepted_ids(reviews: Iterable[dict]) -> set[str]:
+    """The ids of the questions a person accepted, from the video's ``schema.QUESTION_REVIEWS``
+    rows (one per question: a later reviewer's verdict replaces an earlier one)."""
+    return {r["question_id"] for r in reviews if r["verdict"] == "accept"}
+
+
+def mark(
+    questions: pa.Table,
+    pending: Iterable[dict],
+    risks: Sequence[AtRisk],
+    level: float,
+    accepted: Collection[str] = (),
+) -> pa.Table:
     """``questions`` (``schema.QA_QUESTIONS``) with ``provisional`` and ``provisional_reason`` set:
     ``pending``, the video's review items no fix resolved (``schema.REVIEW_PENDING``); ``risks``,
     its unreviewed decisions as the VOC counts read them (``at_risk``); ``level``,
-    ``QAParams.provisional_risk``."""
+    ``QAParams.provisional_risk``; ``accepted``, the ids (``common.question_id``) of the questions
+    a person accepted, which are not provisional whatever their decisions."""
     by_concept: dict[str, list[dict]] = {}
     for d in pending:
         by_concept.setdefault(d["concept"], []).append(d)
     flags, reasons = [], []
-    for task, concepts, times in zip(
+    ids = (question_id(r) for r in questions.select(["video_id", "task_type", "subtype", "item"]).to_pylist())
+    for task, concepts, times, qid in zip(
         questions["task_type"].to_pylist(),
         questions["concepts"].to_pylist(),
         questions["query_times"].to_pylist(),
+        ids,
         strict=True,
     ):
         flag, reason = False, None
-        if task == "VOC" and concepts:
+        if qid in accepted:
+            pass  # a person checked its answer against the video
+        elif task == "VOC" and concepts:
             flag, reason = voc_provisional(concepts[0], times or [], by_concept.get(concepts[0], []), risks, level)
         elif task == "VOO":
             items = [d for c in (concepts or []) for d in by_concept.get(c, [])]

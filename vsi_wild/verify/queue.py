@@ -8,7 +8,9 @@ Items, in this order:
 2. **unit**: every unit of a video's stages whose status is ``failed`` (gone when it is mended);
 3. **clip**: every VMR motion clip, those whose views disagree (state ``failed``, low confidence)
    first; done when marked verified or fixed by a ``motion`` fix;
-4. **question**: every question asked now, by video and task; done when it has a verdict.
+4. **question**: every question asked now, the provisional ones first (their answer rests on
+   reconciliation decisions no person has reviewed, and may be wrong: ``stages/qa/provisional.py``),
+   then by video and task; done when it has a verdict.
 
 Each item has a time in its video (for progress per 5-minute segment) and, once done, who did it
 (the fix's ``by``, or the progress file's). The list is built from the store's current outputs and
@@ -132,10 +134,7 @@ class Queue:
                         }
                     )
             if self.catalog.current("qa", vid) is not None:
-                for q in sorted(
-                    self.catalog.questions(vid),
-                    key=lambda q: (TASK_ORDER.get(q["task_type"], 9), q["subtype"], q["item"]),
-                ):
+                for q in self.catalog.questions(vid):
                     f = by_key.get(("review_question", q["question_id"]))
                     questions.append(
                         {
@@ -146,6 +145,9 @@ class Queue:
                             "title": f"{q['task_type']} {q['subtype']} · {q['item']}",
                             "task_type": q["task_type"],
                             "question_id": q["question_id"],
+                            "provisional": bool(q.get("provisional")),
+                            "provisional_reason": q.get("provisional_reason"),
+                            "rank": question_rank(q),
                             "done": f is not None,
                             "by": f.get("by") if f else None,
                             "verdict": f.get("verdict") if f else None,
@@ -154,7 +156,8 @@ class Queue:
                     )
         pairs.sort(key=lambda i: i["rank"])
         clips.sort(key=lambda i: (not i["low_confidence"], i["video_id"], i["time"]))
-        for i in pairs:
+        questions.sort(key=lambda i: i["rank"])
+        for i in pairs + questions:
             del i["rank"]
         return pairs + units + clips + questions
 
@@ -294,6 +297,14 @@ class Queue:
             }
             for m in members
         }
+
+
+def question_rank(question: dict[str, Any]) -> tuple:
+    """Where a question (a ``schema.QA_QUESTIONS`` row) stands among the queue's questions: the
+    provisional ones first (their answer may be wrong: it rests on decisions no person reviewed),
+    then by video, task (``TASK_ORDER``), subtype and item."""
+    q = question
+    return (not q.get("provisional"), q["video_id"], TASK_ORDER.get(q["task_type"], 9), q["subtype"], q["item"])
 
 
 def largest_sightings(observations: Sequence[dict[str, Any]], group: Callable[[dict[str, Any]], Hashable]) -> dict:

@@ -582,6 +582,8 @@ class Review:
             "concepts",
             "angle_deg",
             "render_offset_deg",
+            "provisional",
+            "provisional_reason",
         )
         return [{k: r.get(k) for k in keep} for r in self.catalog.questions(video_id)]
 

@@ -47,6 +47,13 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
+function provisionalNote(reason, tag) {
+  // a question whose answer rests on reconciliation decisions no person has reviewed: why, in full
+  // (the reason names up to 3 decisions; a long one wraps, the list's one-line form ellipsises)
+  return el(tag || "p", {class: "provisional", title: `provisional: ${reason || ""}`},
+    el("b", {}, "provisional:"), " ", reason || "");
+}
+
 function videoId() {
   // /videos/<id>[/spatial|/questions]
   return decodeURIComponent(location.pathname.split("/")[2] || "");

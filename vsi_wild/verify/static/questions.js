@@ -67,6 +67,7 @@ function card(q, verdict, index) {
   const c = el("div", {class: "card" + (state === "accept" ? " accepted" : state === "reject" ? " rejected" : "") + (index === Q.focus ? " focus" : ""),
                        "data-question": q.question_id},
     el("div", {class: "muted"}, `${q.task_type} · ${q.subtype} · ${q.split} · ${q.item} · id ${q.question_id}`),
+    q.provisional ? provisionalNote(q.provisional_reason) : null,
     el("p", {}, q.question),
     options ? el("ol", {type: "A"}, ...options.map(o => el("li", {class: o === q.correct ? "correct" : null}, o))) : null,
     el("div", {}, ...evidence),

@@ -50,7 +50,8 @@ function renderList() {
     class: `${i.kind}${i.done ? " done" : ""}${i.id === Z.current ? " current" : ""}`, "data-item": i.id,
     onclick: () => { ACTIONS++; open(i.id); }},
     el("span", {class: "kind"}, i.kind), " ", el("span", {class: "muted"}, `${i.video_id.replace(/^.*?_/, "")} ${fmtTime(i.time)}`), " ",
-    i.title, i.done ? el("span", {class: "ok"}, ` ✓${i.by ? " " + i.by : ""}`) : null)));
+    i.title, i.done ? el("span", {class: "ok"}, ` ✓${i.by ? " " + i.by : ""}`) : null,
+    i.provisional ? provisionalNote(i.provisional_reason, "div") : null)));
   if (list.length > 400) $("items").append(el("li", {class: "muted"}, `… ${list.length - 400} more`));
   const cur = $("items").querySelector("li.current");
   if (cur) cur.scrollIntoView({block: "nearest"});
@@ -141,7 +142,7 @@ function renderItem(item, d) {
   } else if (d.kind === "question") {
     const q = d.question;
     const options = q.correct !== null ? [q.correct, ...(q.distractors || [])].sort() : null;
-    body.push(el("p", {}, q.question),
+    body.push(q.provisional ? provisionalNote(q.provisional_reason) : null, el("p", {}, q.question),
       options ? el("ol", {type: "A"}, ...options.map(o => el("li", {class: o === q.correct ? "correct" : null}, o))) : null,
       el("p", {}, q.query_times.map((t, i) => `at ${fmtTime(t)}: ${q.answers[i]}`).join(" · ")),
       ...(d.changed || []).map(c => el("p", {class: "stale"}, (c.now !== c.then
