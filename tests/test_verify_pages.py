@@ -253,8 +253,7 @@ def test_a_custom_rejection_reason_is_shown_and_reviewed_counts_only_asked_quest
     accepted = prov.get_attribute("data-question")
     assert before[accepted]["provisional"]
     expect(prov.locator(".provisional")).to_have_text(f"provisional: {before[accepted]['provisional_reason']}")
-    prov.scroll_into_view_if_needed()
-    page.screenshot(path=str(screenshot_dir / "verify_questions_provisional.png"))
+    prov.screenshot(path=str(screenshot_dir / "verify_questions_provisional.png"))
     prov.locator("button.accept").click()
     expect(page.locator(".card.accepted")).to_have_count(1)
     page.click("#rederive")
