@@ -253,7 +253,11 @@ def test_a_custom_rejection_reason_is_shown_and_reviewed_counts_only_asked_quest
     accepted = prov.get_attribute("data-question")
     assert before[accepted]["provisional"]
     expect(prov.locator(".provisional")).to_have_text(f"provisional: {before[accepted]['provisional_reason']}")
-    prov.screenshot(path=str(screenshot_dir / "verify_questions_provisional.png"))
+    prov.evaluate(  # the card just below the sticky player
+        "c => scrollTo(0, c.getBoundingClientRect().top + scrollY"
+        " - document.querySelector('.sticky-player').offsetHeight - 8)"
+    )
+    page.screenshot(path=str(screenshot_dir / "verify_questions_provisional.png"))
     prov.locator("button.accept").click()
     expect(page.locator(".card.accepted")).to_have_count(1)
     page.click("#rederive")
