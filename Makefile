@@ -45,7 +45,7 @@ test: setup lint-imports lint ## the layering contracts, ruff and mypy, then the
 # and .flows live beside vsi_wild/ (package-dir in pyproject.toml): they walk a tree of links laid out
 # as installed, run from inside that tree (in the repository root ./vsi_wild would shadow it).
 LINT_TREE := build/lint-imports
-lint-tree: setup
+lint-tree: $(SETUP)
 	rm -rf $(LINT_TREE) && mkdir -p $(LINT_TREE)/vsi_wild
 	ln -s $(CURDIR)/vsi_wild/* $(LINT_TREE)/vsi_wild/
 	for m in $$($(BIN)/python -c 'import tomllib; d = tomllib.load(open("pyproject.toml", "rb"))["tool"]["setuptools"]["package-dir"]; print(*(k.partition(".")[2] + "=" + v for k, v in d.items() if "." in k))'); do \
