@@ -67,11 +67,13 @@ class AtRisk:
         return (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
 
     def describe(self) -> str:
-        (ca, la), (cb, lb) = self.sides
-        return (
-            f"{self.concept} clip {ca} #{la} / clip {cb} #{lb} "
-            f"({'merged' if self.joined else 'apart'}, P(same) {self.row['posterior']:.2f})"
-        )
+        return _pair_text(self.concept, *self.sides, self.joined, self.row["posterior"])
+
+
+def _pair_text(concept: str, a: tuple[int, int], b: tuple[int, int], merged: bool, posterior: float) -> str:
+    """One decision as the reasons name it: its two clip instances, merged or apart, P(same)."""
+    state = "merged" if merged else "apart"
+    return f"{concept} clip {a[0]} #{a[1]} / clip {b[0]} #{b[1]} ({state}, P(same) {posterior:.2f})"
 
 
 def _first_within(times: Sequence[float], lo: float, hi: float) -> float | None:
@@ -148,8 +150,13 @@ def answer_risk(risks: Iterable[AtRisk], concept: str, query_times: Sequence[flo
 def _describe(items: list[dict]) -> str:
     shown = sorted(items, key=lambda d: (-d["answer_impact"], abs(d["posterior"] - 0.5)))[:3]
     parts = [
-        f"{d['concept']} clip {d['clip_a']} #{d['local_a']} / clip {d['clip_b']} #{d['local_b']} "
-        f"({'merged' if d['decision'] == 'merge' else 'apart'}, P(same) {d['posterior']:.2f})"
+        _pair_text(
+            d["concept"],
+            (d["clip_a"], d["local_a"]),
+            (d["clip_b"], d["local_b"]),
+            d["decision"] == "merge",
+            d["posterior"],
+        )
         for d in shown
     ]
     more = f" and {len(items) - len(shown)} more" if len(items) > len(shown) else ""
