@@ -9,9 +9,11 @@ import math
 import random
 from dataclasses import dataclass, field
 
+import numpy as np
 import pyarrow as pa
 
 from vsi_wild import schema
+from vsi_wild.stages import geometry
 
 VIEW_YAW = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 LABEL_DIRS = {  # label -> clockwise angle from the heading
@@ -24,6 +26,9 @@ LABEL_DIRS = {  # label -> clockwise angle from the heading
     "left": 270,
     "forward-left": 315,
 }
+WIDTH, HEIGHT, HFOV = 64, 36, 90.0  # the views' size (pixels) and horizontal field of view (degrees)
+# (right, forward, up) -> OpenCV camera axes (x right, y down, z forward)
+OPENCV_AXES = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
 
 
 @dataclass
@@ -110,7 +115,7 @@ def make_world(
 
 
 # ------------------------------------------------------------------ what a metadata stage derives
-def views_table(w: World, width: int = 64, height: int = 36) -> pa.Table:
+def views_table(w: World, width: int = WIDTH, height: int = HEIGHT) -> pa.Table:
     rows = []
     for view, yaw in VIEW_YAW.items():
         rows.append(
@@ -120,8 +125,8 @@ def views_table(w: World, width: int = 64, height: int = 36) -> pa.Table:
                 "view": view,
                 "yaw_deg": yaw,
                 "pitch_deg": 0.0,
-                "hfov_deg": 90.0,
-                "vfov_deg": 2 * math.degrees(math.atan(math.tan(math.radians(45)) * height / width)),
+                "hfov_deg": HFOV,
+                "vfov_deg": 2 * math.degrees(math.atan(math.tan(math.radians(HFOV / 2)) * height / width)),
                 "width": width,
                 "height": height,
                 "fps": w.fps,
@@ -171,7 +176,21 @@ def instances_table(w: World, view: str) -> pa.Table:
     return schema.table(schema.INSTANCES, rows)
 
 
-def poses_table(w: World, view: str, invalid_every: int = 0) -> pa.Table:
+def camera_extrinsics(x: float, y: float, z: float, heading_deg: float) -> list[float]:
+    """Row-major 3x4 [R|t], world -> camera (schema.POSES), of a level camera at (x, y, z) facing
+    ``heading_deg`` (clockwise from the world's +y, as ``motion_angle`` reads a heading): R takes
+    world vectors to the camera's OpenCV axes, t = -R C."""
+    R = OPENCV_AXES @ geometry.rotation_yaw_pitch(heading_deg, 0.0).T
+    return np.c_[R, -R @ np.array([x, y, z])].ravel().tolist()
+
+
+def poses_table(
+    w: World, view: str, invalid_every: int = 0, width: int = WIDTH, height: int = HEIGHT, hfov_deg: float = HFOV
+) -> pa.Table:
+    """The view's 2 FPS cameras: at the world's pose (x, y, z), facing its yaw turned by the view's
+    (``VIEW_YAW``), with the pinhole K of a ``width`` x ``height`` view of ``hfov_deg`` (pass the
+    size given to ``views_table``)."""
+    K = geometry.view_intrinsics(width, height, hfov_deg).ravel().tolist()
     rows = []
     for k, p in enumerate(w.poses):
         valid = not (invalid_every and k % invalid_every == 0)
@@ -182,8 +201,8 @@ def poses_table(w: World, view: str, invalid_every: int = 0) -> pa.Table:
                 "time": p["time"],
                 "frame": int(round(p["time"] * w.fps)),
                 "fps": w.fps,
-                "extrinsics": p.get("extrinsics", [0.0] * 12),
-                "intrinsics": [0.0] * 9,
+                "extrinsics": camera_extrinsics(p["x"], p["y"], p["z"], p["yaw_deg"] + VIEW_YAW[view]),
+                "intrinsics": K,
                 "x": p["x"],
                 "y": p["y"],
                 "z": p["z"],

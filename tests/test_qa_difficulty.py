@@ -8,10 +8,21 @@ import itertools
 import math
 
 import pytest
-from qa_world import instances_table, make_world, motion_table, poses_table, views_table
+from qa_world import (
+    HEIGHT,
+    HFOV,
+    WIDTH,
+    camera_extrinsics,
+    instances_table,
+    make_world,
+    motion_table,
+    poses_table,
+    views_table,
+)
 
 from vsi_wild import schema
 from vsi_wild.stages import evaluate as ev
+from vsi_wild.stages import geometry
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.stages.qa.build import plan_video
 from vsi_wild.stages.qa.common import Provenance, StableRng, VideoInfo
@@ -96,7 +107,9 @@ def test_voc_time_since_the_last_new_instance(planned):
 
 
 def walk(segments, fps: float = 10.0, video_id: str = "w_front"):
-    """2 FPS poses of a walk: (duration s, (dx, dy) per second) segments, one after the other."""
+    """2 FPS poses of a walk: (duration s, (dx, dy) per second) segments, one after the other; a
+    level camera 1.6 m up facing north throughout (as qa_world's front view of heading 0)."""
+    K = geometry.view_intrinsics(WIDTH, HEIGHT, HFOV).ravel().tolist()
     rows, x, y, t = [], 0.0, 0.0, 0.0
     for length, (vx, vy) in segments:
         for _ in range(int(length * 2)):
@@ -107,8 +120,8 @@ def walk(segments, fps: float = 10.0, video_id: str = "w_front"):
                     "time": t,
                     "frame": int(round(t * fps)),
                     "fps": fps,
-                    "extrinsics": [0.0] * 12,
-                    "intrinsics": [0.0] * 9,
+                    "extrinsics": camera_extrinsics(x, y, 1.6, 0.0),
+                    "intrinsics": K,
                     "x": x,
                     "y": y,
                     "z": 1.6,

@@ -16,6 +16,7 @@ Constructed metadata, the answers worked out here by hand:
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pyarrow as pa
@@ -354,10 +355,9 @@ def test_metadata_without_unstable_items_drops_nothing():
         instances = _instances_of(visibility, instances)
         samples = motion_samples_table(w, view, 60.0)
         motion = motion_table(w, view, 60.0)
-        straight = poses_table(w, view).to_pylist()  # VPO's places: a walk that never comes back
-        for p in straight:
-            p["x"], p["y"] = p["time"], 0.0
-        args = (video, instances, motion, schema.table(schema.POSES, straight))
+        # VPO's places: a walk that never comes back (the cameras moved there, facing as before)
+        straight = replace(w, poses=[{**p, "x": p["time"], "y": 0.0} for p in w.poses])
+        args = (video, instances, motion, poses_table(straight, view, width=W, height=H))
         on = plan_video(*args, params, PROV, visibility, samples)
         off = plan_video(*args, params.model_copy(update={"stable_answers": False}), PROV, visibility, samples)
         assert {q.task_type for q in on.questions} == {"VOC", "VOO", "VMR", "VPO"}

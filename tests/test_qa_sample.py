@@ -39,11 +39,15 @@ pytestmark = pytest.mark.slow
 
 # ------------------------------------------------------------------ QA on the sample's truth
 SMALL = dict(duration_s=120.0, width=128, fps=4.0, truth_view_width=160, truth_view_height=90)
+VIEW_SIZE = (128, 72)  # the views' width and height (pixels) as the QA stage is told them
 
 
 def _oracle_metadata(truth, params, view: str, clip_s: float):
     """What a perfect metadata stage derives from the truth: instances, 2 FPS poses, motion."""
+    from qa_world import camera_extrinsics
+
     from vsi_wild import schema
+    from vsi_wild.stages.geometry import view_intrinsics
     from vsi_wild.stages.sample import truth_samples
 
     vid = f"{params.source_id}_{view}"
@@ -73,6 +77,10 @@ def _oracle_metadata(truth, params, view: str, clip_s: float):
             }
         )
     frames = {p["frame"]: p for p in truth["poses"].to_pylist()}
+    # each view's camera: level (the generator's pitch and roll are 0), at the truth's pose, facing its yaw
+    # turned by the view's; K of the views' VIEW_SIZE at 90 degrees
+    assert all(p["pitch_deg"] == 0.0 and p["roll_deg"] == 0.0 for p in frames.values())
+    K = view_intrinsics(*VIEW_SIZE, 90.0).ravel().tolist()
     samples = truth_samples(params)
     poses = [
         {
@@ -81,8 +89,10 @@ def _oracle_metadata(truth, params, view: str, clip_s: float):
             "time": t,
             "frame": f,
             "fps": params.fps,
-            "extrinsics": [0.0] * 12,
-            "intrinsics": [0.0] * 9,
+            "extrinsics": camera_extrinsics(
+                frames[f]["x"], frames[f]["y"], frames[f]["z"], frames[f]["yaw_deg"] + VIEW_YAW[view]
+            ),
+            "intrinsics": K,
             "x": frames[f]["x"],
             "y": frames[f]["y"],
             "z": frames[f]["z"],
@@ -172,8 +182,7 @@ def qa_on_truth(tmp_path_factory):
             0.0,
             90.0,
             58.7155,
-            128,
-            72,
+            *VIEW_SIZE,
             params.fps,
             n,
             params.duration_s,

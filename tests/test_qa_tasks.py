@@ -30,7 +30,6 @@ from test_qa_vpo_render import pano_frame
 from vsi_wild import schema
 from vsi_wild.config import Config
 from vsi_wild.stages.faces import FaceParams
-from vsi_wild.stages.pose import PoseParams
 from vsi_wild.stages.qa import QAParams
 from vsi_wild.store import Store
 from vsi_wild.tasks import engine
@@ -55,9 +54,6 @@ class QAConfig(Config):
         repeat_times=[2, 3],
     )
     faces: FaceParams = FaceParams()
-    # the worlds' poses are stand-ins (zero intrinsics): no ray to the ground, so VPO's revisits by the
-    # objects (which a known camera height turns on) are tested in test_qa_readings, not here
-    pose: PoseParams = PoseParams(camera_height=None)
 
 
 def world(source_id: str):

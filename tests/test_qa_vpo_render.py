@@ -94,7 +94,7 @@ def test_rendered_views_match_py360convert_at_the_recorded_yaw(tmp_path, pano, c
         video,
         instances_table(w, view),
         motion_table(w, view, 10),
-        poses_table(w, view),
+        poses_table(w, view, width=video.width, height=video.height),
         params,
         Provenance(0, "fp", "t"),
         pano,
