@@ -240,13 +240,7 @@ def measure(src: Source, work: Path, config_path: Path, qa_images: int = 8) -> d
         "pose_cpu",
         lambda: po.estimate_source(
             inputs,
-            lambda vi: base.create(
-                "pose_estimator",
-                "twoview",
-                hfov_deg=vi.hfov_deg,
-                features=pose_p.twoview_features,
-                camera_height=pose_p.camera_height,
-            ),
+            lambda vi: base.create("pose_estimator", "twoview", **pose_p.estimator_options(vi.hfov_deg).as_options()),
             pose_p,
         ),
     )

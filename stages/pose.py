@@ -32,7 +32,7 @@ import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
-from vsi_wild.stages.backends.base import FrameBatch, PoseEstimator, PoseResult
+from vsi_wild.stages.backends.base import FrameBatch, PoseEstimator, PoseResult, PoseStageOptions
 
 
 class PoseParams(BaseModel):
@@ -56,6 +56,10 @@ class PoseParams(BaseModel):
         "reconcile and VPO locate objects where they meet the ground; null: not known (da3's unit is then "
         "that of its first window)",
     )
+
+    def estimator_options(self, hfov_deg: float) -> PoseStageOptions:
+        """What the pose stage passes to its pose estimator for a view of ``hfov_deg``."""
+        return PoseStageOptions(hfov_deg=hfov_deg, features=self.twoview_features, camera_height=self.camera_height)
 
     def ground_height(self) -> float | None:
         """The camera's height in the poses' own unit, when known: the backends in

@@ -513,9 +513,7 @@ def run_pose(job: Job) -> None:
     }
     fused, tracks = po.estimate_source(
         inputs,
-        lambda vi: job.backend(
-            "pose_estimator", hfov_deg=vi.hfov_deg, features=p.twoview_features, camera_height=p.camera_height
-        ),
+        lambda vi: job.backend("pose_estimator", **p.estimator_options(vi.hfov_deg).as_options()),
         p,
         lambda d, t: job.progress(d, t, "views"),
     )

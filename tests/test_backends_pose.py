@@ -207,8 +207,9 @@ def test_da3_chunks_are_in_metres_where_they_see_the_ground(da3_dir, monkeypatch
     n = 9
     frames = [np.full((H, W, 3), k, np.uint8) for k in range(n)]
     opts = {"device": "cpu", "da3_model_dir": str(da3_dir), "da3_window": 3, "da3_overlap": 1}
-    metric = create("pose_estimator", "da3", hfov_deg=90.0, features="sift", camera_height=1.6, **opts)
-    unscaled = create("pose_estimator", "da3", hfov_deg=90.0, features="sift", camera_height=None, **opts)
+    stage = {h: po.PoseParams(camera_height=h).estimator_options(90.0).as_options() for h in (1.6, None)}
+    metric = create("pose_estimator", "da3", **stage[1.6], **opts)  # the options the pose stage passes
+    unscaled = create("pose_estimator", "da3", **stage[None], **opts)
     batch = FrameBatch(
         "walk_front", frames, [k / 2 for k in range(n)], [15 * k for k in range(n)], list(range(n)), 30.0
     )

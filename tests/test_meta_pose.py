@@ -260,6 +260,15 @@ def _facade_matches(seed: int, ground: bool):
     return project(X), project(X + t), K, np.eye(3), t / np.linalg.norm(t)
 
 
+def test_twoview_takes_the_pose_stage_options():
+    """twoview is built from exactly the options the pose stage passes (PoseParams.estimator_options)."""
+    p = po.PoseParams(backend="twoview", twoview_features="orb", camera_height=None)
+    est = base.create("pose_estimator", "twoview", **p.estimator_options(75.0).as_options())
+    assert (est.hfov_deg, est.features, est.camera_height) == (75.0, "orb", None)
+    est = base.create("pose_estimator", "twoview", **po.PoseParams().estimator_options(90.0).as_options())
+    assert (est.hfov_deg, est.features, est.camera_height) == (90.0, "sift", 1.6)
+
+
 def test_twoview_ground_plane_is_not_a_line_of_facade_features():
     est = twoview.TwoViewPoseEstimator(hfov_deg=90.0)
     for seed in range(8):

@@ -10,7 +10,7 @@ Backends load weights once, in their constructor, from configured local paths; a
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any, Protocol
 
 import numpy as np
@@ -112,6 +112,27 @@ class PoseEstimator(Protocol):
     name: str
 
     def estimate(self, batch: FrameBatch) -> PoseResult: ...
+
+
+@dataclass(frozen=True)
+class PoseStageOptions:
+    """What the pose stage passes to whichever pose estimator it builds, one view at a time
+    (``PoseParams.estimator_options`` fills it; ``as_options`` are the keywords of ``create`` /
+    ``Job.backend``): the view's horizontal field of view, twoview's feature kind and the camera's
+    height above the ground (None: not known). One structure for the stage and the factories: a
+    factory that takes its other options from elsewhere leaves out exactly ``POSE_STAGE_OPTIONS``
+    (DA3's: its model settings reject an unknown name), so a field added here reaches both."""
+
+    hfov_deg: float
+    features: str
+    camera_height: float | None
+
+    def as_options(self) -> dict[str, Any]:
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+# The names of the options the pose stage passes to every pose estimator (PoseStageOptions' fields).
+POSE_STAGE_OPTIONS = tuple(f.name for f in fields(PoseStageOptions))
 
 
 # ---------------------------------------------------------------------------------- registry

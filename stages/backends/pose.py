@@ -38,7 +38,7 @@ import numpy as np
 
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.backends import weights as W
-from vsi_wild.stages.backends.base import BackendContext, FrameBatch, PoseResult, register
+from vsi_wild.stages.backends.base import POSE_STAGE_OPTIONS, BackendContext, FrameBatch, PoseResult, register
 from vsi_wild.stages.backends.detect import check_rgb_frames
 from vsi_wild.stages.backends.params import LoadedModel, ModelsParams, as_params, load_once, require
 
@@ -361,10 +361,6 @@ def _batch_item(raw: Any, b: int, n: int) -> Any:
     return part
 
 
-# What the pose stage passes to whichever pose estimator it builds (tasks.metadata.run_pose).
-POSE_STAGE_OPTIONS = ("hfov_deg", "features", "camera_height")
-
-
 @register(
     "pose_estimator",
     "da3",
@@ -384,7 +380,7 @@ POSE_STAGE_OPTIONS = ("hfov_deg", "features", "camera_height")
 )
 def make_da3(ctx: BackendContext) -> DA3PoseEstimator:
     # The pose stage gives every pose estimator the views' geometry and the camera's height
-    # (POSE_STAGE_OPTIONS); DA3 estimates its own intrinsics and reads the height. Other options
-    # override the models section (tests, benches).
+    # (base.PoseStageOptions, named by POSE_STAGE_OPTIONS); DA3 estimates its own intrinsics and
+    # reads the height. Other options override the models section (tests, benches).
     options = {k: v for k, v in ctx.options.items() if k not in POSE_STAGE_OPTIONS}
     return DA3PoseEstimator(as_params(ctx.models, options), ctx.options.get("camera_height"))
