@@ -416,13 +416,26 @@ def truth_answers(vi: ViewInputs, concepts: set[str], min_px: float, rules) -> t
     return voc, times
 
 
-def provisional_answers(
+@dataclass
+class VocQuestion:
+    """One VOC question of a view as the qa stage marks it (``voc_questions``)."""
+
+    concept: str
+    total: bool  # the total question; else the stream question (one answer per checkpoint)
+    risk: float  # provisional.answer_risk: the bound on P(any of its answers wrong)
+    carrying: list  # the provisional.AtRisk decisions that bound sums
+    provisional: bool  # marked as the qa stage marks it (review items, or the risk at the level)
+    wrong: list[bool]  # each of its answers against the truth partition's
+
+
+def voc_questions(
     members: list[dict], decisions: list[dict], video_id: str, by_key: dict, rules, got: dict, want: dict, level: float
-) -> tuple[int, int]:
-    """(VOC answers wrong and not provisional, VOC answers provisional) of one view, marked as the
-    qa stage marks its questions (``stages/qa/provisional.py``, from the decisions as the metadata
-    stage lists them without fixes): each checkpoint's answer is the stream question's, the total
-    the total question's; an instance is seen at its clip instances' times (``answers.voc_answers``)."""
+) -> list[VocQuestion]:
+    """One view's VOC questions (per concept, the stream question and the total question), marked
+    as the qa stage marks them (``stages/qa/provisional.py``, from the decisions as the metadata
+    stage lists them without fixes), with their answers against the truth's: each checkpoint's
+    answer is the stream question's, the total the total question's; an instance is seen at its
+    clip instances' times (``answers.voc_answers``)."""
     from vsi_wild.stages import fixes as fx
     from vsi_wild.stages import metadata as meta
     from vsi_wild.stages.qa import provisional
@@ -439,14 +452,27 @@ def provisional_answers(
     for d in meta.pending_reviews(decisions, members, none):
         pending.setdefault(d["concept"], []).append(d)
     cps = rules.checkpoints()
-    unflagged_wrong = flagged = 0
+    out = []
     for c, counts in want.items():
         g = got.get(c, [0] * len(counts))
-        stream, _ = provisional.voc_provisional(c, cps, pending.get(c, []), risks, level)
-        total, _ = provisional.voc_provisional(c, [rules.duration_s], pending.get(c, []), risks, level)
-        answers = [(x != y, stream) for x, y in zip(g, counts, strict=True)] + [(g[-1] != counts[-1], total)]
-        unflagged_wrong += sum(wrong and not flag for wrong, flag in answers)
-        flagged += sum(flag for _, flag in answers)
+        for total, query, wrong in (
+            (False, cps, [x != y for x, y in zip(g, counts, strict=True)]),
+            (True, [rules.duration_s], [g[-1] != counts[-1]]),
+        ):
+            flag, _ = provisional.voc_provisional(c, query, pending.get(c, []), risks, level)
+            risk, carrying = provisional.answer_risk(risks, c, query)
+            out.append(VocQuestion(c, total, risk, carrying, flag, wrong))
+    return out
+
+
+def provisional_answers(
+    members: list[dict], decisions: list[dict], video_id: str, by_key: dict, rules, got: dict, want: dict, level: float
+) -> tuple[int, int]:
+    """(VOC answers wrong and not provisional, VOC answers provisional) of one view (``voc_questions``)."""
+    unflagged_wrong = flagged = 0
+    for q in voc_questions(members, decisions, video_id, by_key, rules, got, want, level):
+        unflagged_wrong += sum(w and not q.provisional for w in q.wrong)
+        flagged += q.provisional * len(q.wrong)
     return unflagged_wrong, flagged
 
 
