@@ -239,12 +239,25 @@ class Motion(_Op):
 
 class ReviewQuestion(_Op):
     """A person's verdict on one generated question: accepted (the export marks it reviewed) or
-    rejected (the qa stage drops it). ``question`` is its stable id (``qa.common.question_id``)."""
+    rejected (the qa stage drops it). ``question`` is its stable id (``qa.common.question_id``).
+    ``answers``: the question's answers as the person saw them (its ``answers`` column, one per
+    query time; ``vsi-wild verify`` records them). An accept stands only while the question still
+    gives these answers: a later fix that changes them makes the question provisional again. An
+    accept without them stands whatever the answer; a rejection stands whatever the answer."""
 
     op: Literal["review_question"]
     question: str = Field(pattern=r"^[0-9a-f]{12}$")
     verdict: Literal["accept", "reject"]
     reason: str | None = Field(None, min_length=1)
+    answers: list[str] | None = Field(None, min_length=1)
+
+    @field_validator("answers", mode="before")
+    @classmethod
+    def _answer_texts(cls, v: Any) -> Any:
+        # a count written by hand in YAML (answers: [3]) reads as a number: the column holds text
+        if isinstance(v, list):
+            return [str(a) if isinstance(a, (int, float)) and not isinstance(a, bool) else a for a in v]
+        return v
 
     def problems(self) -> list[tuple[str, str]]:
         if self.verdict == "reject" and self.reason is None:

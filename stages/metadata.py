@@ -824,9 +824,11 @@ def _motion(st: _Fixing, f: fx.Fix) -> str:
 
 def _review_question(st: _Fixing, f: fx.Fix) -> str:
     op = f.op
-    if op.question in st.reviews:  # a second reviewer's verdict (the later one counts); one reviewer's twice is a slip
+    # a second reviewer's verdict, or a verdict on answers a later fix changed, replaces the earlier
+    # one; one reviewer's twice on the same answers is a slip
+    if op.question in st.reviews:
         earlier = st.reviewed_by[op.question]
-        if earlier == op.by:
+        if earlier == op.by and st.reviews[op.question]["answers"] == op.answers:
             raise st.error(
                 f,
                 "question",
@@ -840,8 +842,11 @@ def _review_question(st: _Fixing, f: fx.Fix) -> str:
         "verdict": op.verdict,
         "reason": op.reason,
         "line": f.line,
+        "answers": op.answers,
+        "holds": None,  # the qa stage's to say: it knows the question as asked now
     }
-    return f"question {op.question}: {op.verdict}" + (f" ({op.reason})" if op.reason else "")
+    seen = f" of answer{'s' if len(op.answers) > 1 else ''} {', '.join(op.answers)}" if op.answers else ""
+    return f"question {op.question}: {op.verdict}{seen}" + (f" ({op.reason})" if op.reason else "")
 
 
 # One handler per fix op (``fixes.OPS``): it changes the metadata and returns the audit summary.

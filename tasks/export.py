@@ -51,7 +51,7 @@ TEXT_DEBIAS_FILE = "text_debias.parquet"  # the questions qa.debias_text dropped
 LEDGER_FILE = "ledger.parquet"  # the question ledger this export leaves (schema.QA_LEDGER)
 LEDGER_META = "ledger.json"  # what it was made from: {"inputs": digest, "parent": the ledger it started from}
 LEDGERS = "ledger"  # the data root's ledgers: <sha256>.parquet, and history.jsonl (one line per published export)
-VERSION = "6"  # 6: the questions carry provisional, provisional_reason
+VERSION = "7"  # 7: a reviewed row's accept must hold for the answer as exported
 
 
 # ------------------------------------------------------------------------------------ the ledger
@@ -161,12 +161,14 @@ def publish(store: Store, links: dict[str, str]) -> str:
 
 
 def _accepted(job: Job, qa_refs: dict[str, UnitRef]) -> set[str]:
-    """The question ids a person accepted (``review_question`` fixes, carried by the qa outputs)."""
+    """The question ids a person accepted whose accept holds for the question as asked now
+    (``review_question`` fixes, carried by the qa outputs: an accept of answers a later fix
+    changed does not count)."""
     out: set[str] = set()
     for ref in qa_refs.values():
         if job.store.has_file(ref, REVIEWS_FILE):
-            reviews = job.store.read_table(ref, REVIEWS_FILE).to_pylist()
-            out |= {r["question_id"] for r in reviews if r["verdict"] == "accept"}
+            reviews = schema.conform(job.store.read_table(ref, REVIEWS_FILE), schema.QUESTION_REVIEWS).to_pylist()
+            out |= {r["question_id"] for r in reviews if r["verdict"] == "accept" and r["holds"] is not False}
     return out
 
 

@@ -795,7 +795,7 @@ def run_metadata(job: Job) -> None:
 METADATA = Stage(
     name="metadata",
     outputs=schema.ARTIFACTS["metadata"],
-    version="4",
+    version="5",
     unit_kind="video",
     run=run_metadata,
     needs=("reconcile", "pose", "project"),

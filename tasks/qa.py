@@ -6,9 +6,10 @@ Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata
 the ``qa`` and ``faces`` config sections, and ``pose.camera_height``, ``pose.backend`` and
 ``reconcile.level_views`` (VPO's revisits by the objects: where they meet the ground), and the metadata stage's
 ``unreviewed_decisions.parquet`` and ``review_pending.parquet`` (which questions are provisional), and its
-``question_reviews.parquet`` (a rejected question is dropped; an accepted one is not provisional). Writes
-``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED), ``images.parquet`` (QA_IMAGES) and
-``images/*``.
+``question_reviews.parquet`` (a rejected question is dropped; an accepted one is not provisional while it gives
+the answers accepted). Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED),
+``images.parquet`` (QA_IMAGES), ``images/*`` and, when there are reviews, ``question_reviews.parquet`` with whether
+each verdict holds for the question as asked now (``holds``).
 """
 
 from __future__ import annotations
@@ -127,9 +128,10 @@ def run(job: Job) -> None:
     questions, skipped = result.tables()
     risks = _at_risk(job, instances, visibility, video, params)
     reviews = _question_reviews(job)
-    accepted = provisional.accepted_ids(reviews)  # checked against the video by a person: not provisional
+    accepted = provisional.accepts(reviews)  # checked against the video by a person: not provisional
     questions = provisional.mark(questions, _pending_reviews(job), risks, params.provisional_risk, accepted)
     if reviews:
+        reviews = provisional.standing(reviews, questions)  # whether each verdict holds for the question as asked now
         questions, skipped = _drop_rejected(questions, skipped, reviews)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, reviews))
     job.out.write_table("questions.parquet", questions)
@@ -141,7 +143,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="6",
+    version="7",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

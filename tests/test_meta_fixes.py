@@ -6,6 +6,7 @@ import copy
 
 import pytest
 
+from vsi_wild import schema
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
 
@@ -407,3 +408,25 @@ def test_who_and_when_are_kept_and_checked():
         fx.parse_fix_text(
             f"video_id: {VID}\nfixes:\n  - op: remove_instance\n    instance: 1\n    at: yesterday\n", "f.yaml", VID
         )
+
+
+def test_a_question_verdict_keeps_the_answers_seen_and_a_verdict_on_new_answers_replaces_it():
+    q = "0123456789ab"
+
+    def verdict(answers, by="ana"):
+        return (
+            f"  - op: review_question\n    question: '{q}'\n    verdict: accept\n    answers: {answers}\n    by: {by}\n"
+        )
+
+    d = apply(f"video_id: {VID}\nfixes:\n" + verdict("[3]"))  # a count written by hand reads as a number
+    assert [(r["question_id"], r["answers"], r["holds"]) for r in d.reviews] == [(q, ["3"], None)]
+    assert d.applied[0]["summary"] == f"question {q}: accept of answer 3"
+    # the same reviewer again after a fix changed the answer: the later verdict counts
+    d = apply(f"video_id: {VID}\nfixes:\n" + verdict("[3]") + verdict("['4']"))
+    assert [(r["answers"], r["line"]) for r in d.reviews] == [(["4"], 8)]
+    schema.table(schema.QUESTION_REVIEWS, d.reviews)
+    # ... but twice on the same answers is a slip, named with both lines
+    with pytest.raises(fx.FixError, match=f"field 'question'.*question {q} was reviewed by the fix at line 3"):
+        apply(f"video_id: {VID}\nfixes:\n" + verdict("[3]") + verdict("['3']"))
+    with pytest.raises(fx.FixError, match="field 'answers'"):
+        apply(f"video_id: {VID}\nfixes:\n" + verdict("[]"))

@@ -107,11 +107,49 @@ def test_a_question_a_person_accepted_is_not_provisional():
         {"video_id": VID, "question_id": question_id(rows[0]), "verdict": "accept", "reason": None, "line": 3},
         {"video_id": VID, "question_id": question_id(rows[1]), "verdict": "reject", "reason": "ambiguous", "line": 7},
     ]
-    assert provisional.accepted_ids(reviews) == {question_id(rows[0])}
-    out = provisional.mark(table, pending, [], 0.05, provisional.accepted_ids(reviews))
+    assert provisional.accepts(reviews) == {question_id(rows[0]): None}
+    out = provisional.mark(table, pending, [], 0.05, provisional.accepts(reviews))
     assert out.schema == schema.QA_QUESTIONS
     assert out["provisional"].to_pylist() == [False, True]
     assert out["provisional_reason"].to_pylist()[0] is None
+
+
+def test_an_accept_holds_only_while_the_question_gives_the_answers_the_person_saw():
+    """A person checks an answer, not an id: once a later fix changes the answer, the accept no
+    longer settles the question, whatever its task (a VMR question has no reconciliation risk)."""
+    rows = [
+        {**_question("VOC", ["cone"]), "subtype": "total", "item": "cone", "answers": ["3"]},
+        {**_question("VMR", None), "subtype": "cardinal", "item": "clip0002", "answers": ["forward"]},
+        {**_question("VOC", ["bench"]), "subtype": "stream", "item": "bench", "answers": ["1", "2"]},
+    ]
+    table = schema.table(schema.QA_QUESTIONS, [{**{f.name: None for f in schema.QA_QUESTIONS}, **r} for r in rows])
+    pending = meta.pending_reviews(DECISIONS[2:], MEMBERS, fx.FixSet.empty(VID))  # the cone's review item
+    ids = [question_id(r) for r in rows]
+
+    def review(qid, verdict, answers):
+        return {"video_id": VID, "question_id": qid, "verdict": verdict, "reason": None, "line": 1, "answers": answers}
+
+    seen_now = [review(ids[0], "accept", ["3"]), review(ids[1], "accept", ["forward"]), review(ids[2], "accept", None)]
+    out = provisional.mark(table, pending, [], 0.05, provisional.accepts(seen_now))
+    assert out["provisional"].to_pylist() == [False, False, False]  # the answers seen; none recorded: any
+    changed = [review(ids[0], "accept", ["2"]), review(ids[1], "accept", ["forward-left"])]
+    out = provisional.mark(table, pending, [], 0.05, provisional.accepts(changed))
+    assert out["provisional"].to_pylist() == [True, True, False]
+    cone, vmr, _ = out["provisional_reason"].to_pylist()
+    # what the person accepted, what it is now, and the review item the answer still rests on
+    assert cone.startswith("accepted by a person when its answer was 2; it is 3 now; and rests on 1 unreviewed")
+    assert vmr == "accepted by a person when its answer was forward-left; it is forward now"
+    stream = provisional.mark(table, [], [], 0.05, provisional.accepts([review(ids[2], "accept", ["1", "1"])]))
+    assert (
+        stream["provisional_reason"].to_pylist()[2]
+        == "accepted by a person when its answers were 1, 1; they are 1, 2 now"
+    )
+    # the qa stage's copy of the verdicts says which still hold; a rejection holds whatever the answer
+    rows_out = provisional.standing(
+        [*changed, review(ids[2], "reject", ["9"]), review("0123456789ab", "accept", ["1"])], table
+    )
+    assert [r["holds"] for r in rows_out] == [False, False, True, None]
+    schema.table(schema.QUESTION_REVIEWS, rows_out)
 
 
 def test_the_queue_puts_provisional_questions_first_then_by_video_and_task():

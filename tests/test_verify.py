@@ -29,6 +29,7 @@ from ruamel.yaml import YAML
 from typer.testing import CliRunner
 
 from vsi_wild.config import load_config
+from vsi_wild.stages.qa.common import question_id
 from vsi_wild.store import Store
 from vsi_wild.verify.server import create_app
 
@@ -398,14 +399,22 @@ def test_reject_and_accept_questions(page: Page, live, root, screenshot_dir):
     accepted.locator("button.accept").click()
     expect(accepted).to_have_class("card accepted")
     page.screenshot(path=str(screenshot_dir / "verify_questions.png"))
+    # each verdict records the answers the person judged (an accept holds only while they stay)
+    answers = {question_id(q): q["answers"] for q in _current(root, "qa", VID, "questions.parquet")}
     assert plain_fixes(root)[-2:] == [
         {
             "op": "review_question",
             "question": REVIEWED["reject"],
             "verdict": "reject",
+            "answers": answers[REVIEWED["reject"]],
             "reason": "not answerable from the video",
         },
-        {"op": "review_question", "question": REVIEWED["accept"], "verdict": "accept"},
+        {
+            "op": "review_question",
+            "question": REVIEWED["accept"],
+            "verdict": "accept",
+            "answers": answers[REVIEWED["accept"]],
+        },
     ]
 
 

@@ -50,6 +50,18 @@ def test_the_cli_reports_agreement_per_category_and_each_disagreement(sample_roo
         {"op": "motion", "clip": 4, "state": "none", "by": "ben"},
         {"op": "review_question", "question": "0123456789ab", "verdict": "accept", "by": "ana"},
         {"op": "review_question", "question": "0123456789ab", "verdict": "reject", "reason": "ambiguous", "by": "ben"},
+        # the same answers judged alike; different answers (a fix changed it in between) are not compared
+        {"op": "review_question", "question": "abcdef012345", "verdict": "accept", "answers": ["2"], "by": "ana"},
+        {"op": "review_question", "question": "abcdef012345", "verdict": "accept", "answers": ["2"], "by": "ben"},
+        {"op": "review_question", "question": "fedcba543210", "verdict": "accept", "answers": ["3"], "by": "ana"},
+        {
+            "op": "review_question",
+            "question": "fedcba543210",
+            "verdict": "reject",
+            "answers": ["4"],
+            "reason": "x",
+            "by": "ben",
+        },
     ]
     from ruamel.yaml import YAML
 
@@ -67,7 +79,7 @@ def test_the_cli_reports_agreement_per_category_and_each_disagreement(sample_roo
     report = json.loads(out.output)
     assert report["reviewers"] == ["ana", "ben"]
     got = {c: (v["pairs"][0]["both"], v["pairs"][0]["agree"]) for c, v in report["categories"].items()}
-    assert got == {"merges": (2, 1), "vmr": (2, 1), "questions": (1, 0)}  # clip 4: verified as automatic vs none
+    assert got == {"merges": (2, 1), "vmr": (2, 1), "questions": (2, 1)}  # clip 4: verified as automatic vs none
     text = CliRunner().invoke(app, args).output
     assert "merges (review pairs): ana and ben both decided 2, agree on 1 (50.0%)" in text
     assert f"{VID} pair clip 0 #0 · clip 3 #8: ana apart, ben merge" in text

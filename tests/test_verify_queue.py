@@ -7,6 +7,7 @@ import re
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from conftest import REPO, copy_root
 from playwright.sync_api import Page, expect
@@ -157,7 +158,15 @@ def test_a_question_shows_its_instances_clip_members_and_one_is_split_out_with_a
     joined = next(i for i in sorted(of) if len({c for c, _ in of[i]}) >= 2 and concept_of[i] in totals)
     concept, question = concept_of[joined], totals[concept_of[joined]]
     before = [r for r in _current(root, "metadata", LEFT, "instances.parquet") if r["concept"] == concept]
-    page.goto(f"{live}/queue?video={LEFT}&item=question:{LEFT}:{question_id(question)}")
+    qid, count = question_id(question), int(question["answers"][0])
+    item = f"question:{LEFT}:{qid}"
+    page.goto(f"{live}/queue?video={LEFT}&item={item}")
+    page.wait_for_function("window.pageReady === true && Z.detail && !Z.busy")
+    # a person accepts its count first (the queue moves on), then comes back and finds two objects in one
+    page.keyboard.press("y")
+    page.wait_for_function(f"Z.detail === null || Z.detail.id !== {item!r}")
+    assert page.evaluate(f"Z.items.find(i => i.id === {item!r}).done") is True
+    page.goto(f"{live}/queue?video={LEFT}&item={item}")
     page.wait_for_function("window.pageReady === true && Z.detail && !Z.busy")
     # every instance it counts; the joined one with one picture per clip member (clip, local id, time)
     expect(page.locator("figure.inst")).to_have_count(len(before))
@@ -193,8 +202,10 @@ def test_a_question_shows_its_instances_clip_members_and_one_is_split_out_with_a
     page.wait_for_function("[...document.querySelectorAll('#item img.crop')].every(i => i.complete)")
     page.screenshot(path=str(screenshot_dir / "verify_queue_split_stale.png"), full_page=True)
     fixes = YAML(typ="safe").load((root / "fixes" / f"{LEFT}.yaml").read_text())["fixes"]
-    assert [{k: f[k] for k in ("op", "clip", "local_id", "by")} for f in fixes] == [
-        {"op": "split", "clip": clip, "local_id": local, "by": "ana"}
+    assert [{k: v for k, v in f.items() if k != "at"} for f in fixes] == [
+        # the verdict records the answer the person judged
+        {"op": "review_question", "question": qid, "verdict": "accept", "answers": [str(count)], "by": "ana"},
+        {"op": "split", "clip": clip, "local_id": local, "by": "ana"},
     ]
     # re-derived: one instance more of the concept, holding the member's observations; the question asks again
     job = page.evaluate(f"api('/api/videos/{LEFT}/rederive', {{}})")
@@ -213,9 +224,26 @@ def test_a_question_shows_its_instances_clip_members_and_one_is_split_out_with_a
         if o["instance_id"] == joined and clip * cs <= o["time"] < (clip + 1) * cs
     }
     asked = {question_id(q): q for q in _current(root, "qa", LEFT, "questions.parquet")}
-    assert asked[question_id(question)]["answers"] == [str(int(question["answers"][0]) + 1)]
-    # once re-derived, the item shows the new answer and no longer says it is out of date
-    page.goto(f"{live}/queue?video={LEFT}&item=question:{LEFT}:{question_id(question)}")
+    assert asked[qid]["answers"] == [str(count + 1)]
+    # the accept was of another answer: the question is provisional again, and says why
+    accepted_then = f"accepted by a person when its answer was {count}; it is {count + 1} now"
+    assert asked[qid]["provisional"] and asked[qid]["provisional_reason"].startswith(accepted_then)
+    reviews = _current(root, "qa", LEFT, "question_reviews.parquet")
+    assert [(r["question_id"], r["answers"], r["holds"]) for r in reviews] == [(qid, [str(count)], False)]
+    exported = root / "exports" / "reviewed.parquet"
+    assert not exported.exists() or qid not in pq.read_table(exported)["question_id"].to_pylist()
+    # once re-derived, the item shows the new answer and no longer says it is out of date; it is to do again
+    page.goto(f"{live}/queue?video={LEFT}&item={item}")
     page.wait_for_function("window.pageReady === true && Z.detail && !Z.busy")
-    expect(page.locator("#item")).to_contain_text(f": {int(question['answers'][0]) + 1}")
+    expect(page.locator("#item")).to_contain_text(f": {count + 1}")
     expect(page.locator("#item p.stale")).to_have_count(0)
+    expect(page.locator("#item p.provisional")).to_contain_text(accepted_then)
+    assert page.evaluate(f"Z.items.find(i => i.id === {item!r}).done") is False
+    # the questions page opens its card again, saying what was accepted
+    page.goto(f"{live}/videos/{LEFT}/questions?q={qid}")
+    page.wait_for_function("window.pageReady === true")
+    card = page.locator(f'.card[data-question="{qid}"]')
+    expect(card).to_have_class(re.compile(r"^card( focus)?$"))
+    expect(card.locator("b.stale")).to_have_text(f" accepted by ana when its answer was {count}: review again")
+    card.scroll_into_view_if_needed()
+    page.screenshot(path=str(screenshot_dir / "verify_questions_accept_of_another_answer.png"))

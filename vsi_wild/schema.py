@@ -686,6 +686,20 @@ QUESTION_REVIEWS = _schema(
     f("verdict", pa.string(), doc="accept | reject (a rejected question is not asked)"),
     f("reason", pa.string(), True),
     f("line", pa.int64(), doc="of the fix in the fix file"),
+    f(
+        "answers",
+        pa.list_(pa.string()),
+        True,
+        doc="the question's answers as the person saw them (null: the fix did not record them)",
+    ),
+    f(
+        "holds",
+        pa.bool_(),
+        True,
+        doc="the qa stage's copy: whether the verdict stands for the question as asked now (an accept "
+        "while the question gives the answers the person saw); null in the metadata stage's copy and "
+        "for a question no longer asked",
+    ),
 )
 
 EXPORT_REVIEWED = _schema(

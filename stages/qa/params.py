@@ -208,7 +208,9 @@ class QAParams(BaseModel):
 
     # human review (`review_question` fixes, docs/fixes.md)
     require_reviewed: bool = Field(
-        False, description="export only questions a person accepted (a rejected one is never asked)"
+        False,
+        description="export only questions a person accepted, with the answers they accepted (a rejected one is "
+        "never asked)",
     )
     require_verified_videos: bool = Field(
         False,

@@ -29,14 +29,16 @@ first or last real sighting; marked whenever it could, which says more than it m
 less). The sum above does not apply to it: joining or splitting instances moves an appearance only
 where it makes or breaks a sustained sighting, so most decisions that change a count change no
 order. Every other question is not provisional, and neither is a question a person accepted (a
-``review_question`` fix, verdict accept): they checked its answer against the video, which is what
-the flag asks for.
+``review_question`` fix, verdict accept) while it gives the answers they saw: they checked that
+answer against the video, which is what the flag asks for. Once a later fix changes its answers,
+the accept no longer holds and the question is provisional, whatever its task: a person judged
+another answer right.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -190,10 +192,39 @@ def voc_provisional(
     return False, None
 
 
-def accepted_ids(reviews: Iterable[dict]) -> set[str]:
-    """The ids of the questions a person accepted, from the video's ``schema.QUESTION_REVIEWS``
-    rows (one per question: a later reviewer's verdict replaces an earlier one)."""
-    return {r["question_id"] for r in reviews if r["verdict"] == "accept"}
+def accepts(reviews: Iterable[dict]) -> dict[str, list[str] | None]:
+    """The questions a person accepted, from the video's ``schema.QUESTION_REVIEWS`` rows (one per
+    question: a later verdict replaces an earlier one): question id -> the answers they saw (None:
+    the fix did not record them)."""
+    return {r["question_id"]: r.get("answers") for r in reviews if r["verdict"] == "accept"}
+
+
+def verdict_holds(verdict: str, seen: Sequence[str] | None, answers: Sequence[str]) -> bool:
+    """Whether a person's verdict on the answers ``seen`` stands for a question that gives
+    ``answers`` now. An accept stands while they are the same (a person checked an answer, not an
+    id), or when it recorded none; a rejection (the question is unfair or unanswerable) always."""
+    return verdict != "accept" or seen is None or list(seen) == list(answers)
+
+
+def standing(reviews: Iterable[dict], questions: pa.Table) -> list[dict]:
+    """The review rows with ``holds`` set against ``questions`` as asked now: an accept while the
+    question gives the answers the person saw, a rejection always; None for a question not asked."""
+    now = {
+        question_id(r): r["answers"]
+        for r in questions.select(["video_id", "task_type", "subtype", "item", "answers"]).to_pylist()
+    }
+    out = []
+    for r in reviews:
+        answers = now.get(r["question_id"])
+        holds = None if answers is None else verdict_holds(r["verdict"], r.get("answers"), answers)
+        out.append({**r, "holds": holds})
+    return out
+
+
+def _stale_accept(seen: Sequence[str], answers: Sequence[str]) -> str:
+    were = "answer was" if len(seen) == 1 else "answers were"
+    now = "it is" if len(answers) == 1 else "they are"
+    return f"accepted by a person when its {were} {', '.join(seen)}; {now} {', '.join(answers)} now"
 
 
 def mark(
@@ -201,33 +232,43 @@ def mark(
     pending: Iterable[dict],
     risks: Sequence[AtRisk],
     level: float,
-    accepted: Collection[str] = (),
+    accepted: Mapping[str, Sequence[str] | None] | None = None,
 ) -> pa.Table:
     """``questions`` (``schema.QA_QUESTIONS``) with ``provisional`` and ``provisional_reason`` set:
     ``pending``, the video's review items no fix resolved (``schema.REVIEW_PENDING``); ``risks``,
     its unreviewed decisions as the VOC counts read them (``at_risk``); ``level``,
-    ``QAParams.provisional_risk``; ``accepted``, the ids (``common.question_id``) of the questions
-    a person accepted, which are not provisional whatever their decisions."""
+    ``QAParams.provisional_risk``; ``accepted`` (``accepts``), the questions a person accepted with
+    the answers they saw. An accepted question is not provisional whatever its decisions while it
+    gives those answers; once a later fix changes them it is provisional, whatever its task, until a
+    person looks again (they judged another answer right)."""
+    accepted = accepted or {}
     by_concept: dict[str, list[dict]] = {}
     for d in pending:
         by_concept.setdefault(d["concept"], []).append(d)
     flags, reasons = [], []
     ids = (question_id(r) for r in questions.select(["video_id", "task_type", "subtype", "item"]).to_pylist())
-    for task, concepts, times, qid in zip(
+    for task, concepts, times, answers, qid in zip(
         questions["task_type"].to_pylist(),
         questions["concepts"].to_pylist(),
         questions["query_times"].to_pylist(),
+        questions["answers"].to_pylist(),
         ids,
         strict=True,
     ):
-        flag, reason = False, None
-        if qid in accepted:
-            pass  # a person checked its answer against the video
-        elif task == "VOC" and concepts:
+        flag: bool = False
+        reason: str | None = None
+        if task == "VOC" and concepts:
             flag, reason = voc_provisional(concepts[0], times or [], by_concept.get(concepts[0], []), risks, level)
         elif task == "VOO":
             items = [d for c in (concepts or []) for d in by_concept.get(c, [])]
             flag, reason = bool(items), _describe(items) if items else None
+        if qid in accepted:
+            seen = accepted[qid]
+            if verdict_holds("accept", seen, answers):
+                flag, reason = False, None  # a person checked this answer against the video
+            else:
+                assert seen is not None
+                flag, reason = True, _stale_accept(seen, answers) + (f"; and {reason}" if reason else "")
         flags.append(flag)
         reasons.append(reason)
     out = questions

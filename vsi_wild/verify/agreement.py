@@ -7,7 +7,9 @@ decision counts for the metadata). For every item two reviewers both decided, th
 - **merges**: ``review_pair`` decisions (merge | apart);
 - **VMR directions**: a clip's direction as each reviewer left it, as VMR's answer sector (8 labels)
   or ``none``: their ``motion`` fix, else, when they marked the clip verified, the automatic one;
-- **question verdicts**: ``review_question`` (accept | reject).
+- **question verdicts**: ``review_question`` (accept | reject), compared only between verdicts on
+  the same answers (a verdict records the answers its reviewer saw: after a fix changed them, the
+  two judged different questions).
 
 Per category and pair of reviewers: items both decided, agreements, percent agreement and Cohen's
 kappa (agreement beyond what each reviewer's own rates give by chance), and every disagreement.
@@ -44,7 +46,8 @@ def decisions(
             item = (video_id, "pair", f["clip_a"], f["local_a"], f["clip_b"], f["local_b"])
             out["merges"][item][who] = f["decision"]
         elif op == "review_question":
-            out["questions"][(video_id, "question", f["question"])][who] = f["verdict"]
+            seen = ", ".join(f.get("answers") or [])  # "" when the fix recorded none
+            out["questions"][(video_id, "question", f["question"], seen)][who] = f["verdict"]
         elif op == "motion":
             value = (
                 "none"
@@ -134,7 +137,7 @@ def lines(report: dict[str, Any]) -> list[str]:
             what = {
                 "pair": lambda i: f"pair clip {i[2]} #{i[3]} · clip {i[4]} #{i[5]}",
                 "clip": lambda i: f"VMR clip {i[2]}",
-                "question": lambda i: f"question {i[2]}",
+                "question": lambda i: f"question {i[2]}" + (f" (answer {i[3]})" if i[3] else ""),
             }[item[1]](item)
             votes = ", ".join(f"{k} {v}" for k, v in d.items() if k not in ("category", "item"))
             out.append(f"  {item[0]} {what}: {votes}")

@@ -42,7 +42,7 @@ class Catalog:
     _views_key: tuple = ()
     _views_at: float = float("-inf")
     _lock: threading.Lock = field(default_factory=threading.Lock)
-    _question_ids: dict[str, tuple[UnitRef, list[str]]] = field(default_factory=dict)
+    _question_answers: dict[str, tuple[UnitRef, dict[str, list[str]]]] = field(default_factory=dict)
     _concepts: dict[str, tuple[UnitRef, set[str]]] = field(default_factory=dict)
 
     # ------------------------------------------------------------------ status rows
@@ -134,19 +134,24 @@ class Catalog:
             r["question_id"] = question_id(r)
         return rows
 
-    def question_ids(self, video_id: str) -> list[str]:
-        """The stable ids of the video's current questions ([] when its qa output is not current)."""
+    def question_answers(self, video_id: str) -> dict[str, list[str]]:
+        """The stable ids of the video's current questions, each with its answers ({} when its qa
+        output is not current)."""
         ref = self.current("qa", video_id)
         if ref is None:
-            return []
+            return {}
         with self._lock:
-            held = self._question_ids.get(video_id)
+            held = self._question_answers.get(video_id)
             if held is not None and held[0] == ref:
                 return held[1]
-        rows = self.store.read_table(ref, "questions.parquet").to_pylist()
-        out = [question_id(r) for r in rows]
+        rows = (
+            self.store.read_table(ref, "questions.parquet")
+            .select(["video_id", "task_type", "subtype", "item", "answers"])
+            .to_pylist()
+        )
+        out = {question_id(r): r["answers"] for r in rows}
         with self._lock:
-            self._question_ids[video_id] = (ref, out)
+            self._question_answers[video_id] = (ref, out)
         return out
 
     def concepts(self) -> list[str]:

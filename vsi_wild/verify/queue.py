@@ -10,7 +10,8 @@ Items, in this order:
    first; done when marked verified or fixed by a ``motion`` fix;
 4. **question**: every question asked now, the provisional ones first (their answer rests on
    reconciliation decisions no person has reviewed, and may be wrong: ``stages/qa/provisional.py``),
-   then by video and task; done when it has a verdict.
+   then by video and task; done when it has a verdict that holds (a rejection, or an accept of
+   the answers the question gives now: an accept of answers a later fix changed is to do again).
 
 Each item has a time in its video (for progress per 5-minute segment) and, once done, who did it
 (the fix's ``by``, or the progress file's). The list is built from the store's current outputs and
@@ -26,6 +27,7 @@ from typing import Any
 
 from vsi_wild import ids
 from vsi_wild.stages import fixes as fx
+from vsi_wild.stages.qa.provisional import verdict_holds
 from vsi_wild.tasks import registry
 from vsi_wild.verify import fixfile, progress
 from vsi_wild.verify.review import Review, pair_key, pair_rank, review_pairs
@@ -136,6 +138,9 @@ class Queue:
             if self.catalog.current("qa", vid) is not None:
                 for q in self.catalog.questions(vid):
                     f = by_key.get(("review_question", q["question_id"]))
+                    # an accept is of the answers the person saw: once a fix changes them, it is to do again
+                    if f is not None and not verdict_holds(f["verdict"], f.get("answers"), q["answers"]):
+                        f = None
                     questions.append(
                         {
                             "id": f"question:{vid}:{q['question_id']}",

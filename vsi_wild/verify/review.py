@@ -25,6 +25,7 @@ from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
 from vsi_wild.stages.qa.params import Sighting
+from vsi_wild.stages.qa.provisional import verdict_holds
 from vsi_wild.stages.qa.readings import seen_under
 from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import concept_times
@@ -442,7 +443,8 @@ class Review:
     # ------------------------------------------------------------------ pages
     def reviewed(self, video_id: str, fixes: list[dict[str, Any]] | None = None) -> dict[str, Any]:
         """The question verdicts of the fix file, counted among the questions asked now (a rejected
-        question leaves them at the next re-derive: it is counted apart)."""
+        question leaves them at the next re-derive: it is counted apart; an accept of answers a
+        later fix changed is not counted: the question is to review again)."""
         if fixes is None:
             data, _ = fixfile.read(self.fix_path(video_id))
             try:
@@ -450,9 +452,11 @@ class Review:
             except Exception:  # noqa: BLE001 - a broken file shows its error elsewhere
                 fixes = []
         verdicts = {f["question"]: f for f in fixes if f.get("op") == "review_question"}
-        asked = set(self.catalog.question_ids(video_id))
+        asked = self.catalog.question_answers(video_id)
         return {
-            "reviewed": sum(q in asked for q in verdicts),
+            "reviewed": sum(
+                q in asked and verdict_holds(f["verdict"], f.get("answers"), asked[q]) for q, f in verdicts.items()
+            ),
             "asked": len(asked),
             "gone": sum(q not in asked for q in verdicts),
         }

@@ -54,6 +54,12 @@ function provisionalNote(reason, tag) {
     el("b", {}, "provisional:"), " ", reason || "");
 }
 
+function verdictHolds(fix, q) {
+  // a review_question verdict still stands for the question as shown: a rejection always; an
+  // accept while the question gives the answers the person saw (stages/qa/provisional.py verdict_holds)
+  return fix.verdict !== "accept" || !fix.answers || JSON.stringify(fix.answers) === JSON.stringify(q.answers);
+}
+
 function videoId() {
   // /videos/<id>[/spatial|/questions]
   return decodeURIComponent(location.pathname.split("/")[2] || "");

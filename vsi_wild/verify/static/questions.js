@@ -14,9 +14,18 @@ function verdicts() {
   return out;
 }
 
-async function setVerdict(qid, verdict, reason, errorBox) {
+function standing(v, q) {
+  // the question's verdict if it holds for the answers shown now (an accept of answers a later fix
+  // changed is no verdict on this answer: the card is open again and says what was accepted)
+  const f = v.get(q.question_id);
+  return f && verdictHolds(f, q) ? f : null;
+}
+
+async function setVerdict(q, verdict, reason, errorBox) {
   errorBox.textContent = "";
-  const fix = {op: "review_question", question: qid, verdict};
+  const qid = q.question_id;
+  // the answers the person judged: the accept stands only while the question gives them
+  const fix = {op: "review_question", question: qid, verdict, answers: q.answers};
   if (reason) fix.reason = reason;
   try {
     await DRAFT.saveOnly([{kind: "add", fix}]);
@@ -41,6 +50,8 @@ function figure(src, caption) {
 }
 
 function card(q, verdict, index) {
+  const stale = verdict && !verdictHolds(verdict, q) ? verdict : null;
+  if (stale) verdict = null;
   const err = el("div", {class: "error"});
   const options = q.correct !== null ? [q.correct, ...(q.distractors || [])].sort() : null;
   // each frame and rendered view says what it is: "Frame p" as the question names it, its time,
@@ -63,7 +74,7 @@ function card(q, verdict, index) {
   const other = el("input", {class: "reason-text", size: 18, placeholder: "reason", hidden: !custom, value: custom ? saved : null});
   reason.onchange = () => { other.hidden = reason.value !== "other…"; };
   const state = verdict ? verdict.verdict : null;
-  const reject = () => setVerdict(q.question_id, "reject", reason.value === "other…" ? other.value.trim() : reason.value, err);
+  const reject = () => setVerdict(q, "reject", reason.value === "other…" ? other.value.trim() : reason.value, err);
   const c = el("div", {class: "card" + (state === "accept" ? " accepted" : state === "reject" ? " rejected" : "") + (index === Q.focus ? " focus" : ""),
                        "data-question": q.question_id},
     el("div", {class: "muted"}, `${q.task_type} · ${q.subtype} · ${q.split} · ${q.item} · id ${q.question_id}`),
@@ -74,18 +85,19 @@ function card(q, verdict, index) {
     frames.length ? el("div", {class: "strip"}, el("span", {class: "muted"}, "frames of the video"), ...frames) : null,
     images.length ? el("div", {class: "strip"}, el("span", {class: "muted"}, "rendered views (what the question shows)"), ...images) : null,
     el("p", {},
-      el("button", {class: "accept", onclick: () => setVerdict(q.question_id, "accept", null, err)}, "✓ accept"), " ",
+      el("button", {class: "accept", onclick: () => setVerdict(q, "accept", null, err)}, "✓ accept"), " ",
       el("button", {class: "reject", onclick: reject}, "✗ reject"), " ", reason, " ", other,
       state ? el("b", {class: state === "accept" ? "ok" : "error"}, ` ${state}ed` + (verdict.reason ? `: ${verdict.reason}` : "") +
-        (verdict.by ? ` by ${verdict.by}` : "")) : null),
+        (verdict.by ? ` by ${verdict.by}` : "")) : null,
+      stale ? el("b", {class: "stale"}, ` accepted${stale.by ? " by " + stale.by : ""} when its answer was ${stale.answers.join(", ")}: review again`) : null),
     err);
-  c.reject = reject; c.accept = () => setVerdict(q.question_id, "accept", null, err); c.reason = reason;
+  c.reject = reject; c.accept = () => setVerdict(q, "accept", null, err); c.reason = reason;
   return c;
 }
 
 function shown() {
   const v = verdicts(), f = $("filter").value;
-  return Q.questions.filter(q => f === "all" || (f === "open" ? !v.has(q.question_id) : v.has(q.question_id) && v.get(q.question_id).verdict === f));
+  return Q.questions.filter(q => f === "all" || (f === "open" ? !standing(v, q) : standing(v, q) && standing(v, q).verdict === f));
 }
 
 function render() {
@@ -93,7 +105,7 @@ function render() {
   Q.focus = Math.max(0, Math.min(Q.focus, list.length - 1));
   $("cards").replaceChildren(...list.map((q, i) => card(q, v.get(q.question_id), i)));
   const asked = new Set(Q.questions.map(q => q.question_id));
-  const reviewed = [...v.keys()].filter(id => asked.has(id)).length;
+  const reviewed = Q.questions.filter(q => standing(v, q)).length;
   $("count").textContent = `${list.length} of ${Q.questions.length} questions · ${reviewed} reviewed`;
   const gone = [...v.values()].filter(r => r.verdict === "reject" && !asked.has(r.question));
   $("gone").textContent = gone.length ? `rejected and no longer asked: ${gone.map(r => `${r.question} (${r.reason})`).join(", ")}` : "";

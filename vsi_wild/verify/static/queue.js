@@ -246,7 +246,8 @@ function pairDecision(decision) {
 
 function verdict(v, reason) {
   const d = Z.detail, q = d.question;
-  const fix = {op: "review_question", question: q.question_id, verdict: v};
+  // the answers the person judged: the accept stands only while the question gives them
+  const fix = {op: "review_question", question: q.question_id, verdict: v, answers: q.answers};
   if (v === "reject") fix.reason = reason || $("reason").value;
   return decide(async () => { await saveFix(d.video_id, fix); await saveProgress({question: q.question_id, verdict: v}, d.video_id); }, true, {verdict: v});
 }
