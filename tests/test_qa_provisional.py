@@ -92,6 +92,7 @@ def test_voc_and_voo_questions_of_a_concept_with_a_pending_item_are_provisional(
     reason = out["provisional_reason"].to_pylist()
     assert reason[0].startswith("rests on 1 unreviewed reconciliation decision(s): cone clip 0 #7 / clip 2 #8 (apart")
     assert reason[1] is None
+    assert out["wrong_answer_bound"].to_pylist() == [0.0, 0.0, None, None, None]  # VOC's bound only
 
 
 def test_a_question_a_person_accepted_is_not_provisional():
@@ -152,22 +153,33 @@ def test_an_accept_holds_only_while_the_question_gives_the_answers_the_person_sa
     schema.table(schema.QUESTION_REVIEWS, rows_out)
 
 
-def test_the_queue_puts_provisional_questions_first_then_by_video_and_task():
-    def q(video, task, subtype, item, prov):
-        return {"video_id": video, "task_type": task, "subtype": subtype, "item": item, "provisional": prov}
+def test_the_queue_puts_provisional_questions_first_the_likeliest_wrong_first_then_by_video_and_task():
+    def q(video, task, subtype, item, prov, bound=None):
+        return {
+            "video_id": video,
+            "task_type": task,
+            "subtype": subtype,
+            "item": item,
+            "provisional": prov,
+            "wrong_answer_bound": bound,
+        }
 
     rows = [
-        q("a_front", "VOC", "total", "bench", False),
+        q("a_front", "VOC", "total", "bench", False, 0.04),  # below the level: not provisional
         q("a_front", "VMR", "clip", "1", None),  # a question from before the flag: not provisional
-        q("b_back", "VOO", "first", "bench|bin|car|cup", True),
+        q("b_back", "VOO", "first", "bench|bin|car|cup", True),  # no bound: as 0
         q("a_front", "VOO", "last", "bench|bin|car|cup", False),
-        q("b_back", "VOC", "total", "cone", True),
-        q("a_front", "VOC", "total", "cone", True),
+        q("b_back", "VOC", "total", "cone", True, 0.3),
+        q("a_front", "VOC", "total", "cone", True, 0.3),
+        q("b_back", "VOC", "total", "bin", True, 0.9),
+        q("a_front", "VOC", "total", "bin", True, 0.0),  # a review item the bound leaves at 0
     ]
     order = sorted(rows, key=question_rank)
     assert [(r["video_id"], r["task_type"], r["item"]) for r in order] == [
+        ("b_back", "VOC", "bin"),
         ("a_front", "VOC", "cone"),
         ("b_back", "VOC", "cone"),
+        ("a_front", "VOC", "bin"),
         ("b_back", "VOO", "bench|bin|car|cup"),
         ("a_front", "VOC", "bench"),
         ("a_front", "VOO", "bench|bin|car|cup"),
@@ -240,8 +252,10 @@ def test_a_count_is_at_risk_from_the_decisions_whose_two_sides_it_has_seen():
             "bench clip 0 #1 / clip 2 #2 (merged, P(same) 0.85); bench clip 0 #1 / clip 1 #4 (apart, P(same) 0.10)"
         )
     )
+    assert stream["wrong_answer_bound"].to_pylist() == [pytest.approx(0.45)]  # the queue ranks by it
     early = provisional.mark(_voc_table("bench", [20.0]), [], risks, 0.05)
     assert early["provisional"].to_pylist() == [False] and early["provisional_reason"].to_pylist() == [None]
+    assert early["wrong_answer_bound"].to_pylist() == [0.0]
 
 
 def test_one_error_is_counted_once():

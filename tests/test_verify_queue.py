@@ -57,9 +57,14 @@ def test_the_queue_is_walked_to_the_end_with_the_keyboard_only(page: Page, live,
     assert {i["question_id"]: i["provisional"] for i in questions} == {k: q["provisional"] for k, q in asked.items()}
     flags = [i["provisional"] for i in questions]
     assert 0 < sum(flags) < len(flags) and flags == sorted(flags, reverse=True), flags
+    # the likeliest wrong first: VOC's bound on P(wrong answer), which the list's band leads with
+    bounds = [i["wrong_answer_bound"] or 0.0 for i in questions if i["provisional"]]
+    assert bounds == sorted(bounds, reverse=True) and bounds[0] > 0, bounds
     notes = page.locator("#items li.question .provisional")
     expect(notes).to_have_count(sum(flags))
-    expect(notes.first).to_have_text(f"provisional: {asked[questions[0]['question_id']]['provisional_reason']}")
+    first = asked[questions[0]["question_id"]]
+    lead = f"P(wrong answer) ≤ {first['wrong_answer_bound']:.2f} · "
+    expect(notes.first).to_have_text(f"provisional: {lead}{first['provisional_reason']}")
     page.screenshot(path=str(screenshot_dir / "verify_queue.png"), full_page=True)
     decided: dict[str, str] = {}
     for n in range(len(items)):

@@ -893,6 +893,15 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
         True,
         doc="which unreviewed decisions, and how likely they make the answer wrong (null when not provisional)",
     ),
+    _q(
+        "wrong_answer_bound",
+        pa.float64(),
+        True,
+        doc="VOC: an upper bound on the probability that the answer (any of its counts) is wrong because of "
+        "unreviewed reconciliation decisions (stages/qa/provisional.py answer_risk; 0 when none bears on it); "
+        "null for the other tasks. The review queue puts the riskiest provisional questions first",
+        tables=QUESTIONS,
+    ),
     _q("seed", pa.int64()),
     _q("metadata_fingerprint", pa.string()),
     _q("pipeline_version", pa.string()),

@@ -217,6 +217,7 @@ if TYPE_CHECKING:
         horizon_bin: str | None = None
         provisional: bool | None = None
         provisional_reason: str | None = None
+        wrong_answer_bound: float | None = None
 
 else:
     Question = make_dataclass("Question", _question_fields())

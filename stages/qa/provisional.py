@@ -184,7 +184,10 @@ def voc_provisional(
     """Whether a VOC question of ``concept`` asked at ``query_times`` is provisional, and why:
     ``pending``, its concept's review items (``schema.REVIEW_PENDING`` rows); ``risks``, the video's
     decisions at risk (``at_risk``); ``level``, ``QAParams.provisional_risk``."""
-    risk, carrying = answer_risk(risks, concept, query_times)
+    return _voc_flag(pending, *answer_risk(risks, concept, query_times), level)
+
+
+def _voc_flag(pending: Sequence[dict], risk: float, carrying: list[AtRisk], level: float) -> tuple[bool, str | None]:
     if pending:
         return True, _describe(list(pending)) + (f"; in all, {_describe_risk(risk, carrying)}" if carrying else "")
     if carrying and risk >= level:
@@ -234,7 +237,8 @@ def mark(
     level: float,
     accepted: Mapping[str, Sequence[str] | None] | None = None,
 ) -> pa.Table:
-    """``questions`` (``schema.QA_QUESTIONS``) with ``provisional`` and ``provisional_reason`` set:
+    """``questions`` (``schema.QA_QUESTIONS``) with ``provisional``, ``provisional_reason`` and
+    ``wrong_answer_bound`` (VOC: ``answer_risk``'s bound) set:
     ``pending``, the video's review items no fix resolved (``schema.REVIEW_PENDING``); ``risks``,
     its unreviewed decisions as the VOC counts read them (``at_risk``); ``level``,
     ``QAParams.provisional_risk``; ``accepted`` (``accepts``), the questions a person accepted with
@@ -245,7 +249,9 @@ def mark(
     by_concept: dict[str, list[dict]] = {}
     for d in pending:
         by_concept.setdefault(d["concept"], []).append(d)
-    flags, reasons = [], []
+    flags: list[bool] = []
+    reasons: list[str | None] = []
+    bounds: list[float | None] = []
     ids = (question_id(r) for r in questions.select(["video_id", "task_type", "subtype", "item"]).to_pylist())
     for task, concepts, times, answers, qid in zip(
         questions["task_type"].to_pylist(),
@@ -257,8 +263,10 @@ def mark(
     ):
         flag: bool = False
         reason: str | None = None
+        bound: float | None = None
         if task == "VOC" and concepts:
-            flag, reason = voc_provisional(concepts[0], times or [], by_concept.get(concepts[0], []), risks, level)
+            bound, carrying = answer_risk(risks, concepts[0], times or [])
+            flag, reason = _voc_flag(by_concept.get(concepts[0], []), bound, carrying, level)
         elif task == "VOO":
             items = [d for c in (concepts or []) for d in by_concept.get(c, [])]
             flag, reason = bool(items), _describe(items) if items else None
@@ -271,8 +279,13 @@ def mark(
                 flag, reason = True, _stale_accept(seen, answers) + (f"; and {reason}" if reason else "")
         flags.append(flag)
         reasons.append(reason)
+        bounds.append(bound)
     out = questions
-    for name, values, typ in (("provisional", flags, pa.bool_()), ("provisional_reason", reasons, pa.string())):
+    for name, values, typ in (
+        ("provisional", flags, pa.bool_()),
+        ("provisional_reason", reasons, pa.string()),
+        ("wrong_answer_bound", bounds, pa.float64()),
+    ):
         i = out.schema.get_field_index(name)
         out = out.set_column(i, out.schema.field(i), pa.array(values, type=typ))
     return out

@@ -10,8 +10,9 @@ Items, in this order:
    first; done when marked verified or fixed by a ``motion`` fix;
 4. **question**: every question asked now, the provisional ones first (their answer rests on
    reconciliation decisions no person has reviewed, and may be wrong: ``stages/qa/provisional.py``),
-   then by video and task; done when it has a verdict that holds (a rejection, or an accept of
-   the answers the question gives now: an accept of answers a later fix changed is to do again).
+   the likeliest wrong first (VOC's bound on P(wrong answer)), then by video and task; done when it
+   has a verdict that holds (a rejection, or an accept of the answers the question gives now: an
+   accept of answers a later fix changed is to do again).
 
 Each item has a time in its video (for progress per 5-minute segment) and, once done, who did it
 (the fix's ``by``, or the progress file's). The list is built from the store's current outputs and
@@ -152,6 +153,7 @@ class Queue:
                             "question_id": q["question_id"],
                             "provisional": bool(q.get("provisional")),
                             "provisional_reason": q.get("provisional_reason"),
+                            "wrong_answer_bound": q.get("wrong_answer_bound"),
                             "rank": question_rank(q),
                             "done": f is not None,
                             "by": f.get("by") if f else None,
@@ -307,9 +309,12 @@ class Queue:
 def question_rank(question: dict[str, Any]) -> tuple:
     """Where a question (a ``schema.QA_QUESTIONS`` row) stands among the queue's questions: the
     provisional ones first (their answer may be wrong: it rests on decisions no person reviewed),
-    then by video, task (``TASK_ORDER``), subtype and item."""
+    the likeliest wrong first (``wrong_answer_bound``, VOC's bound; none known counts as 0), then by
+    video, task (``TASK_ORDER``), subtype and item."""
     q = question
-    return (not q.get("provisional"), q["video_id"], TASK_ORDER.get(q["task_type"], 9), q["subtype"], q["item"])
+    provisional = bool(q.get("provisional"))
+    risk = (q.get("wrong_answer_bound") or 0.0) if provisional else 0.0
+    return (not provisional, -risk, q["video_id"], TASK_ORDER.get(q["task_type"], 9), q["subtype"], q["item"])
 
 
 def largest_sightings(observations: Sequence[dict[str, Any]], group: Callable[[dict[str, Any]], Hashable]) -> dict:

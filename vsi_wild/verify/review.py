@@ -588,6 +588,7 @@ class Review:
             "render_offset_deg",
             "provisional",
             "provisional_reason",
+            "wrong_answer_bound",
         )
         return [{k: r.get(k) for k in keep} for r in self.catalog.questions(video_id)]
 

@@ -47,11 +47,13 @@ function el(tag, attrs, ...children) {
   return e;
 }
 
-function provisionalNote(reason, tag) {
+function provisionalNote(reason, tag, bound) {
   // a question whose answer rests on reconciliation decisions no person has reviewed: why, in full
-  // (the reason names up to 3 decisions; a long one wraps, the list's one-line form ellipsises)
+  // (the reason names up to 3 decisions; a long one wraps, the list's one-line form ellipsises and
+  // so leads with VOC's bound on P(wrong answer), when given, where the reason's opening is generic)
+  const lead = bound === null || bound === undefined ? "" : `P(wrong answer) ≤ ${bound.toFixed(2)} · `;
   return el(tag || "p", {class: "provisional", title: `provisional: ${reason || ""}`},
-    el("b", {}, "provisional:"), " ", reason || "");
+    el("b", {}, "provisional:"), " ", lead + (reason || ""));
 }
 
 function verdictHolds(fix, q) {

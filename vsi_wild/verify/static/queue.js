@@ -51,7 +51,7 @@ function renderList() {
     onclick: () => { ACTIONS++; open(i.id); }},
     el("span", {class: "kind"}, i.kind), " ", el("span", {class: "muted"}, `${i.video_id.replace(/^.*?_/, "")} ${fmtTime(i.time)}`), " ",
     i.title, i.done ? el("span", {class: "ok"}, ` ✓${i.by ? " " + i.by : ""}`) : null,
-    i.provisional ? provisionalNote(i.provisional_reason, "div") : null)));
+    i.provisional ? provisionalNote(i.provisional_reason, "div", i.wrong_answer_bound) : null)));
   if (list.length > 400) $("items").append(el("li", {class: "muted"}, `… ${list.length - 400} more`));
   const cur = $("items").querySelector("li.current");
   if (cur) cur.scrollIntoView({block: "nearest"});
