@@ -596,14 +596,21 @@ def load_v11(path: Path):
     return mod
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_noise_argument(ap: argparse.ArgumentParser) -> None:
+    """``--noise LEVEL``: the error model's level, as every reconciliation bench script takes it."""
+    from vsi_wild.stages.model_errors import LEVELS
+
     ap.add_argument(
         "--noise",
-        choices=("none", "moderate", "severe"),
+        choices=LEVELS,
         default="none",
         help="level of the simulated segmenter and pose errors (stages/model_errors.py)",
     )
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_noise_argument(ap)
     ap.add_argument("--seeds", type=int, nargs="+", default=list(BENCH_SEEDS))
     ap.add_argument(
         "--held-out",

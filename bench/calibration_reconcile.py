@@ -190,12 +190,7 @@ def report(c: Collected, bins: int) -> list[str]:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument(
-        "--noise",
-        choices=("none", "moderate", "severe"),
-        default="none",
-        help="level of the simulated segmenter and pose errors (stages/model_errors.py), as bench_reconcile",
-    )
+    br.add_noise_argument(ap)
     ap.add_argument("--seeds", type=int, nargs="+", default=list(br.TRAINING_SEEDS), help="training seeds only")
     ap.add_argument("--truth-poses", action="store_true", help="the truth's camera poses instead of twoview's")
     ap.add_argument("--root", type=Path, default=br.REPO / "build" / "bench_reconcile")

@@ -53,7 +53,7 @@ def _extra_variance(d: np.ndarray, cov: np.ndarray) -> float:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--noise", default="none", choices=("none", "moderate", "severe"))
+    br.add_noise_argument(ap)
     ap.add_argument("--truth-poses", action="store_true", help="the truth's camera poses instead of twoview's")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(br.TRAINING_SEEDS))
     ap.add_argument("--root", type=Path, default=br.REPO / "build" / "bench_reconcile")
