@@ -459,8 +459,8 @@ def voc_questions(
             (False, cps, [x != y for x, y in zip(g, counts, strict=True)]),
             (True, [rules.duration_s], [g[-1] != counts[-1]]),
         ):
-            flag, _ = provisional.voc_provisional(c, query, pending.get(c, []), risks, level)
             risk, carrying = provisional.answer_risk(risks, c, query)
+            flag, _ = provisional.voc_provisional(pending.get(c, []), risk, carrying, level)
             out.append(VocQuestion(c, total, risk, carrying, flag, wrong))
     return out
 

@@ -175,19 +175,11 @@ def _describe_risk(risk: float, carrying: list[AtRisk]) -> str:
 
 
 def voc_provisional(
-    concept: str,
-    query_times: Sequence[float],
-    pending: Sequence[dict],
-    risks: Sequence[AtRisk],
-    level: float,
+    pending: Sequence[dict], risk: float, carrying: list[AtRisk], level: float
 ) -> tuple[bool, str | None]:
-    """Whether a VOC question of ``concept`` asked at ``query_times`` is provisional, and why:
-    ``pending``, its concept's review items (``schema.REVIEW_PENDING`` rows); ``risks``, the video's
-    decisions at risk (``at_risk``); ``level``, ``QAParams.provisional_risk``."""
-    return _voc_flag(pending, *answer_risk(risks, concept, query_times), level)
-
-
-def _voc_flag(pending: Sequence[dict], risk: float, carrying: list[AtRisk], level: float) -> tuple[bool, str | None]:
+    """Whether a VOC question is provisional, and why: ``pending``, its concept's review items
+    (``schema.REVIEW_PENDING`` rows); ``risk`` and ``carrying``, ``answer_risk``'s bound for its
+    concept and query times and the decisions it sums; ``level``, ``QAParams.provisional_risk``."""
     if pending:
         return True, _describe(list(pending)) + (f"; in all, {_describe_risk(risk, carrying)}" if carrying else "")
     if carrying and risk >= level:
@@ -266,7 +258,7 @@ def mark(
         bound: float | None = None
         if task == "VOC" and concepts:
             bound, carrying = answer_risk(risks, concepts[0], times or [])
-            flag, reason = _voc_flag(by_concept.get(concepts[0], []), bound, carrying, level)
+            flag, reason = voc_provisional(by_concept.get(concepts[0], []), bound, carrying, level)
         elif task == "VOO":
             items = [d for c in (concepts or []) for d in by_concept.get(c, [])]
             flag, reason = bool(items), _describe(items) if items else None
