@@ -212,7 +212,7 @@ def test_without_poses_only_the_cuts_are_bridged_surely():
     assert bridged and all(
         truth_of[(d["clip_a"], d["local_a"])] == truth_of[(d["clip_b"], d["local_b"])] for d in bridged
     )
-    assert all(not d["review"] and d["posterior"] > 0.95 for d in bridged)
+    assert all(not d["review"] and d["posterior"] > 0.9 for d in bridged)
     params = rc.ReconcileParams()
     prior_only = [d for d in res.decisions if d["llr_continuity"] is None]
     assert prior_only and all(d["log_odds"] <= params.unplaced_log_odds + 1e-9 for d in prior_only)
@@ -292,6 +292,42 @@ def test_a_box_cut_off_at_the_side_is_located_across_as_loosely_as_its_hidden_ha
     want = 11.0**2 * np.outer(beside, beside) + 1.0**2 * np.outer(lower, lower)
     assert got.position[:2] == pytest.approx([(u - W / 2) * Y / f, Y], abs=1e-6)
     assert got.cov[:2, :2] == pytest.approx(want, rel=1e-6, abs=1e-12)
+
+
+def test_a_ground_contact_records_the_sample_whose_camera_placed_it():
+    """Walking towards an object 12 m ahead, one metre a sample: the position is the median of the
+    nearer half of the sightings (samples 12 and 13), so the camera that placed it is one of those,
+    not the first sighting's."""
+    n, f, h = 4, 320.0, 1.6
+    R = np.repeat(np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]]), n, axis=0)
+    K = np.repeat(np.array([[[f, 0.0, W / 2], [0.0, f, H / 2], [0.0, 0.0, 1.0]]]), n, axis=0)
+    C = np.array([[0.0, float(i), h] for i in range(n)])
+    track = po.Track(np.arange(10, 14), np.arange(n) / 2.0, np.arange(n) * 4, 8.0, R, C, K, np.ones(n, dtype=bool))
+    sightings = {}
+    for i in range(n):
+        v = H / 2 + f * h / (12.0 - i)
+        sightings[10 + i] = rc.Obs(5.0 + i / 2.0, (W / 2 - 10.0, v - 30.0, W / 2 + 10.0, v), 600, 4 * i, 8.0, (W, H))
+    got = loc.ground_contact(sightings, track, h, None, pixel_error=1.0)
+    assert got.position == pytest.approx([0.0, 12.0, 0.0], abs=1e-6)
+    assert got.sample == 13
+
+
+def test_the_drift_is_over_the_walk_between_the_cameras_that_placed_the_two_positions():
+    """An object seen either side of a cut (its first instance last seen at sample 20, its second
+    first seen at 21) whose positions were placed from samples 2 and 38: the pose drift between
+    the two positions is that of the 36 samples walked between those cameras, not of one step."""
+    a, b = _placed(0, 1, "cone", (0.0, 0.0)), _placed(1, 1, "cone", (0.5, 0.0))
+    a.samples = {k: rc.Obs(k * 0.5, (100.0, 100.0, 120.0, 140.0), 800, 4 * k, 8.0, (W, H)) for k in range(0, 21)}
+    b.samples = {k: rc.Obs(k * 0.5, (100.0, 100.0, 120.0, 140.0), 800, 4 * k, 8.0, (W, H)) for k in range(21, 41)}
+    a.where = loc.Located(a.where.xy, a.where.cov, 8.0, 0.0, "ground", 2)
+    b.where = loc.Located(b.where.xy, b.where.cov, 8.0, 0.0, "ground", 38)
+    (e,) = asc.evidence([a, b], {}, lambda k0, k1: float(abs(k1 - k0)))
+    assert e.a is a and e.walked == 36.0
+    # positions whose placing sample is not recorded: the walk from one's last sighting to the other's first
+    a.where = loc.Located(a.where.xy, a.where.cov, 8.0, 0.0, "ground")
+    b.where = loc.Located(b.where.xy, b.where.cov, 8.0, 0.0, "ground")
+    (e,) = asc.evidence([a, b], {}, lambda k0, k1: float(abs(k1 - k0)))
+    assert e.walked == 1.0
 
 
 # ------------------------------------------------------------------------------ layout

@@ -5,7 +5,8 @@ object is a sum of named log-likelihood-ratio terms (``score``):
 
 - ``llr_position``: how well their ground positions agree, -(nu + 2)/2 log(1 + m^2 / nu), m the
   Mahalanobis distance of their difference under S = kappa^2 (both covariances + the pose drift
-  accumulated over the distance walked between the sightings, q x walked): a Student-t's
+  accumulated over the distance walked between the samples whose cameras placed the two
+  positions, q x walked: ``Located.sample``): a Student-t's
   log-density ratio to a perfect match (nu: how heavy the location errors' tails are). Where the
   two clips' layouts were aligned (``layout``), the alignment is either right (the difference
   after it, under the alignment's uncertainty instead of the drift) or a chance alignment (the
@@ -119,7 +120,7 @@ class Evidence:
     appearance: float | None  # the histograms' Bhattacharyya coefficient, or the embeddings' cosine
     d: np.ndarray | None  # (2,) ground-plane difference (after the layout alignment, if any)
     cov: np.ndarray | None  # (2, 2) both positions' covariance (and the alignment's)
-    walked: float  # camera path length between the sightings (pose units)
+    walked: float  # camera path length between the samples that placed the two positions (pose units)
     aligned: bool  # measured after aligning the two clips' layouts
     alikes: int  # the concept's instances around the pair: the most one of the two clips shows within the
     # median viewing range of the instance's place (or in the whole clip, for an instance without one)
@@ -154,6 +155,11 @@ def appearance_similarity(a: ClipInstance, b: ClipInstance, appearance: Appearan
     if a.appearance.size and b.appearance.size and a.appearance.sum() > 0 and b.appearance.sum() > 0:
         return bhattacharyya(a.appearance, b.appearance)
     return None
+
+
+def placed_at(c: ClipInstance, default: int) -> int:
+    """The sample whose camera placed ``c`` (``Located.sample``), ``default`` where not recorded."""
+    return default if c.where is None or c.where.sample is None else c.where.sample
 
 
 def co_visible(a: ClipInstance, b: ClipInstance) -> bool:
@@ -215,7 +221,7 @@ def evidence(
                     d_poses = d = a.where.xy - b.where.xy
                     cov_poses = cov = a.where.cov + b.where.cov
                     if walked is not None:
-                        dist_walked = walked(a.last_sample, b.first_sample) if a.last_sample < b.first_sample else 0.0
+                        dist_walked = walked(*sorted((placed_at(a, a.last_sample), placed_at(b, b.first_sample))))
                     if al is not None and a.clip != b.clip:
                         J = al.jacobian
                         d = al.apply(first.xy) - second.xy
@@ -317,7 +323,7 @@ def score(p: AssociateParams, ev: EvidenceArrays) -> dict[str, np.ndarray]:
     (an object with the ``ASSOCIATE_PARAMS`` attributes); their nan-sum is the log odds."""
     has = np.isfinite(ev.d).all(axis=1)
     aligned = ev.aligned & has
-    # as the poses give it: the drift over the distance walked between the sightings
+    # as the poses give it: the drift over the distance walked between the cameras that placed them
     pos_poses, dens_poses = _match(p, ev.d_poses, ev.cov_poses, (p.drift_per_distance * ev.walked) ** 2, ev)
     # after the alignment: its uncertainty instead of the drift
     pos_aligned, dens_aligned = _match(p, ev.d, ev.cov, np.zeros(len(has)), ev)

@@ -34,6 +34,9 @@ class Located:
     range: float
     extent: float
     how: str  # "ground" | "rays" | "ray"
+    # the middle of the samples whose sightings place it: the poses' drift between two instances'
+    # positions is the camera's walk between these, not between their last and first sightings
+    sample: int | None = None
 
 
 class Location(NamedTuple):
@@ -43,6 +46,7 @@ class Location(NamedTuple):
     range: float
     cov: np.ndarray
     how: str = "rays"  # "ground" | "rays"
+    sample: int | None = None  # the middle of the samples whose sightings give the position
 
 
 def ground_basis(poses: Track) -> np.ndarray:
@@ -137,7 +141,7 @@ def ground_contact(
     others), with their median range. Covariance: how far ``pixel_error`` (and a cut-off side)
     moves each sighting's ground point, the ground between a hidden foot's occluder and the box,
     and the positions' spread over the number of sightings."""
-    pts, ranges, covs = [], [], []
+    pts, ranges, covs, keys = [], [], [], []
     whole = {k: o for k, o in samples.items() if not o.cut_at_bottom()}
     # a foot hidden by a nearer object counts only when no other is seen: the object stands
     # somewhere between the occluder's ground contact and its own box's, and is as loose as that
@@ -148,6 +152,7 @@ def ground_contact(
         if X is None:
             continue
         pts.append(X)
+        keys.append(k)
         ranges.append(float(np.linalg.norm(X - poses.C[poses.row(k)])))
         lower = poses.ground_point(k, u, v + 1.0, height, down, min_depression_deg)
         beside = poses.ground_point(k, u + 1.0, v, height, down, min_depression_deg)
@@ -171,7 +176,8 @@ def ground_contact(
     # the pixel term is not averaged down over the sightings: the poses' tilt errors, which it also
     # stands for, are shared by sightings close in time
     cov = np.mean(np.array(covs)[order], axis=0) + spread / len(order)
-    return Location(X, float(np.median(np.array(ranges)[order])), cov, "ground")
+    used = sorted(keys[i] for i in order)
+    return Location(X, float(np.median(np.array(ranges)[order])), cov, "ground", used[len(used) // 2])
 
 
 def locate(
@@ -193,7 +199,8 @@ def locate(
     rays = _rays(samples, poses)
     focal = np.median([poses.K[poses.row(k)][0, 0] for k in samples if poses.row(k) is not None] or [math.inf])
     errors = [math.hypot(*_pixel_sigmas(samples[k], pixel_error)) / focal for k, _ in rays]
-    return triangulate([r for _, r in rays], min_spread_deg, errors or 0.0)
+    loc = triangulate([r for _, r in rays], min_spread_deg, errors or 0.0)
+    return None if loc is None else loc._replace(sample=rays[len(rays) // 2][0])
 
 
 def ray_line(
@@ -229,7 +236,7 @@ def ray_line(
     focal = float(poses.K[poses.row(k)][0, 0])
     across = (reach / 2.0) * math.hypot(*_pixel_sigmas(samples[k], pixel_error)) / focal
     cov = reach**2 / 12.0 * np.outer(d2, d2) + across**2 * (np.eye(2) - np.outer(d2, d2))
-    return Located(c2 + d2 * reach / 2.0, cov, reach / 2.0, 0.0, "ray")
+    return Located(c2 + d2 * reach / 2.0, cov, reach / 2.0, 0.0, "ray", k)
 
 
 def locate_instances(
@@ -256,7 +263,7 @@ def locate_instances(
         extent = loc.range * float(np.median(widths)) if widths else 0.0
         # a large object's ground contact moves with the viewpoint: uniform over its width
         cov = basis @ loc.cov @ basis.T + np.eye(2) * extent**2 / 12.0
-        ci.where = Located(basis @ loc.position, cov, loc.range, extent, loc.how)
+        ci.where = Located(basis @ loc.position, cov, loc.range, extent, loc.how, loc.sample)
     ranges = [ci.where.range for ci in instances if ci.where is not None]
     max_range = max(ranges) if ranges else 0.0
     if max_range <= 0:
