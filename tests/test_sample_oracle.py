@@ -91,7 +91,7 @@ def test_voc_answers_agree_with_the_truth_unless_provisional_and_after_review(or
     the total) that is not provisional equals the truth's (a look-alike the layout test could not
     link back to the plaza's first visit has no review item, but its count is likely enough wrong
     to be provisional); once an oracle reviewer has resolved the review items, at least 95 % do
-    (114 of 120 today), and every wrong one counts too many, by at most two (false splits, not
+    (95 of 96 today), and every wrong one counts too many, by at most two (false splits, not
     merges)."""
     truth, config, rows, read, source = oracle
     want = _truth_counts(truth, config)

@@ -399,6 +399,16 @@ def test_reject_and_accept_questions(page: Page, live, root, screenshot_dir):
     accepted.locator("button.accept").click()
     expect(accepted).to_have_class("card accepted")
     page.screenshot(path=str(screenshot_dir / "verify_questions.png"))
+    # the filter shows each verdict's cards, and the rest as not reviewed
+    total = page.locator(".card").count()
+    shown = {}
+    for f in ("accept", "reject", "open"):
+        page.select_option("#filter", f)
+        shown[f] = page.locator(".card").evaluate_all("cs => cs.map(c => c.dataset.question)")
+        expect(page.locator("#count")).to_have_text(f"{len(shown[f])} of {total} questions · 2 reviewed")
+    page.select_option("#filter", "all")
+    assert shown["accept"] == [REVIEWED["accept"]] and shown["reject"] == [REVIEWED["reject"]]
+    assert len(shown["open"]) == total - 2 and not {REVIEWED["accept"], REVIEWED["reject"]} & set(shown["open"])
     # each verdict records the answers the person judged (an accept holds only while they stay)
     answers = {question_id(q): q["answers"] for q in _current(root, "qa", VID, "questions.parquet")}
     assert plain_fixes(root)[-2:] == [

@@ -97,7 +97,11 @@ function card(q, verdict, index) {
 
 function shown() {
   const v = verdicts(), f = $("filter").value;
-  return Q.questions.filter(q => f === "all" || (f === "open" ? !standing(v, q) : standing(v, q) && standing(v, q).verdict === f));
+  return Q.questions.filter(q => {
+    if (f === "all") return true;
+    const s = standing(v, q);
+    return f === "open" ? !s : Boolean(s) && s.verdict === f;
+  });
 }
 
 function render() {
