@@ -405,10 +405,13 @@ def test_reject_and_accept_questions(page: Page, live, root, screenshot_dir):
     for f in ("accept", "reject", "open"):
         page.select_option("#filter", f)
         shown[f] = page.locator(".card").evaluate_all("cs => cs.map(c => c.dataset.question)")
-        expect(page.locator("#count")).to_have_text(f"{len(shown[f])} of {total} questions · 2 reviewed")
+        expect(page.locator("#count")).to_contain_text(f"{len(shown[f])} of {total} questions · ")
+    reviewed = len(shown["accept"]) + len(shown["reject"])
+    expect(page.locator("#count")).to_have_text(f"{len(shown['open'])} of {total} questions · {reviewed} reviewed")
     page.select_option("#filter", "all")
-    assert shown["accept"] == [REVIEWED["accept"]] and shown["reject"] == [REVIEWED["reject"]]
-    assert len(shown["open"]) == total - 2 and not {REVIEWED["accept"], REVIEWED["reject"]} & set(shown["open"])
+    assert REVIEWED["accept"] in shown["accept"] and REVIEWED["reject"] in shown["reject"]
+    assert reviewed + len(shown["open"]) == total
+    assert len({q for qs in shown.values() for q in qs}) == total  # each card under one filter
     # each verdict records the answers the person judged (an accept holds only while they stay)
     answers = {question_id(q): q["answers"] for q in _current(root, "qa", VID, "questions.parquet")}
     assert plain_fixes(root)[-2:] == [
