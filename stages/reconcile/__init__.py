@@ -93,7 +93,9 @@ class ReconcileParams(BaseModel):
         4.962, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the location errors' tails are)"
     )
     drift_per_distance: float = Field(
-        0.02522, ge=0, description="q: pose drift (standard deviation) per unit walked between the cameras that placed two positions"
+        0.02522,
+        ge=0,
+        description="q: pose drift (standard deviation) per unit walked between the cameras that placed two positions",
     )
     prior_log_odds: float = Field(
         0.7702,
