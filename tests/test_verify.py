@@ -406,6 +406,7 @@ def test_reject_and_accept_questions(page: Page, live, root, screenshot_dir):
         page.select_option("#filter", f)
         shown[f] = page.locator(".card").evaluate_all("cs => cs.map(c => c.dataset.question)")
         expect(page.locator("#count")).to_contain_text(f"{len(shown[f])} of {total} questions · ")
+        page.screenshot(path=str(screenshot_dir / f"verify_questions_filter_{f}.png"))
     reviewed = len(shown["accept"]) + len(shown["reject"])
     expect(page.locator("#count")).to_have_text(f"{len(shown['open'])} of {total} questions · {reviewed} reviewed")
     page.select_option("#filter", "all")
