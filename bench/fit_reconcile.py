@@ -28,7 +28,7 @@ crops with open_clip's image tower (the configured weights) and the appearance w
 the embeddings' cosine; the printed parameters then belong to that setting (``segment.appearance:
 open_clip``, the production default), not to the histogram's.
 
-Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds 1 ... 16]
+Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds 1 ... 16] [--n-per-category 6]
                                     [--root build/bench_reconcile] [--appearance histogram|open_clip]
                                     [--models '{"open_clip_weights": PATH}']
 """
@@ -75,14 +75,15 @@ class P:
         self.__dict__.update(kw)
 
 
-def views(seeds, levels, root, appearance="histogram", models=None):
-    """(level, seed, ViewInputs, config) of every training view, rendered if needed."""
+def views(seeds, levels, root, appearance="histogram", models=None, densities=(br.TRAINING_N_PER_CATEGORY,)):
+    """(level, seed, ViewInputs, config) of every training view at each look-alike density,
+    rendered if needed."""
     from vsi_wild.store import Store
 
     store = Store(root)
     for level in levels:
-        for seed in seeds:
-            config = br.bench_config(seed, br.TRAINING_N_PER_CATEGORY, 640, None, level, appearance, models)
+        for seed, n_per_category in ((s, n) for n in densities for s in seeds):
+            config = br.bench_config(seed, n_per_category, 640, None, level, appearance, models)
             got = br.prepared_views(store, config)
             if isinstance(got, dict):
                 raise SystemExit(f"seed {seed} ({level}): {got}")
@@ -94,6 +95,13 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--noise", nargs="+", default=["none", "moderate"], choices=("none", "moderate", "severe"))
     ap.add_argument("--seeds", type=int, nargs="+", default=list(br.TRAINING_SEEDS))
+    ap.add_argument(
+        "--n-per-category",
+        type=int,
+        nargs="+",
+        default=[br.TRAINING_N_PER_CATEGORY],
+        help="look-alikes per category of the training renders; several are pooled (default: the bench's)",
+    )
     ap.add_argument("--root", type=Path, default=br.REPO / "build" / "bench_reconcile")
     ap.add_argument(
         "--v11",
@@ -130,7 +138,9 @@ def main() -> int:
     evs, labels = [], []
     withheld_evs, withheld_labels = [], []  # the same pairs without positions
     no_positions = defaults.model_copy(update={"use_positions": False})
-    for level, seed, vi, config in views(args.seeds, args.noise, args.root, args.appearance, args.models):
+    for level, seed, vi, config in views(
+        args.seeds, args.noise, args.root, args.appearance, args.models, args.n_per_category
+    ):
         errs = config.model_errors
         poses = me.perturb_track(vi.track, errs.poses, me.rng_for(errs.seed, vi.video_id, "poses"))
         instances = sorted(vi.instances(), key=lambda c: c.key)
@@ -143,7 +153,11 @@ def main() -> int:
         evs += ev
         labels += [vi.truth_of[e.a.key] == vi.truth_of[e.b.key] for e in ev]
         data.append((level, seed, vi, config, poses))
-        print(f"# {level} seed {seed} {vi.view}: {len(ev)} pairs, {len(alignments)} layout alignments", flush=True)
+        print(
+            f"# {level} seed {seed} ({config.sample.n_per_category} per category) {vi.view}: {len(ev)} pairs, "
+            f"{len(alignments)} layout alignments",
+            flush=True,
+        )
     arrays = asc.EvidenceArrays.of(evs)
     withheld = asc.EvidenceArrays.of(withheld_evs)
     y = np.array(labels, dtype=float)
