@@ -183,8 +183,7 @@ def download_units(plan: Plan, stage: Stage) -> list[str]:
 def _candidates_by_id(store_url: str, key: str) -> dict[str, dict[str, Any]]:
     store = Store(store_url)
     path = f"{store.unit_dir(UnitRef('search', 'all', key))}/candidates.parquet"
-    with store.fs.open(path, "rb") as fh:
-        t = pq.read_table(fh, columns=["source_id", "query", "category", "language", "queries"])
+    t = store.read_table_at(path, columns=["source_id", "query", "category", "language", "queries"])
     return {r["source_id"]: r for r in t.to_pylist()}
 
 

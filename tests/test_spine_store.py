@@ -287,3 +287,31 @@ def test_remote_commit_replacing_an_output_is_untrusted_until_its_manifest(monke
         w.path("a.bin").write_bytes(b"new a")
         w.path("b.bin").write_bytes(b"new b")
     assert not st.is_complete(ref)
+
+
+def test_a_short_script_that_reads_tables_exits_cleanly(tmp_path):
+    """A script that reads a few tables through the store and ends as scripts do (the
+    interpreter's own exit, no vsi_wild.process_exit) returns 0. Read through a Python file object,
+    the same script aborted at exit (SIGABRT, "terminate called without an active exception") in
+    about a third of the runs on this project's machines: Arrow's threads released the file
+    object after the interpreter had finalised."""
+    script = textwrap.dedent(
+        """
+        import sys
+        import pyarrow as pa
+        from vsi_wild.store import Store
+        for root in (sys.argv[1], "memory://exit-check/root"):
+            store = Store(root)
+            path = store.path("t.parquet")
+            if not store.exists(path):
+                store.write_table_atomic(path, pa.table({"a": list(range(1000))}))
+            for _ in range(5):
+                assert store.read_table_at(path).num_rows == 1000
+        """
+    )
+    runs = [
+        subprocess.run([sys.executable, "-c", script, str(tmp_path / "root")], capture_output=True, text=True)
+        for _ in range(16)
+    ]
+    failed = [(r.returncode, r.stderr[-300:]) for r in runs if r.returncode != 0]
+    assert not failed, f"{len(failed)} of 16 runs ended badly: {failed[:2]}"

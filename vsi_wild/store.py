@@ -114,9 +114,19 @@ class Store:
     def write_table_atomic(self, path: str, table: pa.Table) -> None:
         self.write_bytes_atomic(path, table_bytes(table))
 
-    def read_table_at(self, path: str) -> pa.Table:
-        with self.fs.open(path, "rb") as fh:
-            return pq.read_table(fh)
+    def read_table_at(self, path: str, columns: list[str] | None = None) -> pa.Table:
+        """The parquet table at ``path`` (``columns``: only those). Arrow reads it from memory it
+        owns (a local file by its path, a remote one's bytes copied into an Arrow buffer), never
+        through a Python object: Arrow's threads release what they read from after the interpreter
+        has finalised, and releasing a Python file object or bytes then aborts the process at exit
+        ("terminate called without an active exception"; apache/arrow#33975)."""
+        if self.is_local:
+            with pq.ParquetFile(path) as pf:
+                return pf.read(columns=columns)
+        sink = pa.BufferOutputStream()
+        sink.write(self.fs.cat_file(path))
+        with pq.ParquetFile(pa.BufferReader(sink.getvalue())) as pf:
+            return pf.read(columns=columns)
 
     def exists(self, path: str) -> bool:
         return self.fs.exists(path)
