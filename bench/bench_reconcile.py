@@ -30,6 +30,9 @@ partition: each concept's instances grouped by object. Printed, summed over the 
     segmenter_voc_accuracy, segmenter_voo_accuracy: the truth partition's answers against the
         truth's own (the truth visibility table): what the segmenter's errors cost on their own
     reconcile_seconds
+    reconcile_inputs_fingerprint: a digest of every output the seeds' reconciliation read (the
+        renders, their views, poses and clips, by their manifests): figures are comparable only
+        between runs that print the same one (renders differ in their last bits between machines)
 
 With ``--v11 PATH`` (a checkout of commit fcba453: `git worktree add --detach PATH fcba453`) the
 same lines prefixed ``reconcile_v11_`` measure that reconciler (its stages/reconcile.py, loaded
@@ -48,6 +51,7 @@ Usage: python bench/bench_reconcile.py [--noise none|moderate|severe] [--seeds 1
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import itertools
 import json
@@ -193,6 +197,7 @@ class ViewInputs:
     truth_of: dict[tuple[int, int], int]  # (clip, local id) -> truth object
     objects: dict[int, dict]  # truth object id -> truth_objects.parquet row
     visibility: list[dict]  # the truth's visibility rows of this view
+    inputs_fingerprint: str  # sha256 of the manifests of every output read (the render, its views, poses, clips)
 
     def instances(self) -> list:
         """Fresh clip instances (reconciliation fills theirs in place)."""
@@ -223,6 +228,8 @@ def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) ->
 
     sid = config.sample.source_id
     truth = load_truth(store, sid)
+    truth_ref = json.loads(store.registry_row(sid)["provenance"])["truth"]
+    read = [UnitRef(truth_ref["stage"], truth_ref["unit"], truth_ref["key"]), done("project", sid), done("pose", sid)]
     visibility, truth_poses = truth["visibility"].to_pylist(), truth["poses"].to_pylist()
     objects = {o["instance_id"]: o for o in truth["objects"].to_pylist()}
     views = {r["video_id"]: r for r in store.read_table(done("project", sid), "views.parquet").to_pylist()}
@@ -236,12 +243,13 @@ def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) ->
         units = [ids.clip_id(vid, c.index) for c in clips]
         units = [u for u in units if u in {r["unit"] for r in status}]
         segments, clip_rows = [], []
+        clip_refs = [done("segment", unit) for unit in units]
         embedding_rows: list[dict] | None = None if config.segment.appearance == "histogram" else []
-        for unit in units:
-            segments += store.read_table(done("segment", unit), "segments.parquet").to_pylist()
-            clip_rows += store.read_table(done("segment", unit), "instances.parquet").to_pylist()
+        for ref in clip_refs:
+            segments += store.read_table(ref, "segments.parquet").to_pylist()
+            clip_rows += store.read_table(ref, "instances.parquet").to_pylist()
             if embedding_rows is not None:
-                embedding_rows += store.read_table(done("segment", unit), "embeddings.parquet").to_pylist()
+                embedding_rows += store.read_table(ref, "embeddings.parquet").to_pylist()
         track = po.track_from_rows([r for r in poses if r["video_id"] == vid])
         out.append(
             ViewInputs(
@@ -257,9 +265,20 @@ def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) ->
                 truth_of_clip_instances(segments, visibility, view),
                 objects,
                 [r for r in visibility if r["view"] == view],
+                fingerprint_of(store, [*read, *clip_refs]),
             )
         )
     return out
+
+
+def fingerprint_of(store, refs) -> str:
+    """One digest of the outputs ``refs`` name, by their manifests (every file's sha256): two
+    benches read the same inputs exactly when it is equal. Renders and the CPU backends' outputs
+    differ in their last bits between machines, and figures on other inputs are not comparable."""
+    h = hashlib.sha256()
+    for ref in refs:
+        h.update(f"{ref.stage}/{ref.unit}\0{store.fingerprint(ref)}\n".encode())
+    return h.hexdigest()
 
 
 def upstream_stages() -> list:
@@ -652,6 +671,7 @@ def main() -> int:
     v11 = load_v11(args.v11) if args.v11 else None
     store = Store(args.root)
     totals, totals_v11, seg = Tally(), Tally(provisional=False), [0, 0, 0, 0]
+    inputs = hashlib.sha256()
     view_minutes = 0.0
     failed = False
     for seed in args.seeds:
@@ -665,6 +685,7 @@ def main() -> int:
             continue
         seed_tally, seed_v11 = Tally(), Tally(provisional=False)
         for vi in views:
+            inputs.update(f"{vi.video_id}\0{vi.inputs_fingerprint}\n".encode())
             rules = tm.answer_rules(config, vi.row)
             view_minutes += float(vi.row["duration_s"]) / 60.0
             track = vi.truth_track if args.truth_poses else vi.track
@@ -720,6 +741,7 @@ def main() -> int:
     print(f"segmenter_voc_accuracy: {seg[0] / max(seg[1], 1):.4f}")
     print(f"segmenter_voo_accuracy: {seg[2] / max(seg[3], 1):.4f}")
     print(f"reconcile_view_minutes: {view_minutes:.1f}")
+    print(f"reconcile_inputs_fingerprint: {inputs.hexdigest()[:16]}")
     return 1 if failed else 0
 
 
