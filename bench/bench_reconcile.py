@@ -627,6 +627,20 @@ def add_noise_argument(ap: argparse.ArgumentParser) -> None:
     )
 
 
+def add_training_density_argument(ap: argparse.ArgumentParser, several: bool = False) -> None:
+    """``--n-per-category N``: how many look-alikes per category the training renders hold, as the
+    scripts that read the training seeds take it (``several``: a list, pooled)."""
+    ap.add_argument(
+        "--n-per-category",
+        type=int,
+        nargs="+" if several else None,
+        default=[TRAINING_N_PER_CATEGORY] if several else TRAINING_N_PER_CATEGORY,
+        help="look-alikes per category of the training renders"
+        + ("; several are pooled" if several else "")
+        + f" (default {TRAINING_N_PER_CATEGORY}, the bench's; the held-out set has {HELD_OUT_N_PER_CATEGORY})",
+    )
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_noise_argument(ap)

@@ -33,7 +33,7 @@ So the bound's looseness splits into the posteriors' (expected against wrong dec
 (wrong decisions against the questions with one) and the answers a wrong decision leaves right
 (those questions against the wrong ones).
 
-Usage: python bench/calibration_reconcile.py [--noise none|moderate|severe] [--seeds 1 ... 16]
+Usage: python bench/calibration_reconcile.py [--noise none|moderate|severe] [--seeds 1 ... 16] [--n-per-category 6]
                                              [--truth-poses] [--root build/bench_reconcile] [--bins 10]
 """
 
@@ -192,6 +192,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     br.add_noise_argument(ap)
     ap.add_argument("--seeds", type=int, nargs="+", default=list(br.TRAINING_SEEDS), help="training seeds only")
+    br.add_training_density_argument(ap)
     ap.add_argument("--truth-poses", action="store_true", help="the truth's camera poses instead of twoview's")
     ap.add_argument("--root", type=Path, default=br.REPO / "build" / "bench_reconcile")
     ap.add_argument("--bins", type=int, default=10, help="equal-width bins of P(same)")
@@ -208,7 +209,7 @@ def main() -> int:
     collected = Collected([], [], [], [], [])
     done = []
     for seed in args.seeds:
-        config = br.bench_config(seed, br.TRAINING_N_PER_CATEGORY, 640, None, args.noise)
+        config = br.bench_config(seed, args.n_per_category, 640, None, args.noise)
         views = br.prepared_views(store, config)
         if isinstance(views, dict):
             print(f"calib_seed{seed}: error {views}", file=sys.stderr)

@@ -14,7 +14,7 @@ alignments' false alarms (log10 NFA) for right and wrong ones. Then, under the c
 (``ReconcileParams``), the pairs of two objects with log odds above 0 and 2 and the pairs of one
 object below 0, by how they were compared.
 
-Usage: python bench/drift_growth.py [--noise none] [--truth-poses] [--seeds 1 ... 16]
+Usage: python bench/drift_growth.py [--noise none] [--truth-poses] [--seeds 1 ... 16] [--n-per-category 6]
                                     [--root build/bench_reconcile] [--reconcile JSON]
 """
 
@@ -56,6 +56,7 @@ def main() -> int:
     br.add_noise_argument(ap)
     ap.add_argument("--truth-poses", action="store_true", help="the truth's camera poses instead of twoview's")
     ap.add_argument("--seeds", type=int, nargs="+", default=list(br.TRAINING_SEEDS))
+    br.add_training_density_argument(ap)
     ap.add_argument("--root", type=Path, default=br.REPO / "build" / "bench_reconcile")
     ap.add_argument(
         "--reconcile",
@@ -79,7 +80,7 @@ def main() -> int:
     same: list[bool] = []
     wrong_alignment: list[bool] = []
     for seed in args.seeds:
-        config = br.bench_config(seed, br.TRAINING_N_PER_CATEGORY, 640, None, args.noise)
+        config = br.bench_config(seed, args.n_per_category, 640, None, args.noise)
         views = br.prepared_views(store, config)
         if isinstance(views, dict):
             raise SystemExit(f"seed {seed}: {views}")

@@ -96,13 +96,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--noise", nargs="+", default=["none", "moderate"], choices=("none", "moderate", "severe"))
     ap.add_argument("--seeds", type=int, nargs="+", default=list(br.TRAINING_SEEDS))
-    ap.add_argument(
-        "--n-per-category",
-        type=int,
-        nargs="+",
-        default=[br.TRAINING_N_PER_CATEGORY],
-        help="look-alikes per category of the training renders; several are pooled (default: the bench's)",
-    )
+    br.add_training_density_argument(ap, several=True)
     ap.add_argument("--root", type=Path, default=br.REPO / "build" / "bench_reconcile")
     ap.add_argument(
         "--v11",
