@@ -167,8 +167,10 @@ def card(
     log: Mapping[str, Any],
     videos_included: bool,
     task_dir: str,
+    rows: Sequence[Mapping[str, Any]] = (),
 ) -> str:
-    """The dataset card (README.md): YAML header (configs, license, task categories, ...) and body."""
+    """The dataset card (README.md): YAML header (configs, license, task categories, ...) and body.
+    ``rows``: the release rows of qa.parquet (rich), for how many answers no person has verified."""
     n = sum(counts.get("release", {}).values())
     header = {
         "pretty_name": f"VSI-Super-Wild {version}",
@@ -233,6 +235,7 @@ def card(
         "from this folder with `VSI_SUPER_WILD_VIDEO_ROOT` naming the folder of the view videos. Scores: accuracy "
         "for VMR, VPO and VOO (the answer letter), MRA for VOC (1 - |prediction - answer| / max(answer, 1)).",
         "",
+        *unverified_section(rows),
         "## How it was made",
         "",
         "Crawled 360° videos, reviewed by a person, projected into four perspective views with faces blurred; "
@@ -255,6 +258,31 @@ def card(
         "",
     ]
     return "\n".join(lines)
+
+
+def unverified_section(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """The card's lines on the answers that rest on reconciliation decisions no person has reviewed
+    (``provisional``), per task; none when every answer is verified."""
+    per_task: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for r in rows:
+        per_task[r["task_type"]][1] += 1
+        per_task[r["task_type"]][0] += bool(r.get("provisional"))
+    n = sum(p for p, _ in per_task.values())
+    if n == 0:
+        return []
+    parts = ", ".join(f"{t} {p} of {total}" for t, (p, total) in sorted(per_task.items()) if p)
+    return [
+        "## Answers not yet verified",
+        "",
+        f"{n} of {len(rows)} release questions ({parts}) may have a wrong answer because of decisions no "
+        "person has reviewed yet, on which sightings in different clips are one object: a review item bears "
+        "on the answer, or the unreviewed decisions make it wrong with a probability at or above the build's "
+        "threshold (`qa.provisional_risk`). The `rich` config marks them: `provisional` is true, "
+        "`provisional_reason` names the decisions, and for VOC `wrong_answer_bound` is an upper bound on the "
+        "probability that the answer is wrong because of unreviewed decisions. Scoring on the rows whose "
+        "`provisional` is false leaves them out.",
+        "",
+    ]
 
 
 def _slug(version: str) -> str:

@@ -51,7 +51,7 @@ TEXT_DEBIAS_FILE = "text_debias.parquet"  # the questions qa.debias_text dropped
 LEDGER_FILE = "ledger.parquet"  # the question ledger this export leaves (schema.QA_LEDGER)
 LEDGER_META = "ledger.json"  # what it was made from: {"inputs": digest, "parent": the ledger it started from}
 LEDGERS = "ledger"  # the data root's ledgers: <sha256>.parquet, and history.jsonl (one line per published export)
-VERSION = "7"  # 7: a reviewed row's accept must hold for the answer as exported
+VERSION = "8"  # 8: VOC's wrong_answer_bound is exported
 
 
 # ------------------------------------------------------------------------------------ the ledger

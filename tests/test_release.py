@@ -22,6 +22,7 @@ from conftest import small_sample_config, vsi_wild
 from vsi_wild import lmms_task_utils as lmms
 from vsi_wild.release import validate_card
 from vsi_wild.stages import evaluate as ev
+from vsi_wild.stages import release as rel
 
 
 def _start(tmp: Path, name: str, one_cpu: bool) -> tuple[Path, Path, subprocess.Popen]:
@@ -58,17 +59,29 @@ def test_the_same_inputs_give_the_same_release_on_one_cpu(builds):
     assert a == b and {"vsi_super_wild_qa.jsonl", "qa.parquet", "ledger.parquet", "README.md"} <= a.keys()
 
 
-def test_the_release_is_a_dataset(builds):
+def test_the_release_is_a_dataset(builds, tmp_path):
     import datasets
 
     folder = builds[0] / "releases" / "v1"
-    rows = datasets.load_dataset(str(folder), split="test")
+    # a cache of its own: datasets keys a local folder's cache by its path, and a folder at a path an
+    # earlier run used would be read from that run's cache
+    cache = str(tmp_path / "hf")
+    rows = datasets.load_dataset(str(folder), split="test", cache_dir=cache)
     jsonl = [json.loads(line) for line in (folder / "vsi_super_wild_qa.jsonl").read_text().splitlines()]
     assert rows.num_rows == len(jsonl) > 0 and rows[0]["doc_id"] == jsonl[0]["doc_id"]
-    rich = datasets.load_dataset(str(folder), "rich", split="test")
+    rich = datasets.load_dataset(str(folder), "rich", split="test", cache_dir=cache)
     assert rich.num_rows == pq.read_table(folder / "qa.parquet").num_rows
     card = (folder / "README.md").read_text()
     assert validate_card(card) == []
+    # the card counts the answers no person has verified, as the rich rows mark them
+    release = [r for r in rich if r["split"] == "release"]
+    marked = [r for r in release if r["provisional"]]
+    if marked:
+        assert f"{len(marked)} of {len(release)} release questions" in card
+    else:
+        assert "Answers not yet verified" not in card
+    for r in rich:
+        assert (r["wrong_answer_bound"] is not None) == (r["task_type"] == "VOC"), r["doc_id"]
     assert validate_card(card.replace("visual-question-answering", "seeing-things")) != []  # the check can fail
     manifest = json.loads((folder / "manifest.json").read_text())
     listed = {p.relative_to(folder).as_posix() for p in folder.rglob("*") if p.is_file()} - {"manifest.json"}
@@ -223,3 +236,19 @@ def test_the_lmms_eval_scoring_agrees_with_evaluate(builds):
         per_task.setdefault(r["task_type"], []).append(out["overall"]["score"])
     for task, scores in per_task.items():
         assert abs(lmms.mean_score(scores) - ours[task]["score"]) < 1e-9, task
+
+
+def test_the_card_says_how_many_answers_no_person_has_verified():
+    rows = [
+        {"task_type": "VOC", "provisional": True},
+        {"task_type": "VOC", "provisional": False},
+        {"task_type": "VOO", "provisional": True},
+        {"task_type": "VMR", "provisional": False},
+        {"task_type": "VMR", "provisional": None},
+    ]
+    text = "\n".join(rel.unverified_section(rows))
+    assert "2 of 5 release questions (VOC 1 of 2, VOO 1 of 1)" in text
+    assert "VMR" not in text.split("questions (")[1].split(")")[0]  # a task with none is not listed
+    assert rel.unverified_section([{**r, "provisional": False} for r in rows]) == []
+    card = rel.card("v9", "cc-by-4.0", {}, {}, {"summary": "first release: 5 questions"}, False, "lmms", rows)
+    assert "## Answers not yet verified" in card and validate_card(card) == []

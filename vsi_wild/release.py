@@ -122,13 +122,14 @@ def build_folder(
         before = _release_rows(root / previous / "qa.parquet")
         before_build = json.loads((root / previous / "build.json").read_text())
     build = {"export_key": export.key, **{k: report["build"][k] for k in ("stage_versions", "fixes")}}
-    log = rel.changelog(before, before_build or {}, _release_rows(dest / "qa.parquet"), build, previous)
+    after = _release_rows(dest / "qa.parquet")
+    log = rel.changelog(before, before_build or {}, after, build, previous)
     written["build.json"] = (json.dumps(build, indent=1, sort_keys=True) + "\n").encode()
     written["changelog.json"] = (json.dumps(log, indent=1, sort_keys=True, ensure_ascii=False) + "\n").encode()
     written["CHANGELOG.md"] = rel.changelog_markdown(version, log).encode()
     counts = json.loads((dest / "counts.json").read_text())
     task_dir = f"{TASK_DIR}/{rel.task_name(version)}"
-    written["README.md"] = rel.card(version, license_id, report, counts, log, include_videos, TASK_DIR).encode()
+    written["README.md"] = rel.card(version, license_id, report, counts, log, include_videos, TASK_DIR, after).encode()
     written[f"{task_dir}/{rel.task_name(version)}.yaml"] = rel.task_yaml(version).encode()
     written[f"{task_dir}/utils.py"] = Path(__file__).with_name("lmms_task_utils.py").read_bytes()
     written["release.json"] = (
