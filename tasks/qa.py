@@ -143,7 +143,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="8",
+    version="9",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

@@ -253,6 +253,15 @@ def test_a_count_is_at_risk_from_the_decisions_whose_two_sides_it_has_seen():
         )
     )
     assert stream["wrong_answer_bound"].to_pylist() == [pytest.approx(0.45)]  # the queue ranks by it
+    # a person accepted the answers it gives: checked against the video, no decision makes them wrong;
+    # accepted when they were other answers: the bound stands
+    row = {**_voc_table("bench", [20.0, 40.0, 70.0]).to_pylist()[0], "subtype": "stream", "answers": ["1", "2", "3"]}
+    table, qid = schema.table(schema.QA_QUESTIONS, [row]), question_id(row)
+    checked = provisional.mark(table, [], risks, 0.05, {qid: ["1", "2", "3"]})
+    assert checked["provisional"].to_pylist() == [False] and checked["wrong_answer_bound"].to_pylist() == [0.0]
+    stale = provisional.mark(table, [], risks, 0.05, {qid: ["9", "9", "9"]})
+    assert stale["provisional"].to_pylist() == [True]
+    assert stale["wrong_answer_bound"].to_pylist() == [pytest.approx(0.45)]
     early = provisional.mark(_voc_table("bench", [20.0]), [], risks, 0.05)
     assert early["provisional"].to_pylist() == [False] and early["provisional_reason"].to_pylist() == [None]
     assert early["wrong_answer_bound"].to_pylist() == [0.0]

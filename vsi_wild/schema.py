@@ -898,10 +898,12 @@ QUESTION_COLUMNS: tuple[QuestionColumn, ...] = (
         pa.float64(),
         True,
         doc="VOC: an upper bound on the probability that the answer (any of its counts) is wrong because of "
-        "unreviewed reconciliation decisions (stages/qa/provisional.py answer_risk; 0 when none bears on it); "
-        "null for the other tasks. The review queue puts the riskiest provisional questions first",
+        "unreviewed reconciliation decisions (stages/qa/provisional.py answer_risk; 0 when none bears on it or a "
+        "person accepted the answer); null for the other tasks. The review queue puts the riskiest provisional "
+        "questions first",
         export_doc="VOC: an upper bound on the probability that the answer (any of its counts) is wrong because "
-        "of reconciliation decisions no person has reviewed (0 when none bears on it); null for the other tasks",
+        "of reconciliation decisions no person has reviewed (0 when none bears on it or a person accepted the "
+        "answer); null for the other tasks",
     ),
     _q("seed", pa.int64()),
     _q("metadata_fingerprint", pa.string()),

@@ -235,8 +235,8 @@ def mark(
     its unreviewed decisions as the VOC counts read them (``at_risk``); ``level``,
     ``QAParams.provisional_risk``; ``accepted`` (``accepts``), the questions a person accepted with
     the answers they saw. An accepted question is not provisional whatever its decisions while it
-    gives those answers; once a later fix changes them it is provisional, whatever its task, until a
-    person looks again (they judged another answer right)."""
+    gives those answers (its bound is then 0); once a later fix changes them it is provisional,
+    whatever its task, until a person looks again (they judged another answer right)."""
     accepted = accepted or {}
     by_concept: dict[str, list[dict]] = {}
     for d in pending:
@@ -265,7 +265,8 @@ def mark(
         if qid in accepted:
             seen = accepted[qid]
             if verdict_holds("accept", seen, answers):
-                flag, reason = False, None  # a person checked this answer against the video
+                # a person checked this answer against the video: no unreviewed decision makes it wrong
+                flag, reason, bound = False, None, None if bound is None else 0.0
             else:
                 assert seen is not None
                 flag, reason = True, _stale_accept(seen, answers) + (f"; and {reason}" if reason else "")
