@@ -216,7 +216,7 @@ def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) ->
     from vsi_wild.stages import pose as po
     from vsi_wild.stages import segment as seg
     from vsi_wild.store import UnitRef
-    from vsi_wild.tasks.sample import load_truth
+    from vsi_wild.tasks.sample import load_truth, truth_ref
 
     def done(stage: str, unit: str) -> UnitRef:
         if refs is not None and unit in refs.get(stage, {}):
@@ -228,8 +228,7 @@ def view_inputs(store, config, refs: dict[str, dict[str, str]] | None = None) ->
 
     sid = config.sample.source_id
     truth = load_truth(store, sid)
-    truth_ref = json.loads(store.registry_row(sid)["provenance"])["truth"]
-    read = [UnitRef(truth_ref["stage"], truth_ref["unit"], truth_ref["key"]), done("project", sid), done("pose", sid)]
+    read = [truth_ref(store, sid), done("project", sid), done("pose", sid)]
     visibility, truth_poses = truth["visibility"].to_pylist(), truth["poses"].to_pylist()
     objects = {o["instance_id"]: o for o in truth["objects"].to_pylist()}
     views = {r["video_id"]: r for r in store.read_table(done("project", sid), "views.parquet").to_pylist()}

@@ -81,13 +81,18 @@ def registration_row(params: SampleParams, ref: UnitRef) -> dict:
     }
 
 
-def load_truth(store: Store, source_id: str) -> dict[str, pa.Table]:
-    """The ground-truth tables of a generated sample source (for groundtruth backends and tests)."""
+def truth_ref(store: Store, source_id: str) -> UnitRef:
+    """Where a generated sample source's ground-truth tables are (its registry row says)."""
     row = store.registry_row(source_id)
     if row is None or row["origin"] != "sample":
         raise UnitError(f"source {source_id} is not a generated sample: it has no ground truth", kind="config")
     where = json.loads(row["provenance"])["truth"]
-    ref = UnitRef(where["stage"], where["unit"], where["key"])
+    return UnitRef(where["stage"], where["unit"], where["key"])
+
+
+def load_truth(store: Store, source_id: str) -> dict[str, pa.Table]:
+    """The ground-truth tables of a generated sample source (for groundtruth backends and tests)."""
+    ref = truth_ref(store, source_id)
     if not store.is_complete(ref):
         raise UnitError(f"ground truth of {source_id} is missing from the store (re-run the sample stage)")
     return {name: store.read_table(ref, fname) for name, fname in TRUTH_FILES.items()}
