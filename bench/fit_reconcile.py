@@ -36,7 +36,6 @@ Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import sys
 from pathlib import Path
@@ -133,11 +132,11 @@ def main() -> int:
     evs, labels = [], []
     withheld_evs, withheld_labels = [], []  # the same pairs without positions
     no_positions = defaults.model_copy(update={"use_positions": False})
-    inputs = hashlib.sha256()  # bench_reconcile's reconcile_inputs_fingerprint over the training views
+    read = []  # (video id, inputs fingerprint) of every training view, as bench_reconcile prints them
     for level, seed, vi, config in views(
         args.seeds, args.noise, args.root, args.appearance, args.models, args.n_per_category
     ):
-        inputs.update(f"{vi.video_id}\0{vi.inputs_fingerprint}\n".encode())
+        read.append((vi.video_id, vi.inputs_fingerprint))
         errs = config.model_errors
         poses = me.perturb_track(vi.track, errs.poses, me.rng_for(errs.seed, vi.video_id, "poses"))
         instances = sorted(vi.instances(), key=lambda c: c.key)
@@ -159,7 +158,7 @@ def main() -> int:
     withheld = asc.EvidenceArrays.of(withheld_evs)
     y = np.array(labels, dtype=float)
     y_withheld = np.array(withheld_labels, dtype=float)
-    print(f"fit_inputs_fingerprint: {inputs.hexdigest()[:16]}")
+    print(f"fit_inputs_fingerprint: {br.inputs_fingerprint(read)}")
     print(f"fit_pairs: {len(y)}")
     print(f"fit_pairs_same_object: {int(y.sum())}")
     print(f"fit_pairs_without_position_term: {int((~np.isfinite(arrays.d).all(axis=1)).sum())}")

@@ -28,3 +28,8 @@ def test_the_fingerprint_follows_the_bytes_read():
     assert fp["a"] != fp["c"]  # one pose's last bits
     assert bench.fingerprint_of(roots["a"], refs[:1]) != fp["a"]  # a clip fewer
     assert bench.fingerprint_of(roots["a"], refs[::-1]) != fp["a"]  # the views' order is part of what was read
+    # the run's digest over its views: a view's other bytes, or another view, is another digest
+    run = bench.inputs_fingerprint([("s1_front", fp["a"]), ("s1_right", fp["b"])])
+    assert run == bench.inputs_fingerprint([("s1_front", fp["b"]), ("s1_right", fp["a"])])  # a and b read alike
+    assert run != bench.inputs_fingerprint([("s1_front", fp["c"]), ("s1_right", fp["b"])])
+    assert run != bench.inputs_fingerprint([("s1_front", fp["a"])])
