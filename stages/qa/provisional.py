@@ -266,7 +266,9 @@ def mark(
             seen = accepted[qid]
             if verdict_holds("accept", seen, answers):
                 # a person checked this answer against the video: no unreviewed decision makes it wrong
-                flag, reason, bound = False, None, None if bound is None else 0.0
+                flag, reason = False, None
+                if bound is not None:
+                    bound = 0.0
             else:
                 assert seen is not None
                 flag, reason = True, _stale_accept(seen, answers) + (f"; and {reason}" if reason else "")
