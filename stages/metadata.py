@@ -69,6 +69,11 @@ class Inst:
     last_override: float | None = None
     spans_override: list[tuple[float, float]] | None = None  # as a person gave them (add_instance)
 
+    @property
+    def times_given(self) -> bool:
+        """A person gave its first or last time, or its spans (``schema.INSTANCES`` times_given)."""
+        return not (self.first_override is None and self.last_override is None and self.spans_override is None)
+
 
 def spans_of(times: Sequence[float], gap_s: float) -> list[tuple[float, float]]:
     ts = sorted(set(times))
@@ -154,6 +159,7 @@ def instance_rows(
                 "y": None if pos is None else float(pos[1]),
                 "z": None if pos is None else float(pos[2]),
                 "origin": ins.origin,
+                "times_given": ins.times_given,
             }
         )
     rows.sort(key=lambda r: (r["first_time"], r["concept"], r["instance_id"]))

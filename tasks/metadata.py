@@ -679,7 +679,7 @@ def run_reconcile(job: Job) -> None:
 RECONCILE = Stage(
     name="reconcile",
     outputs=schema.ARTIFACTS["reconcile"],
-    version="13",
+    version="14",
     unit_kind="video",
     run=run_reconcile,
     needs=("segment", "pose", "project"),
@@ -795,7 +795,7 @@ def run_metadata(job: Job) -> None:
 METADATA = Stage(
     name="metadata",
     outputs=schema.ARTIFACTS["metadata"],
-    version="5",
+    version="6",
     unit_kind="video",
     run=run_metadata,
     needs=("reconcile", "pose", "project"),

@@ -5,7 +5,8 @@ Reads ``project/views.parquet`` (the view's geometry, fps, duration), ``metadata
 ``pose/poses.parquet`` (VPO's place gap), the probed source row (``probe/source.parquet``) for the panorama file,
 the ``qa`` and ``faces`` config sections, and ``pose.camera_height``, ``pose.backend`` and
 ``reconcile.level_views`` (VPO's revisits by the objects: where they meet the ground), and the metadata stage's
-``unreviewed_decisions.parquet`` and ``review_pending.parquet`` (which questions are provisional), and its
+``unreviewed_decisions.parquet`` and ``review_pending.parquet`` (which questions are provisional; with
+``segment.clip_seconds``, which review items could move a VOO appearance), and its
 ``question_reviews.parquet`` (a rejected question is dropped; an accepted one is not provisional while it gives
 the answers accepted). Writes ``questions.parquet`` (QA_QUESTIONS), ``skipped.parquet`` (QA_SKIPPED),
 ``images.parquet`` (QA_IMAGES), ``images/*`` and, when there are reviews, ``question_reviews.parquet`` with whether
@@ -129,7 +130,8 @@ def run(job: Job) -> None:
     risks = _at_risk(job, instances, visibility, video, params)
     reviews = _question_reviews(job)
     accepted = provisional.accepts(reviews)  # checked against the video by a person: not provisional
-    questions = provisional.mark(questions, _pending_reviews(job), risks, params.provisional_risk, accepted)
+    track = provisional.Track.from_metadata(instances, visibility, job.config.segment.clip_seconds)
+    questions = provisional.mark(questions, _pending_reviews(job), risks, params.provisional_risk, accepted, track)
     if reviews:
         reviews = provisional.standing(reviews, questions)  # whether each verdict holds for the question as asked now
         questions, skipped = _drop_rejected(questions, skipped, reviews)
@@ -143,11 +145,11 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="9",
+    version="10",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),
-    sections=("qa", "faces", "pose.camera_height", "pose.backend", "reconcile.level_views"),
+    sections=("qa", "faces", "pose.camera_height", "pose.backend", "reconcile.level_views", "segment.clip_seconds"),
     backends=(FACE_DETECTOR,),
     description="Rule-based questions of one view video (VMR, VPO, VOO, VOC) and its rendered VPO views",
 )

@@ -171,6 +171,7 @@ def instances_table(w: World, view: str) -> pa.Table:
                 "y": None,
                 "z": None,
                 "origin": "auto",
+                "times_given": False,
             }
         )
     return schema.table(schema.INSTANCES, rows)

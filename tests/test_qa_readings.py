@@ -59,9 +59,13 @@ def _video(duration: float = 60.0, fps: float = 8.0) -> VideoInfo:
 
 
 def _metadata(
-    seen: dict[int, tuple[str, dict[float, int]]], origin: dict[int, str] | None = None, duration: float = 60.0
+    seen: dict[int, tuple[str, dict[float, int]]],
+    origin: dict[int, str] | None = None,
+    duration: float = 60.0,
+    times_given: frozenset[int] = frozenset(),
 ) -> tuple[pa.Table, pa.Table]:
-    """INSTANCES and VISIBILITY of instances seen at {time: mask area} (every other 2 FPS time: not seen)."""
+    """INSTANCES and VISIBILITY of instances seen at {time: mask area} (every other 2 FPS time: not
+    seen); ``times_given``: the instances whose times a person gave."""
     inst, vis = [], []
     for iid, (concept, at) in sorted(seen.items()):
         ts = sorted(at)
@@ -81,6 +85,7 @@ def _metadata(
                 "y": None,
                 "z": None,
                 "origin": (origin or {}).get(iid, "auto"),
+                "times_given": iid in times_given,
             }
         )
         for k in range(int(duration * 2) + 1):
@@ -118,22 +123,25 @@ def test_sightings_under_each_reading():
             1: ("cone", {**_span(2, 2, 400), **_span(10, 11, 30)}),  # a clear glimpse, then a sustained speck
             2: ("cone", _span(5, 5, 20)),  # one frame, a speck
             3: ("cone", {1.0: 30}),  # added by a person: its times stand
+            4: ("cone", {**_span(20, 20, 400), **_span(30, 31, 30)}),  # merged by a person: read like instance 1
         },
-        origin={3: "fix"},
+        origin={3: "fix", 4: "fix"},
+        times_given=frozenset({3}),
     )
     pixels = W * H
 
     def times(reading: Sighting) -> dict[int, tuple[float, ...]]:
         return {i: s.times for i, s in seen_under(instances, visibility, VID, pixels, reading).items()}
 
-    assert times(Sighting(name="at all")) == {1: (2.0, 10.0, 10.5, 11.0), 2: (5.0,), 3: (1.0,)}
-    assert times(Sighting(name="clearly", min_area_frac=50 / pixels)) == {1: (2.0,), 3: (1.0,)}
-    assert times(Sighting(name="sustained", min_visible_s=1.0)) == {1: (10.0, 10.5, 11.0), 3: (1.0,)}
+    four = (20.0, 30.0, 30.5, 31.0)
+    assert times(Sighting(name="at all")) == {1: (2.0, 10.0, 10.5, 11.0), 2: (5.0,), 3: (1.0,), 4: four}
+    assert times(Sighting(name="clearly", min_area_frac=50 / pixels)) == {1: (2.0,), 3: (1.0,), 4: (20.0,)}
+    assert times(Sighting(name="sustained", min_visible_s=1.0)) == {1: (10.0, 10.5, 11.0), 3: (1.0,), 4: four[1:]}
     # without a visibility track every instance is seen from its first to its last time, whatever the reading
     unknown = {
         i: s.times for i, s in seen_under(instances, None, VID, pixels, Sighting(name="x", min_area_frac=1)).items()
     }
-    assert unknown == {1: (2.0, 11.0), 2: (5.0,), 3: (1.0,)}
+    assert unknown == {1: (2.0, 11.0), 2: (5.0,), 3: (1.0,), 4: (20.0, 31.0)}
 
 
 # ----------------------------------------------------------------------------- VOC
@@ -517,6 +525,7 @@ def _street(duration: float = 200.0) -> tuple[VideoInfo, pa.Table, pa.Table, pa.
                     first_frame=int(times[0] * 2), last_frame=int(times[-1] * 2), fps=2.0, n_observations=len(times)
                 ),
                 **dict(spans=[{"start": times[0], "end": times[-1]}], x=5.0, y=0.0, z=z, origin="auto"),
+                "times_given": False,
             }
         )
     video = VideoInfo(VID, "sample-test", "front", 0.0, 0.0, 90.0, 58.7155, W, H, 2.0, n, duration)
@@ -740,7 +749,7 @@ def _loop(far_on_second_lap: bool = False) -> tuple[VideoInfo, pa.Table, pa.Tabl
                 **dict(video_id=VID, concept="post", instance_id=iid, first_time=times[0], last_time=times[-1]),
                 **dict(first_frame=int(times[0] * 2), last_frame=int(times[-1] * 2), fps=2.0),
                 **dict(n_observations=len(times), spans=[{"start": times[0], "end": times[-1]}]),
-                **dict(x=float(p[0]), y=float(p[1]), z=float(p[2]), origin="auto"),
+                **dict(x=float(p[0]), y=float(p[1]), z=float(p[2]), origin="auto", times_given=False),
             }
         )
     video = VideoInfo(VID, "sample-test", "front", 0.0, 0.0, 90.0, 58.7155, W, H, 2.0, n, LOOP_S)

@@ -74,6 +74,7 @@ def _oracle_metadata(truth, params, view: str, clip_s: float):
                 "y": None,
                 "z": None,
                 "origin": "auto",
+                "times_given": False,
             }
         )
     frames = {p["frame"]: p for p in truth["poses"].to_pylist()}

@@ -336,6 +336,12 @@ INSTANCES = _schema(
     f("y", pa.float64(), True),
     f("z", pa.float64(), True),
     f("origin", pa.string(), doc="auto | fix"),
+    f(
+        "times_given",
+        pa.bool_(),
+        doc="a person gave its first or last time (set_appearance) or its visible spans (add_instance): "
+        "QA takes those times as seen under every reading, where it reads the visibility track for the rest",
+    ),
 )
 
 MOTION = _schema(

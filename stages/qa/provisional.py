@@ -24,15 +24,22 @@ revisit of at most one earlier object (exclusive errors, whose union's probabili
 than the product form says). Pairs reconciliation left apart below a posterior of 0.001 are not
 listed and add nothing.
 
-A **VOO** question rests on its four concepts' review items (reversing one may move a concept's
-first or last real sighting; marked whenever it could, which says more than it must rather than
-less). The sum above does not apply to it: joining or splitting instances moves an appearance only
-where it makes or breaks a sustained sighting, so most decisions that change a count change no
-order. Every other question is not provisional, and neither is a question a person accepted (a
+A **VOO** question rests on those of its four concepts' review items whose reversal could move an
+appearance (``Track.could_move_appearance``); the sum above does not apply, since most decisions
+that change a count change no order. A concept's first (last) appearance is its instances' earliest
+(latest) sighting, so how its sightings are grouped into instances moves it only where a grouping
+makes or breaks a run of consecutive sightings (a sustained sighting), or where an instance's times
+a person gave stand for its sightings. A person's verdict on a review item merges the two sides'
+instances (the item left them apart) or splits one side's clip out of their instance (it merged
+them): a merge joins runs only where the two instances are seen at consecutive 2 FPS samples, a
+split breaks them only where the instance is seen on both sides of that clip's start or end.
+Visibility at any mask area is the widest reading: an item that can do neither moves no appearance
+under any reading, and every other item is marked (which says more than it must rather than less).
+Every other question is not provisional, and neither is a question a person accepted (a
 ``review_question`` fix, verdict accept) while it gives the answers they saw: they checked that
-answer against the video, which is what the flag asks for. Once a later fix changes its answers,
-the accept no longer holds and the question is provisional, whatever its task: a person judged
-another answer right.
+answer against the video, which is what the flag asks for. Once a later fix changes its answers, the
+accept no longer holds and the question is provisional, whatever its task: a person judged another
+answer right.
 """
 
 from __future__ import annotations
@@ -45,6 +52,8 @@ import pyarrow as pa
 
 from vsi_wild.stages.qa.common import question_id
 from vsi_wild.stages.qa.readings import Seen
+from vsi_wild.stages.segment import clip_of_sample
+from vsi_wild.stages.visibility import VISIBLE
 
 _EPS = 1e-9
 
@@ -70,6 +79,56 @@ class AtRisk:
 
     def describe(self) -> str:
         return _pair_text(self.concept, *self.sides, self.joined, self.row["posterior"])
+
+
+@dataclass(frozen=True)
+class Track:
+    """When the metadata sees each instance, as a VOO question's review items are judged by:
+    instance id -> the 2 FPS sample indices it is visible at (any mask area: the widest reading);
+    the instances whose times a person gave (``schema.INSTANCES`` times_given); the segmentation
+    clip length (a split fix takes a whole clip's observations)."""
+
+    visible: Mapping[int, frozenset[int]]
+    times_given: frozenset[int]
+    clip_seconds: float
+
+    @classmethod
+    def from_metadata(cls, instances: pa.Table, visibility: pa.Table, clip_seconds: float) -> Track:
+        """From one video's ``schema.INSTANCES`` and ``schema.VISIBILITY`` rows."""
+        samples: dict[int, set[int]] = {}
+        for iid, k, state in zip(
+            visibility["instance_id"].to_pylist(),
+            visibility["sample_index"].to_pylist(),
+            visibility["state"].to_pylist(),
+            strict=True,
+        ):
+            if state == VISIBLE:
+                samples.setdefault(int(iid), set()).add(int(k))
+        given = frozenset(
+            int(i)
+            for i, g in zip(instances["instance_id"].to_pylist(), instances["times_given"].to_pylist(), strict=True)
+            if g
+        )
+        return cls({i: frozenset(v) for i, v in samples.items()}, given, clip_seconds)
+
+    def could_move_appearance(self, item: Mapping) -> bool:
+        """Whether a person's verdict against a review item (``schema.REVIEW_PENDING`` row) could
+        move an appearance of its concept under some reading: it merges the sides' two instances
+        (the item left them apart), or splits clip_a's or clip_b's observations out of their one
+        instance (the fix names the pair in either order)."""
+        a, b = int(item["instance_a"]), int(item["instance_b"])
+        if a in self.times_given or b in self.times_given:
+            return True  # their given first and last times stand for all their sightings
+        va = self.visible.get(a, frozenset())
+        if a != b:
+            vb = self.visible.get(b, frozenset())
+            return any(k - 1 in vb or k + 1 in vb for k in va)
+        clips = {int(item["clip_a"]), int(item["clip_b"])}
+
+        def clip(k: int) -> int:
+            return clip_of_sample(k, self.clip_seconds)
+
+        return any(k + 1 in va and clip(k) != clip(k + 1) and clips & {clip(k), clip(k + 1)} for k in va)
 
 
 def _pair_text(concept: str, a: tuple[int, int], b: tuple[int, int], merged: bool, posterior: float) -> str:
@@ -228,13 +287,15 @@ def mark(
     risks: Sequence[AtRisk],
     level: float,
     accepted: Mapping[str, Sequence[str] | None] | None = None,
+    track: Track | None = None,
 ) -> pa.Table:
     """``questions`` (``schema.QA_QUESTIONS``) with ``provisional``, ``provisional_reason`` and
     ``wrong_answer_bound`` (VOC: ``answer_risk``'s bound) set:
     ``pending``, the video's review items no fix resolved (``schema.REVIEW_PENDING``); ``risks``,
     its unreviewed decisions as the VOC counts read them (``at_risk``); ``level``,
     ``QAParams.provisional_risk``; ``accepted`` (``accepts``), the questions a person accepted with
-    the answers they saw. An accepted question is not provisional whatever its decisions while it
+    the answers they saw; ``track``, when each instance is seen (None: unknown, and every review item
+    of a VOO question's concepts counts). An accepted question is not provisional whatever its decisions while it
     gives those answers (its bound is then 0); once a later fix changes them it is provisional,
     whatever its task, until a person looks again (they judged another answer right)."""
     accepted = accepted or {}
@@ -260,7 +321,12 @@ def mark(
             bound, carrying = answer_risk(risks, concepts[0], times or [])
             flag, reason = voc_provisional(by_concept.get(concepts[0], []), bound, carrying, level)
         elif task == "VOO":
-            items = [d for c in (concepts or []) for d in by_concept.get(c, [])]
+            items = [
+                d
+                for c in (concepts or [])
+                for d in by_concept.get(c, [])
+                if track is None or track.could_move_appearance(d)
+            ]
             flag, reason = bool(items), _describe(items) if items else None
         if qid in accepted:
             seen = accepted[qid]

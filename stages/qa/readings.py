@@ -13,9 +13,11 @@ holds on real footage as on the sample. The readings:
 - **direction** (VMR): a viewer may judge the direction of motion ``vmr_judgement_deg`` off, at any
   moment of the evidence window; the metadata's direction itself may be ``vmr_angle_error_deg`` off.
 
-What a person fixed stands as they set it: an instance of origin ``fix`` is seen from its first to
-its last time under every reading, and a box a person added (no mask area) is seen under every
-reading. Without a visibility track (a caller that has none) every instance is seen from its first
+What a person fixed stands as they set it: an instance whose first or last time or spans a person
+gave (``times_given``) is seen at its first and its last time under every reading, and a box a
+person added (no mask area) is seen under every reading. An instance a person merged, split or
+renamed is read like any other: they decided which object its masks show, not when it is seen
+clearly. Without a visibility track (a caller that has none) every instance is seen from its first
 to its last time under every reading: the readings cannot be told apart, and nothing is dropped.
 """
 
@@ -74,7 +76,7 @@ def seen_under(
     rows = [
         r
         for r in instances.select(
-            ["video_id", "concept", "instance_id", "first_time", "last_time", "origin"]
+            ["video_id", "concept", "instance_id", "first_time", "last_time", "times_given"]
         ).to_pylist()
         if r["video_id"] == video_id
     ]
@@ -89,7 +91,7 @@ def seen_under(
     min_area = reading.min_area_frac * view_pixels
     for r in rows:
         iid = int(r["instance_id"])
-        if visibility is None or r["origin"] == "fix":  # as given: unknown sizes, or a person's times
+        if visibility is None or r["times_given"]:  # as given: unknown sizes, or a person's times
             times: list[float] = sorted({float(r["first_time"]), float(r["last_time"])})
         else:
             ok = sorted(
