@@ -130,7 +130,14 @@ def run(job: Job) -> None:
     risks = _at_risk(job, instances, visibility, video, params)
     reviews = _question_reviews(job)
     accepted = provisional.accepts(reviews)  # checked against the video by a person: not provisional
-    track = provisional.Track.from_metadata(instances, visibility, job.config.segment.clip_seconds)
+    track = provisional.Track.from_metadata(
+        instances,
+        visibility,
+        vid,
+        job.config.segment.clip_seconds,
+        video.width * video.height,
+        params.voo_readings,
+    )
     questions = provisional.mark(questions, _pending_reviews(job), risks, params.provisional_risk, accepted, track)
     if reviews:
         reviews = provisional.standing(reviews, questions)  # whether each verdict holds for the question as asked now

@@ -24,18 +24,16 @@ revisit of at most one earlier object (exclusive errors, whose union's probabili
 than the product form says). Pairs reconciliation left apart below a posterior of 0.001 are not
 listed and add nothing.
 
-A **VOO** question rests on those of its four concepts' review items whose reversal could move an
-appearance (``Track.could_move_appearance``); the sum above does not apply, since most decisions
-that change a count change no order. A concept's first (last) appearance is its instances' earliest
-(latest) sighting, so how its sightings are grouped into instances moves it only where a grouping
-makes or breaks a run of consecutive sightings (a sustained sighting), or where an instance's times
-a person gave stand for its sightings. A person's verdict on a review item merges the two sides'
-instances (the item left them apart) or splits one side's clip out of their instance (it merged
-them): a merge joins runs only where the two instances are seen at consecutive 2 FPS samples, a
-split breaks them only where the instance is seen on both sides of that clip's start or end.
-Visibility at any mask area is the widest reading: an item that can do neither moves no appearance
-under any reading, and every other item is marked (which says more than it must rather than less).
-Every other question is not provisional, and neither is a question a person accepted (a
+A **VOO** question rests on those of its four concepts' review items whose reversal would move the
+appearance it asks about (first or last) under some reading of ``QAParams.voo_readings``
+(``Track.moves``); the sum above does not apply, since most decisions that change a count change no
+order. A concept's first (last) appearance is its instances' earliest (latest) sighting, so how its
+sightings are grouped into instances moves it only where a grouping makes or breaks a run of
+consecutive sightings (a sustained sighting). So the verdict against each item is applied to the
+concept's visibility track as the metadata's fix applies it (the two instances merged, or one side's
+clip split out of their instance) and the appearances are dated again. An item on an instance whose
+times a person gave always counts (merged, those times would stand for the other's sightings). Every
+other question is not provisional, and neither is a question a person accepted (a
 ``review_question`` fix, verdict accept) while it gives the answers they saw: they checked that
 answer against the video, which is what the flag asks for. Once a later fix changes its answers, the
 accept no longer holds and the question is provisional, whatever its task: a person judged another
@@ -51,9 +49,9 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from vsi_wild.stages.qa.common import question_id
-from vsi_wild.stages.qa.readings import Seen
+from vsi_wild.stages.qa.params import Sighting
+from vsi_wild.stages.qa.readings import Sample, Seen, sighting_times, visible_samples
 from vsi_wild.stages.segment import clip_of_sample
-from vsi_wild.stages.visibility import VISIBLE
 
 _EPS = 1e-9
 
@@ -83,52 +81,87 @@ class AtRisk:
 
 @dataclass(frozen=True)
 class Track:
-    """When the metadata sees each instance, as a VOO question's review items are judged by:
-    instance id -> the 2 FPS sample indices it is visible at (any mask area: the widest reading);
-    the instances whose times a person gave (``schema.INSTANCES`` times_given); the segmentation
-    clip length (a split fix takes a whole clip's observations)."""
+    """When the metadata sees each instance, which a VOO question's review items are judged by:
+    instance id -> sample index -> its visible timestamp (``readings.visible_samples``); each
+    instance's concept; the instances whose times a person gave (``schema.INSTANCES`` times_given);
+    the segmentation clip length (a split takes a whole clip's observations); the view's pixels and
+    ``QAParams.voo_readings`` (what counts as an appearance)."""
 
-    visible: Mapping[int, frozenset[int]]
+    samples: Mapping[int, Mapping[int, Sample]]
+    concept_of: Mapping[int, str]
     times_given: frozenset[int]
     clip_seconds: float
+    view_pixels: int
+    readings: tuple[Sighting, ...]
 
     @classmethod
-    def from_metadata(cls, instances: pa.Table, visibility: pa.Table, clip_seconds: float) -> Track:
+    def from_metadata(
+        cls,
+        instances: pa.Table,
+        visibility: pa.Table,
+        video_id: str,
+        clip_seconds: float,
+        view_pixels: int,
+        readings: Sequence[Sighting],
+    ) -> Track:
         """From one video's ``schema.INSTANCES`` and ``schema.VISIBILITY`` rows."""
-        samples: dict[int, set[int]] = {}
-        for iid, k, state in zip(
-            visibility["instance_id"].to_pylist(),
-            visibility["sample_index"].to_pylist(),
-            visibility["state"].to_pylist(),
-            strict=True,
-        ):
-            if state == VISIBLE:
-                samples.setdefault(int(iid), set()).add(int(k))
-        given = frozenset(
-            int(i)
-            for i, g in zip(instances["instance_id"].to_pylist(), instances["times_given"].to_pylist(), strict=True)
-            if g
+        rows = instances.select(["video_id", "instance_id", "concept", "times_given"]).to_pylist()
+        rows = [r for r in rows if r["video_id"] == video_id]
+        return cls(
+            visible_samples(visibility, video_id),
+            {int(r["instance_id"]): r["concept"] for r in rows},
+            frozenset(int(r["instance_id"]) for r in rows if r["times_given"]),
+            clip_seconds,
+            view_pixels,
+            tuple(readings),
         )
-        return cls({i: frozenset(v) for i, v in samples.items()}, given, clip_seconds)
 
-    def could_move_appearance(self, item: Mapping) -> bool:
-        """Whether a person's verdict against a review item (``schema.REVIEW_PENDING`` row) could
-        move an appearance of its concept under some reading: it merges the sides' two instances
-        (the item left them apart), or splits clip_a's or clip_b's observations out of their one
-        instance (the fix names the pair in either order)."""
+    def _appearances(self, groups: Iterable[Mapping[int, Sample]]) -> list[tuple[float, float] | None]:
+        """Per reading: the first and last appearance of one concept whose instances are seen at
+        ``groups`` (None: never seen under it)."""
+        out: list[tuple[float, float] | None] = []
+        for reading in self.readings:
+            seen = [t for t in (sighting_times(g.values(), reading, self.view_pixels) for g in groups) if t]
+            out.append((min(t[0] for t in seen), max(t[-1] for t in seen)) if seen else None)
+        return out
+
+    def moves(self, item: Mapping) -> set[str]:
+        """Which appearances (``first``, ``last``) of its concept a person's verdict against a
+        review item (``schema.REVIEW_PENDING`` row) could move under some reading. The verdict is
+        applied as the metadata's ``review_pair`` fix applies it: the two sides' instances merged
+        (the item left them apart; where both are seen at a sample, the larger mask stays), or
+        clip_a's or clip_b's observations split out of their one instance (the item merged them;
+        the fix may name the pair in either order), and the concept's appearances dated again."""
         a, b = int(item["instance_a"]), int(item["instance_b"])
         if a in self.times_given or b in self.times_given:
-            return True  # their given first and last times stand for all their sightings
-        va = self.visible.get(a, frozenset())
+            return {"first", "last"}  # their given first and last times would stand for the others' sightings
+        concept = item["concept"]
+        groups = {i: dict(self.samples.get(i, {})) for i, c in self.concept_of.items() if c == concept}
+        others = [g for i, g in groups.items() if i not in (a, b)]
         if a != b:
-            vb = self.visible.get(b, frozenset())
-            return any(k - 1 in vb or k + 1 in vb for k in va)
-        clips = {int(item["clip_a"]), int(item["clip_b"])}
-
-        def clip(k: int) -> int:
-            return clip_of_sample(k, self.clip_seconds)
-
-        return any(k + 1 in va and clip(k) != clip(k + 1) and clips & {clip(k), clip(k + 1)} for k in va)
+            merged = dict(groups.get(a, {}))
+            for k, sample in groups.get(b, {}).items():
+                if k not in merged or (sample[1] or 0) > (merged[k][1] or 0):
+                    merged[k] = sample
+            afters = [[*others, merged]]
+        else:
+            afters = []
+            for clip in {int(item["clip_a"]), int(item["clip_b"])}:
+                split = {k: v for k, v in groups.get(a, {}).items() if clip_of_sample(k, self.clip_seconds) == clip}
+                rest = {k: v for k, v in groups.get(a, {}).items() if k not in split}
+                if split and rest:
+                    afters.append([*others, split, rest])
+        before = self._appearances(groups.values())
+        moved: set[str] = set()
+        for after in afters:
+            for x, y in zip(before, self._appearances(after), strict=True):
+                if x != y:
+                    moved |= (
+                        {"first", "last"}
+                        if x is None or y is None
+                        else {w for w, p, q in zip(("first", "last"), x, y, strict=True) if p != q}
+                    )
+        return moved
 
 
 def _pair_text(concept: str, a: tuple[int, int], b: tuple[int, int], merged: bool, posterior: float) -> str:
@@ -306,8 +339,9 @@ def mark(
     reasons: list[str | None] = []
     bounds: list[float | None] = []
     ids = (question_id(r) for r in questions.select(["video_id", "task_type", "subtype", "item"]).to_pylist())
-    for task, concepts, times, answers, qid in zip(
+    for task, subtype, concepts, times, answers, qid in zip(
         questions["task_type"].to_pylist(),
+        questions["subtype"].to_pylist(),
         questions["concepts"].to_pylist(),
         questions["query_times"].to_pylist(),
         questions["answers"].to_pylist(),
@@ -322,10 +356,7 @@ def mark(
             flag, reason = voc_provisional(by_concept.get(concepts[0], []), bound, carrying, level)
         elif task == "VOO":
             items = [
-                d
-                for c in (concepts or [])
-                for d in by_concept.get(c, [])
-                if track is None or track.could_move_appearance(d)
+                d for c in (concepts or []) for d in by_concept.get(c, []) if track is None or subtype in track.moves(d)
             ]
             flag, reason = bool(items), _describe(items) if items else None
         if qid in accepted:

@@ -24,7 +24,7 @@ to its last time under every reading: the readings cannot be told apart, and not
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -66,6 +66,29 @@ def _runs(times: Sequence[float]) -> list[list[float]]:
     return runs
 
 
+Sample = tuple[float, int | None, bool]  # a visible 2 FPS timestamp: its time, mask area, whether a person added it
+
+
+def visible_samples(visibility: pa.Table, video_id: str) -> dict[int, dict[int, Sample]]:
+    """instance id -> sample index -> its visible timestamp, from ``schema.VISIBILITY`` rows."""
+    out: dict[int, dict[int, Sample]] = {}
+    v = visibility.filter(pc.and_(pc.equal(visibility["video_id"], video_id), pc.equal(visibility["state"], VISIBLE)))
+    for r in v.select(["instance_id", "sample_index", "time", "area", "x0"]).to_pylist():
+        out.setdefault(int(r["instance_id"]), {})[int(r["sample_index"])] = (
+            float(r["time"]),
+            r["area"],
+            r["x0"] is None,
+        )
+    return out
+
+
+def sighting_times(samples: Iterable[Sample], reading: Sighting, view_pixels: int) -> list[float]:
+    """The times an instance visible at ``samples`` counts as seen under ``reading``, in order."""
+    min_area = reading.min_area_frac * view_pixels
+    ok = sorted(t for t, area, added in samples if added or (area is not None and area >= min_area - _EPS))
+    return [t for run in _runs(ok) if len(run) * SAMPLE_STEP >= reading.min_visible_s - _EPS for t in run]
+
+
 def seen_under(
     instances: pa.Table, visibility: pa.Table | None, video_id: str, view_pixels: int, reading: Sighting
 ) -> dict[int, Seen]:
@@ -81,23 +104,13 @@ def seen_under(
         if r["video_id"] == video_id
     ]
     out: dict[int, Seen] = {}
-    visible: dict[int, list[tuple[float, int | None, bool]]] = {}
-    if visibility is not None and visibility.num_rows:
-        v = visibility.filter(
-            pc.and_(pc.equal(visibility["video_id"], video_id), pc.equal(visibility["state"], VISIBLE))
-        )
-        for r in v.select(["instance_id", "time", "area", "x0"]).to_pylist():
-            visible.setdefault(int(r["instance_id"]), []).append((float(r["time"]), r["area"], r["x0"] is None))
-    min_area = reading.min_area_frac * view_pixels
+    visible = visible_samples(visibility, video_id) if visibility is not None else {}
     for r in rows:
         iid = int(r["instance_id"])
         if visibility is None or r["times_given"]:  # as given: unknown sizes, or a person's times
             times: list[float] = sorted({float(r["first_time"]), float(r["last_time"])})
         else:
-            ok = sorted(
-                t for t, area, added in visible.get(iid, ()) if added or (area is not None and area >= min_area - _EPS)
-            )
-            times = [t for run in _runs(ok) if len(run) * SAMPLE_STEP >= reading.min_visible_s - _EPS for t in run]
+            times = sighting_times(visible.get(iid, {}).values(), reading, view_pixels)
         if times:
             out[iid] = Seen(iid, r["concept"], tuple(times))
     return out
