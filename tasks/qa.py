@@ -62,15 +62,23 @@ def _pending_reviews(job: Job) -> list[dict]:
     return job.read("metadata", PENDING_FILE).to_pylist()
 
 
+def _unreviewed(job: Job) -> list[dict]:
+    """The metadata stage's unreviewed reconciliation decisions, which it writes only when there are
+    some (each side with its instance after the fixes)."""
+    if not job.store.has_file(job.ref("metadata"), UNREVIEWED_FILE):
+        return []
+    return job.read("metadata", UNREVIEWED_FILE).to_pylist()
+
+
 def _at_risk(
-    job: Job, instances: pa.Table, visibility: pa.Table, video: VideoInfo, params: QAParams
+    unreviewed: list[dict], instances: pa.Table, visibility: pa.Table, video: VideoInfo, params: QAParams
 ) -> list[provisional.AtRisk]:
     """The video's unreviewed reconciliation decisions as its VOC counts read them: by the sightings
     of the reading that gives the answers (``qa.voc_readings``' first)."""
-    if not job.store.has_file(job.ref("metadata"), UNREVIEWED_FILE):  # written only when there are some
+    if not unreviewed:
         return []
     seen = seen_under(instances, visibility, video.video_id, video.width * video.height, params.voc_readings[0])
-    return provisional.at_risk(job.read("metadata", UNREVIEWED_FILE).to_pylist(), seen)
+    return provisional.at_risk(unreviewed, seen)
 
 
 def _question_reviews(job: Job) -> list[dict]:
@@ -127,12 +135,14 @@ def run(job: Job) -> None:
         blur = image_blurrer(*face_setup(job.config))
         render_video(result, video, params, _panorama(job), job.out.path, blur)
     questions, skipped = result.tables()
-    risks = _at_risk(job, instances, visibility, video, params)
+    unreviewed = _unreviewed(job)
+    risks = _at_risk(unreviewed, instances, visibility, video, params)
     reviews = _question_reviews(job)
     accepted = provisional.accepts(reviews)  # checked against the video by a person: not provisional
     track = provisional.Track.from_metadata(
         instances,
         visibility,
+        unreviewed,
         vid,
         job.config.segment.clip_seconds,
         video.width * video.height,

@@ -407,7 +407,7 @@ READINGS = (
 
 def _track(visible: dict[int, dict[int, int]], clip_s: float, given: frozenset[int] = frozenset()):
     instances, visibility = _tables(visible, given)
-    return provisional.Track.from_metadata(instances, visibility, VID, clip_s, W * H, READINGS)
+    return provisional.Track.from_metadata(instances, visibility, [], VID, clip_s, W * H, READINGS)
 
 
 def _appearances(visible: dict[int, dict[int, int]]) -> list[tuple[float, float]]:
@@ -470,6 +470,8 @@ def test_a_voo_question_rests_on_the_review_items_whose_verdict_would_move_its_a
         if len(clips) > 1:  # instance a held as one object across clips: split one of them off
             ca, cb = rng.sample(clips, 2)
             items.append({"concept": "bench", "instance_a": a, "instance_b": a, "clip_a": ca, "clip_b": cb})
+        for item in items:
+            item.update(local_a=0, local_b=1)
         track = _track(visible, clip_s)
         before = _appearances(visible)
         for item in items:
@@ -486,7 +488,7 @@ def test_a_voo_question_rests_on_the_review_items_whose_verdict_would_move_its_a
 
 
 def test_an_item_on_an_instance_whose_times_a_person_gave_could_move_both_appearances():
-    item = {"concept": "bench", "instance_a": 1, "instance_b": 2, "clip_a": 0, "clip_b": 5}
+    item = {"concept": "bench", "instance_a": 1, "instance_b": 2, "clip_a": 0, "clip_b": 5, "local_a": 0, "local_b": 0}
     visible = {1: {0: 400, 1: 400, 2: 400}, 2: {50: 400, 51: 400, 52: 400}}
     assert _track(visible, 5.0, given=frozenset({2})).moves(item) == {"first", "last"}
     assert _track(visible, 5.0).moves(item) == set()  # read from the masks: 24 s apart, each sustained
@@ -510,3 +512,21 @@ def test_a_voo_question_is_provisional_only_for_an_item_that_would_move_its_appe
     assert out["provisional"].to_pylist() == [False, True]
     assert out["provisional_reason"][1].as_py().startswith("rests on 1 unreviewed")
     assert provisional.mark(table, [far], [], 0.05)["provisional"].to_pylist() == [True, True]
+
+
+def test_a_review_item_is_judged_on_the_instances_its_sides_are_part_of_after_the_fixes():
+    """The cut of the test above after a person's fixes renumbered the instances: the review item
+    still names reconciliation's instances (7 and 8, which no longer exist), and the unreviewed
+    decisions say which instances its two sides are part of now (2 and 3). A side a person removed
+    takes no verdict."""
+    visible = {1: {k: 400 for k in range(0, 4)}, 2: {40: 400}, 3: {41: 400}}
+    instances, visibility = _tables(visible)
+    cut = {**decision(0, 2, 1, 3), "instance_a": 7, "instance_b": 8}
+    now = [{**cut, "instance_a": 2, "instance_b": 3}]
+
+    def track(unreviewed):
+        return provisional.Track.from_metadata(instances, visibility, unreviewed, VID, 20.25, W * H, READINGS)
+
+    assert track([]).moves(cut) == set()  # by its own ids: instances that are gone
+    assert track(now).moves(cut) == {"last"}
+    assert track([{**now[0], "instance_b": None}]).moves(cut) == set()

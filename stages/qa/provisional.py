@@ -83,12 +83,15 @@ class AtRisk:
 class Track:
     """When the metadata sees each instance, which a VOO question's review items are judged by:
     instance id -> sample index -> its visible timestamp (``readings.visible_samples``); each
-    instance's concept; the instances whose times a person gave (``schema.INSTANCES`` times_given);
-    the segmentation clip length (a split takes a whole clip's observations); the view's pixels and
+    instance's concept; each clip instance's instance after the fixes (``(clip, local)``; None:
+    removed), which the review items' own ids (reconciliation's) need not be once a person fixed
+    the video; the instances whose times a person gave (``schema.INSTANCES`` times_given); the
+    segmentation clip length (a split takes a whole clip's observations); the view's pixels and
     ``QAParams.voo_readings`` (what counts as an appearance)."""
 
     samples: Mapping[int, Mapping[int, Sample]]
     concept_of: Mapping[int, str]
+    instance_now: Mapping[tuple[int, int], int | None]
     times_given: frozenset[int]
     clip_seconds: float
     view_pixels: int
@@ -99,17 +102,25 @@ class Track:
         cls,
         instances: pa.Table,
         visibility: pa.Table,
+        unreviewed: Iterable[Mapping],
         video_id: str,
         clip_seconds: float,
         view_pixels: int,
         readings: Sequence[Sighting],
     ) -> Track:
-        """From one video's ``schema.INSTANCES`` and ``schema.VISIBILITY`` rows."""
+        """From one video's ``schema.INSTANCES``, ``schema.VISIBILITY`` and
+        ``schema.UNREVIEWED_DECISIONS`` rows (the last give each side's instance after the fixes)."""
         rows = instances.select(["video_id", "instance_id", "concept", "times_given"]).to_pylist()
         rows = [r for r in rows if r["video_id"] == video_id]
+        now: dict[tuple[int, int], int | None] = {}
+        for d in unreviewed:
+            for side in "ab":
+                i = d[f"instance_{side}"]
+                now[(int(d[f"clip_{side}"]), int(d[f"local_{side}"]))] = None if i is None else int(i)
         return cls(
             visible_samples(visibility, video_id),
             {int(r["instance_id"]): r["concept"] for r in rows},
+            now,
             frozenset(int(r["instance_id"]) for r in rows if r["times_given"]),
             clip_seconds,
             view_pixels,
@@ -128,11 +139,15 @@ class Track:
     def moves(self, item: Mapping) -> set[str]:
         """Which appearances (``first``, ``last``) of its concept a person's verdict against a
         review item (``schema.REVIEW_PENDING`` row) could move under some reading. The verdict is
-        applied as the metadata's ``review_pair`` fix applies it: the two sides' instances merged
-        (the item left them apart; where both are seen at a sample, the larger mask stays), or
-        clip_a's or clip_b's observations split out of their one instance (the item merged them;
-        the fix may name the pair in either order), and the concept's appearances dated again."""
-        a, b = int(item["instance_a"]), int(item["instance_b"])
+        applied as the metadata's ``review_pair`` fix applies it to the sides' instances after the
+        fixes: merged where they are apart (where both are seen at a sample, the larger mask
+        stays), or, where they are one, clip_a's or clip_b's observations split out (the fix may
+        name the pair in either order); then the concept's appearances are dated again. A side
+        a person removed takes no verdict."""
+        sides = [(int(item[f"clip_{s}"]), int(item[f"local_{s}"])) for s in "ab"]
+        a, b = (self.instance_now.get(k, int(item[f"instance_{s}"])) for k, s in zip(sides, "ab", strict=True))
+        if a is None or b is None:
+            return set()
         if a in self.times_given or b in self.times_given:
             return {"first", "last"}  # their given first and last times would stand for the others' sightings
         concept = item["concept"]
