@@ -410,11 +410,11 @@ def _track(visible: dict[int, dict[int, int]], clip_s: float, given: frozenset[i
     return provisional.Track.from_metadata(instances, visibility, [], VID, clip_s, W * H, READINGS)
 
 
-def _appearances(visible: dict[int, dict[int, int]]) -> list[tuple[float, float]]:
+def _appearances(visible: dict[int, dict[int, int]], given: frozenset[int]) -> list[tuple[float, float]]:
     """The concept's first and last appearance under each reading (stages/qa/voo.py)."""
     from vsi_wild.stages.qa.voo import concept_times
 
-    instances, visibility = _tables(visible)
+    instances, visibility = _tables(visible, given)
     out = []
     for reading in READINGS:
         seen = seen_under(instances, visibility, VID, W * H, reading)
@@ -440,10 +440,10 @@ def _verdict(visible: dict[int, dict[int, int]], item: dict, clip: int, clip_sam
 
 def test_a_voo_question_rests_on_the_review_items_whose_verdict_would_move_its_appearance():
     """Against the verdict itself: on random sightings of one concept (runs of clear and speck-sized
-    masks, 2 FPS samples, clips of 5 s), ``Track.moves`` names exactly the appearances (first, last)
-    that the person's verdict moves under some reading, judged by applying the verdict to the
-    instances as the metadata's fix does and dating the appearances again through the qa stage's
-    own reading of the tables."""
+    masks, 2 FPS samples, clips of 5 s; now and then one instance whose times a person gave),
+    ``Track.moves`` names exactly the appearances (first, last) that the person's verdict moves under
+    some reading, judged by applying the verdict to the instances as the metadata's fix does and
+    dating the appearances again through the qa stage's own reading of the tables."""
     import random
 
     clip_s, clip_samples = 5.0, 10
@@ -462,9 +462,10 @@ def test_a_voo_question_rests_on_the_review_items_whose_verdict_would_move_its_a
             if at:
                 visible[iid] = at
                 taken |= set(at)
-        if len(visible) < 2:
+        given = frozenset({3} if 3 in visible and rng.random() < 0.3 else ())
+        if len(visible) - len(given) < 2:
             continue
-        a, b = rng.sample(sorted(visible), 2)
+        a, b = rng.sample(sorted(set(visible) - given), 2)
         items = [{"concept": "bench", "instance_a": a, "instance_b": b, "clip_a": 0, "clip_b": 0}]
         clips = sorted({k // clip_samples for k in visible[a]})
         if len(clips) > 1:  # instance a held as one object across clips: split one of them off
@@ -472,12 +473,12 @@ def test_a_voo_question_rests_on_the_review_items_whose_verdict_would_move_its_a
             items.append({"concept": "bench", "instance_a": a, "instance_b": a, "clip_a": ca, "clip_b": cb})
         for item in items:
             item.update(local_a=0, local_b=1)
-        track = _track(visible, clip_s)
-        before = _appearances(visible)
+        track = _track(visible, clip_s, given)
+        before = _appearances(visible, given)
         for item in items:
             want: set[str] = set()
             for clip in {item["clip_a"], item["clip_b"]}:
-                after = _appearances(_verdict(visible, item, clip, clip_samples))
+                after = _appearances(_verdict(visible, item, clip, clip_samples), given)
                 for x, y in zip(before, after, strict=True):
                     want |= {w for w, p, q in zip(("first", "last"), x, y, strict=True) if p != q}
             got = track.moves(item)

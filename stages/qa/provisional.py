@@ -84,15 +84,16 @@ class Track:
     """When the metadata sees each instance, which a VOO question's review items are judged by:
     instance id -> sample index -> its visible timestamp (``readings.visible_samples``); each
     instance's concept; each clip instance's instance after the fixes (``(clip, local)``; None:
-    removed), which the review items' own ids (reconciliation's) need not be once a person fixed
-    the video; the instances whose times a person gave (``schema.INSTANCES`` times_given); the
-    segmentation clip length (a split takes a whole clip's observations); the view's pixels and
+    removed), which the review items' own ids (reconciliation's) need not be once a person fixed the
+    video; the first and last time of each instance whose times a person gave (``schema.INSTANCES``
+    times_given: seen then under every reading, ``readings.seen_under``); the segmentation clip
+    length (a split takes a whole clip's observations); the view's pixels and
     ``QAParams.voo_readings`` (what counts as an appearance)."""
 
     samples: Mapping[int, Mapping[int, Sample]]
     concept_of: Mapping[int, str]
     instance_now: Mapping[tuple[int, int], int | None]
-    times_given: frozenset[int]
+    given: Mapping[int, tuple[float, float]]
     clip_seconds: float
     view_pixels: int
     readings: tuple[Sighting, ...]
@@ -110,7 +111,9 @@ class Track:
     ) -> Track:
         """From one video's ``schema.INSTANCES``, ``schema.VISIBILITY`` and
         ``schema.UNREVIEWED_DECISIONS`` rows (the last give each side's instance after the fixes)."""
-        rows = instances.select(["video_id", "instance_id", "concept", "times_given"]).to_pylist()
+        rows = instances.select(
+            ["video_id", "instance_id", "concept", "times_given", "first_time", "last_time"]
+        ).to_pylist()
         rows = [r for r in rows if r["video_id"] == video_id]
         now: dict[tuple[int, int], int | None] = {}
         for d in unreviewed:
@@ -121,18 +124,21 @@ class Track:
             visible_samples(visibility, video_id),
             {int(r["instance_id"]): r["concept"] for r in rows},
             now,
-            frozenset(int(r["instance_id"]) for r in rows if r["times_given"]),
+            {int(r["instance_id"]): (float(r["first_time"]), float(r["last_time"])) for r in rows if r["times_given"]},
             clip_seconds,
             view_pixels,
             tuple(readings),
         )
 
-    def _appearances(self, groups: Iterable[Mapping[int, Sample]]) -> list[tuple[float, float] | None]:
+    def _appearances(
+        self, groups: Iterable[Mapping[int, Sample]], given: Sequence[tuple[float, float]]
+    ) -> list[tuple[float, float] | None]:
         """Per reading: the first and last appearance of one concept whose instances are seen at
-        ``groups`` (None: never seen under it)."""
+        ``groups`` and, under every reading, at ``given`` (first, last) times (None: never seen)."""
         out: list[tuple[float, float] | None] = []
         for reading in self.readings:
             seen = [t for t in (sighting_times(g.values(), reading, self.view_pixels) for g in groups) if t]
+            seen += [list(g) for g in given]
             out.append((min(t[0] for t in seen), max(t[-1] for t in seen)) if seen else None)
         return out
 
@@ -148,10 +154,12 @@ class Track:
         a, b = (self.instance_now.get(k, int(item[f"instance_{s}"])) for k, s in zip(sides, "ab", strict=True))
         if a is None or b is None:
             return set()
-        if a in self.times_given or b in self.times_given:
+        if a in self.given or b in self.given:
             return {"first", "last"}  # their given first and last times would stand for the others' sightings
         concept = item["concept"]
-        groups = {i: dict(self.samples.get(i, {})) for i, c in self.concept_of.items() if c == concept}
+        ids = [i for i, c in self.concept_of.items() if c == concept]
+        given = [self.given[i] for i in ids if i in self.given]
+        groups = {i: dict(self.samples.get(i, {})) for i in ids if i not in self.given}
         others = [g for i, g in groups.items() if i not in (a, b)]
         if a != b:
             merged = dict(groups.get(a, {}))
@@ -166,10 +174,10 @@ class Track:
                 rest = {k: v for k, v in groups.get(a, {}).items() if k not in split}
                 if split and rest:
                     afters.append([*others, split, rest])
-        before = self._appearances(groups.values())
+        before = self._appearances(groups.values(), given)
         moved: set[str] = set()
         for after in afters:
-            for x, y in zip(before, self._appearances(after), strict=True):
+            for x, y in zip(before, self._appearances(after, given), strict=True):
                 if x != y:
                     moved |= (
                         {"first", "last"}
@@ -342,10 +350,10 @@ def mark(
     ``pending``, the video's review items no fix resolved (``schema.REVIEW_PENDING``); ``risks``,
     its unreviewed decisions as the VOC counts read them (``at_risk``); ``level``,
     ``QAParams.provisional_risk``; ``accepted`` (``accepts``), the questions a person accepted with
-    the answers they saw; ``track``, when each instance is seen (None: unknown, and every review item
-    of a VOO question's concepts counts). An accepted question is not provisional whatever its decisions while it
-    gives those answers (its bound is then 0); once a later fix changes them it is provisional,
-    whatever its task, until a person looks again (they judged another answer right)."""
+    the answers they saw; ``track``, when each instance is seen (None: unknown, and every review
+    item of a VOO question's concepts counts). An accepted question is not provisional whatever its
+    decisions while it gives those answers (its bound is then 0); once a later fix changes them it is
+    provisional, whatever its task, until a person looks again (they judged another answer right)."""
     accepted = accepted or {}
     by_concept: dict[str, list[dict]] = {}
     for d in pending:
