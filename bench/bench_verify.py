@@ -179,6 +179,7 @@ def build(root: Path, n_samples: int, n_instances: int, n_obs: int) -> None:
             "y": None,
             "z": None,
             "origin": "auto",
+            "times_given": False,
         }
         for i in range(1, n_instances + 1)
     ]

@@ -90,7 +90,7 @@ def _metadata(
         )
         for k in range(int(duration * 2) + 1):
             t = k * 0.5
-            area = at.get(t)
+            seen_now, area = t in at, at.get(t)  # seen with no area: a box a person drew
             vis.append(
                 {
                     "video_id": VID,
@@ -100,12 +100,12 @@ def _metadata(
                     "time": t,
                     "frame": int(t * 8),
                     "fps": 8.0,
-                    "state": "visible" if area is not None else "not_seen",
+                    "state": "visible" if seen_now else "not_seen",
                     "geometric": False,
-                    "x0": 0.0 if area is not None else None,
-                    "y0": 0.0 if area is not None else None,
-                    "x1": 10.0 if area is not None else None,
-                    "y1": 10.0 if area is not None else None,
+                    "x0": 0.0 if seen_now else None,
+                    "y0": 0.0 if seen_now else None,
+                    "x1": 10.0 if seen_now else None,
+                    "y1": 10.0 if seen_now else None,
                     "area": area,
                 }
             )
@@ -124,8 +124,9 @@ def test_sightings_under_each_reading():
             2: ("cone", _span(5, 5, 20)),  # one frame, a speck
             3: ("cone", {1.0: 30}),  # added by a person: its times stand
             4: ("cone", {**_span(20, 20, 400), **_span(30, 31, 30)}),  # merged by a person: read like instance 1
+            5: ("cone", {40.0: None, 50.0: 30}),  # a box a person drew (no mask), then a speck
         },
-        origin={3: "fix", 4: "fix"},
+        origin={3: "fix", 4: "fix", 5: "fix"},
         times_given=frozenset({3}),
     )
     pixels = W * H
@@ -134,14 +135,15 @@ def test_sightings_under_each_reading():
         return {i: s.times for i, s in seen_under(instances, visibility, VID, pixels, reading).items()}
 
     four = (20.0, 30.0, 30.5, 31.0)
-    assert times(Sighting(name="at all")) == {1: (2.0, 10.0, 10.5, 11.0), 2: (5.0,), 3: (1.0,), 4: four}
-    assert times(Sighting(name="clearly", min_area_frac=50 / pixels)) == {1: (2.0,), 3: (1.0,), 4: (20.0,)}
+    at_all = {1: (2.0, 10.0, 10.5, 11.0), 2: (5.0,), 3: (1.0,), 4: four, 5: (40.0, 50.0)}
+    assert times(Sighting(name="at all")) == at_all
+    assert times(Sighting(name="clearly", min_area_frac=50 / pixels)) == {1: (2.0,), 3: (1.0,), 4: (20.0,), 5: (40.0,)}
     assert times(Sighting(name="sustained", min_visible_s=1.0)) == {1: (10.0, 10.5, 11.0), 3: (1.0,), 4: four[1:]}
     # without a visibility track every instance is seen from its first to its last time, whatever the reading
     unknown = {
         i: s.times for i, s in seen_under(instances, None, VID, pixels, Sighting(name="x", min_area_frac=1)).items()
     }
-    assert unknown == {1: (2.0, 11.0), 2: (5.0,), 3: (1.0,), 4: (20.0, 31.0)}
+    assert unknown == {1: (2.0, 11.0), 2: (5.0,), 3: (1.0,), 4: (20.0, 31.0), 5: (40.0, 50.0)}
 
 
 # ----------------------------------------------------------------------------- VOC

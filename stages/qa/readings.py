@@ -15,8 +15,8 @@ holds on real footage as on the sample. The readings:
 
 What a person fixed stands as they set it: an instance whose first or last time or spans a person
 gave (``times_given``) is seen at its first and its last time under every reading, and a box a
-person added (no mask area) is seen under every reading. An instance a person merged, split or
-renamed is read like any other: they decided which object its masks show, not when it is seen
+person added or drew (no mask area) is seen under every reading. An instance a person merged, split
+or renamed is read like any other: they decided which object its masks show, not when it is seen
 clearly. Without a visibility track (a caller that has none) every instance is seen from its first
 to its last time under every reading: the readings cannot be told apart, and nothing is dropped.
 """
@@ -66,18 +66,18 @@ def _runs(times: Sequence[float]) -> list[list[float]]:
     return runs
 
 
-Sample = tuple[float, int | None, bool]  # a visible 2 FPS timestamp: its time, mask area, whether a person added it
+Sample = tuple[float, int | None, bool]  # a visible 2 FPS timestamp: its time, mask area, whether a person's box
 
 
 def visible_samples(visibility: pa.Table, video_id: str) -> dict[int, dict[int, Sample]]:
     """instance id -> sample index -> its visible timestamp, from ``schema.VISIBILITY`` rows."""
     out: dict[int, dict[int, Sample]] = {}
     v = visibility.filter(pc.and_(pc.equal(visibility["video_id"], video_id), pc.equal(visibility["state"], VISIBLE)))
-    for r in v.select(["instance_id", "sample_index", "time", "area", "x0"]).to_pylist():
+    for r in v.select(["instance_id", "sample_index", "time", "area"]).to_pylist():
         out.setdefault(int(r["instance_id"]), {})[int(r["sample_index"])] = (
             float(r["time"]),
             r["area"],
-            r["x0"] is None,
+            r["area"] is None,  # no mask: a box a person added or drew
         )
     return out
 
