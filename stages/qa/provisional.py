@@ -159,7 +159,7 @@ class Track:
         concept = item["concept"]
         ids = [i for i, c in self.concept_of.items() if c == concept]
         given = [self.given[i] for i in ids if i in self.given]
-        groups = {i: dict(self.samples.get(i, {})) for i in ids if i not in self.given}
+        groups = {i: self.samples.get(i, {}) for i in ids if i not in self.given}
         others = [g for i, g in groups.items() if i not in (a, b)]
         if a != b:
             merged = dict(groups.get(a, {}))
@@ -358,6 +358,9 @@ def mark(
     by_concept: dict[str, list[dict]] = {}
     for d in pending:
         by_concept.setdefault(d["concept"], []).append(d)
+    # per concept, each item with the appearances its verdict would move (None: unknown), once for
+    # all the VOO questions that share the concept
+    voo_items = {c: [(d, None if track is None else track.moves(d)) for d in ds] for c, ds in by_concept.items()}
     flags: list[bool] = []
     reasons: list[str | None] = []
     bounds: list[float | None] = []
@@ -379,7 +382,7 @@ def mark(
             flag, reason = voc_provisional(by_concept.get(concepts[0], []), bound, carrying, level)
         elif task == "VOO":
             items = [
-                d for c in (concepts or []) for d in by_concept.get(c, []) if track is None or subtype in track.moves(d)
+                d for c in (concepts or []) for d, moved in voo_items.get(c, []) if moved is None or subtype in moved
             ]
             flag, reason = bool(items), _describe(items) if items else None
         if qid in accepted:

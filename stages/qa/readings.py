@@ -66,7 +66,7 @@ def _runs(times: Sequence[float]) -> list[list[float]]:
     return runs
 
 
-Sample = tuple[float, int | None, bool]  # a visible 2 FPS timestamp: its time, mask area, whether a person's box
+Sample = tuple[float, int | None]  # a visible 2 FPS timestamp: its time and mask area (None: a person's box)
 
 
 def visible_samples(visibility: pa.Table, video_id: str) -> dict[int, dict[int, Sample]]:
@@ -74,18 +74,15 @@ def visible_samples(visibility: pa.Table, video_id: str) -> dict[int, dict[int, 
     out: dict[int, dict[int, Sample]] = {}
     v = visibility.filter(pc.and_(pc.equal(visibility["video_id"], video_id), pc.equal(visibility["state"], VISIBLE)))
     for r in v.select(["instance_id", "sample_index", "time", "area"]).to_pylist():
-        out.setdefault(int(r["instance_id"]), {})[int(r["sample_index"])] = (
-            float(r["time"]),
-            r["area"],
-            r["area"] is None,  # no mask: a box a person added or drew
-        )
+        out.setdefault(int(r["instance_id"]), {})[int(r["sample_index"])] = (float(r["time"]), r["area"])
     return out
 
 
 def sighting_times(samples: Iterable[Sample], reading: Sighting, view_pixels: int) -> list[float]:
-    """The times an instance visible at ``samples`` counts as seen under ``reading``, in order."""
+    """The times an instance visible at ``samples`` counts as seen under ``reading``, in order: a
+    box without a mask area (a person added or drew it) counts under every reading."""
     min_area = reading.min_area_frac * view_pixels
-    ok = sorted(t for t, area, added in samples if added or (area is not None and area >= min_area - _EPS))
+    ok = sorted(t for t, area in samples if area is None or area >= min_area - _EPS)
     return [t for run in _runs(ok) if len(run) * SAMPLE_STEP >= reading.min_visible_s - _EPS for t in run]
 
 
