@@ -373,14 +373,18 @@ def test_without_poses_the_over_counted_revisits_are_provisional():
 
 
 # ------------------------------------------------------------------ VOO: which review items matter
-def _tables(visible: dict[int, dict[int, int]], given: frozenset[int] = frozenset()):
-    """INSTANCES and VISIBILITY of one concept's instances seen at {2 FPS sample: mask area}."""
+def _tables(
+    visible: dict[int, dict[int, int]], given: frozenset[int] = frozenset(), concepts: dict[int, str] | None = None
+):
+    """INSTANCES and VISIBILITY of instances seen at {2 FPS sample: mask area}, each a bench unless
+    ``concepts`` names it otherwise."""
     inst, vis = [], []
     for iid, at in sorted(visible.items()):
         ts = [k * 0.5 for k in sorted(at)]
+        concept = (concepts or {}).get(iid, "bench")
         inst.append(
             {
-                **dict(video_id=VID, concept="bench", instance_id=iid, first_time=ts[0], last_time=ts[-1]),
+                **dict(video_id=VID, concept=concept, instance_id=iid, first_time=ts[0], last_time=ts[-1]),
                 **dict(first_frame=int(ts[0] * 8), last_frame=int(ts[-1] * 8), fps=8.0, n_observations=len(ts)),
                 **dict(spans=[{"start": ts[0], "end": ts[-1]}], x=None, y=None, z=None, origin="auto"),
                 "times_given": iid in given,
@@ -390,7 +394,7 @@ def _tables(visible: dict[int, dict[int, int]], given: frozenset[int] = frozense
             box = dict(x0=0.0, y0=0.0, x1=10.0, y1=10.0)
             vis.append(
                 {
-                    **dict(video_id=VID, instance_id=iid, concept="bench", sample_index=k, time=k * 0.5, frame=k * 4),
+                    **dict(video_id=VID, instance_id=iid, concept=concept, sample_index=k, time=k * 0.5, frame=k * 4),
                     **dict(fps=8.0, state="visible", geometric=False, area=area, **box),
                 }
             )
@@ -531,3 +535,25 @@ def test_a_review_item_is_judged_on_the_instances_its_sides_are_part_of_after_th
     assert track([]).moves(cut) == set()  # by its own ids: instances that are gone
     assert track(now).moves(cut) == {"last"}
     assert track([{**now[0], "instance_b": None}]).moves(cut) == set()
+
+
+def test_a_review_item_counts_for_the_concept_its_instances_are_named_now():
+    """The cut of the tests above after a person renamed both sides' instances from bench to chair:
+    the item (reconciliation's, still saying bench) makes chair's questions provisional and leaves
+    bench's alone; renamed apart (one chair, one bench), a person decided the pair: it marks none."""
+    visible = {1: {k: 400 for k in range(0, 4)}, 2: {40: 400}, 3: {41: 400}}
+    cut = {**decision(0, 2, 1, 3), "instance_a": 2, "instance_b": 3}
+    empty = {f.name: None for f in schema.QA_QUESTIONS}
+    rows = [{**empty, **_question("VOC", [c]), "query_times": [30.0], "answers": ["1"]} for c in ("bench", "chair")] + [
+        {**empty, **_question("VOO", [c, "bin", "cup", "car"]), "subtype": "last"} for c in ("bench", "chair")
+    ]
+    table = schema.table(schema.QA_QUESTIONS, rows)
+
+    def marked(concepts: dict[int, str]) -> list[bool]:
+        instances, visibility = _tables(visible, concepts=concepts)
+        track = provisional.Track.from_metadata(instances, visibility, [cut], VID, 20.25, W * H, READINGS)
+        return provisional.mark(table, [cut], [], 0.05, track=track)["provisional"].to_pylist()
+
+    assert marked({}) == [True, False, True, False]
+    assert marked({2: "chair", 3: "chair"}) == [False, True, False, True]
+    assert marked({2: "chair"}) == [False, False, False, False]

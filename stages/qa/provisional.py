@@ -142,6 +142,24 @@ class Track:
             out.append((min(t[0] for t in seen), max(t[-1] for t in seen)) if seen else None)
         return out
 
+    def sides_now(self, item: Mapping) -> tuple[int | None, int | None]:
+        """The instances a review item's two sides are part of after the fixes (None: removed)."""
+        a, b = (
+            self.instance_now.get((int(item[f"clip_{s}"]), int(item[f"local_{s}"])), int(item[f"instance_{s}"]))
+            for s in "ab"
+        )
+        return a, b
+
+    def concept_now(self, item: Mapping) -> str | None:
+        """The concept a review item bears on: its sides' concept after the fixes, which a person's
+        rename or the benchmark's vocabulary may have changed from reconciliation's; None where a
+        side was removed or the two sides were renamed apart (a person decided the pair)."""
+        a, b = self.sides_now(item)
+        if a is None or b is None:
+            return None
+        concept = self.concept_of.get(a)
+        return concept if concept == self.concept_of.get(b) else None
+
     def moves(self, item: Mapping) -> set[str]:
         """Which appearances (``first``, ``last``) of its concept a person's verdict against a
         review item (``schema.REVIEW_PENDING`` row) could move under some reading. The verdict is
@@ -149,14 +167,13 @@ class Track:
         fixes: merged where they are apart (where both are seen at a sample, the larger mask
         stays), or, where they are one, clip_a's or clip_b's observations split out (the fix may
         name the pair in either order); then the concept's appearances are dated again. A side
-        a person removed takes no verdict."""
-        sides = [(int(item[f"clip_{s}"]), int(item[f"local_{s}"])) for s in "ab"]
-        a, b = (self.instance_now.get(k, int(item[f"instance_{s}"])) for k, s in zip(sides, "ab", strict=True))
-        if a is None or b is None:
+        a person removed, or a pair a person renamed apart, takes no verdict."""
+        a, b = self.sides_now(item)
+        concept = self.concept_now(item)
+        if a is None or b is None or concept is None:
             return set()
         if a in self.given or b in self.given:
             return {"first", "last"}  # their given first and last times would stand for the others' sightings
-        concept = item["concept"]
         ids = [i for i, c in self.concept_of.items() if c == concept]
         given = [self.given[i] for i in ids if i in self.given]
         groups = {i: self.samples.get(i, {}) for i in ids if i not in self.given}
@@ -351,13 +368,17 @@ def mark(
     its unreviewed decisions as the VOC counts read them (``at_risk``); ``level``,
     ``QAParams.provisional_risk``; ``accepted`` (``accepts``), the questions a person accepted with
     the answers they saw; ``track``, when each instance is seen (None: unknown, and every review
-    item of a VOO question's concepts counts). An accepted question is not provisional whatever its
-    decisions while it gives those answers (its bound is then 0); once a later fix changes them it is
-    provisional, whatever its task, until a person looks again (they judged another answer right)."""
+    item of a VOO question's concepts counts), and which concept each review item bears on after the
+    fixes (``Track.concept_now``; None: reconciliation's). An accepted question is not provisional
+    whatever its decisions while it gives those answers (its bound is then 0); once a later fix
+    changes them it is provisional, whatever its task, until a person looks again (they judged
+    another answer right)."""
     accepted = accepted or {}
     by_concept: dict[str, list[dict]] = {}
     for d in pending:
-        by_concept.setdefault(d["concept"], []).append(d)
+        concept = d["concept"] if track is None else track.concept_now(d)
+        if concept is not None:  # named as the questions name it now
+            by_concept.setdefault(concept, []).append({**d, "concept": concept})
     # per concept, each item with the appearances its verdict would move (None: unknown), once for
     # all the VOO questions that share the concept
     voo_items = {c: [(d, None if track is None else track.moves(d)) for d in ds] for c, ds in by_concept.items()}
