@@ -232,6 +232,35 @@ def test_vpo_views_are_labelled_and_the_evidence_player_stays_in_view(page: Page
     page.screenshot(path=str(screenshot_dir / "verify_questions_scrolled.png"))
 
 
+def test_the_questions_page_holds_still_while_its_video_and_pictures_arrive(page: Page, live):
+    """Once the page is ready nothing on it moves by itself: the video's size and the cards' pictures
+    (loaded lazily, as the cards scroll into view) arrive after it, and a click aimed at a button
+    must land on that button. Chromium's own layout-shift records (not those right after an input)
+    from the second frame after the page is ready (the first paints what it rendered before) to the
+    end of a scroll through every card."""
+    page.add_init_script(
+        """window.shifts = [];
+        new PerformanceObserver(list => {
+          for (const e of list.getEntries())
+            if (!e.hadRecentInput) window.shifts.push({at: e.startTime, value: e.value});
+        }).observe({type: "layout-shift", buffered: true});"""
+    )
+    open_page(page, live, "/questions")
+    settled = page.evaluate(
+        "new Promise(r => requestAnimationFrame(() => requestAnimationFrame(() => r(performance.now()))))"
+    )
+    assert page.locator(".card img").count() > 10  # pictures to arrive
+    for _ in range(40):  # to the last card, a screen at a time, giving each screen's pictures time
+        page.mouse.wheel(0, 600)
+        page.wait_for_timeout(100)
+    page.wait_for_function(
+        "document.getElementById('video').readyState >= 1 && [...document.images].every(i => i.complete)"
+    )
+    page.wait_for_timeout(500)  # the last records are delivered
+    assert page.evaluate("window.scrollY") > 0
+    assert page.evaluate(f"window.shifts.filter(s => s.at > {settled})") == []
+
+
 def test_a_custom_rejection_reason_is_shown_and_reviewed_counts_only_asked_questions(
     page: Page, live, root, screenshot_dir
 ):
