@@ -67,8 +67,9 @@ whose frame at 9-9.5 s the plaza's return (110-115 s) revisits by the truth. The
 the return beyond the place radius (the loop's end 5.1 m from its start, 1.3 m by the truth), and the
 objects (``vpo.object_visits``) cannot join the two visits either: no object the view's metadata
 knows stands within the radius (5.1 m) of the camera at 9-9.5 s (the nearest, a bench, 7.9-8.2 m
-away), and the bench the right view sees at both visits is two instances in the metadata. The
-objects join only the loop's first second and its last, which the anchors' edge margin leaves out.
+away); the bench the right view sees at both visits is one instance in the metadata and changes
+none of these questions. The objects join only the loop's first second and its last, which the
+anchors' edge margin leaves out.
 
 Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908] [--qa-set KEY=VALUE]
 The first run renders the three samples (~10 CPU-minutes); later runs reuse them.
