@@ -108,3 +108,13 @@ def test_sides_follow_the_members_given_and_a_removed_side_is_marked():
 def test_a_decision_without_its_members_is_an_error_naming_it():
     with pytest.raises(ValueError, match="clip 1 #7"):
         review_pairs([scored(0, 4, 1, 7, "apart", True, 0.5, 1)], [member(3, 0, 4)])
+
+
+def test_a_pair_is_named_by_the_concept_its_instances_have_after_the_fixes():
+    """A person renamed instance 3 (clip 0 #4) and instance 5 (clip 1 #7) from trash can: the pair
+    between them is named as they are now; renamed apart, by both names; without the names after the
+    fixes (the queue's list), by reconciliation's."""
+    decisions = [scored(0, 4, 1, 7, "apart", True, 0.45, 2)]
+    assert review_pairs(decisions, MEMBERS)[0]["concept"] == "trash can"
+    assert review_pairs(decisions, MEMBERS, {3: "bin", 5: "bin", 6: "trash can"})[0]["concept"] == "bin"
+    assert review_pairs(decisions, MEMBERS, {3: "bin", 5: "trash can"})[0]["concept"] == "bin / trash can"

@@ -226,7 +226,8 @@ class Queue:
         instances = {r["instance_id"]: r for r in derived.instances}
         if kind == "pair":
             decisions, _ = self.review.decisions(vid)
-            pair = next((p for p in review_pairs(decisions, derived.members) if pair_key(p) == rest), None)
+            named = {i: r["concept"] for i, r in instances.items()}
+            pair = next((p for p in review_pairs(decisions, derived.members, named) if pair_key(p) == rest), None)
             if pair is None:
                 raise LookupError(f"no review pair {rest} in {vid}")
             shown = self.member_views(vid)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -80,13 +81,17 @@ TERMS = ("llr_position", "llr_appearance", "llr_continuity", "llr_prior")
 EVIDENCE = ("distance", "appearance", "box_iou", "boundary")
 
 
-def review_pairs(decisions: list[dict[str, Any]], members: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def review_pairs(
+    decisions: list[dict[str, Any]], members: list[dict[str, Any]], concept_of: Mapping[int, str] | None = None
+) -> list[dict[str, Any]]:
     """The pairs of clip-local instances a person should decide (CONTRACTS.md): each with the
     automatic ``decision`` (merge | apart: what the metadata does), ``posterior``, ``answer_impact``,
     the named ``terms``, the ``reason``, and the instance each side is part of *now* (``members``
     after the fixes: what a ``merge`` or ``split`` names; ``instance_*`` None when removed) and
-    whether the two are one instance now (``merged``). Ranked by the answers the opposite decision
-    would change, then by how close the posterior is to 0.5."""
+    whether the two are one instance now (``merged``). Named by ``concept_of`` (instance id -> its
+    concept after the fixes, where a rename may have changed reconciliation's name; "a / b" for
+    sides renamed apart), else by reconciliation's concept. Ranked by the answers the opposite
+    decision would change, then by how close the posterior is to 0.5."""
     instance_of = {(m["clip_index"], m["local_id"]): m["instance_id"] for m in members}
     out = []
     for d in decisions:
@@ -100,9 +105,11 @@ def review_pairs(decisions: list[dict[str, Any]], members: list[dict[str, Any]])
                 f"clip {d['clip_a']} #{d['local_a']} or clip {d['clip_b']} #{d['local_b']}"
             )
         a, b = instance_of[ka], instance_of[kb]
+        names = [concept_of.get(i) for i in (a, b) if i is not None] if concept_of else []
+        concept = " / ".join(dict.fromkeys(n for n in names if n)) or d["concept"]
         out.append(
             {
-                "concept": d["concept"],
+                "concept": concept,
                 "clip_a": d["clip_a"],
                 "local_a": d["local_a"],
                 "clip_b": d["clip_b"],
@@ -276,7 +283,7 @@ class Review:
         instances = schema.table(schema.INSTANCES, derived.instances)
         video = VideoInfo.from_row(self.catalog.video(video_id))
         decisions, _ = self.decisions(video_id)
-        pairs = review_pairs(decisions, derived.members)
+        pairs = review_pairs(decisions, derived.members, {r["instance_id"]: r["concept"] for r in derived.instances})
         decided = {fx.op_key(f): f for f in fixes if f.get("op") == "review_pair"}
         for p in pairs:
             f = decided.get(("review_pair", p["clip_a"], p["local_a"], p["clip_b"], p["local_b"]))
