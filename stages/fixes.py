@@ -25,6 +25,7 @@ from __future__ import annotations
 import datetime as dt
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Literal
@@ -406,6 +407,19 @@ def _root(text: str, file: str, expected: str) -> yaml.MappingNode:
     return root
 
 
+def _required_list(top: Mapping[str, tuple[yaml.Node, yaml.Node]], key: str, file: str, what: str) -> list[yaml.Node]:
+    """The items of the top-level list ``key`` (``what`` names it in errors); empty when its value is
+    empty."""
+    if key not in top:
+        raise FixError(file, 1, key, f"missing: {what} (may be empty: [])")
+    k, node = top[key]
+    if isinstance(node, yaml.ScalarNode) and _plain(node) is None:
+        return []
+    if not isinstance(node, yaml.SequenceNode):
+        raise FixError(file, k.start_mark.line + 1, key, f"must be {what}")
+    return list(node.value)
+
+
 def parse_fix_text(text: str, file: str, video_id: str | None = None) -> FixSet:
     """Parse and validate a fix file's text (syntax and fields; ids are checked when applied)."""
     digest = hashlib.sha256(text.encode()).hexdigest()
@@ -422,15 +436,7 @@ def parse_fix_text(text: str, file: str, video_id: str | None = None) -> FixSet:
         raise FixError(file, vk.start_mark.line + 1, "video_id", "must be a string")
     if video_id is not None and vid != video_id:
         raise FixError(file, vk.start_mark.line + 1, "video_id", f"is {vid!r} but the file is for {video_id!r}")
-    if "fixes" not in top:
-        raise FixError(file, 1, "fixes", "missing: a list of fixes (may be empty: [])")
-    fk, fnode = top["fixes"]
-    if isinstance(fnode, yaml.ScalarNode) and _plain(fnode) is None:
-        items: list[yaml.Node] = []
-    elif not isinstance(fnode, yaml.SequenceNode):
-        raise FixError(file, fk.start_mark.line + 1, "fixes", "must be a list of fixes")
-    else:
-        items = fnode.value
+    items = _required_list(top, "fixes", file, "a list of fixes")
     return FixSet(file=file, video_id=vid, fixes=_parse_items(items, file, OPS, _ADAPTER), sha256=digest)
 
 
@@ -518,15 +524,7 @@ def parse_vocabulary_text(text: str, file: str) -> Vocabulary:
     for name, (k, _) in top.items():
         if name != "vocabulary":
             raise FixError(file, k.start_mark.line + 1, name, "unknown key (expected 'vocabulary')")
-    if "vocabulary" not in top:
-        raise FixError(file, 1, "vocabulary", "missing: a list of renames and synonyms (may be empty: [])")
-    k, node = top["vocabulary"]
-    if isinstance(node, yaml.ScalarNode) and _plain(node) is None:
-        items: list[yaml.Node] = []
-    elif not isinstance(node, yaml.SequenceNode):
-        raise FixError(file, k.start_mark.line + 1, "vocabulary", "must be a list")
-    else:
-        items = node.value
+    items = _required_list(top, "vocabulary", file, "a list of renames and synonyms")
     return Vocabulary(file, _parse_items(items, file, VOCABULARY_OPS, _VOCABULARY_ADAPTER), digest)
 
 

@@ -388,6 +388,7 @@ def test_the_vocabulary_renames_before_the_video_fixes_and_is_recorded():
         ("vocabulary:\n  - op: merge\n    instances: [1, 2]\n", 2, "op"),
         ("vocabulary:\n  - op: synonyms\n    concept: sofa\n    synonyms: [sofa]\n", 4, "synonyms"),
         ("fixes: []\n", 1, "fixes"),
+        ("# renames\nvocabulary: sofa\n", 2, "vocabulary"),
     ],
 )
 def test_a_bad_vocabulary_names_line_and_field(text, line, field):
