@@ -296,12 +296,11 @@ def test_a_review_item_a_person_renamed_apart_or_removed_a_side_of_is_resolved_e
 
     renamed_item = next(d for d in items if len(set(sides(d))) == 2)
     renamed = sides(renamed_item)[1]
-    removed_item = next((d for d in items if not set(sides(d)) & set(sides(renamed_item))), None)
-    removed = None if removed_item is None else sides(removed_item)[0]
+    removed_item = next(d for d in items if not set(sides(d)) & set(sides(renamed_item)))
+    removed = sides(removed_item)[0]
     fixes = f"video_id: {vid}\nfixes:\n  - op: rename_concept\n    from: {renamed_item['concept']}\n"
     fixes += f"    to: park {renamed_item['concept']}\n    instances: [{renamed}]\n"
-    if removed is not None:
-        fixes += f"  - op: remove_instance\n    instance: {removed}\n"
+    fixes += f"  - op: remove_instance\n    instance: {removed}\n"
     (store.local_root() / "fixes").mkdir(exist_ok=True)
     (store.local_root() / "fixes" / f"{vid}.yaml").write_text(fixes)
 
@@ -309,7 +308,7 @@ def test_a_review_item_a_person_renamed_apart_or_removed_a_side_of_is_resolved_e
         a, b = sides(d)
         return removed in (a, b) or (a == renamed) != (b == renamed)
 
-    assert settled(renamed_item) and (removed_item is None or settled(removed_item))
+    assert settled(renamed_item) and settled(removed_item)
     plan2 = run(store, config)
     assert plan2.outcomes["metadata"][vid].state == "computed"
     ref = UnitRef("metadata", vid, plan2.outcomes["metadata"][vid].key)
