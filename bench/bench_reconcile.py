@@ -476,7 +476,7 @@ def voc_questions(
     seen = {i: Seen(i, concept[i], tuple(sorted(ts))) for i, ts in times.items()}
     risks = provisional.at_risk(meta.unreviewed_decisions(decisions, members, none, members), seen)
     pending: dict[str, list[dict]] = {}
-    for d in meta.pending_reviews(decisions, members, none):
+    for d in meta.pending_reviews(decisions, members, none, members):
         pending.setdefault(d["concept"], []).append(d)
     cps = rules.checkpoints()
     out = []

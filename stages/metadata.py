@@ -373,8 +373,9 @@ class Derived:
     motion: list[dict]
     applied: list[dict]
     reviews: list[dict] = field(default_factory=list)  # schema.QUESTION_REVIEWS rows (review_question)
-    # each clip-local member's instance after the fixes (None: removed): what the verification app
-    # shows review pairs and mask labels with (not written by the stage)
+    # each clip-local member's instance after the fixes and its concept (None: removed): which review
+    # items the fixes resolved, and what the verification app shows review pairs and mask labels with
+    # (not written by the stage)
     members: list[dict] = field(default_factory=list)
 
 
@@ -871,11 +872,28 @@ FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
 }
 
 
-def _resolved_by(fixset: fx.FixSet, members: Iterable[dict]) -> Callable[[dict], bool]:
+def decided_apart(concept_a: str | None, concept_b: str | None) -> bool:
+    """Whether a person's fixes decided a reconciliation pair without naming it, from the concepts
+    its two sides' instances have after the fixes (None: the side's clip instance is part of no
+    instance): a side removed (not an object), or the two renamed apart (a person's
+    ``rename_concept`` of one side: two different objects). The benchmark vocabulary renames every
+    instance of a name alike, so it decides no pair. The metadata stage counts such a pair resolved
+    (``_resolved_by``) and the qa stage weighs no risk or verdict of it (``stages/qa/provisional.py``)."""
+    return concept_a is None or concept_b is None or concept_a != concept_b
+
+
+def _resolved_by(fixset: fx.FixSet, members: Iterable[dict], fixed_members: Iterable[dict]) -> Callable[[dict], bool]:
     """Whether a ``schema.MERGE_DECISIONS`` row is resolved by the fix set: by a person's
-    ``review_pair`` decision on it, a ``merge`` fix naming both sides' automatic instances, or a
-    ``split`` fix of either side's clip instance."""
+    ``review_pair`` decision on it, a ``merge`` fix naming both sides' automatic instances, a
+    ``split`` fix of either side's clip instance, or fixes that decided it without naming it
+    (``decided_apart``: a side removed, or the two renamed apart). ``members``: reconciliation's
+    (what the fixes name); ``fixed_members``: each clip instance's ``instance_id`` and ``concept``
+    after the fixes (``Derived.members``; None where removed)."""
     instance_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
+    concept_now = {
+        (int(m["clip_index"]), int(m["local_id"])): None if m["instance_id"] is None else m["concept"]
+        for m in fixed_members
+    }
     merged = [set(f.op.instances) for f in fixset.fixes if f.op.op == "merge"]
     split = {(f.op.clip, f.op.local_id) for f in fixset.fixes if f.op.op == "split"}
     decided = {
@@ -887,17 +905,26 @@ def _resolved_by(fixset: fx.FixSet, members: Iterable[dict]) -> Callable[[dict],
     def resolved(d: dict) -> bool:
         a, b = (int(d["clip_a"]), int(d["local_a"])), (int(d["clip_b"]), int(d["local_b"]))
         ia, ib = instance_of[a], instance_of[b]
-        return a in split or b in split or any({ia, ib} <= m for m in merged) or frozenset({a, b}) in decided
+        return (
+            a in split
+            or b in split
+            or any({ia, ib} <= m for m in merged)
+            or frozenset({a, b}) in decided
+            or decided_apart(concept_now[a], concept_now[b])
+        )
 
     return resolved
 
 
-def pending_reviews(decisions: Iterable[dict], members: Iterable[dict], fixset: fx.FixSet) -> list[dict]:
+def pending_reviews(
+    decisions: Iterable[dict], members: Iterable[dict], fixset: fx.FixSet, fixed_members: Iterable[dict]
+) -> list[dict]:
     """Reconciliation's review items (``schema.MERGE_DECISIONS`` rows with ``review``) that the fix
-    set has not resolved (``_resolved_by``), as ``schema.REVIEW_PENDING`` rows."""
+    set has not resolved (``_resolved_by``; ``members``: reconciliation's, ``fixed_members``: after
+    the fixes, ``Derived.members``), as ``schema.REVIEW_PENDING`` rows."""
     members = list(members)
     instance_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
-    resolved = _resolved_by(fixset, members)
+    resolved = _resolved_by(fixset, members, fixed_members)
     out = []
     for d in decisions:
         if not d["review"] or resolved(d):
@@ -926,15 +953,17 @@ def unreviewed_decisions(
 ) -> list[dict]:
     """Every reconciliation decision (``schema.MERGE_DECISIONS`` rows) the fix set has not resolved
     (``_resolved_by``), as ``schema.UNREVIEWED_DECISIONS`` rows: each side with the instance it is
-    part of after the fixes (``fixed_members``: ``Derived.members``; None where removed) and its
-    clip instance's times (``members``: reconciliation's), the decision's probability of being
-    wrong min(P, 1 - P). A decision a person resolved carries no risk, so it is left out."""
+    part of after the fixes (``fixed_members``: ``Derived.members``, with its concept; None where
+    removed) and its clip instance's times (``members``: reconciliation's), the decision's
+    probability of being wrong min(P, 1 - P). A decision a person resolved carries no risk, so it is
+    left out."""
     members = list(members)
     times = {
         (int(m["clip_index"]), int(m["local_id"])): (float(m["first_time"]), float(m["last_time"])) for m in members
     }
+    fixed_members = list(fixed_members)
     now = {(int(m["clip_index"]), int(m["local_id"])): m["instance_id"] for m in fixed_members}
-    resolved = _resolved_by(fixset, members)
+    resolved = _resolved_by(fixset, members, fixed_members)
     out = []
     for d in decisions:
         if resolved(d):
@@ -1026,7 +1055,10 @@ def apply_fixes(fixset: fx.FixSet, inputs: FixInputs, vocabulary: fx.Vocabulary 
         for k in sorted(ins.obs):
             obs_rows.append({**ins.obs[k], "instance_id": ins.id, "concept": ins.concept})
     motion_out = [st.motion_by_clip[c] for c in sorted(st.motion_by_clip)]
-    members = [
-        {"clip_index": c, "local_id": lo, "instance_id": st.member_instance((c, lo))} for c, lo in sorted(st.member_now)
-    ]
+    members = []
+    for c, lo in sorted(st.member_now):
+        i = st.member_instance((c, lo))
+        members.append(
+            {"clip_index": c, "local_id": lo, "instance_id": i, "concept": None if i is None else st.insts[i].concept}
+        )
     return Derived(inst_rows, obs_rows, motion_out, applied, list(st.reviews.values()), members)

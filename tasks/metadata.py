@@ -784,7 +784,7 @@ def run_metadata(job: Job) -> None:
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
     decisions = job.read("reconcile", "merge_decisions.parquet").to_pylist()
     members = job.read("reconcile", "members.parquet").to_pylist()
-    pending = meta.pending_reviews(decisions, members, fixset)
+    pending = meta.pending_reviews(decisions, members, fixset, derived.members)
     if pending:  # the qa stage marks the questions that rest on them provisional
         job.out.write_table("review_pending.parquet", schema.table(schema.REVIEW_PENDING, pending))
     unreviewed = meta.unreviewed_decisions(decisions, members, fixset, derived.members)
@@ -795,7 +795,7 @@ def run_metadata(job: Job) -> None:
 METADATA = Stage(
     name="metadata",
     outputs=schema.ARTIFACTS["metadata"],
-    version="6",
+    version="7",
     unit_kind="video",
     run=run_metadata,
     needs=("reconcile", "pose", "project"),

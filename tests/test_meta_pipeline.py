@@ -269,3 +269,55 @@ def test_fix_file_changes_metadata_and_recomputes_only_that_video(built, tmp_pat
     assert pq.read_table(store.unit_dir(UnitRef("metadata", vid, good.key)) + "/instances.parquet").num_rows == len(
         after
     )
+
+
+def test_a_review_item_a_person_renamed_apart_or_removed_a_side_of_is_resolved_everywhere(built):
+    """A person renames one side of a review item apart (another name: two objects) and removes a
+    side of another: the metadata stage lists neither, nor any other decision those fixes settled,
+    as pending or unreviewed, and the review queue counts them done (resolved by the fixes),
+    the other items still to do (stages/metadata.py: decided_apart)."""
+    from vsi_wild.verify.queue import Queue
+    from vsi_wild.verify.review import Review, pair_key
+
+    store, config, plan = built
+    vid, items = next(
+        (v, ds)
+        for v in (ids.video_id(SID, view) for view in ids.VIEWS if view != "front")  # front: the test above's
+        if len(ds := [d for d in table(store, plan, "reconcile", v, "merge_decisions.parquet") if d["review"]]) >= 2
+    )
+    decisions = table(store, plan, "reconcile", vid, "merge_decisions.parquet")
+    of = {
+        (m["clip_index"], m["local_id"]): m["instance_id"]
+        for m in table(store, plan, "reconcile", vid, "members.parquet")
+    }
+
+    def sides(d: dict) -> tuple[int, int]:
+        return of[(d["clip_a"], d["local_a"])], of[(d["clip_b"], d["local_b"])]
+
+    renamed_item = next(d for d in items if len(set(sides(d))) == 2)
+    renamed = sides(renamed_item)[1]
+    removed_item = next(d for d in items if not set(sides(d)) & set(sides(renamed_item)))
+    removed = sides(removed_item)[0]
+    fixes = f"video_id: {vid}\nfixes:\n  - op: rename_concept\n    from: {renamed_item['concept']}\n"
+    fixes += f"    to: park {renamed_item['concept']}\n    instances: [{renamed}]\n"
+    fixes += f"  - op: remove_instance\n    instance: {removed}\n"
+    (store.local_root() / "fixes").mkdir(exist_ok=True)
+    (store.local_root() / "fixes" / f"{vid}.yaml").write_text(fixes)
+
+    def settled(d: dict) -> bool:
+        a, b = sides(d)
+        return removed in (a, b) or (a == renamed) != (b == renamed)
+
+    assert settled(renamed_item) and settled(removed_item)
+    plan2 = run(store, config)
+    assert plan2.outcomes["metadata"][vid].state == "computed"
+    ref = UnitRef("metadata", vid, plan2.outcomes["metadata"][vid].key)
+    name = "review_pending.parquet"
+    pending = store.read_table(ref, name).to_pylist() if store.has_file(ref, name) else []
+    unreviewed = table(store, plan2, "metadata", vid, "unreviewed_decisions.parquet")
+    assert {pair_key(d) for d in pending} == {pair_key(d) for d in items if not settled(d)}
+    assert {pair_key(d) for d in unreviewed} == {pair_key(d) for d in decisions if not settled(d)}
+    items_now = Queue(Review(config, store)).items([vid])
+    queued = {i["id"].removeprefix(f"pair:{vid}:"): i for i in items_now if i["kind"] == "pair"}
+    assert {k for k, i in queued.items() if i["done"]} == {pair_key(d) for d in items if settled(d)}
+    assert all(i["resolved"] and i["by"] is None for i in queued.values() if i["done"])

@@ -4,6 +4,9 @@ stages/metadata.py: pending_reviews, unreviewed_decisions)."""
 from __future__ import annotations
 
 import pytest
+from test_meta_fixes import VID as FIX_VID
+from test_meta_fixes import auto as fix_auto
+from test_meta_fixes import inputs as fix_inputs
 from test_reconcile import H, W, scene
 
 from vsi_wild import schema
@@ -61,15 +64,85 @@ def test_a_fix_resolves_the_review_item_it_names_and_no_other():
         "  - op: review_pair\n    clip_a: 0\n    local_a: 7\n    clip_b: 2\n    local_b: 8\n    decision: apart\n"
     )
     fixset = fx.parse_fix_text(text, "fixes/x.yaml", VID)
-    assert len(meta.pending_reviews(DECISIONS, MEMBERS, fx.FixSet.empty(VID))) == 3
-    left = meta.pending_reviews(DECISIONS, MEMBERS, fixset)
+    assert len(meta.pending_reviews(DECISIONS, MEMBERS, fx.FixSet.empty(VID), MEMBERS)) == 3
+    left = meta.pending_reviews(DECISIONS, MEMBERS, fixset, MEMBERS)
     assert left == []  # the cone's pair kept apart by a person's review_pair decision
     only_merge = fx.parse_fix_text(
         f"video_id: {VID}\nfixes:\n  - op: merge\n    instances: [1, 2]\n", "fixes/x.yaml", VID
     )
-    left = meta.pending_reviews(DECISIONS, MEMBERS, only_merge)
+    left = meta.pending_reviews(DECISIONS, MEMBERS, only_merge, MEMBERS)
     assert [(d["concept"], d["instance_a"], d["instance_b"]) for d in left] == [("bench", 3, 3), ("cone", 4, 5)]
     schema.table(schema.REVIEW_PENDING, left)
+
+
+# the two chairs of tests/test_meta_fixes.py's video (instance 1: clip 0 #5; instance 2: clip 1 #2),
+# which reconciliation left apart as a review item, and its couch (clip 0 #7 and clip 1 #9 joined)
+CHAIRS = {**decision(0, 5, 1, 2, "chair"), "video_id": FIX_VID}
+COUCH = {**decision(0, 7, 1, 9, "couch", review=False, decided="merge"), "video_id": FIX_VID, "posterior": 0.8}
+
+
+def _left(fixes: str, vocabulary: str | None = None) -> tuple[list[dict], list[dict], list[dict]]:
+    """The chairs' review item and the couch's decision after ``fixes`` (and the benchmark's
+    ``vocabulary``), as the metadata stage lists them: (pending, unreviewed, the fixes' instances)."""
+    fixset = fx.parse_fix_text(f"video_id: {FIX_VID}\nfixes:\n{fixes}", f"fixes/{FIX_VID}.yaml", FIX_VID)
+    vocab = fx.parse_vocabulary_text(vocabulary, "fixes/vocabulary.yaml") if vocabulary else None
+    o, m, mo, s = fix_auto()
+    derived = meta.apply_fixes(fixset, fix_inputs(o, m, mo, s, meta.MetadataParams()), vocabulary=vocab)
+    pending = meta.pending_reviews([CHAIRS, COUCH], m, fixset, derived.members)
+    unreviewed = meta.unreviewed_decisions([CHAIRS, COUCH], m, fixset, derived.members)
+    schema.table(schema.REVIEW_PENDING, pending)
+    schema.table(schema.UNREVIEWED_DECISIONS, unreviewed)
+    return pending, unreviewed, derived.instances
+
+
+def _qa_concept(item: dict, unreviewed: list[dict], instances: list[dict]) -> str | None:
+    """The concept the qa stage reads a review item as bearing on (None: decided by a person)."""
+    track = provisional.Track({}, {r["instance_id"]: r["concept"] for r in instances}, {}, {}, 30.0, W * H, READINGS)
+    now = {(d[f"clip_{s}"], d[f"local_{s}"]): d[f"instance_{s}"] for d in unreviewed for s in "ab"}
+    return track.concept_now({**item, "instance_a": now[(0, 5)], "instance_b": now[(1, 2)]})
+
+
+def test_a_review_item_whose_sides_a_person_renamed_apart_is_resolved():
+    """A person named one chair an armchair: two different objects, decided. The metadata stage
+    lists the pair neither as pending nor as unreviewed (no risk), as the qa stage reads it."""
+    pending, unreviewed, _ = _left("")
+    assert [p["concept"] for p in pending] == ["chair"] and len(unreviewed) == 2
+    pending, unreviewed, instances = _left(
+        "  - op: rename_concept\n    from: chair\n    to: armchair\n    instances: [2]\n"
+    )
+    assert pending == []
+    assert [(d["concept"], d["instance_a"], d["instance_b"]) for d in unreviewed] == [("couch", 3, 3)]
+    item = {**CHAIRS, "instance_a": 1, "instance_b": 2}
+    assert _qa_concept(item, [{**item, "instance_a": 1, "instance_b": 2}], instances) is None
+
+
+def test_a_review_item_whose_side_a_person_removed_is_resolved():
+    """A person removed one chair (not an object): the pair is decided, neither pending nor
+    unreviewed."""
+    pending, unreviewed, _ = _left("  - op: remove_instance\n    instance: 2\n")
+    assert pending == []
+    assert [d["concept"] for d in unreviewed] == ["couch"]
+
+
+def test_a_review_item_whose_sides_were_renamed_alike_stays_pending():
+    """The benchmark's vocabulary renames every chair a seat, and a person's rename of every chair
+    (or of both instances) renames both sides alike: nobody decided the pair, which stays pending
+    and unreviewed under its new name. A person's rename of one seat after the vocabulary's
+    renames them apart."""
+    vocabulary = "vocabulary:\n  - op: rename_concept\n    from: chair\n    to: seat\n"
+    for fixes, vocab, name in (
+        ("", vocabulary, "seat"),
+        ("  - op: rename_concept\n    from: chair\n    to: stool\n", None, "stool"),
+        ("  - op: rename_concept\n    from: chair\n    to: stool\n    instances: [1, 2]\n", None, "stool"),
+    ):
+        pending, unreviewed, instances = _left(fixes, vocab)
+        assert [(p["concept"], p["instance_a"], p["instance_b"]) for p in pending] == [("chair", 1, 2)]
+        assert sorted(d["concept"] for d in unreviewed) == ["chair", "couch"]  # reconciliation's names
+        assert _qa_concept(pending[0], unreviewed, instances) == name
+    pending, unreviewed, _ = _left(
+        "  - op: rename_concept\n    from: seat\n    to: bench\n    instances: [1]\n", vocabulary
+    )
+    assert pending == [] and [d["concept"] for d in unreviewed] == ["couch"]
 
 
 def _question(task, concepts):
@@ -86,7 +159,7 @@ def test_voc_and_voo_questions_of_a_concept_with_a_pending_item_are_provisional(
     ]
     full = [{**{f.name: None for f in schema.QA_QUESTIONS}, **r} for r in rows]
     table = schema.table(schema.QA_QUESTIONS, full)
-    pending = meta.pending_reviews(DECISIONS[2:], MEMBERS, fx.FixSet.empty(VID))
+    pending = meta.pending_reviews(DECISIONS[2:], MEMBERS, fx.FixSet.empty(VID), MEMBERS)
     out = provisional.mark(table, pending, [], 0.05)
     assert out.schema == schema.QA_QUESTIONS
     assert out["provisional"].to_pylist() == [True, False, False, True, False]
@@ -103,7 +176,7 @@ def test_a_question_a_person_accepted_is_not_provisional():
         for n, r in enumerate(rows)
     ]
     table = schema.table(schema.QA_QUESTIONS, [{**{f.name: None for f in schema.QA_QUESTIONS}, **r} for r in rows])
-    pending = meta.pending_reviews(DECISIONS[2:], MEMBERS, fx.FixSet.empty(VID))
+    pending = meta.pending_reviews(DECISIONS[2:], MEMBERS, fx.FixSet.empty(VID), MEMBERS)
     assert provisional.mark(table, pending, [], 0.05)["provisional"].to_pylist() == [True, True]
     reviews = [  # schema.QUESTION_REVIEWS rows: the VOC question accepted, the VOO one rejected
         {"video_id": VID, "question_id": question_id(rows[0]), "verdict": "accept", "reason": None, "line": 3},
@@ -125,7 +198,7 @@ def test_an_accept_holds_only_while_the_question_gives_the_answers_the_person_sa
         {**_question("VOC", ["bench"]), "subtype": "stream", "item": "bench", "answers": ["1", "2"]},
     ]
     table = schema.table(schema.QA_QUESTIONS, [{**{f.name: None for f in schema.QA_QUESTIONS}, **r} for r in rows])
-    pending = meta.pending_reviews(DECISIONS[2:], MEMBERS, fx.FixSet.empty(VID))  # the cone's review item
+    pending = meta.pending_reviews(DECISIONS[2:], MEMBERS, fx.FixSet.empty(VID), MEMBERS)  # the cone's review item
     ids = [question_id(r) for r in rows]
 
     def review(qid, verdict, answers):
@@ -336,7 +409,7 @@ def _no_pose_questions() -> tuple[list[dict], dict[str, int], dict[str, int], li
     video = VideoInfo(VID, "sample-x", "front", 0.0, 0.0, 90.0, 58.7, W, H, 8.0, int(duration * 8), duration)
     params = QAParams(clip_seconds=40.0)
     questions, _ = voc_questions(instances, video, params, Provenance(0, "", "test"))
-    pending = meta.pending_reviews(res.decisions, res.members, fx.FixSet.empty(VID))
+    pending = meta.pending_reviews(res.decisions, res.members, fx.FixSet.empty(VID), res.members)
     left = meta.unreviewed_decisions(res.decisions, res.members, fx.FixSet.empty(VID), res.members)
     seen = seen_under(instances, None, VID, W * H, params.voc_readings[0])
     marked = provisional.mark(

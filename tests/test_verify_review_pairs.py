@@ -118,3 +118,15 @@ def test_a_pair_is_named_by_the_concept_its_instances_have_after_the_fixes():
     assert review_pairs(decisions, MEMBERS)[0]["concept"] == "trash can"
     assert review_pairs(decisions, MEMBERS, {3: "bin", 5: "bin", 6: "trash can"})[0]["concept"] == "bin"
     assert review_pairs(decisions, MEMBERS, {3: "bin", 5: "trash can"})[0]["concept"] == "bin / trash can"
+
+
+def test_a_pair_the_fixes_decided_without_naming_it_is_marked_as_the_metadata_stage_counts_it():
+    """A side removed, or the two sides renamed apart by a person (``metadata.decided_apart``): the
+    fixes decided the pair, which the metadata stage no longer lists as pending; renamed alike (the
+    benchmark's vocabulary, or a rename of both), it is still to decide."""
+    decisions = [scored(0, 4, 1, 7, "apart", True, 0.45, 2)]
+    assert not review_pairs(decisions, MEMBERS)[0]["decided_apart"]
+    assert not review_pairs(decisions, MEMBERS, {3: "bin", 5: "bin"})[0]["decided_apart"]
+    assert review_pairs(decisions, MEMBERS, {3: "bin", 5: "trash can"})[0]["decided_apart"]
+    removed = [member(3, 0, 4), {**member(5, 1, 7), "instance_id": None}]
+    assert review_pairs(decisions, removed, {3: "trash can"})[0]["decided_apart"]

@@ -48,6 +48,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
+from vsi_wild.stages.metadata import decided_apart
 from vsi_wild.stages.qa.common import question_id
 from vsi_wild.stages.qa.params import Sighting
 from vsi_wild.stages.qa.readings import Sample, Seen, sighting_times, visible_samples
@@ -153,12 +154,11 @@ class Track:
     def concept_now(self, item: Mapping) -> str | None:
         """The concept a review item bears on: its sides' concept after the fixes, which a person's
         rename or the benchmark's vocabulary may have changed from reconciliation's; None where a
-        side was removed or the two sides were renamed apart (a person decided the pair)."""
+        side was removed or the two sides were renamed apart (a person decided the pair:
+        ``metadata.decided_apart``, by which the metadata stage lists no such item)."""
         a, b = self.sides_now(item)
-        if a is None or b is None:
-            return None
-        concept = self.concept_of.get(a)
-        return concept if concept == self.concept_of.get(b) else None
+        ca, cb = (None if i is None else self.concept_of.get(i) for i in (a, b))
+        return None if decided_apart(ca, cb) else ca
 
     def moves(self, item: Mapping) -> set[str]:
         """Which appearances (``first``, ``last``) of its concept a person's verdict against a
@@ -219,13 +219,14 @@ def at_risk(decisions: Iterable[dict], seen: Mapping[int, Seen]) -> list[AtRisk]
     both its sides' clip instances are seen. ``seen``: instance id -> its sightings under the
     reading the count is made by (``readings.seen_under``); a side's own first sighting is its
     instance's first within the side's times. A side that was removed or is never seen counts
-    nothing either way, and two sides a person renamed apart were decided by that person: no risk."""
+    nothing either way, and two sides a person renamed apart were decided by that person: no risk
+    (``metadata.decided_apart``, by which the metadata stage lists no such decision)."""
     out = []
     for d in decisions:
         ia, ib = d["instance_a"], d["instance_b"]
         sa = seen.get(int(ia)) if ia is not None else None
         sb = seen.get(int(ib)) if ib is not None else None
-        if sa is None or sb is None or sa.concept != sb.concept:
+        if sa is None or sb is None or decided_apart(sa.concept, sb.concept):
             continue
         fa = _first_within(sa.times, d["first_a"], d["last_a"])
         fb = _first_within(sb.times, d["first_b"], d["last_b"])

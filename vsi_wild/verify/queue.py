@@ -4,7 +4,10 @@ Items, in this order:
 
 1. **pair**: every pair of clip-local instances reconciliation left for review (``review_pairs``),
    ranked across all videos by the answers the opposite decision would change, then by how close
-   its posterior is to 0.5; done when the video's fix file decides it (``review_pair``);
+   its posterior is to 0.5; done when the video's fix file decides it (``review_pair``), or when the
+   metadata stage, as it last derived the video, lists it no longer pending (``resolved``: other
+   fixes decided it, ``Review.resolved_pairs``: a merge or split of its sides, a side removed, the
+   sides renamed apart);
 2. **unit**: every unit of a video's stages whose status is ``failed`` (gone when it is mended);
 3. **clip**: every VMR motion clip, those whose views disagree (state ``failed``, low confidence)
    first; done when marked verified or fixed by a ``motion`` fix;
@@ -84,6 +87,8 @@ class Queue:
             prog = progress.read(self.review.store, vid)
             decisions, members = self.review.decisions(vid)
             first_of = {(m["clip_index"], m["local_id"]): m["first_time"] for m in members}
+            # resolved by other fixes, as the metadata stage counts it (not in a blind second review)
+            resolved = self.review.resolved_pairs(vid) if second is None else set()
             for p in review_pairs(decisions, members):
                 f = by_key.get(("review_pair", p["clip_a"], p["local_a"], p["clip_b"], p["local_b"]))
                 pairs.append(
@@ -93,9 +98,10 @@ class Queue:
                         "video_id": vid,
                         "time": float(first_of.get((p["clip_b"], p["local_b"]), 0.0)),
                         "title": f"{p['concept']}: #{p['instance_a']} · #{p['instance_b']} one object or two?",
-                        "done": f is not None,
+                        "done": f is not None or pair_key(p) in resolved,
                         "by": f.get("by") if f else None,
                         "decision": f.get("decision") if f else None,
+                        "resolved": f is None and pair_key(p) in resolved,
                         "rank": pair_rank(p),
                         "answer_impact": p["answer_impact"],
                         "posterior": p["posterior"],

@@ -90,8 +90,10 @@ def review_pairs(
     after the fixes: what a ``merge`` or ``split`` names; ``instance_*`` None when removed) and
     whether the two are one instance now (``merged``). Named by ``concept_of`` (instance id -> its
     concept after the fixes, where a rename may have changed reconciliation's name; "a / b" for
-    sides renamed apart), else by reconciliation's concept. Ranked by the answers the opposite
-    decision would change, then by how close the posterior is to 0.5."""
+    sides renamed apart), else by reconciliation's concept. ``decided_apart``: the fixes decided the
+    pair without naming it, as the metadata stage counts it resolved (``metadata.decided_apart``: a
+    side removed, or, by ``concept_of``, the sides renamed apart). Ranked by the answers the
+    opposite decision would change, then by how close the posterior is to 0.5."""
     instance_of = {(m["clip_index"], m["local_id"]): m["instance_id"] for m in members}
     out = []
     for d in decisions:
@@ -107,6 +109,7 @@ def review_pairs(
         a, b = instance_of[ka], instance_of[kb]
         names = [concept_of.get(i) for i in (a, b) if i is not None] if concept_of else []
         concept = " / ".join(dict.fromkeys(n for n in names if n)) or d["concept"]
+        ca, cb = (None if i is None else (concept_of or {}).get(i, d["concept"]) for i in (a, b))
         out.append(
             {
                 "concept": concept,
@@ -120,6 +123,7 @@ def review_pairs(
                 "review": True,
                 "merged": a is not None and a == b,
                 "removed": a is None or b is None,
+                "decided_apart": meta.decided_apart(ca, cb),
                 "posterior": d.get("posterior"),
                 "answer_impact": int(d.get("answer_impact") or 0),
                 "terms": {k.removeprefix("llr_"): d[k] for k in TERMS if d.get(k) is not None},
@@ -276,6 +280,19 @@ class Review:
                 decisions = self.store.read_table(ref, "merge_decisions.parquet").to_pylist()
                 self._decisions[video_id] = held = (ref, decisions, members)
         return held[1], held[2]
+
+    def resolved_pairs(self, video_id: str) -> set[str]:
+        """The review items (``pair_key``) the fixes resolved as the metadata stage last derived the
+        video: reconciliation's review items its ``review_pending.parquet`` (written only when some
+        are left) does not list (``metadata._resolved_by``: a ``review_pair``, ``merge`` or ``split``
+        fix, a side removed, the sides renamed apart); none while the metadata is not derived."""
+        ref = self.catalog.current("metadata", video_id)
+        if ref is None:
+            return set()
+        name = "review_pending.parquet"
+        pending = self.store.read_table(ref, name).to_pylist() if self.store.has_file(ref, name) else []
+        decisions, _ = self.decisions(video_id)
+        return {pair_key(d) for d in decisions if d["review"]} - {pair_key(p) for p in pending}
 
     def preview(self, video_id: str, fixes: list[dict[str, Any]]) -> dict[str, Any]:
         """What the fixes would make of the video's metadata: every list a page shows."""

@@ -110,7 +110,7 @@ function header2(item) {
   return el("h2", {}, el("span", {class: "kind"}, item.kind), " ", item.title, " ",
     el("span", {class: "muted"}, `· ${item.video_id} · ${fmtTime(item.time)}`), " ",
     el("a", {href: item.link, class: "open-page"}, "open its page ↗"),
-    item.done ? el("span", {class: "ok"}, ` · done${item.by ? " by " + item.by : ""}${item.decision ? ": " + item.decision : item.verdict ? ": " + item.verdict : ""}`) : null);
+    item.done ? el("span", {class: "ok"}, ` · done${item.by ? " by " + item.by : ""}${item.decision ? ": " + item.decision : item.verdict ? ": " + item.verdict : item.resolved ? ": resolved by the fixes" : ""}`) : null);
 }
 
 function playerFor(vid, video, t, highlight) {
@@ -130,7 +130,8 @@ function renderItem(item, d) {
   const body = [header2(item)];
   if (d.kind === "pair") {
     const p = d.pair, [a, b] = d.sides;
-    body.push(el("p", {}, `${p.concept}: ${p.merged ? "one instance now" : "two instances now"} — ` +
+    const now = p.removed ? "a side was removed" : p.decided_apart ? "renamed apart: two objects" : p.merged ? "one instance now" : "two instances now";
+    body.push(el("p", {}, `${p.concept}: ${now} — ` +
       `clip ${a.clip} #${a.local_id} (${fmtTime(a.first_time)}–${fmtTime(a.last_time)}) and clip ${b.clip} #${b.local_id} (${fmtTime(b.first_time)}–${fmtTime(b.last_time)})`),
       el("p", {class: "muted"}, p.reason + (p.posterior !== null ? ` · P(same) ${p.posterior.toFixed(2)}` : "") +
         (p.answer_impact ? ` · the other decision changes ${p.answer_impact} answers` : "")),

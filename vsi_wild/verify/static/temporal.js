@@ -137,14 +137,16 @@ function renderReviewPairs() {
                 p.appearance === null || p.appearance === undefined ? null : `look ${p.appearance.toFixed(2)}`,
                 p.posterior === null || p.posterior === undefined ? null : `P(same) ${p.posterior.toFixed(2)}`,
                 p.answer_impact ? `${p.answer_impact} answers` : null].filter(Boolean).join(" · ");
-    const state = p.removed ? "a side was removed" : (p.merged ? "one instance" : "two instances") +
+    // a side removed or the two renamed apart: the fixes decided the pair (as the metadata stage counts it)
+    const state = p.removed ? "a side was removed" : p.decided_apart ? "renamed apart: two objects" :
+      (p.merged ? "one instance" : "two instances") +
       (p.decided ? ` · decided: ${p.decided.decision}` + (p.decided.by ? ` by ${p.decided.by}` : "") : "");
-    const actions = p.removed ? [] : p.merged
+    const actions = p.decided_apart ? [] : p.merged
       ? [el("button", {class: "keep-merged", onclick: () => pairAction(p, "merge")}, "keep merged"), " ",
          el("button", {class: "split-pair", title: `split clip ${p.clip_b} local ${p.local_b} out of #${p.instance_a}`, onclick: () => pairAction(p, "apart")}, `split #${p.instance_a}`)]
       : [el("button", {class: "merge-pair", title: `merge #${p.instance_b} into #${p.instance_a}`, onclick: () => pairAction(p, "merge")}, `merge #${p.instance_a} + #${p.instance_b}`), " ",
          el("button", {class: "keep-apart", onclick: () => pairAction(p, "apart")}, "keep apart")];
-    return el("tr", {"data-pair": key, class: (S.focus === key ? "current " : "") + (p.decided ? "decided" : ""),
+    return el("tr", {"data-pair": key, class: (S.focus === key ? "current " : "") + (p.decided || p.decided_apart ? "decided" : ""),
                      onclick: e => { if (e.target.tagName !== "BUTTON") { S.focus = key; showPair(p); renderReviewPairs(); } }},
       el("td", {}, p.concept), el("td", {class: "ids"}, ids),
       el("td", {}, `${p.clip_a} (${p.local_a}) · ${p.clip_b} (${p.local_b})`), el("td", {class: "muted"}, ev),
@@ -459,10 +461,10 @@ function setupOps() {
     else if (e.key === ",") { v.pause(); S.player.seek(v.currentTime - 1 / fps); }
     else if (e.key === ".") { v.pause(); S.player.seek(v.currentTime + 1 / fps); }
     else if (e.key === "b") startDrawing("add");
-    else if ((e.key === "m" || e.key === "a") && focused && !focused.removed) pairAction(focused, e.key === "m" ? "merge" : "apart");
+    else if ((e.key === "m" || e.key === "a") && focused && !focused.decided_apart) pairAction(focused, e.key === "m" ? "merge" : "apart");
     else if (e.key === "j" && pairs.length) {  // the next pair not decided yet
       const i = pairs.findIndex(p => `${p.clip_a}:${p.local_a}:${p.clip_b}:${p.local_b}` === S.focus);
-      const next = pairs.slice(i + 1).concat(pairs.slice(0, i + 1)).find(p => !p.decided) || pairs[(i + 1) % pairs.length];
+      const next = pairs.slice(i + 1).concat(pairs.slice(0, i + 1)).find(p => !p.decided && !p.decided_apart) || pairs[(i + 1) % pairs.length];
       S.focus = `${next.clip_a}:${next.local_a}:${next.clip_b}:${next.local_b}`; showPair(next);
     }
   });
