@@ -8,6 +8,8 @@ of the plaza; then fix files change the derived metadata as stated and recompute
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pyarrow.parquet as pq
 import pytest
 from sample_oracle import reviewed_voc
@@ -321,3 +323,10 @@ def test_a_review_item_a_person_renamed_apart_or_removed_a_side_of_is_resolved_e
     queued = {i["id"].removeprefix(f"pair:{vid}:"): i for i in items_now if i["kind"] == "pair"}
     assert {k for k, i in queued.items() if i["done"]} == {pair_key(d) for d in items if settled(d)}
     assert all(i["resolved"] and i["by"] is None for i in queued.values() if i["done"])
+    # reconciliation derived again after the metadata (a reconcile run alone): the metadata's list no
+    # longer speaks for its review items, and only a person's review_pair would mark one done
+    row = store.read_status("reconcile", vid)
+    store.write_status({**row, "ended_at": store.read_status("metadata", vid)["ended_at"] + dt.timedelta(seconds=1)})
+    stale = [i for i in Queue(Review(config, store)).items([vid]) if i["kind"] == "pair"]
+    store.write_status(row)
+    assert len(stale) == len(queued) and not any(i["done"] for i in stale)

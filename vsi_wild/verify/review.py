@@ -285,9 +285,16 @@ class Review:
         """The review items (``pair_key``) the fixes resolved as the metadata stage last derived the
         video: reconciliation's review items its ``review_pending.parquet`` (written only when some
         are left) does not list (``metadata._resolved_by``: a ``review_pair``, ``merge`` or ``split``
-        fix, a side removed, the sides renamed apart); none while the metadata is not derived."""
+        fix, a side removed, the sides renamed apart); none while the metadata is not derived, or was
+        derived before the reconciliation output the pairs come from (a reconcile stage run alone
+        since: its review items are not the ones that metadata resolved)."""
         ref = self.catalog.current("metadata", video_id)
         if ref is None:
+            return set()
+        made, reconciled = (self.store.read_status(s, video_id) for s in ("metadata", "reconcile"))
+        if made is None or reconciled is None or made["ended_at"] is None or reconciled["ended_at"] is None:
+            return set()
+        if made["ended_at"] < reconciled["ended_at"]:
             return set()
         name = "review_pending.parquet"
         pending = self.store.read_table(ref, name).to_pylist() if self.store.has_file(ref, name) else []

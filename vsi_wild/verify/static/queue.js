@@ -83,7 +83,8 @@ function keysFor(kind, d) {
   const k = (key, what) => [el("kbd", {}, key), ` ${what}`];
   const common = [...k("n", "next open"), " · ", ...k("s", "skip"), " · ", ...k("j", "/"), ...k("k", "next / previous"), " · ", ...k("o", "open its page")];
   const own = {
-    pair: d && d.pair && d.pair.merged ? [...k("m", "keep merged"), " · ", ...k("a", "split apart"), " · "] : [...k("m", "merge"), " · ", ...k("a", "keep apart"), " · "],
+    // a side removed or the two renamed apart: the fixes decided the pair, nothing is left to choose
+    pair: d && d.pair && d.pair.decided_apart ? [] : d && d.pair && d.pair.merged ? [...k("m", "keep merged"), " · ", ...k("a", "split apart"), " · "] : [...k("m", "merge"), " · ", ...k("a", "keep apart"), " · "],
     question: [...k("y", "accept"), " · ", ...k("r", "reject (reason below)"), " · ", ...k("1–3", "reject: ambiguous / not answerable / wrong answer"), " · ",
                ...(d && d.instances ? [...k("click", "select instances"), " · ", ...k("m", "merge the selected"), " · ", ...k("d", "remove the selected"), " · "] : []),
                ...(d && d.instances && d.instances.some(i => (i.members || []).length > 1) ? [...k("a", "split the selected clip member out"), " · "] : [])],
@@ -312,7 +313,7 @@ document.addEventListener("keydown", e => {
   else if (key === "j") { acted(); step(1); }
   else if (key === "k") { acted(); step(-1); }
   else if (key === "o") { acted(); const i = Z.items.find(x => x.id === Z.current); if (i) location.href = i.link; }
-  else if (kind === "pair" && (key === "m" || key === "a")) { acted(); pairDecision(key === "m" ? "merge" : "apart"); }
+  else if (kind === "pair" && (key === "m" || key === "a") && !Z.detail.pair.decided_apart) { acted(); pairDecision(key === "m" ? "merge" : "apart"); }
   else if (kind === "question" && key === "y") { acted(); verdict("accept"); }
   else if (kind === "question" && key === "r") { acted(); verdict("reject"); }
   else if (kind === "question" && ["1", "2", "3"].includes(key)) { acted(); verdict("reject", REASONS[Number(key) - 1]); }
