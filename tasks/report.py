@@ -121,7 +121,8 @@ def verification(store: Store) -> dict[str, Any] | None:
 
 def _report_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
     """What the report reads outside the store: the failed and skipped status rows it lists, the
-    previous build it compares with, the verification records it shows."""
+    previous build it compares with, the verification records it shows, and the stage versions its
+    build section names (a version bump that leaves every output alike changes what it says)."""
     rows = sorted(
         (r["stage"], r["unit"], r["state"], r["error_class"] or "", r["error"] or "")
         for r in store.status_table().to_pylist()
@@ -134,6 +135,7 @@ def _report_raw(config: Config, store: Store, unit: str) -> dict[str, str]:
         "previous": f"{previous}:{_digest_files(store, list(_build_files(store, previous)))}" if previous else "none",
         "verify": _digest_files(store, _verify_files(store)),
         "reference_qa": _reference_digest(config),
+        "stage_versions": json.dumps(_stage_versions(), sort_keys=True),
     }
 
 

@@ -9,6 +9,7 @@ a copy.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -251,6 +252,20 @@ def _page(rows, status=(), sources=(), previous=None):
     rep["changes"] = compare(previous, {}, now, build_info("k", {}, {}), "before") if previous is not None else None
     plots = all_plots(rep)
     return rep, plots, render_html(rep, plots, []), render_markdown(rep)
+
+
+def test_a_stage_version_bump_that_changes_no_output_is_named_in_the_report(copy_of, monkeypatch):
+    """The report names every stage's version: a bump whose stage writes what it wrote before leaves
+    every other stage's inputs alike, and the report is still made again to say so."""
+    cfg, root = copy_of
+    i = next(i for i, s in enumerate(registry.STAGES) if s.name == "probe")
+    bumped = dataclasses.replace(registry.STAGES[i], version=registry.STAGES[i].version + "-bumped")
+    monkeypatch.setattr(registry, "STAGES", [*registry.STAGES[:i], bumped, *registry.STAGES[i + 1 :]])
+    before = Store(root).read_status("report", "all")["key"]
+    plan = run(cfg, root)
+    assert {o.state for o in plan.outcomes["export"].values()} == {"cached"}  # the probe wrote the same
+    assert plan.outcomes["report"]["all"].state == "computed" and plan.outcomes["report"]["all"].key != before
+    assert report_json(root)["build"]["stage_versions"]["probe"] == bumped.version
 
 
 def test_a_root_with_failures_and_no_questions_gets_a_complete_report():
