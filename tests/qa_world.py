@@ -9,8 +9,8 @@ import math
 import random
 from dataclasses import dataclass, field
 
-import numpy as np
 import pyarrow as pa
+from cameras import level_extrinsics
 
 from vsi_wild import schema
 from vsi_wild.stages import geometry
@@ -28,7 +28,6 @@ LABEL_DIRS = {  # label -> clockwise angle from the heading
 }
 WIDTH, HEIGHT, HFOV = 64, 36, 90.0  # the views' size (pixels) and horizontal field of view (degrees)
 # (right, forward, up) -> OpenCV camera axes (x right, y down, z forward)
-OPENCV_AXES = np.array([[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]])
 
 
 @dataclass
@@ -181,8 +180,7 @@ def camera_extrinsics(x: float, y: float, z: float, heading_deg: float) -> list[
     """Row-major 3x4 [R|t], world -> camera (schema.POSES), of a level camera at (x, y, z) facing
     ``heading_deg`` (clockwise from the world's +y, as ``motion_angle`` reads a heading): R takes
     world vectors to the camera's OpenCV axes, t = -R C."""
-    R = OPENCV_AXES @ geometry.rotation_yaw_pitch(heading_deg, 0.0).T
-    return np.c_[R, -R @ np.array([x, y, z])].ravel().tolist()
+    return level_extrinsics(x, y, z, heading_deg).ravel().tolist()
 
 
 def poses_table(

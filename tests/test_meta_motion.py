@@ -6,17 +6,17 @@ import math
 
 import numpy as np
 import pytest
+from cameras import level_rotation
 
 from vsi_wild.stages import geometry
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages import pose as po
 
-CV = np.array([[1.0, 0, 0], [0, 0, -1.0], [0, 1.0, 0]])
 YAWS = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 
 
 def track(path, view_yaw=0.0):
-    R = np.array([CV @ geometry.rotation_yaw_pitch(yaw + view_yaw, 0.0).T for _, _, yaw in path])
+    R = np.array([level_rotation(yaw + view_yaw) for _, _, yaw in path])
     C = np.array([[x, y, 1.6] for x, y, _ in path])
     n = len(path)
     return po.Track(

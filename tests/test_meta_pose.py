@@ -6,6 +6,7 @@ import math
 
 import numpy as np
 import pytest
+from cameras import OPENCV_AXES, level_extrinsics
 from synthetic_world import Room, walk
 
 from vsi_wild.stages import geometry
@@ -16,16 +17,11 @@ from vsi_wild.stages.backends import (
 )
 from vsi_wild.stages.backends.base import PoseResult
 
-CV = np.array([[1.0, 0, 0], [0, 0, -1.0], [0, 1.0, 0]])  # (right, forward, up) -> OpenCV axes
 VIEWS = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
 
 
 def truth_extrinsics(path, view_yaw: float, height: float = 1.6) -> np.ndarray:
-    out = []
-    for x, y, yaw in path:
-        R = CV @ geometry.rotation_yaw_pitch(yaw + view_yaw, 0.0).T
-        out.append(np.c_[R, -R @ np.array([x, y, height])])
-    return np.array(out)
+    return np.array([level_extrinsics(x, y, height, yaw + view_yaw) for x, y, yaw in path])
 
 
 def truth_angles(path, view_yaw: float, dt: float = 0.5):
@@ -299,7 +295,7 @@ def test_fused_rotation_is_not_pulled_by_one_failed_view():
                     if k % 8 < 4
                     else geometry.rotation_yaw_pitch(0.0, 5.0, 0.0)
                 )
-                step = (CV @ err @ CV.T) @ step
+                step = (OPENCV_AXES @ err @ OPENCV_AXES.T) @ step
             R[k] = step @ R[k - 1]
         tracks[view] = po.Track(
             np.arange(len(path)),

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 import pycocotools.mask as mask_utils
 import pytest
+from cameras import OPENCV_AXES
 
 from vsi_wild.stages import metadata as md
 from vsi_wild.stages import pose as po
@@ -108,7 +109,7 @@ W, H = 640, 360
 
 def _level_camera(height: float = 1.6, focal: float = 320.0) -> po.Track:
     """One level camera at the origin looking along world +y (camera x: right, y: down = world -z)."""
-    R = np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]])
+    R = OPENCV_AXES[None]
     K = np.array([[[focal, 0.0, W / 2], [0.0, focal, H / 2], [0.0, 0.0, 1.0]]])
     return po.Track(
         np.array([10]), np.array([5.0]), np.array([40]), 8.0, R, np.array([[0.0, 0.0, height]]), K, np.array([True])

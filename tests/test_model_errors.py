@@ -7,6 +7,7 @@ import math
 
 import numpy as np
 import pytest
+from cameras import OPENCV_AXES
 
 from vsi_wild.stages import model_errors as me
 from vsi_wild.stages import pose as po
@@ -81,7 +82,7 @@ def test_a_switch_swaps_two_look_alikes_ids_and_fragmentation_splits_a_track():
 
 def _walk(n: int = 240) -> po.Track:
     """A level camera walking 1 m per sample along +y for n samples."""
-    R = np.repeat(np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]]), n, 0)
+    R = np.repeat(OPENCV_AXES[None], n, 0)
     C = np.stack([np.zeros(n), np.arange(n, dtype=float), np.full(n, 1.6)], axis=1)
     K = np.repeat(np.array([[[160.0, 0.0, 160.0], [0.0, 160.0, 90.0], [0.0, 0.0, 1.0]]]), n, 0)
     return po.Track(np.arange(n), np.arange(n) * 0.5, np.arange(n) * 4, 8.0, R, C, K, np.ones(n, bool))

@@ -9,6 +9,7 @@ import random
 
 import numpy as np
 import pytest
+from cameras import OPENCV_AXES, level_rotation
 
 from vsi_wild import schema
 from vsi_wild.stages import geometry
@@ -119,13 +120,12 @@ def scene(drift_deg: float, clip_s: float = 40.0, n: int = 320):
             )
     # Poses with drift: the estimated world turns by up to drift_deg and is 2 % too large.
     K = geometry.view_intrinsics(W, H, HFOV)
-    cv_axes = np.array([[1.0, 0, 0], [0, 0, -1.0], [0, 1.0, 0]])  # (right, forward, up) -> OpenCV
     pose_rows = []
     for k, (x, y, yaw) in enumerate(path):
         e = drift_deg * k / n
         Rd = geometry.rotation_yaw_pitch(e, 0.0)
         pos = (np.array([x, y, 1.6]) @ Rd.T) * 1.02
-        R = cv_axes @ geometry.rotation_yaw_pitch(yaw + e, 0.0).T
+        R = level_rotation(yaw + e)
         pose_rows.append(
             {
                 "sample_index": k,
@@ -253,7 +253,7 @@ def test_reconciling_the_same_instances_again_forgets_the_earlier_places():
 # ------------------------------------------------------------------------------ locate
 def _level_camera(height: float = 1.6, focal: float = 320.0) -> po.Track:
     """One level camera at the origin looking along world +y (camera x: right, y: down = world -z)."""
-    R = np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]])
+    R = OPENCV_AXES[None]
     K = np.array([[[focal, 0.0, W / 2], [0.0, focal, H / 2], [0.0, 0.0, 1.0]]])
     return po.Track(
         np.array([10]), np.array([5.0]), np.array([40]), 8.0, R, np.array([[0.0, 0.0, height]]), K, np.array([True])
@@ -299,7 +299,7 @@ def test_a_ground_contact_records_the_sample_whose_camera_placed_it():
     nearer half of the sightings (samples 12 and 13), so the camera that placed it is one of those,
     not the first sighting's."""
     n, f, h = 4, 320.0, 1.6
-    R = np.repeat(np.array([[[1.0, 0.0, 0.0], [0.0, 0.0, -1.0], [0.0, 1.0, 0.0]]]), n, axis=0)
+    R = np.repeat(OPENCV_AXES[None], n, axis=0)
     K = np.repeat(np.array([[[f, 0.0, W / 2], [0.0, f, H / 2], [0.0, 0.0, 1.0]]]), n, axis=0)
     C = np.array([[0.0, float(i), h] for i in range(n)])
     track = po.Track(np.arange(10, 14), np.arange(n) / 2.0, np.arange(n) * 4, 8.0, R, C, K, np.ones(n, dtype=bool))
