@@ -888,12 +888,9 @@ def _resolved_by(fixset: fx.FixSet, members: Iterable[dict], fixed_members: Iter
     ``split`` fix of either side's clip instance, or fixes that decided it without naming it
     (``decided_apart``: a side removed, or the two renamed apart). ``members``: reconciliation's
     (what the fixes name); ``fixed_members``: each clip instance's ``instance_id`` and ``concept``
-    after the fixes (``Derived.members``; None where removed)."""
+    after the fixes (``Derived.members``: concept None where removed)."""
     instance_of = {(int(m["clip_index"]), int(m["local_id"])): int(m["instance_id"]) for m in members}
-    concept_now = {
-        (int(m["clip_index"]), int(m["local_id"])): None if m["instance_id"] is None else m["concept"]
-        for m in fixed_members
-    }
+    concept_now = {(int(m["clip_index"]), int(m["local_id"])): m["concept"] for m in fixed_members}
     merged = [set(f.op.instances) for f in fixset.fixes if f.op.op == "merge"]
     split = {(f.op.clip, f.op.local_id) for f in fixset.fixes if f.op.op == "split"}
     decided = {

@@ -27,7 +27,6 @@ LABEL_DIRS = {  # label -> clockwise angle from the heading
     "forward-left": 315,
 }
 WIDTH, HEIGHT, HFOV = 64, 36, 90.0  # the views' size (pixels) and horizontal field of view (degrees)
-# (right, forward, up) -> OpenCV camera axes (x right, y down, z forward)
 
 
 @dataclass

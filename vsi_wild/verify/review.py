@@ -288,11 +288,9 @@ class Review:
         fix, a side removed, the sides renamed apart); none while the metadata is not derived, or was
         derived before the reconciliation output the pairs come from (a reconcile stage run alone
         since: its review items are not the ones that metadata resolved)."""
-        ref = self.catalog.current("metadata", video_id)
-        if ref is None:
-            return set()
+        ref = self.catalog.current("metadata", video_id)  # a done row: its ended_at is set
         made, reconciled = (self.store.read_status(s, video_id) for s in ("metadata", "reconcile"))
-        if made is None or reconciled is None or made["ended_at"] is None or reconciled["ended_at"] is None:
+        if ref is None or made is None or reconciled is None or reconciled["ended_at"] is None:
             return set()
         if made["ended_at"] < reconciled["ended_at"]:
             return set()
