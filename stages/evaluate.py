@@ -31,7 +31,8 @@ import math
 import re
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -74,17 +75,102 @@ def duration_bin(minutes: float) -> str:
     raise EvalError(f"bad duration {minutes}")
 
 
-def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
-    rows = []
+def _json_objects(path: str | Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSONL file; a line that is not a JSON
+    object is an error naming the file and the line."""
     with open(path, encoding="utf-8") as fh:
         for n, line in enumerate(fh, 1):
             if not line.strip():
                 continue
             try:
-                rows.append(json.loads(line))
+                row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise EvalError(f"{path}:{n}: not JSON: {e}") from None
-    return rows
+            if not isinstance(row, dict):
+                raise EvalError(f"{path}:{n}: not a JSON object: {line.strip()[:80]}")
+            yield n, row
+
+
+def load_jsonl(path: str | Path) -> list[dict[str, Any]]:
+    return [row for _, row in _json_objects(path)]
+
+
+QUESTION_FIELDS = ("doc_id", "task_type", "answer")  # what scoring reads of every question
+
+
+def check_questions(rows: Sequence[Mapping[str, Any]], source: str | Path) -> None:
+    """An error naming ``source`` and the row (1-based) where a question lacks a field scoring
+    reads, or has a task type no registered task scores."""
+    for n, r in enumerate(rows, 1):
+        lacking = [k for k in QUESTION_FIELDS if r.get(k) in (None, "")]
+        if lacking:
+            raise EvalError(f"{source}: row {n}: no {', '.join(lacking)}")
+        try:
+            task(r["task_type"])
+        except KeyError as e:
+            raise EvalError(f"{source}: row {n} ({r['doc_id']}): {e.args[0]}") from None
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """A predictions file (JSONL of ``{"doc_id": ..., "prediction": ...}``) read against the
+    questions it answers: ``by_doc`` the predictions by doc id, ``unknown`` the doc ids that name
+    none of the questions (nor one of an MC question's Shuffle24 copies), in file order."""
+
+    by_doc: dict[str, Any]
+    unknown: list[str]
+
+
+def read_predictions(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Predictions:
+    """``path``'s predictions for ``rows``. A line without a string ``doc_id`` or without a
+    ``prediction``, or a doc id predicted twice, is an error naming the file and the line (a
+    prediction counted twice or dropped would move a score unseen)."""
+    known = {r["doc_id"] for r in rows}
+    known |= {f"{r['doc_id']}|perm{p:02d}" for r in rows if task(r["task_type"]).kind == MC for p in range(24)}
+    by_doc: dict[str, Any] = {}
+    line_of: dict[str, int] = {}
+    unknown = []
+    for n, p in _json_objects(path):
+        doc = p.get("doc_id")
+        if not isinstance(doc, str) or not doc:
+            raise EvalError(f'{path}:{n}: needs a "doc_id" (a string), has {sorted(p)}')
+        if "prediction" not in p:
+            raise EvalError(f'{path}:{n}: {doc}: needs a "prediction"')
+        if doc in line_of:
+            raise EvalError(f"{path}:{n}: {doc} is predicted again (first on line {line_of[doc]})")
+        line_of[doc] = n
+        by_doc[doc] = p["prediction"]
+        if doc not in known:
+            unknown.append(doc)
+    return Predictions(by_doc, unknown)
+
+
+def coverage(rows: Sequence[Mapping[str, Any]], predictions: Predictions) -> dict[str, Any]:
+    """How far ``predictions`` answer ``rows``: the questions; those with a prediction; those
+    without (scored 0); those whose prediction names no answer of its kind (no letter A-D for a
+    multiple-choice question, no number for a count: scored 0); the Shuffle24 copies predicted;
+    the predictions that name no question (with the first few)."""
+    answered = [r for r in rows if predictions.by_doc.get(r["doc_id"]) is not None]
+    unparsed = sum(
+        (parse_count if is_numeric(r) else parse_letter)(predictions.by_doc[r["doc_id"]]) is None for r in answered
+    )
+    return {
+        "questions": len(rows),
+        "answered": len(answered),
+        "missing": len(rows) - len(answered),
+        "no_answer_in_prediction": unparsed,
+        "shuffle24_copies": len(predictions.by_doc)
+        - len(predictions.unknown)
+        - sum(r["doc_id"] in predictions.by_doc for r in rows),
+        "unknown_doc_ids": len(predictions.unknown),
+        "unknown_examples": predictions.unknown[:3],
+    }
+
+
+def group_metric(group: str) -> str:
+    """The metric a group of ``default_groups`` is scored by (``mixed`` for ``all``)."""
+    name = re.split(r"[/@~]", group, maxsplit=1)[0]
+    return "mixed" if name == "all" else task(name).metric.name
 
 
 # ------------------------------------------------------------------------------------ metrics
@@ -123,19 +209,15 @@ def evaluate(
     groups: Callable[[Mapping[str, Any]], Iterable[str]] | None = None,
 ) -> dict[str, dict[str, float]]:
     """Mean score per group (default: per task, per task/subtype, and overall); rows with no
-    prediction score 0 and are counted in ``missing``."""
+    prediction score 0 (``coverage`` counts them)."""
     groups = groups or default_groups
     sums: dict[str, list[float]] = defaultdict(list)
-    missing = 0
     for row in rows:
         pred = predictions.get(row["doc_id"])
-        missing += pred is None
         s = score(row, pred) if pred is not None else 0.0
         for g in groups(row):
             sums[g].append(s)
-    out = {g: {"score": statistics.fmean(v), "n": len(v)} for g, v in sorted(sums.items())}
-    out["_missing"] = {"score": float(missing), "n": len(rows)}
-    return out
+    return {g: {"score": statistics.fmean(v), "n": len(v)} for g, v in sorted(sums.items())}
 
 
 def default_groups(row: Mapping[str, Any]) -> list[str]:

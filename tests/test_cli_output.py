@@ -133,3 +133,38 @@ def test_main_keeps_the_commands_exit_code_and_its_whole_output_into_a_pipe(root
     assert r.returncode == 0, r.stderr
     r = vsi_wild("stages", "--help", env=NARROW)
     assert r.returncode == 0 and r.stdout.rstrip().endswith("─╯"), r.stdout[-300:]
+
+
+def _commands(command, path=()):
+    """(argv path, click command) of every command and subcommand of the CLI."""
+    yield path, command
+    for name, sub in sorted(getattr(command, "commands", {}).items()):
+        yield from _commands(sub, (*path, name))
+
+
+def test_every_placeholder_of_a_help_text_is_shown_by_help():
+    """The help is rendered as markdown, where a bare `<version>` is an HTML tag and vanishes
+    ("its folder releases//."): every `<name>` written in a command's or an option's help is in
+    what `--help` prints."""
+    import re
+
+    import typer.main
+    from typer.testing import CliRunner
+
+    from vsi_wild.cli import app
+
+    placeholder = re.compile(r"<[A-Za-z_][A-Za-z_ ]*>")
+    runner = CliRunner()
+    checked = 0
+    for path, command in _commands(typer.main.get_command(app)):
+        texts = [command.help or ""] + [getattr(p, "help", None) or "" for p in command.params]
+        wanted = sorted({m for t in texts for m in placeholder.findall(t)})
+        if not wanted:
+            continue
+        shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "100"})
+        assert shown.exit_code == 0, shown.output
+        flat = " ".join(re.sub(r"[│╭╮╰╯─]", " ", shown.output).split())
+        missing = [w for w in wanted if w not in flat]
+        assert not missing, (path, missing)
+        checked += len(wanted)
+    assert checked >= 5  # the walk reached the commands that write placeholders

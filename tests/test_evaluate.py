@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import json
 from pathlib import Path
 
 import pytest
+from conftest import vsi_wild
 
 from vsi_wild.stages import evaluate as ev
 
@@ -133,3 +135,113 @@ def test_voc_priors_on_the_public_release():
     best = max(range(0, 40), key=lambda c: (mra(c), -c))  # the release's counts are mostly small
     assert got["best_constant"]["answer"] == best and got["best_constant"]["mra"] == pytest.approx(mra(best))
     assert 0 < got["median_prior_mra"] < 1
+
+
+# ------------------------------------------------------------------------------------ the command
+def _jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def _questions(tmp_path: Path) -> Path:
+    """Three questions whose scores are worked out by hand below: two VMR, one VOC (answer 4)."""
+    rows = [
+        mc("vmr-1", ["forward", "left", "backward", "right"], "A"),
+        mc("vmr-2", ["forward", "left", "backward", "right"], "C"),
+        {"doc_id": "voc-1", "video_name": "s1_front.mp4", "task_type": "VOC", "question": "q", "answer": "4"},
+    ]
+    return _jsonl(tmp_path / "qa.jsonl", rows)
+
+
+def test_evaluate_scores_a_predictions_file_and_says_what_it_left_out(tmp_path):
+    """vmr-1 right, vmr-2 unpredicted (0), voc-1 "3 cones" of 4 (MRA 0.75); one prediction names no
+    question. --json: one object per group, then the coverage; the table says the same."""
+    qa = _questions(tmp_path)
+    preds = _jsonl(
+        tmp_path / "p.jsonl",
+        [
+            {"doc_id": "vmr-1", "prediction": "A) forward"},
+            {"doc_id": "voc-1", "prediction": "3 cones"},
+            {"doc_id": "elsewhere-7", "prediction": "B"},
+        ],
+    )
+    r = vsi_wild("evaluate", "--qa", str(qa), "-p", str(preds), "--json")
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    scores = {x["group"]: x for x in records if "group" in x}
+    assert scores["VMR"] == {"group": "VMR", "metric": "accuracy", "score": 0.5, "n": 2}
+    assert scores["VOC"] == {"group": "VOC", "metric": "MRA", "score": 0.75, "n": 1}
+    assert scores["all"]["metric"] == "mixed" and scores["all"]["score"] == pytest.approx(1.75 / 3)
+    (cov,) = [x["coverage"] for x in records if "coverage" in x]
+    assert cov["questions"] == 3 and cov["answered"] == 2 and cov["missing"] == 1
+    assert cov["unknown_doc_ids"] == 1 and cov["unknown_examples"] == ["elsewhere-7"]
+    assert "1 of the 3 questions have no prediction: scored 0" in r.stderr
+    assert "1 predictions name no question" in r.stderr and "elsewhere-7" in r.stderr
+    table = vsi_wild("evaluate", "--qa", str(qa), "-p", str(preds))
+    assert table.returncode == 0, table.stderr
+    line = next(x for x in table.stdout.splitlines() if "VOC " in x and "MRA" in x)
+    assert "0.7500" in line
+    assert "2 of 3 questions answered" in table.stdout
+
+
+@pytest.mark.parametrize(
+    ("lines", "message"),
+    [
+        (['{"doc_id": "vmr-1", "prediction": "A"}', "{not json"], "p.jsonl:2: not JSON"),
+        (['["vmr-1", "A"]'], "p.jsonl:1: not a JSON object"),
+        (
+            ['{"doc_id": "vmr-1", "prediction": "A"}', "", '{"id": "vmr-2", "prediction": "C"}'],
+            'p.jsonl:3: needs a "doc_id"',
+        ),
+        (['{"doc_id": "vmr-2"}'], 'p.jsonl:1: vmr-2: needs a "prediction"'),
+        (
+            ['{"doc_id": "vmr-1", "prediction": "A"}', '{"doc_id": "vmr-1", "prediction": "B"}'],
+            "p.jsonl:2: vmr-1 is predicted again (first on line 1)",
+        ),
+        (['{"doc_id": "other-1", "prediction": "A"}'], "none of its 1 predictions names one of the 3 questions"),
+    ],
+)
+def test_a_bad_predictions_file_is_an_error_naming_its_line(tmp_path, lines, message):
+    qa = _questions(tmp_path)
+    r = vsi_wild("evaluate", "--qa", str(qa), "-p", str(_jsonl(tmp_path / "p.jsonl", lines)))
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert message in " ".join(r.stderr.split()), r.stderr
+    assert "Traceback" not in r.stderr and not r.stdout
+
+
+def test_a_bad_questions_file_is_an_error_naming_it(tmp_path):
+    r = vsi_wild("evaluate", "--qa", str(tmp_path / "nowhere.parquet"), "--blind")
+    assert r.returncode == 2 and "nowhere.parquet: No such file or directory" in r.stderr, r.stderr
+    (tmp_path / "junk.parquet").write_text("not parquet")
+    r = vsi_wild("evaluate", "--qa", str(tmp_path / "junk.parquet"), "--blind")
+    assert r.returncode == 2 and "junk.parquet: not a parquet table of questions" in r.stderr, r.stderr
+    bad = _jsonl(
+        tmp_path / "bad.jsonl",
+        [{"doc_id": "x1", "task_type": "VMR", "answer": "A"}, {"doc_id": "x2", "task_type": "VMR"}],
+    )
+    r = vsi_wild("evaluate", "--qa", str(bad), "--blind")
+    assert r.returncode == 2 and "bad.jsonl: row 2: no answer" in r.stderr, r.stderr
+    odd = _jsonl(tmp_path / "odd.jsonl", [{"doc_id": "x1", "task_type": "VXX", "answer": "A"}])
+    r = vsi_wild("evaluate", "--qa", str(odd), "--blind")
+    assert r.returncode == 2 and "odd.jsonl: row 1 (x1): unknown QA task type 'VXX'" in r.stderr, r.stderr
+    assert "Traceback" not in r.stderr
+
+
+def test_shuffle24_predictions_are_scored_from_the_written_copies(tmp_path):
+    """--write-shuffle24, then an always-"A" model on its copies: the Shuffle24 metrics are reported
+    and the coverage counts the copies (24 per MC question); the VOC question is left unscored."""
+    qa = _questions(tmp_path)
+    copies = tmp_path / "s24.jsonl"
+    r = vsi_wild("evaluate", "--qa", str(qa), "--write-shuffle24", str(copies))
+    assert r.returncode == 0, r.stderr
+    rows = ev.load_jsonl(copies)
+    assert len(rows) == 48 and not r.stdout
+    preds = _jsonl(tmp_path / "p.jsonl", [{"doc_id": x["doc_id"], "prediction": "A"} for x in rows])
+    r = vsi_wild("evaluate", "--qa", str(qa), "-p", str(preds), "--json")
+    assert r.returncode == 0, r.stderr
+    records = [json.loads(line) for line in r.stdout.splitlines()]
+    (s24,) = [x["shuffle24"] for x in records if "shuffle24" in x]
+    assert s24 == ev.shuffle24_metrics(ev.load_jsonl(qa), {x["doc_id"]: "A" for x in rows})
+    (cov,) = [x["coverage"] for x in records if "coverage" in x]
+    assert cov["shuffle24_copies"] == 48 and cov["answered"] == 0 and cov["unknown_doc_ids"] == 0
+    assert not [x for x in records if "group" in x]

@@ -6,6 +6,7 @@ Heavy modules (Prefect, the stages) are imported inside the commands, so that `-
 from __future__ import annotations
 
 import collections
+import errno
 import json
 import os
 import sys
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn, cast
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from vsi_wild.process_exit import exit_process
@@ -532,7 +534,13 @@ def evaluate(
         ),
     ] = False,
     blind_json: Annotated[
-        bool, typer.Option("--json", help="With --blind: one JSON object per baseline and task.")
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object per line: with --blind, per baseline and task; with --predictions, per group "
+            '(`{"group", "metric", "score", "n"}`), then the coverage (`{"coverage": ...}`) and Shuffle24\'s '
+            'metrics (`{"shuffle24": ...}`).',
+        ),
     ] = False,
     write_shuffle24: Annotated[
         Path | None,
@@ -544,59 +552,123 @@ def evaluate(
     """Score predictions on the benchmark (accuracy for MC, MRA for VOC; per task, subtype and
     duration bin), run the blind baselines, or write the Shuffle24 variant of the questions.
 
-    Predictions for Shuffle24 use the doc ids of `--write-shuffle24` (`<doc_id>|perm00`..`|perm23`);
-    Top-K, Pass@K and option-order bias are then reported too.
+    Predictions are JSONL, one `{"doc_id": ..., "prediction": ...}` per line. A line without them, or
+    a doc id predicted twice, is an error naming the line; a question without a prediction, or whose
+    prediction names no answer, scores 0 and is counted in the summary; a file that answers none of
+    the questions is an error. Predictions for Shuffle24 use the doc ids of `--write-shuffle24`
+    (`<doc_id>|perm00`..`|perm23`); Top-K, Pass@K and option-order bias are then reported too.
     """
     from vsi_wild.stages import evaluate as ev
 
-    out = _console()
-    if qa.suffix == ".parquet":
-        import pyarrow.parquet as pq
-
-        rows = [r for r in pq.read_table(qa).to_pylist() if r.get("split", "release") == "release"]
-    else:
-        rows = ev.load_jsonl(qa)
+    err = _console(stderr=True)
+    try:
+        rows = _read_questions(qa)
+        preds = ev.read_predictions(predictions, rows) if predictions else None
+    except (ev.EvalError, OSError) as e:
+        err.print(f"[red]error:[/] {escape(_error_text(e))}")
+        raise typer.Exit(2) from None
     if write_shuffle24:
         with open(write_shuffle24, "w", encoding="utf-8") as fh:
             for r in rows:
                 if r["task_type"] in ev.mc_tasks():
                     for c in ev.shuffle24(r):
-                        fh.write(
-                            json.dumps(
-                                {
-                                    k: c[k]
-                                    for k in (
-                                        "doc_id",
-                                        "video_name",
-                                        "task_type",
-                                        "question",
-                                        "answer",
-                                        "frame_indices",
-                                        "options",
-                                    )
-                                },
-                                ensure_ascii=False,
-                            )
-                            + "\n"
-                        )
-        out.print(f"wrote {write_shuffle24}")
+                        fh.write(json.dumps({k: c[k] for k in SHUFFLE24_FIELDS}, ensure_ascii=False) + "\n")
+        err.print(f"wrote {write_shuffle24}")
     if blind:
         counts = collections.Counter(r["task_type"] for r in rows)
         metrics = {t: ev.task(t).metric.name for t in counts}
         _print_blind(ev.blind_report(rows), ev.text_probe_report(rows), metrics, counts, blind_json)
-    if predictions:
-        preds = {p["doc_id"]: p.get("prediction") for p in ev.load_jsonl(predictions)}
-        scores = Table(title=f"scores ({len(rows)} questions)")
-        for column in ("group", "score", "n"):
-            scores.add_column(column)
-        for g, v in ev.evaluate(rows, preds).items():
-            scores.add_row(g, f"{v['score']:.4f}", str(v["n"]))
-        out.print(scores)
-        if any(k.endswith("|perm00") for k in preds):
-            out.print_json(json.dumps(ev.shuffle24_metrics(rows, preds)))
+    if preds is not None:
+        _print_scores(rows, preds, cast(Path, predictions), qa, as_json=blind_json)
     if not (blind or predictions or write_shuffle24):
-        _console(stderr=True).print("nothing to do: give --predictions, --blind or --write-shuffle24")
+        err.print("nothing to do: give --predictions, --blind or --write-shuffle24")
         raise typer.Exit(2)
+
+
+SHUFFLE24_FIELDS = ("doc_id", "video_name", "task_type", "question", "answer", "frame_indices", "options")
+
+
+def _error_text(e: Exception) -> str:
+    """An error as one line: a missing or unreadable file by its name and the reason."""
+    if isinstance(e, OSError) and e.filename:
+        return f"{e.filename}: {e.strerror or e}"
+    return str(e)
+
+
+def _read_questions(qa: Path) -> list[dict[str, Any]]:
+    """The questions scored: a release-format JSONL, or exports/qa.parquet's release rows; each
+    with the fields scoring reads (``evaluate.check_questions``)."""
+    from vsi_wild.stages import evaluate as ev
+
+    if qa.suffix == ".parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        if not qa.is_file():  # pyarrow's own error names the path but not what is wrong with it
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(qa))
+        try:
+            table = pq.read_table(qa)
+        except pa.ArrowException as e:
+            raise ev.EvalError(f"{qa}: not a parquet table of questions: {e}") from None
+        rows = [r for r in table.to_pylist() if r.get("split", "release") == "release"]
+    else:
+        rows = ev.load_jsonl(qa)
+    ev.check_questions(rows, qa)
+    return rows
+
+
+def _print_scores(rows: list[dict[str, Any]], preds: Any, predictions: Path, qa: Path, as_json: bool) -> None:
+    """The scores per group, how far the predictions cover the questions, and Shuffle24's
+    metrics where its copies are predicted; a file that answers none of the questions is an error
+    (predictions for another question set would otherwise score 0 everywhere, silently)."""
+    from vsi_wild.stages import evaluate as ev
+
+    err = _console(stderr=True)
+    cov = ev.coverage(rows, preds)
+    if not cov["answered"] and not cov["shuffle24_copies"]:
+        first = f" (the first: {cov['unknown_examples'][0]})" if cov["unknown_examples"] else ""
+        err.print(
+            f"[red]error:[/] {escape(str(predictions))}: none of its {len(preds.by_doc)} predictions names one of "
+            f"the {len(rows)} questions of {escape(str(qa))}{escape(first)}: predictions for another question set?"
+        )
+        raise typer.Exit(2)
+    scores = ev.evaluate(rows, preds.by_doc) if cov["answered"] else {}
+    s24 = ev.shuffle24_metrics(rows, preds.by_doc) if cov["shuffle24_copies"] else {}
+    if as_json:
+        for g, v in scores.items():
+            emit_json({"group": g, "metric": ev.group_metric(g), "score": v["score"], "n": v["n"]})
+        emit_json({"coverage": cov})
+        if s24:
+            emit_json({"shuffle24": s24})
+    else:
+        out = _console()
+        if scores:
+            table = Table(title=f"scores ({len(rows)} questions)")
+            for column in ("group", "metric", "score", "n"):
+                table.add_column(column)
+            for g, v in scores.items():
+                table.add_row(g, ev.group_metric(g), f"{v['score']:.4f}", str(v["n"]))
+            out.print(table)
+        if s24:
+            out.print_json(json.dumps(s24))
+        out.print(
+            f"{cov['answered']} of {cov['questions']} questions answered"
+            + (f", {cov['shuffle24_copies']} Shuffle24 copies" if cov["shuffle24_copies"] else ""),
+            markup=False,
+        )
+    scored_zero = {
+        "have no prediction": cov["missing"] if cov["answered"] else 0,
+        "have a prediction that names no answer (no letter A-D; for VOC, no number)": cov["no_answer_in_prediction"],
+    }
+    for what, n in scored_zero.items():
+        if n:
+            err.print(f"warning: {n} of the {cov['questions']} questions {what}: scored 0", markup=False)
+    if cov["unknown_doc_ids"]:
+        err.print(
+            f"warning: {cov['unknown_doc_ids']} predictions name no question, left out "
+            f"(e.g. {', '.join(cov['unknown_examples'])})",
+            markup=False,
+        )
 
 
 def _blind_records(
@@ -653,7 +725,7 @@ def _print_blind(
 
 @app.command()
 def release(
-    version: Annotated[str, typer.Argument(help="The release's version, e.g. v1.0: its folder releases/<version>/.")],
+    version: Annotated[str, typer.Argument(help="The release's version, e.g. v1.0: its folder `releases/<version>/`.")],
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
     license_id: Annotated[

@@ -70,7 +70,7 @@ def crawl(
         typer.Option(
             "--from-release",
             dir_okay=False,
-            help="a release QA file (jsonl, video_name = <id>_<view>.mp4): download exactly its YouTube ids, "
+            help="a release QA file (jsonl, video_name = `<id>_<view>.mp4`): download exactly its YouTube ids, "
             "no search, and report which can no longer be had",
         ),
     ] = None,
@@ -219,7 +219,10 @@ def review_export(
     out: Annotated[
         Path | None,
         typer.Option(
-            "--out", "-o", file_okay=False, help="folder to write (default: review/export-<time>/ under the data root)"
+            "--out",
+            "-o",
+            file_okay=False,
+            help="folder to write (default: `review/export-<time>/` under the data root)",
         ),
     ] = None,
     all_: Annotated[bool, typer.Option("--all", help="also sources already decided or kept automatically")] = False,

@@ -181,7 +181,7 @@ def export_cvat(
     output: Annotated[
         Path | None,
         typer.Option(
-            "--output", "-o", help="File to write (default: <video>.xml, or <video>.json with --format coco)."
+            "--output", "-o", help="File to write (default: `<video>.xml`, or `<video>.json` with --format coco)."
         ),
     ] = None,
     fmt: Annotated[
