@@ -168,3 +168,18 @@ def test_every_placeholder_of_a_help_text_is_shown_by_help():
         assert not missing, (path, missing)
         checked += len(wanted)
     assert checked >= 5  # the walk reached the commands that write placeholders
+
+
+def test_sources_json_is_one_object_per_source_into_a_narrow_pipe(root):
+    """Every registered source with its row and its probe's state (the long error whole, its
+    markup-like text kept as text), then a removed one."""
+    r = vsi_wild("remove", GOOD, "--reason", "blurry", "--data-root", str(root))
+    assert r.returncode == 0, r.stderr
+    r = vsi_wild("sources", "--data-root", str(root), "--json", env=NARROW)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(x["source_id"], x["removed"]) for x in rows] == [(BAD, False), (GOOD, True)], rows
+    bad, good = rows
+    assert bad["probe_state"] == "failed" and bad["probe_error"] == LONG_ERROR
+    assert set(schema.SOURCE.names) <= set(bad) and bad["path"] == f"/nonexistent/{BAD}.mp4"
+    assert good["reason"] == "blurry" and good["removed_at"]

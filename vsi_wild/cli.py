@@ -449,19 +449,39 @@ def remove(
 def sources(
     config: Annotated[Path, typer.Option("--config", "-c", help=CONFIG_HELP)] = Path("configs/sample.yaml"),
     data_root: Annotated[str | None, typer.Option("--data-root", help=DATA_ROOT_HELP)] = None,
+    as_json: Annotated[
+        bool,
+        typer.Option(
+            "--json",
+            help="One JSON object per line: each registered source with every column of its row (the probe's "
+            "measurements where it ran), `probe_state`, `probe_error` and `removed: false`; then each removed "
+            "source with `removed: true`, `removed_at` and `reason`.",
+        ),
+    ] = False,
 ) -> None:
     """List the registered sources with what the probe measured."""
+    from vsi_wild.store import UnitRef
+
     _, store = _store(config, data_root)
-    t = Table(title="sources")
-    for c in ("source_id", "origin", "duration", "size", "fps", "probe"):
-        t.add_column(c)
+    rows = []
     for r in store.registry().to_pylist():
         st = store.read_status("probe", r["source_id"])
         probed: dict[str, Any] = {}
         if st and st["state"] == "done":
-            from vsi_wild.store import UnitRef
-
             probed = store.read_table(UnitRef("probe", r["source_id"], st["key"]), "source.parquet").to_pylist()[0]
+        rows.append((r, probed, st))
+    removed = store.removed_sources().to_pylist()
+    if as_json:
+        for r, probed, st in rows:
+            state = st["state"] if st else "not probed"
+            emit_json({**r, **probed, "probe_state": state, "probe_error": st and st["error"], "removed": False})
+        for x in removed:
+            emit_json({**x, "removed": True})
+        return
+    t = Table(title="sources")
+    for c in ("source_id", "origin", "duration", "size", "fps", "probe"):
+        t.add_column(c)
+    for r, probed, st in rows:
         t.add_row(
             r["source_id"],
             r["origin"],
@@ -472,7 +492,6 @@ def sources(
         )
     out = _console()
     out.print(t)
-    removed = store.removed_sources().to_pylist()
     if removed:
         out.print(
             "removed (kept out of runs; `vsi-wild remove --undo ID` takes it back): "
