@@ -217,7 +217,31 @@ class Selection:
         if kind in ("video", "clip"):
             return unit_ancestor(unit, kind, "video") in self.items
         # a source is admitted when one of its videos is selected
-        return any(ids.unit_source(i) == source for i in self.items if "_" in i)
+        return any(_source_of(i) == source for i in self.items if "_" in i)
+
+    def unknown(self, sources: Iterable[str]) -> list[tuple[str, str]]:
+        """The selected ids that name none of ``sources`` (the registered ones) nor a video or clip
+        of one, each with why: a typo selects nothing, and a run of nothing must not pass for a run
+        of the selection."""
+        known = sorted(set(sources))
+        forms = f"a video is '<source id>_<{'|'.join(ids.VIEWS)}>'"
+        return [
+            (item, f"no registered source, video or clip is called {item!r} ({forms}; sources: {_listed(known)})")
+            for item in sorted(self.items)
+            if _source_of(item) not in known
+        ]
+
+
+def _source_of(item: str) -> str | None:
+    """The source a selected id names (``ids.unit_source``), or None for an id of no form."""
+    try:
+        return ids.unit_source(item)
+    except ids.BadId:
+        return None
+
+
+def _listed(names: list[str], most: int = 5) -> str:
+    return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most else "") or "none"
 
 
 @dataclass
@@ -619,6 +643,8 @@ def summarize(plan: Plan, data_root: str) -> dict[str, Any]:
             stages.append(row)
         row["not_started"] = len(sf.units)
         failed.append({"stage": name, "unit": f"* ({len(sf.units)} units not started)", "error": sf.error})
+    for item, why in plan.selection.unknown(plan.sources()):
+        failed.append({"stage": "--videos", "unit": item, "error": why})
     empty = [{"stage": name, "reason": why} for name, why in plan.no_units.items()]
     return {"data_root": data_root, "stages": stages, "failed": failed, "skipped": skipped, "no_units": empty}
 

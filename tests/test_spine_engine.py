@@ -211,6 +211,28 @@ def test_only_and_videos_selection(tmp_path):
     assert len(store.read_table(UnitRef("all", "all", key), "t.parquet")["units"]) == 8
 
 
+def test_a_selected_id_that_names_no_source_fails_the_run_by_name(tmp_path):
+    """A typo in --videos selects nothing: the run says which id named no registered source (a
+    view name mistyped, an id of no form, a source not registered), and runs the valid ones."""
+    store = Store(tmp_path)
+    _register(store, "local-a-1", "local-b-2")
+    run(store)
+    CALLS.clear()
+    picked = {"local-a-1_front", "local-a-1_fornt", "local-c-3", "not an id"}
+    plan = run(store, only=["vid"], videos=picked, force=True)
+    assert CALLS == [("vid", "local-a-1_front")]
+    failed = engine.summarize(plan, str(tmp_path))["failed"]
+    assert [(f["stage"], f["unit"]) for f in failed] == [
+        ("--videos", "local-a-1_fornt"),
+        ("--videos", "local-c-3"),
+        ("--videos", "not an id"),
+    ]
+    assert "'<source id>_<front|right|back|left>'" in failed[0]["error"]
+    assert "sources: local-a-1, local-b-2" in failed[1]["error"]
+    plan = run(store, only=["vid"], videos={"local-b-2", "local-a-1_left"}, force=True)
+    assert not engine.summarize(plan, str(tmp_path))["failed"]
+
+
 def test_unregistered_sources_leave_global_outputs(tmp_path):
     store = Store(tmp_path)
     _register(store, "local-a-1", "local-b-2")
