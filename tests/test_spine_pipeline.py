@@ -11,7 +11,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import make_video, small_sample_config
+from conftest import REPO, make_video, small_sample_config
 from typer.testing import CliRunner
 
 from vsi_wild.cli import app
@@ -156,3 +156,19 @@ def test_bad_config_is_a_clear_error(tmp_path):
     assert r.exit_code == 2 and "not found" in r.output
     r = cli("run", "-c", str(cfg), "--only", "nosuchstage")
     assert r.exit_code == 2
+
+
+def test_a_relative_config_is_found_in_the_project_folder_from_anywhere(tmp_path, monkeypatch):
+    """Outside the project folder, the default `configs/sample.yaml` is read from VSI_WILD_HOME;
+    without it the error says where it looked and what to do."""
+    from vsi_wild.config import ConfigError, load_config
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("VSI_WILD_HOME", raising=False)
+    with pytest.raises(ConfigError, match=f"configs/sample.yaml \\(in {tmp_path}; .*set VSI_WILD_HOME"):
+        load_config("configs/sample.yaml")
+    monkeypatch.setenv("VSI_WILD_HOME", str(REPO))
+    assert load_config("configs/sample.yaml") == load_config(REPO / "configs" / "sample.yaml")
+    (tmp_path / "configs").mkdir()
+    (tmp_path / "configs" / "sample.yaml").write_text("run: {workers: 3}\n")
+    assert load_config("configs/sample.yaml").run.workers == 3  # the working directory's comes first

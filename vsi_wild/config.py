@@ -127,12 +127,25 @@ class ConfigError(ValueError):
     """A config file that cannot be read or does not validate; the message names file and key."""
 
 
+def _config_file(p: Path) -> Path:
+    """A config path as given, or a relative one under the project folder (VSI_WILD_HOME) when the
+    working directory has none: the default `configs/sample.yaml` from anywhere."""
+    if p.is_file():
+        return p
+    home = os.environ.get("VSI_WILD_HOME")
+    if home and not p.is_absolute() and (Path(home) / p).is_file():
+        return Path(home) / p
+    where = f"in {Path.cwd()}" + (f" or VSI_WILD_HOME ({home})" if home else "")
+    raise ConfigError(
+        f"config file not found: {p} ({where}; run from the project folder, give --config a path, "
+        "or set VSI_WILD_HOME to the project folder)"
+    )
+
+
 def load_config(path: str | os.PathLike[str] | None, overrides: dict[str, Any] | None = None) -> Config:
     data: dict[str, Any] = {}
     if path is not None:
-        p = Path(path)
-        if not p.is_file():
-            raise ConfigError(f"config file not found: {p}")
+        p = _config_file(Path(path))
         try:
             data = yaml.safe_load(p.read_text()) or {}
         except yaml.YAMLError as e:
