@@ -183,3 +183,14 @@ def test_sources_json_is_one_object_per_source_into_a_narrow_pipe(root):
     assert bad["probe_state"] == "failed" and bad["probe_error"] == LONG_ERROR
     assert set(schema.SOURCE.names) <= set(bad) and bad["path"] == f"/nonexistent/{BAD}.mp4"
     assert good["reason"] == "blurry" and good["removed_at"]
+
+
+@pytest.mark.parametrize("command", [("verify",), ("fixes", "check")])
+def test_the_review_commands_refuse_a_data_root_that_is_not_there(tmp_path, command):
+    """A mistyped --data-root is an error naming it, not an empty app served over a folder made
+    for the occasion."""
+    missing = tmp_path / "no-such-root"
+    r = vsi_wild(*command, "--data-root", str(missing), timeout=120)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert f"no data root at {missing}" in " ".join(r.stderr.split()), r.stderr
+    assert not missing.exists()

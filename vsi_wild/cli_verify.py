@@ -31,7 +31,15 @@ def _review(config: Path, data_root: str | None):
     except ConfigError as e:
         typer.secho(f"error: {e}", err=True, fg=typer.colors.RED)
         raise typer.Exit(2) from None
-    store = Store(data_root or cfg.run.data_root)
+    root = data_root or cfg.run.data_root
+    if "://" not in root and not Path(root).is_dir():  # before Store(), which would make it
+        typer.secho(
+            f"error: no data root at {root}: `vsi-wild run` makes one (give its folder with --data-root)",
+            err=True,
+            fg=typer.colors.RED,
+        )
+        raise typer.Exit(2)
+    store = Store(root)
     if not store.is_local:
         typer.secho(
             f"error: the verification app needs a local data root, not {store.url}", err=True, fg=typer.colors.RED
