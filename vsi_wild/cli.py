@@ -24,6 +24,8 @@ from vsi_wild.process_exit import exit_process
 if TYPE_CHECKING:
     from prefect.states import State
 
+    from vsi_wild.stages.evaluate import Predictions
+
 # Into a pipe or a file, rich would fold lines and squeeze tables to $COLUMNS or to the width of
 # whatever terminal stdin is attached to: `vsi-wild status | grep` and `... --json | jq` broke.
 _UNWRAPPED_WIDTH = 1 << 20
@@ -597,8 +599,8 @@ def evaluate(
         counts = collections.Counter(r["task_type"] for r in rows)
         metrics = {t: ev.task(t).metric.name for t in counts}
         _print_blind(ev.blind_report(rows), ev.text_probe_report(rows), metrics, counts, blind_json)
-    if preds is not None:
-        _print_scores(rows, preds, cast(Path, predictions), qa, as_json=blind_json)
+    if predictions and preds is not None:
+        _print_scores(rows, preds, predictions, qa, as_json=blind_json)
     if not (blind or predictions or write_shuffle24):
         err.print("nothing to do: give --predictions, --blind or --write-shuffle24")
         raise typer.Exit(2)
@@ -636,7 +638,7 @@ def _read_questions(qa: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def _print_scores(rows: list[dict[str, Any]], preds: Any, predictions: Path, qa: Path, as_json: bool) -> None:
+def _print_scores(rows: list[dict[str, Any]], preds: Predictions, predictions: Path, qa: Path, as_json: bool) -> None:
     """The scores per group, how far the predictions cover the questions, and Shuffle24's
     metrics where its copies are predicted; a file that answers none of the questions is an error
     (predictions for another question set would otherwise score 0 everywhere, silently)."""
