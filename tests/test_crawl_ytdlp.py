@@ -493,3 +493,49 @@ def test_politeness_spaces_operations_and_limits_bandwidth(env):
     client.download(crawl.watch_url(A), env["tmp"], cfg.crawl.download)
     assert seen["ratelimit"] == 2 * 1024 * 1024
     assert (seen["sleep_interval"], seen["max_sleep_interval"]) == (0.1, 0.2)
+
+
+def test_an_unreachable_youtube_opens_the_circuit_then_a_later_run_goes_on(env):
+    """Operations that never reach the host (here: connection refused) stop the crawl contacting
+    YouTube after crawl.net.max_consecutive_unreachable of them in a row; an answer in between
+    (a 503 is one) resets the count; the ids left untried fail as retryable network errors naming
+    the cause, and the next run, online again, fetches them all."""
+    search_fixtures(env)
+    ids = ["offline0001", "offline0002", "offline0003", "offline0004"]
+    for u in ids[:3]:
+        off.write_error(env["fx"], u, fetch=off.closed_port_url())
+    off.write_info(env["fx"], ids[3], [off.fmt(env["work"] / "eq256.mp4", 256, 128, note="equirectangular")])
+    # unit_retries 1: two operations per id, so the third id's first try is the fourth in a row
+    cfg = env["config"](**{"crawl.ids": ids, "crawl.net.max_consecutive_unreachable": 4})
+    store = Store(env["root"])
+    tc.run_crawl(cfg, store)
+    rows = {u: store.read_status("download", u) for u in ids}
+    assert all((r["state"], r["error_class"], r["retryable"]) == ("failed", "network", True) for r in rows.values())
+    assert all("Connection refused" in rows[u]["error"] for u in ids[:2])
+    for u in ids[2:]:
+        assert "not contacting YouTube again in this run: 4 operations in a row never reached it" in rows[u]["error"]
+        assert "Connection refused" in rows[u]["error"] and "Is this machine online" in rows[u]["error"]
+    assert store.registry().num_rows == 0
+    for u in ids[:3]:
+        (env["fx"] / f"{u}.error.json").unlink()
+        off.write_info(env["fx"], u, [off.fmt(env["work"] / "eq256.mp4", 256, 128, note="equirectangular")])
+    res = tc.run_crawl(cfg, store)
+    assert {o.state for o in res.outcomes} == {"computed"} and store.registry().num_rows == 4
+
+
+def test_an_answer_between_unreachable_operations_resets_the_count(env):
+    """Two ids that never reach the host (two operations each) with one answered in between (a
+    503): never three in a row, so the circuit stays closed; without the reset it would open on
+    the last id's second try."""
+    search_fixtures(env)
+    ids = ["a_down00001", "b_answer001", "c_down00002"]  # crawled in this order
+    with off.http_status_server(503) as server_503:
+        off.write_error(env["fx"], ids[0], fetch=off.closed_port_url())
+        off.write_error(env["fx"], ids[1], fetch=server_503 + ids[1])
+        off.write_error(env["fx"], ids[2], fetch=off.closed_port_url())
+        cfg = env["config"](**{"crawl.ids": ids, "crawl.net.max_consecutive_unreachable": 3})
+        store = Store(env["root"])
+        tc.run_crawl(cfg, store)
+    errors = [store.read_status("download", u)["error"] for u in ids]
+    assert not any("not contacting YouTube" in e for e in errors), errors
+    assert "Connection refused" in errors[2] and "HTTP Error 503" in errors[1]

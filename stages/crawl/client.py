@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from vsi_wild.errors import UnitError
-from vsi_wild.stages.crawl.errors import classify_error
+from vsi_wild.stages.crawl.errors import classify_error, unreachable
 from vsi_wild.stages.crawl.params import DownloadParams, NetParams
 
 
@@ -31,9 +31,11 @@ def jitter(seconds: float) -> float:
 
 class Session:
     """Process-wide politeness: one YouTube operation at a time (``max_concurrent``), at least
-    ``min_interval_s`` apart, and a circuit breaker that stops contacting YouTube in this run after
+    ``min_interval_s`` apart, and circuit breakers that stop contacting YouTube in this run after
     ``max_consecutive_rate_limits`` rate-limited operations in a row (YouTube says "for up to an
-    hour"; hammering makes it longer)."""
+    hour"; hammering makes it longer), or after ``max_consecutive_unreachable`` operations in a row
+    that never reached it (an offline machine would otherwise spend its retries and their
+    backoff on every id of the crawl before saying so)."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -41,12 +43,14 @@ class Session:
         self._sem_n = 0
         self._last = 0.0
         self.consecutive_rate_limits = 0
+        self.consecutive_unreachable: list[UnitError] = []
         self.sleep: Callable[[float], None] = time.sleep
 
     def reset(self) -> None:
         with self._lock:
             self._last = 0.0
             self.consecutive_rate_limits = 0
+            self.consecutive_unreachable = []
 
     def _semaphore(self, n: int) -> threading.Semaphore:
         with self._lock:
@@ -62,6 +66,14 @@ class Session:
                 f"{self.consecutive_rate_limits} operations in a row. Wait (up to an hour), consider "
                 f"crawl.net.cookies_file and a longer crawl.net.min_interval_s, then re-run",
                 kind="rate_limited",
+                retryable=True,
+            )
+        if len(self.consecutive_unreachable) >= net.max_consecutive_unreachable:
+            raise UnitError(
+                f"network: not contacting YouTube again in this run: {len(self.consecutive_unreachable)} operations "
+                f"in a row never reached it (the last: {self.consecutive_unreachable[-1]}). Is this machine online "
+                "(or crawl.net.proxy right)? Then re-run: it retries these",
+                kind="network",
                 retryable=True,
             )
         with self._semaphore(net.max_concurrent):
@@ -81,6 +93,10 @@ class Session:
                 self.consecutive_rate_limits += 1
             elif error is None:
                 self.consecutive_rate_limits = 0
+            # any answer from the host, even a refusal, shows it is reachable
+            self.consecutive_unreachable = (
+                [*self.consecutive_unreachable, error] if error is not None and unreachable(error) else []
+            )
 
 
 SESSION = Session()

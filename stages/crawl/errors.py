@@ -75,6 +75,20 @@ _PATTERNS: list[tuple[str, bool, re.Pattern[str]]] = [
 ]
 
 
+# A network failure before any answer from the host: the machine is offline, its DNS or route is
+# down, or a proxy refuses. Retrying such an operation soon after the last one gains nothing.
+_UNREACHABLE = re.compile(
+    r"name or service not known|temporary failure in name resolution|failed to resolve|"
+    r"nodename nor servname|network is unreachable|no route to host|connection refused",
+    re.I,
+)
+
+
+def unreachable(error: UnitError) -> bool:
+    """Whether ``error`` is a network failure that never reached the host (``_UNREACHABLE``)."""
+    return error.kind == "network" and bool(_UNREACHABLE.search(str(error)))
+
+
 def _chain(e: BaseException) -> Iterator[BaseException]:
     """The error and everything it wraps (yt-dlp keeps originals in ``exc_info`` and ``cause``)."""
     seen: set[int] = set()

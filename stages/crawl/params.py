@@ -91,6 +91,12 @@ class NetParams(StrictModel):
     max_consecutive_rate_limits: int = Field(
         2, ge=1, description="after this many rate-limited units in a row, stop contacting YouTube in this run"
     )
+    max_consecutive_unreachable: int = Field(
+        6,
+        ge=1,
+        description="after this many operations in a row that never reached YouTube (its name did not resolve, "
+        "no route, refused: the machine is offline), stop contacting it in this run (6: two ids at unit_retries 2)",
+    )
     max_concurrent: int = Field(1, ge=1, description="YouTube operations at once in one process")
     archive: str | None = Field(
         "crawl/archive.txt", description="yt-dlp download archive (relative: under the data root); none = off"
