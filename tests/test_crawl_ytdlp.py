@@ -438,6 +438,7 @@ def test_cli_crawl_dry_run_and_from_release(env):
     r = runner.invoke(app, ["crawl", "-c", str(cfgfile), "-d", root, "--from-release", str(release)])
     assert r.exit_code == 1, r.output
     assert "can no longer be had (1)" in r.output and "private0001  private" in r.output
+    assert "private: private:" not in r.output  # the class leads the error once
     assert "1 done" in r.output
 
 

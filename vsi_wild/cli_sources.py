@@ -40,6 +40,12 @@ DataRootOpt = Annotated[
 ]
 
 
+def _classed(row: dict) -> str:
+    """A failed id's error led by its class, once (the crawl's errors mostly begin with it)."""
+    error, kind = row["error"] or "", row["error_class"] or ""
+    return error if error.startswith(f"{kind}:") else f"{kind}: {error}"
+
+
 def _fail(message: str, code: int = 2) -> typer.Exit:
     typer.secho(message, err=True, fg=typer.colors.RED)
     return typer.Exit(code)
@@ -190,11 +196,11 @@ def crawl(
         if lost:
             typer.echo(f"can no longer be had ({len(lost)}):")
             for r in lost:
-                typer.echo(f"  {r['source_id']}  {r['error_class']}: {(r['error'] or '')[:120]}")
+                typer.echo(f"  {r['source_id']}  {_classed(r)[:120]}")
         if retry:
             typer.echo(f"failed, a re-run retries them ({len(retry)}):")
             for r in retry:
-                typer.echo(f"  {r['source_id']}  {r['error_class']}: {(r['error'] or '')[:120]}")
+                typer.echo(f"  {r['source_id']}  {_classed(r)[:120]}")
         typer.echo(f"report: {summary.report_path}")
     elif not summary.outcomes:
         typer.echo("nothing to do (no queries selected and no ids asked for)")

@@ -69,10 +69,11 @@ class Session:
                 retryable=True,
             )
         if len(self.consecutive_unreachable) >= net.max_consecutive_unreachable:
+            last = str(self.consecutive_unreachable[-1]).removeprefix("network: ")
             raise UnitError(
                 f"network: not contacting YouTube again in this run: {len(self.consecutive_unreachable)} operations "
-                f"in a row never reached it (the last: {self.consecutive_unreachable[-1]}). Is this machine online "
-                "(or crawl.net.proxy right)? Then re-run: it retries these",
+                f"in a row never reached it (the last: {last}). Is this machine online (or crawl.net.proxy right)? "
+                "Then re-run: it retries these",
                 kind="network",
                 retryable=True,
             )
