@@ -376,7 +376,7 @@ def blind_report(rows: Sequence[Mapping[str, Any]], margin: float = 0.10, min_n:
     }
     for name, fn in BASELINES.items():
         res = evaluate(rows, fn(rows), groups=lambda r: [r["task_type"]])
-        out["baselines"][name] = {k: v["score"] for k, v in res.items() if not k.startswith("_")}
+        out["baselines"][name] = {k: v["score"] for k, v in res.items()}
     n = Counter(r["task_type"] for r in rows)
     for name in mc_tasks():
         if 0 < n[name] < min_n:
