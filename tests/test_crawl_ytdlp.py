@@ -462,7 +462,7 @@ def test_politeness_spaces_operations_and_limits_bandwidth(env):
     waits: list[float] = []
     session = crawl.Session()
     session.sleep = waits.append  # record the waits instead of sleeping
-    net = crawl.NetParams(min_interval_s=5.0)
+    net = crawl.NetParams(min_interval_s=5.0, extractors=off.EXTRACTORS)  # offline: no name lookup
     with session.turn(net):
         pass
     with session.turn(net):
@@ -540,3 +540,65 @@ def test_an_answer_between_unreachable_operations_resets_the_count(env):
     errors = [store.read_status("download", u)["error"] for u in ids]
     assert not any("not contacting YouTube" in e for e in errors), errors
     assert "Connection refused" in errors[2] and "HTTP Error 503" in errors[1]
+
+
+def test_a_machine_that_cannot_resolve_youtube_says_so_before_any_id(env, monkeypatch):
+    """With YouTube's own extractors and no proxy, the crawl looks YouTube's name up once; when it
+    does not resolve, every id fails at once as a retryable network error saying so, and yt-dlp
+    is never asked (its retries take minutes an id). Through a proxy the lookup is the proxy's
+    business and is not made here."""
+    import socket
+
+    asked: list[str] = []
+    real = socket.getaddrinfo
+
+    def lookup(host, *args, **kw):
+        asked.append(host)
+        if host == crawl.YOUTUBE_HOST:
+            raise socket.gaierror(-2, "Name or service not known")
+        return real(host, *args, **kw)
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    monkeypatch.setattr(crawl.Ytdlp, "ydl", lambda *a, **k: pytest.fail("yt-dlp was asked"))
+    ids = ["dQw4w9WgXcQ", "aaaaaaaaaaa"]
+    cfg = env["config"](**{"crawl.ids": ids, "crawl.net.extractors": [], "crawl.net.extractor_args": {}})
+    store = Store(env["root"])
+    tc.run_crawl(cfg, store)
+    for u in ids:
+        row = store.read_status("download", u)
+        assert (row["state"], row["error_class"], row["retryable"]) == ("failed", "network", True)
+        assert "www.youtube.com, does not resolve here" in row["error"] and "Is this machine online" in row["error"]
+    assert asked == [crawl.YOUTUBE_HOST]  # once a run
+
+
+@pytest.mark.parametrize(
+    ("net", "environ", "looked_up"),
+    [
+        ({"proxy": ""}, {}, True),  # a direct connection, forced
+        ({}, {}, True),  # no proxy anywhere
+        ({}, {"HTTPS_PROXY": "http://proxy.example:3128"}, False),  # yt-dlp goes through the environment's
+        ({"proxy": "socks5://127.0.0.1:1080"}, {}, False),
+        ({"extractors": ["tests.ytdlp_offline:OfflineYoutubeIE"]}, {}, False),  # YouTube is not asked
+    ],
+)
+def test_the_name_lookup_is_made_only_where_ytdlp_would_connect_directly(monkeypatch, net, environ, looked_up):
+    import socket
+
+    from vsi_wild.stages.crawl.params import NetParams
+
+    for k in crawl.PROXY_ENV:
+        monkeypatch.delenv(k, raising=False)
+    for k, v in environ.items():
+        monkeypatch.setenv(k, v)
+    asked: list[str] = []
+
+    def lookup(host, *args, **kw):
+        asked.append(host)
+        raise socket.gaierror(-2, "Name or service not known")
+
+    monkeypatch.setattr(socket, "getaddrinfo", lookup)
+    session = crawl.Session()
+    session.preflight(NetParams(**net))
+    session.preflight(NetParams(**net))
+    assert asked == ([crawl.YOUTUBE_HOST] if looked_up else [])
+    assert bool(session.offline) == looked_up

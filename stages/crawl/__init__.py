@@ -30,7 +30,9 @@ from __future__ import annotations
 
 from vsi_wild.stages.crawl.cache import JsonCache, in_archive
 from vsi_wild.stages.crawl.client import (
+    PROXY_ENV,
     SESSION,
+    YOUTUBE_HOST,
     Downloaded,
     Session,
     Ytdlp,
@@ -77,6 +79,8 @@ from vsi_wild.stages.crawl.rows import candidate_row, source_row
 from vsi_wild.stages.crawl.search import SearchResult, search_candidates
 
 __all__ = [
+    "PROXY_ENV",
+    "YOUTUBE_HOST",
     "JsonCache",
     "in_archive",
     "SESSION",

@@ -8,6 +8,7 @@ import importlib
 import logging
 import os
 import random
+import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -18,6 +19,9 @@ from typing import Any
 from vsi_wild.errors import UnitError
 from vsi_wild.stages.crawl.errors import classify_error, unreachable
 from vsi_wild.stages.crawl.params import DownloadParams, NetParams
+
+YOUTUBE_HOST = "www.youtube.com"
+PROXY_ENV = ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy")  # yt-dlp honours these
 
 
 def watch_url(video_id: str) -> str:
@@ -44,6 +48,8 @@ class Session:
         self._last = 0.0
         self.consecutive_rate_limits = 0
         self.consecutive_unreachable: list[UnitError] = []
+        self.offline: str | None = None  # why YouTube cannot be reached from here at all (``preflight``)
+        self._preflown = False
         self.sleep: Callable[[float], None] = time.sleep
 
     def reset(self) -> None:
@@ -51,6 +57,7 @@ class Session:
             self._last = 0.0
             self.consecutive_rate_limits = 0
             self.consecutive_unreachable = []
+            self.offline, self._preflown = None, False
 
     def _semaphore(self, n: int) -> threading.Semaphore:
         with self._lock:
@@ -66,6 +73,14 @@ class Session:
                 f"{self.consecutive_rate_limits} operations in a row. Wait (up to an hour), consider "
                 f"crawl.net.cookies_file and a longer crawl.net.min_interval_s, then re-run",
                 kind="rate_limited",
+                retryable=True,
+            )
+        self.preflight(net)
+        if self.offline:
+            raise UnitError(
+                f"network: not contacting YouTube in this run: {self.offline}. Is this machine online (or "
+                "crawl.net.proxy right)? Then re-run: it retries these",
+                kind="network",
                 retryable=True,
             )
         if len(self.consecutive_unreachable) >= net.max_consecutive_unreachable:
@@ -87,6 +102,23 @@ class Session:
             finally:
                 with self._lock:
                     self._last = time.monotonic()
+
+    def preflight(self, net: NetParams) -> None:
+        """Once a run, before the first operation: where yt-dlp would connect directly (no proxy
+        configured or in the environment, YouTube's own extractors), look YouTube's name up. A
+        machine that cannot resolve it is offline: say so at once, where yt-dlp's retries and
+        their backoff take minutes an id to fail."""
+        with self._lock:
+            if self._preflown:
+                return
+            self._preflown = True
+        proxied = net.proxy or (net.proxy is None and any(os.environ.get(k) for k in PROXY_ENV))
+        if proxied or net.extractors:
+            return
+        try:
+            socket.getaddrinfo(YOUTUBE_HOST, 443)
+        except OSError as e:
+            self.offline = f"its name, {YOUTUBE_HOST}, does not resolve here ({e})"
 
     def note(self, error: UnitError | None) -> None:
         with self._lock:
