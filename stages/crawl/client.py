@@ -38,8 +38,9 @@ class Session:
     ``min_interval_s`` apart, and circuit breakers that stop contacting YouTube in this run after
     ``max_consecutive_rate_limits`` rate-limited operations in a row (YouTube says "for up to an
     hour"; hammering makes it longer), or after ``max_consecutive_unreachable`` operations in a row
-    that never reached it (an offline machine would otherwise spend its retries and their
-    backoff on every id of the crawl before saying so)."""
+    that never reached it, or at once where YouTube's name does not resolve (``preflight``): an
+    offline machine would otherwise spend its retries and their backoff on every id of the crawl
+    before saying so."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
