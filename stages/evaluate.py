@@ -126,7 +126,7 @@ def read_predictions(path: str | Path, rows: Sequence[Mapping[str, Any]]) -> Pre
     ``prediction``, or a doc id predicted twice, is an error naming the file and the line (a
     prediction counted twice or dropped would move a score unseen)."""
     known = {r["doc_id"] for r in rows}
-    known |= {f"{r['doc_id']}|perm{p:02d}" for r in rows if task(r["task_type"]).kind == MC for p in range(24)}
+    known |= {shuffle24_doc_id(r["doc_id"], p) for r in rows if task(r["task_type"]).kind == MC for p in range(24)}
     by_doc: dict[str, Any] = {}
     line_of: dict[str, int] = {}
     unknown = []
@@ -235,6 +235,11 @@ def default_groups(row: Mapping[str, Any]) -> list[str]:
 
 
 # ------------------------------------------------------------------------------------ Shuffle24
+def shuffle24_doc_id(doc_id: str, order: int) -> str:
+    """The doc id of a question's copy in Shuffle24's order ``order`` (``|perm00``..``|perm23``)."""
+    return f"{doc_id}|perm{order:02d}"
+
+
 def shuffle24(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The 24 re-ordered copies of a multiple-choice row (doc_id suffixed ``|perm00``..``|perm23``)."""
     texts = option_texts(row)
@@ -244,7 +249,7 @@ def shuffle24(row: Mapping[str, Any]) -> list[dict[str, Any]]:
     out = []
     for p, perm in enumerate(PERMUTATIONS):
         r = dict(row)
-        r["doc_id"] = f"{row['doc_id']}|perm{p:02d}"
+        r["doc_id"] = shuffle24_doc_id(row["doc_id"], p)
         r["options"] = [f"{LETTERS[i]}) {texts[j]}" for i, j in enumerate(perm)]
         r["answer"] = LETTERS[perm.index(ans)]
         out.append(r)

@@ -384,9 +384,9 @@ class Plan:
             lacking = [s for s in sources if s not in have]
             if not lacking:
                 continue
-            shown = ", ".join(lacking[:3]) + (f" and {len(lacking) - 3} more" if len(lacking) > 3 else "")
+            why = self._why_source_missing(name, lacking[0])
             reasons.append(
-                f"{name} has no current output for {shown} ({self._why_source_missing(name, lacking[0])}); "
+                f"{name} has no current output for {_listed(lacking, 3)} ({why}); "
                 f"make it ready: vsi-wild run --from {name}"
             )
         return "; ".join(reasons) or f"stage {stage.name} found nothing to do"

@@ -22,7 +22,7 @@ from pydantic_core import to_jsonable_python
 
 from vsi_wild.stages.backends.params import ModelsParams
 from vsi_wild.stages.candidates import CandidatesParams
-from vsi_wild.stages.crawl import CrawlParams
+from vsi_wild.stages.crawl import HOME_ENV, CrawlParams
 from vsi_wild.stages.detect import DetectParams
 from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.metadata import MetadataParams
@@ -132,13 +132,13 @@ def _config_file(p: Path) -> Path:
     working directory has none: the default `configs/sample.yaml` from anywhere."""
     if p.is_file():
         return p
-    home = os.environ.get("VSI_WILD_HOME")
+    home = os.environ.get(HOME_ENV)
     if home and not p.is_absolute() and (Path(home) / p).is_file():
         return Path(home) / p
-    where = f"in {Path.cwd()}" + (f" or VSI_WILD_HOME ({home})" if home else "")
+    where = f"in {Path.cwd()}" + (f" or {HOME_ENV} ({home})" if home else "")
     raise ConfigError(
         f"config file not found: {p} ({where}; run from the project folder, give --config a path, "
-        "or set VSI_WILD_HOME to the project folder)"
+        f"or set {HOME_ENV} to the project folder)"
     )
 
 
