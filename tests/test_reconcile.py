@@ -369,6 +369,22 @@ def test_a_revisited_layout_is_aligned_and_an_unrelated_one_is_not():
     assert np.linalg.norm(a.apply(pts[0]) - np.array([moved[0].real, moved[0].imag])) < 0.3
 
 
+def test_a_layout_shrunk_onto_a_crowd_of_look_alikes_is_not_aligned():
+    """Clip 1 holds a crowd of look-alikes (five of each of three concepts within 4 m) in a layout
+    100 m wide; clip 0's twelve objects, spread over 25 m and unrelated to it, can be laid onto the
+    crowd by a similarity shrinking them about sevenfold, each near some look-alike. The null
+    places clip 0's objects in their own layout, where such a packing is no coincidence: no
+    alignment. (Judged as if the shrunk objects could stand anywhere in clip 1's 100 m, it was
+    accepted.)"""
+    rng = np.random.default_rng(5)
+    concepts = ["cone", "bin", "bench"]
+    first = [_placed(0, i, concepts[i % 3], p) for i, p in enumerate(rng.uniform(0, 25, (12, 2)))]
+    crowd = [_placed(1, i, concepts[i % 3], 50 + p) for i, p in enumerate(rng.uniform(0, 4, (15, 2)))]
+    corners = [(0, 0), (100, 0), (0, 100), (100, 100)]
+    wide = [_placed(1, 15 + i, concepts[i % 3], p) for i, p in enumerate(corners)]
+    assert lay.align_clips(first + crowd + wide) == {}
+
+
 # ------------------------------------------------------------------------------ the partition
 def _set_partitions(items):
     if not items:

@@ -7,8 +7,11 @@ same-concept correspondences proposes the similarity z -> m z + t (complex groun
 that lays both onto their partners, and every single correspondence the shift that lays it onto
 its partner (the drift over a short walk is mostly a shift; exhaustive RANSAC over both). A proposal is scored by the
 number of false alarms (Moisan and Stival's a-contrario RANSAC): under the null hypothesis that the first clip's other
-objects fall anywhere in the second clip's layout, independently of it, an object of concept c lands within e of one of
-the second clip's n_c objects of c with probability p = min(1, n_c pi e^2 / area). With the residuals' probabilities
+objects stand anywhere in their own layout (area A: their bounding box), independently of the second clip's, an object
+of concept c that the proposal maps by z -> m z + t lands within e of one of the second clip's n_c objects of c with
+probability p = min(1, n_c pi e^2 / (|m|^2 A)): the disc of radius e around a look-alike is one of radius e / |m| in the
+first layout. (A proposal that shrinks the first layout, |m| < 1, packs its objects among the second's look-alikes;
+the null is stated where the objects are random, in their own layout, so that packing is no evidence.) With the residuals' probabilities
 sorted, p_(1) <= p_(2) <= ..., the proposal explains k objects beyond its own s (1 or 2) with
 
     NFA = N_tests * (n - s) * C(n - s, k) * p_(k)^k
@@ -91,12 +94,12 @@ def _hypotheses(A: list[ClipInstance], B: list[ClipInstance], fixed: int) -> lis
     return out
 
 
-def _area(zb: np.ndarray, B: list[ClipInstance]) -> float:
-    """The area the second layout's objects spread over: their bounding box, widened on every side
-    by the objects' mean location uncertainty (a layout of two objects still covers some ground)."""
-    sig = float(np.mean([math.sqrt(max(np.trace(_place(b).cov) / 2.0, 0.0)) for b in B]))
-    w = zb.real.max() - zb.real.min() + 2 * sig
-    h = zb.imag.max() - zb.imag.min() + 2 * sig
+def _area(z: np.ndarray, layout: list[ClipInstance]) -> float:
+    """The area a layout's objects spread over: their bounding box, widened on every side by the
+    objects' mean location uncertainty (a layout of two objects still covers some ground)."""
+    sig = float(np.mean([math.sqrt(max(np.trace(_place(c).cov) / 2.0, 0.0)) for c in layout]))
+    w = z.real.max() - z.real.min() + 2 * sig
+    h = z.imag.max() - z.imag.min() + 2 * sig
     return max(w * h, 1e-9)
 
 
@@ -112,7 +115,7 @@ def _best(
         return None
     same = np.array([[a.concept == b.concept for b in B] for a in A])
     n_c = same.sum(axis=1).astype(float)  # B's look-alikes of each of A's objects
-    area = _area(zb, B)
+    area = _area(za, A)  # where the null places A's objects
     rest = n - fixed  # objects beyond the proposal's own
     ks = np.arange(1, rest + 1)
     log10_comb = (gammaln(rest + 1) - gammaln(ks + 1) - gammaln(rest + 1 - ks)) / math.log(10)
@@ -137,7 +140,9 @@ def _best(
             d[rows, :, h[:, c]] = np.inf
         e = d.min(axis=2)
         with np.errstate(invalid="ignore"):  # no look-alike at all: p = 1
-            p = np.where(np.isfinite(e), np.minimum(1.0, n_c[None, :] * math.pi * e**2 / area), 1.0)
+            # a disc of radius e in B's layout is one of radius e / |m| in A's
+            scaled = np.maximum(np.abs(m), 1e-12)[:, None] ** 2 * area
+            p = np.where(np.isfinite(e), np.minimum(1.0, n_c[None, :] * math.pi * e**2 / scaled), 1.0)
         for c in range(0, 2 * fixed, 2):  # the proposal's own objects do not count
             p[rows, h[:, c]] = np.inf
         # a residual of exactly 0 (a layout laid onto itself) would make the NFA -inf: floor it
