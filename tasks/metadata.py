@@ -679,7 +679,7 @@ def run_reconcile(job: Job) -> None:
 RECONCILE = Stage(
     name="reconcile",
     outputs=schema.ARTIFACTS["reconcile"],
-    version="14",
+    version="15",
     unit_kind="video",
     run=run_reconcile,
     needs=("segment", "pose", "project"),

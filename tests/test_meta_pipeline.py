@@ -9,6 +9,7 @@ of the plaza; then fix files change the derived metadata as stated and recompute
 from __future__ import annotations
 
 import datetime as dt
+import itertools
 
 import pyarrow.parquet as pq
 import pytest
@@ -282,23 +283,34 @@ def test_a_review_item_a_person_renamed_apart_or_removed_a_side_of_is_resolved_e
     from vsi_wild.verify.review import Review, pair_key
 
     store, config, plan = built
-    vid, items = next(
-        (v, ds)
+
+    def two_items(v: str) -> tuple[dict, dict, dict] | None:
+        """Two review items of the view with no instance in common (a side of the first apart),
+        and the view's clip instance -> instance."""
+        of = {
+            (m["clip_index"], m["local_id"]): m["instance_id"]
+            for m in table(store, plan, "reconcile", v, "members.parquet")
+        }
+        items = [d for d in table(store, plan, "reconcile", v, "merge_decisions.parquet") if d["review"]]
+        for x, y in itertools.permutations(items, 2):
+            sx = {of[(x["clip_a"], x["local_a"])], of[(x["clip_b"], x["local_b"])]}
+            sy = {of[(y["clip_a"], y["local_a"])], of[(y["clip_b"], y["local_b"])]}
+            if len(sx) == 2 and not sx & sy:
+                return x, y, of
+        return None
+
+    vid, (renamed_item, removed_item, of) = next(
+        (v, got)
         for v in (ids.video_id(SID, view) for view in ids.VIEWS if view != "front")  # front: the test above's
-        if len(ds := [d for d in table(store, plan, "reconcile", v, "merge_decisions.parquet") if d["review"]]) >= 2
+        if (got := two_items(v)) is not None
     )
     decisions = table(store, plan, "reconcile", vid, "merge_decisions.parquet")
-    of = {
-        (m["clip_index"], m["local_id"]): m["instance_id"]
-        for m in table(store, plan, "reconcile", vid, "members.parquet")
-    }
+    items = [d for d in decisions if d["review"]]
 
     def sides(d: dict) -> tuple[int, int]:
         return of[(d["clip_a"], d["local_a"])], of[(d["clip_b"], d["local_b"])]
 
-    renamed_item = next(d for d in items if len(set(sides(d))) == 2)
     renamed = sides(renamed_item)[1]
-    removed_item = next(d for d in items if not set(sides(d)) & set(sides(renamed_item)))
     removed = sides(removed_item)[0]
     fixes = f"video_id: {vid}\nfixes:\n  - op: rename_concept\n    from: {renamed_item['concept']}\n"
     fixes += f"    to: park {renamed_item['concept']}\n    instances: [{renamed}]\n"
