@@ -9,10 +9,10 @@ sightings: the median Mahalanobis distance under the propagated covariances alon
 per-axis standard deviation that brings the median squared distance to a 2-d Gaussian's (ln 4),
 over the walked distance and over walked^1.5 (the first flat if the drift grows like walked, the
 second if it grows like walked^1.5, as a heading random walk's does). For the pairs compared after a layout alignment,
-how many lie in an alignment whose correspondences are mostly wrong by the truth, and the
-alignments' false alarms (log10 NFA) for right and wrong ones. Then, under the current defaults
-(``ReconcileParams``), the pairs of two objects with log odds above 0 and 2 and the pairs of one
-object below 0, by how they were compared.
+how many lie in an alignment whose correspondences are mostly wrong by the truth (and how many of
+the alignments accepted are), and the alignments' false alarms (log10 NFA) for right and wrong
+ones. Then, under the current defaults (``ReconcileParams``), the pairs of two objects with log
+odds above 0 and 2 and the pairs of one object below 0, by how they were compared.
 
 Usage: python bench/drift_growth.py [--noise none] [--truth-poses] [--seeds 1 ... 16] [--n-per-category 6]
                                     [--root build/bench_reconcile] [--reconcile JSON]
@@ -79,6 +79,7 @@ def main() -> int:
     evs: list = []
     same: list[bool] = []
     wrong_alignment: list[bool] = []
+    accepted = [0, 0]  # layout alignments accepted, of them mostly wrong
     for seed in args.seeds:
         config = br.bench_config(seed, args.n_per_category, 640, None, args.noise)
         views = br.prepared_views(store, config)
@@ -94,6 +95,7 @@ def main() -> int:
                 k: np.mean([vi.truth_of.get(a, -1) != vi.truth_of.get(b, -2) for a, b in al.inliers]) > 0.5
                 for k, al in alignments.items()
             }
+            accepted = [accepted[0] + len(bad), accepted[1] + sum(bad.values())]
             for e in asc.evidence(instances, alignments, walked, tm.appearance_of(config)):
                 evs.append(e)
                 same.append(vi.truth_of[e.a.key] == vi.truth_of[e.b.key])
@@ -117,6 +119,7 @@ def main() -> int:
             f"{math.sqrt(v) / max(walked, 1e-9) ** 1.5:.5f}"
         )
     al = has & ev.aligned
+    print(f"drift_alignments: {accepted[0]}, mostly wrong {accepted[1]}")
     print(f"drift_aligned_pairs: {int(al.sum())}, in a mostly wrong alignment {int((al & bad_al).sum())}")
     for name, m in (("right", al & ~bad_al), ("wrong", al & bad_al)):
         if m.any():

@@ -5,13 +5,15 @@ Poses drift over a walk, so an object seen again minutes later is located metres
 sighting; the objects around it have drifted the same way. For two clips, every pair of
 same-concept correspondences proposes the similarity z -> m z + t (complex ground coordinates)
 that lays both onto their partners, and every single correspondence the shift that lays it onto
-its partner (the drift over a short walk is mostly a shift; exhaustive RANSAC over both). A proposal is scored by the
-number of false alarms (Moisan and Stival's a-contrario RANSAC): under the null hypothesis that the first clip's other
-objects stand anywhere in their own layout (area A: their bounding box), independently of the second clip's, an object
-of concept c that the proposal maps by z -> m z + t lands within e of one of the second clip's n_c objects of c with
-probability p = min(1, n_c pi e^2 / (|m|^2 A)): the disc of radius e around a look-alike is one of radius e / |m| in the
-first layout. (A proposal that shrinks the first layout, |m| < 1, packs its objects among the second's look-alikes;
-the null is stated where the objects are random, in their own layout, so that packing is no evidence.) With the residuals' probabilities
+its partner (the drift over a short walk is mostly a shift; exhaustive RANSAC over both). A
+proposal is scored by the number of false alarms (Moisan and Stival's a-contrario RANSAC): under
+the null hypothesis that the first clip's other objects stand anywhere in their own layout (area
+A: their bounding box), independently of the second clip's, an object of concept c that the
+proposal maps by z -> m z + t lands within e of one of the second clip's n_c objects of c with
+probability p = min(1, n_c pi e^2 / (|m|^2 A)): the disc of radius e around a look-alike is one of
+radius e / |m| in the first layout. (A proposal that shrinks the first layout, |m| < 1, packs its
+objects among the second's look-alikes; the null is stated where the objects are random, in their
+own layout, so that packing is no evidence.) With the residuals' probabilities
 sorted, p_(1) <= p_(2) <= ..., the proposal explains k objects beyond its own s (1 or 2) with
 
     NFA = N_tests * (n - s) * C(n - s, k) * p_(k)^k
