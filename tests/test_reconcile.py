@@ -373,9 +373,8 @@ def test_a_layout_shrunk_onto_a_crowd_of_look_alikes_is_not_aligned():
     """Clip 1 holds a crowd of look-alikes (five of each of three concepts within 4 m) in a layout
     100 m wide; clip 0's twelve objects, spread over 25 m and unrelated to it, can be laid onto the
     crowd by a similarity shrinking them about sevenfold, each near some look-alike. The null
-    places clip 0's objects in their own layout, where such a packing is no coincidence: no
-    alignment. (Judged as if the shrunk objects could stand anywhere in clip 1's 100 m, it was
-    accepted.)"""
+    places clip 0's objects in their own layout, where chance packs them so once shrunk: no
+    alignment. (A null placing the shrunk objects anywhere in clip 1's 100 m would accept it.)"""
     rng = np.random.default_rng(5)
     concepts = ["cone", "bin", "bench"]
     first = [_placed(0, i, concepts[i % 3], p) for i, p in enumerate(rng.uniform(0, 25, (12, 2)))]
