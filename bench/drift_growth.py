@@ -79,7 +79,7 @@ def main() -> int:
     evs: list = []
     same: list[bool] = []
     wrong_alignment: list[bool] = []
-    accepted = [0, 0]  # layout alignments accepted, of them mostly wrong
+    accepted = accepted_wrong = 0  # layout alignments accepted, and of them mostly wrong
     for seed in args.seeds:
         config = br.bench_config(seed, args.n_per_category, 640, None, args.noise)
         views = br.prepared_views(store, config)
@@ -95,7 +95,8 @@ def main() -> int:
                 k: np.mean([vi.truth_of.get(a, -1) != vi.truth_of.get(b, -2) for a, b in al.inliers]) > 0.5
                 for k, al in alignments.items()
             }
-            accepted = [accepted[0] + len(bad), accepted[1] + sum(bad.values())]
+            accepted += len(bad)
+            accepted_wrong += sum(bad.values())
             for e in asc.evidence(instances, alignments, walked, tm.appearance_of(config)):
                 evs.append(e)
                 same.append(vi.truth_of[e.a.key] == vi.truth_of[e.b.key])
@@ -119,7 +120,7 @@ def main() -> int:
             f"{math.sqrt(v) / max(walked, 1e-9) ** 1.5:.5f}"
         )
     al = has & ev.aligned
-    print(f"drift_alignments: {accepted[0]}, mostly wrong {accepted[1]}")
+    print(f"drift_alignments: {accepted}, mostly wrong {accepted_wrong}")
     print(f"drift_aligned_pairs: {int(al.sum())}, in a mostly wrong alignment {int((al & bad_al).sum())}")
     for name, m in (("right", al & ~bad_al), ("wrong", al & bad_al)):
         if m.any():

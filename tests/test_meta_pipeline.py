@@ -284,6 +284,10 @@ def test_a_review_item_a_person_renamed_apart_or_removed_a_side_of_is_resolved_e
 
     store, config, plan = built
 
+    def sides_in(of: dict, d: dict) -> tuple[int, int]:
+        """The instances a decision's two clip instances belong to (``of``: clip instance -> instance)."""
+        return of[(d["clip_a"], d["local_a"])], of[(d["clip_b"], d["local_b"])]
+
     def two_items(v: str) -> tuple[dict, dict, dict] | None:
         """Two review items of the view with no instance in common (a side of the first apart),
         and the view's clip instance -> instance."""
@@ -293,8 +297,7 @@ def test_a_review_item_a_person_renamed_apart_or_removed_a_side_of_is_resolved_e
         }
         items = [d for d in table(store, plan, "reconcile", v, "merge_decisions.parquet") if d["review"]]
         for x, y in itertools.permutations(items, 2):
-            sx = {of[(x["clip_a"], x["local_a"])], of[(x["clip_b"], x["local_b"])]}
-            sy = {of[(y["clip_a"], y["local_a"])], of[(y["clip_b"], y["local_b"])]}
+            sx, sy = set(sides_in(of, x)), set(sides_in(of, y))
             if len(sx) == 2 and not sx & sy:
                 return x, y, of
         return None
@@ -308,7 +311,7 @@ def test_a_review_item_a_person_renamed_apart_or_removed_a_side_of_is_resolved_e
     items = [d for d in decisions if d["review"]]
 
     def sides(d: dict) -> tuple[int, int]:
-        return of[(d["clip_a"], d["local_a"])], of[(d["clip_b"], d["local_b"])]
+        return sides_in(of, d)
 
     renamed = sides(renamed_item)[1]
     removed = sides(removed_item)[0]
