@@ -159,14 +159,22 @@ def test_bad_config_is_a_clear_error(tmp_path):
 
 
 def test_a_relative_config_is_found_in_the_project_folder_from_anywhere(tmp_path, monkeypatch):
-    """Outside the project folder, the default `configs/sample.yaml` is read from VSI_WILD_HOME;
-    without it the error says where it looked and what to do."""
+    """Outside the project folder, the default `configs/sample.yaml` is read from the project folder
+    (VSI_WILD_HOME, else the checkout of an editable install); a file in neither is an error that
+    says where it looked and what to do."""
     from vsi_wild.config import ConfigError, load_config
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("VSI_WILD_HOME", raising=False)
-    with pytest.raises(ConfigError, match=f"configs/sample.yaml \\(in {tmp_path}; .*set VSI_WILD_HOME"):
+    assert load_config("configs/sample.yaml") == load_config(REPO / "configs" / "sample.yaml")  # the checkout's
+    elsewhere = tmp_path / "home"
+    elsewhere.mkdir()
+    monkeypatch.setenv("VSI_WILD_HOME", str(elsewhere))
+    looked = f"configs/sample.yaml \\(in {tmp_path} or the project folder {elsewhere}\\); "
+    with pytest.raises(ConfigError, match=looked + ".*set VSI_WILD_HOME"):
         load_config("configs/sample.yaml")
+    with pytest.raises(ConfigError, match="not found: /nowhere/c.yaml; run from"):
+        load_config("/nowhere/c.yaml")
     monkeypatch.setenv("VSI_WILD_HOME", str(REPO))
     assert load_config("configs/sample.yaml") == load_config(REPO / "configs" / "sample.yaml")
     (tmp_path / "configs").mkdir()

@@ -22,7 +22,7 @@ from pydantic_core import to_jsonable_python
 
 from vsi_wild.stages.backends.params import ModelsParams
 from vsi_wild.stages.candidates import CandidatesParams
-from vsi_wild.stages.crawl import HOME_ENV, CrawlParams
+from vsi_wild.stages.crawl import HOME_ENV, CrawlParams, project_home, resolve_path
 from vsi_wild.stages.detect import DetectParams
 from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.metadata import MetadataParams
@@ -128,17 +128,16 @@ class ConfigError(ValueError):
 
 
 def _config_file(p: Path) -> Path:
-    """A config path as given, or a relative one under the project folder (VSI_WILD_HOME) when the
-    working directory has none: the default `configs/sample.yaml` from anywhere."""
-    if p.is_file():
-        return p
-    home = os.environ.get(HOME_ENV)
-    if home and not p.is_absolute() and (Path(home) / p).is_file():
-        return Path(home) / p
-    where = f"in {Path.cwd()}" + (f" or {HOME_ENV} ({home})" if home else "")
+    """A config path as given (absolute, or from the working directory), else a relative one under
+    the project folder, as every config-relative path is read (``crawl.resolve_path``): the default
+    `configs/sample.yaml` from anywhere."""
+    found = resolve_path(p)
+    if found.is_file():
+        return found
+    where = "" if p.is_absolute() else f" (in {Path.cwd()} or the project folder {project_home()})"
     raise ConfigError(
-        f"config file not found: {p} ({where}; run from the project folder, give --config a path, "
-        f"or set {HOME_ENV} to the project folder)"
+        f"config file not found: {p}{where}; run from the project folder, give --config a path, "
+        f"or set {HOME_ENV} to the project folder"
     )
 
 
