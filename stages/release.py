@@ -159,6 +159,10 @@ def size_category(n: int) -> str:
     return "n>1M"
 
 
+# how the card tells a reader to score predictions on the release folder without lmms-eval
+EVALUATE_COMMAND = "vsi-wild evaluate --qa qa.parquet --predictions predictions.jsonl"
+
+
 def card(
     version: str,
     license_id: str,
@@ -234,6 +238,11 @@ def card(
         f"With lmms-eval: `lmms-eval --include_path {task_dir} --tasks vsi_super_wild_{_slug(version)} ...`, run "
         "from this folder with `VSI_SUPER_WILD_VIDEO_ROOT` naming the folder of the view videos. Scores: accuracy "
         "for VMR, VPO and VOO (the answer letter), MRA for VOC (1 - |prediction - answer| / max(answer, 1)).",
+        "",
+        f"Without lmms-eval: `{EVALUATE_COMMAND}`, run from this folder where the vsi-wild pipeline is "
+        'installed, scores a JSONL file of `{"doc_id": ..., "prediction": ...}` lines (a letter, or a number '
+        "for VOC) the same way, per task, subtype and duration bin; `--json` prints one object per group, "
+        "`--blind` scores the blind baselines and `--write-shuffle24` writes the Shuffle24 variant.",
         "",
         *unverified_section(rows),
         "## How it was made",

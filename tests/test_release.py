@@ -225,11 +225,24 @@ def test_lmms_eval_loads_the_release_task_and_scores_it(builds, tmp_path):
     assert 0 < ours["all"]["score"] < 1  # the predictions are neither all right nor all wrong
 
 
-def test_the_lmms_eval_scoring_agrees_with_evaluate(builds):
+def test_the_lmms_eval_scoring_agrees_with_evaluate(builds, tmp_path):
     folder = builds[0] / "releases" / "v1"
     rows = [json.loads(x) for x in (folder / "vsi_super_wild_qa.jsonl").read_text().splitlines()]
     predictions = _predictions(rows)
     ours = ev.evaluate(rows, predictions)
+    # the card's command for scoring without lmms-eval, as written there, run from a copy of the folder
+    card = (folder / "README.md").read_text()
+    assert f"`{rel.EVALUATE_COMMAND}`" in card
+    copy = shutil.copytree(folder, tmp_path / "v1")
+    (copy / "predictions.jsonl").write_text(
+        "".join(json.dumps({"doc_id": d, "prediction": p}) + "\n" for d, p in predictions.items())
+    )
+    res = vsi_wild(*rel.EVALUATE_COMMAND.split()[1:], "--json", cwd=copy)
+    assert res.returncode == 0, res.stdout + res.stderr
+    scored = [json.loads(line) for line in res.stdout.splitlines()]
+    for task in {r["task_type"] for r in rows}:
+        (row,) = [g for g in scored if g.get("group") == task]
+        assert abs(row["score"] - ours[task]["score"]) < 1e-9 and row["n"] == ours[task]["n"], task
     per_task: dict[str, list[float]] = {}
     for r in rows:
         out = lmms.process_results(r, [predictions[r["doc_id"]]])
