@@ -11,8 +11,13 @@ over the walked distance and over walked^1.5 (the first flat if the drift grows 
 second if it grows like walked^1.5, as a heading random walk's does). For the pairs compared after a layout alignment,
 how many lie in an alignment whose correspondences are mostly wrong by the truth (and how many of
 the alignments accepted are), and the alignments' false alarms (log10 NFA) for right and wrong
-ones. Then, under the current defaults (``ReconcileParams``), the pairs of two objects with log
-odds above 0 and 2 and the pairs of one object below 0, by how they were compared.
+ones. For the pairs of one object compared after a right alignment (not themselves one of its
+correspondences, whose residuals the fit absorbed): the median Mahalanobis distance under the
+covariance they are scored with (positions and alignment, no drift) and the extra per-axis standard
+deviation it lacks, binned by the path walked inside the two clips from each sighting's placing
+camera to the nearest inlier's: the drift a rigid layout fit leaves. Then, under the current
+defaults (``ReconcileParams``), the pairs of two objects with log odds above 0 and 2 and the pairs
+of one object below 0, by how they were compared.
 
 Usage: python bench/drift_growth.py [--noise none] [--truth-poses] [--seeds 1 ... 16] [--n-per-category 6]
                                     [--root build/bench_reconcile] [--reconcile JSON]
@@ -51,6 +56,29 @@ def _extra_variance(d: np.ndarray, cov: np.ndarray) -> float:
     return float(brentq(f, 0.0, 1e6)) if f(0.0) > 0 else 0.0
 
 
+def _median_m(d: np.ndarray, cov: np.ndarray) -> float:
+    return math.sqrt(float(np.median(_m2(d, cov, 0.0))))
+
+
+def _walked_to_inliers(instances, alignments, walked, e) -> tuple[float, bool]:
+    """For an aligned pair: the path walked inside its first clip from the first sighting's placing
+    camera to the nearest inlier's, plus the same in the second clip; and whether the pair is itself
+    one of the alignment's correspondences. (nan, False) for a pair not aligned."""
+    from vsi_wild.stages.reconcile.associate import placed_at
+
+    if not e.aligned or walked is None:
+        return math.nan, False
+    by_key = {c.key: c for c in instances}
+    al = alignments[(min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip))]
+    first, second = (e.a, e.b) if e.a.clip == al.clips[0] else (e.b, e.a)
+    total = 0.0
+    for side, x in ((0, first), (1, second)):
+        s = placed_at(x, x.first_sample)
+        refs = [placed_at(by_key[pair[side]], by_key[pair[side]].first_sample) for pair in al.inliers]
+        total += min(walked(*sorted((s, r))) for r in refs)
+    return total, (first.key, second.key) in set(al.inliers)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     br.add_noise_argument(ap)
@@ -80,6 +108,7 @@ def main() -> int:
     same: list[bool] = []
     wrong_alignment: list[bool] = []
     accepted = accepted_wrong = 0  # layout alignments accepted, and of them mostly wrong
+    in_reach: list[tuple[float, bool]] = []  # per pair: walked within the clips to the alignment's inliers, an inlier
     for seed in args.seeds:
         config = br.bench_config(seed, args.n_per_category, 640, None, args.noise)
         views = br.prepared_views(store, config)
@@ -102,6 +131,7 @@ def main() -> int:
                 same.append(vi.truth_of[e.a.key] == vi.truth_of[e.b.key])
                 key = (min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip))
                 wrong_alignment.append(e.aligned and bad[key])
+            in_reach.extend(_walked_to_inliers(instances, alignments, walked, e) for e in evs[len(in_reach) :])
     ev = asc.EvidenceArrays.of(evs)
     y, bad_al = np.array(same), np.array(wrong_alignment)
     has = np.isfinite(ev.d).all(axis=1)
@@ -126,6 +156,26 @@ def main() -> int:
         if m.any():
             q = np.percentile(ev.alignment_log10_nfa[m], [10, 50, 90])
             print(f"drift_alignment_log10_nfa_{name}: p10 {q[0]:.1f}, median {q[1]:.1f}, p90 {q[2]:.1f}")
+    # the aligned comparison's residual against the covariance it is scored with (alignment and
+    # positions, no drift), binned by the path walked inside the two clips from each sighting's placing
+    # camera to the nearest of the alignment's inliers: the drift a rigid layout fit does not remove
+    reach = np.array([w for w, _ in in_reach])
+    inlier = np.array([i for _, i in in_reach], dtype=bool)
+    right = y & al & ~bad_al
+    m = right & inlier
+    if m.sum() >= 5:
+        print(f"drift_aligned_inlier_pairs: {int(m.sum())}, median m {_median_m(ev.d[m], ev.cov[m]):.2f}")
+    for lo, hi in zip(BINS, BINS[1:], strict=False):
+        m = right & ~inlier & (reach >= lo) & (reach < hi)
+        if m.sum() < 5:
+            continue
+        v = _extra_variance(ev.d[m], ev.cov[m])
+        w = float(np.median(reach[m]))
+        print(
+            f"drift_aligned_reach_{lo:g}_{hi:g}: pairs {int(m.sum())}, median walked to the inliers {w:.1f}, "
+            f"median m (alignment's covariance) {_median_m(ev.d[m], ev.cov[m]):.2f}, extra sd {math.sqrt(v):.2f}, "
+            f"over walked {math.sqrt(v) / max(w, 1e-9):.4f}"
+        )
     lo_ = asc.log_odds(asc.score(params, ev))
     for name, m in (("two_objects_above_0", ~y & (lo_ > 0)), ("two_objects_above_2", ~y & (lo_ > 2))):
         m = m & has
