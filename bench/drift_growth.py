@@ -17,7 +17,9 @@ covariance they are scored with (positions and alignment, no drift) and the extr
 deviation it lacks, binned by the path walked inside the two clips from each sighting's placing
 camera to the nearest inlier's: the drift a rigid layout fit leaves. Then, under the current
 defaults (``ReconcileParams``), the pairs of two objects with log odds above 0 and 2 and the pairs
-of one object below 0, by how they were compared.
+of one object below 0, by how they were compared; for the latter compared as the poses give them,
+how many objects (by the truth, any concept) their two clips both located: what an alignment of
+those clips could have used.
 
 Usage: python bench/drift_growth.py [--noise none] [--truth-poses] [--seeds 1 ... 16] [--n-per-category 6]
                                     [--root build/bench_reconcile] [--reconcile JSON]
@@ -109,6 +111,7 @@ def main() -> int:
     wrong_alignment: list[bool] = []
     accepted = accepted_wrong = 0  # layout alignments accepted, and of them mostly wrong
     in_reach: list[tuple[float, bool]] = []  # per pair: walked within the clips to the alignment's inliers, an inlier
+    shared: list[int] = []  # per pair: objects (by the truth) that both its clips located, any concept
     for seed in args.seeds:
         config = br.bench_config(seed, args.n_per_category, 640, None, args.noise)
         views = br.prepared_views(store, config)
@@ -132,6 +135,11 @@ def main() -> int:
                 key = (min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip))
                 wrong_alignment.append(e.aligned and bad[key])
             in_reach.extend(_walked_to_inliers(instances, alignments, walked, e) for e in evs[len(in_reach) :])
+            located: dict[int, set] = {}
+            for c in instances:
+                if c.where is not None:
+                    located.setdefault(c.clip, set()).add(vi.truth_of.get(c.key, ("unmatched", c.key)))
+            shared.extend(len(located.get(e.a.clip, set()) & located.get(e.b.clip, set())) for e in evs[len(shared) :])
     ev = asc.EvidenceArrays.of(evs)
     y, bad_al = np.array(same), np.array(wrong_alignment)
     has = np.isfinite(ev.d).all(axis=1)
@@ -185,6 +193,13 @@ def main() -> int:
         )
     m = y & has & (lo_ < 0)
     print(f"drift_one_object_below_0: {int(m.sum())} (aligned {int((m & ev.aligned).sum())})")
+    # the ones compared as the poses give them: could a layout alignment have reached them (how many
+    # objects their two clips both located), and did the test see one between those clips at all
+    n_shared = np.array(shared)
+    m = m & ~ev.aligned & ~ev.same_clip
+    cuts = ((0, 2), (2, 3), (3, 5), (5, 10), (10, 10**9))
+    parts = ", ".join(f"{lo}-{hi - 1}: {int((m & (n_shared >= lo) & (n_shared < hi)).sum())}" for lo, hi in cuts)
+    print(f"drift_one_object_below_0_unaligned_by_shared_objects: {int(m.sum())} ({parts.replace('-999999999', '+')})")
     return 0
 
 
