@@ -19,7 +19,9 @@ camera to the nearest inlier's: the drift a rigid layout fit leaves. Then, under
 defaults (``ReconcileParams``), the pairs of two objects with log odds above 0 and 2 and the pairs
 of one object below 0, by how they were compared; for the latter compared as the poses give them,
 how many objects (by the truth, any concept) their two clips both located: what an alignment of
-those clips could have used.
+those clips could have used; and where three or more, the best proposal the layout test saw for
+those clips (the same search with no false-alarm bound): its log10 NFA, and whether it is mostly
+right by the truth.
 
 Usage: python bench/drift_growth.py [--noise none] [--truth-poses] [--seeds 1 ... 16] [--n-per-category 6]
                                     [--root build/bench_reconcile] [--reconcile JSON]
@@ -101,6 +103,7 @@ def main() -> int:
     from vsi_wild.stages import model_errors as me
     from vsi_wild.stages import reconcile as rc
     from vsi_wild.stages.reconcile import associate as asc
+    from vsi_wild.stages.reconcile import layout
     from vsi_wild.store import Store
     from vsi_wild.tasks import metadata as tm
 
@@ -112,6 +115,7 @@ def main() -> int:
     accepted = accepted_wrong = 0  # layout alignments accepted, and of them mostly wrong
     in_reach: list[tuple[float, bool]] = []  # per pair: walked within the clips to the alignment's inliers, an inlier
     shared: list[int] = []  # per pair: objects (by the truth) that both its clips located, any concept
+    best_proposal: list[tuple[float, bool]] = []  # per pair: its clips' best layout proposal, log10 NFA and right
     for seed in args.seeds:
         config = br.bench_config(seed, args.n_per_category, 640, None, args.noise)
         views = br.prepared_views(store, config)
@@ -140,6 +144,15 @@ def main() -> int:
                 if c.where is not None:
                     located.setdefault(c.clip, set()).add(vi.truth_of.get(c.key, ("unmatched", c.key)))
             shared.extend(len(located.get(e.a.clip, set()) & located.get(e.b.clip, set())) for e in evs[len(shared) :])
+            # every clip pair's best proposal, accepted or not (no false-alarm bound)
+            proposals = layout.align_clips(instances, math.inf)
+            for e in evs[len(best_proposal) :]:
+                pr = proposals.get((min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip)))
+                right = (
+                    pr is not None
+                    and np.mean([vi.truth_of.get(a, -1) == vi.truth_of.get(b, -2) for a, b in pr.inliers]) > 0.5
+                )
+                best_proposal.append((math.inf if pr is None else pr.log10_nfa, right))
     ev = asc.EvidenceArrays.of(evs)
     y, bad_al = np.array(same), np.array(wrong_alignment)
     has = np.isfinite(ev.d).all(axis=1)
@@ -200,6 +213,18 @@ def main() -> int:
     cuts = ((0, 2), (2, 3), (3, 5), (5, 10), (10, 10**9))
     parts = ", ".join(f"{lo}-{hi - 1}: {int((m & (n_shared >= lo) & (n_shared < hi)).sum())}" for lo, hi in cuts)
     print(f"drift_one_object_below_0_unaligned_by_shared_objects: {int(m.sum())} ({parts.replace('-999999999', '+')})")
+    # of those whose clips share three or more: the best proposal the layout test rejected
+    nfa = np.array([n for n, _ in best_proposal])
+    right = np.array([r for _, r in best_proposal], dtype=bool)
+    m = m & (n_shared >= 3)
+    if m.any():
+        q = np.percentile(nfa[m & np.isfinite(nfa)], [10, 50, 90]) if (m & np.isfinite(nfa)).any() else [math.nan] * 3
+        print(
+            f"drift_one_object_below_0_unaligned_rejected: {int(m.sum())}, "
+            f"no proposal {int((m & ~np.isfinite(nfa)).sum())},"
+            f" best proposal mostly right {int((m & right).sum())}, its log10 NFA p10 {q[0]:.1f}, median {q[1]:.1f},"
+            f" p90 {q[2]:.1f}"
+        )
     return 0
 
 
