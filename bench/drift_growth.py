@@ -64,23 +64,27 @@ def _median_m(d: np.ndarray, cov: np.ndarray) -> float:
     return math.sqrt(float(np.median(_m2(d, cov, 0.0))))
 
 
-def _walked_to_inliers(instances, alignments, walked, e) -> tuple[float, bool]:
-    """For an aligned pair: the path walked inside its first clip from the first sighting's placing
-    camera to the nearest inlier's, plus the same in the second clip; and whether the pair is itself
-    one of the alignment's correspondences. (nan, False) for a pair not aligned."""
+def _share_right(inliers, truth_of: dict) -> float:
+    """The share of an alignment's correspondences that the truth calls one object."""
+    return float(np.mean([truth_of.get(a, -1) == truth_of.get(b, -2) for a, b in inliers]))
+
+
+def _walked_to_inliers(by_key: dict, al, walked, e) -> tuple[float, bool]:
+    """For a pair compared after the alignment ``al``: the path walked inside its first clip from
+    the first sighting's placing camera to the nearest inlier's, plus the same in the second clip;
+    and whether the pair is itself one of the alignment's correspondences. (nan, False) for a pair
+    not aligned. ``by_key``: the view's instances by key."""
     from vsi_wild.stages.reconcile.associate import placed_at
 
     if not e.aligned or walked is None:
         return math.nan, False
-    by_key = {c.key: c for c in instances}
-    al = alignments[(min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip))]
     first, second = (e.a, e.b) if e.a.clip == al.clips[0] else (e.b, e.a)
     total = 0.0
     for side, x in ((0, first), (1, second)):
         s = placed_at(x, x.first_sample)
         refs = [placed_at(by_key[pair[side]], by_key[pair[side]].first_sample) for pair in al.inliers]
         total += min(walked(*sorted((s, r))) for r in refs)
-    return total, (first.key, second.key) in set(al.inliers)
+    return total, (first.key, second.key) in al.inliers
 
 
 def main() -> int:
@@ -127,32 +131,28 @@ def main() -> int:
             poses = me.perturb_track(track, errs.poses, me.rng_for(errs.seed, vi.video_id, "poses"))
             instances = sorted(vi.instances(), key=lambda c: c.key)
             alignments, walked = rc.prepare(instances, params, poses, config.pose.ground_height())
-            bad = {
-                k: np.mean([vi.truth_of.get(a, -1) != vi.truth_of.get(b, -2) for a, b in al.inliers]) > 0.5
-                for k, al in alignments.items()
-            }
+            bad = {k: _share_right(al.inliers, vi.truth_of) < 0.5 for k, al in alignments.items()}
             accepted += len(bad)
             accepted_wrong += sum(bad.values())
-            for e in asc.evidence(instances, alignments, walked, tm.appearance_of(config)):
-                evs.append(e)
-                same.append(vi.truth_of[e.a.key] == vi.truth_of[e.b.key])
-                key = (min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip))
-                wrong_alignment.append(e.aligned and bad[key])
-            in_reach.extend(_walked_to_inliers(instances, alignments, walked, e) for e in evs[len(in_reach) :])
+            view_evs = asc.evidence(instances, alignments, walked, tm.appearance_of(config))
+            evs.extend(view_evs)
+            by_key = {c.key: c for c in instances}
             located: dict[int, set] = {}
             for c in instances:
                 if c.where is not None:
                     located.setdefault(c.clip, set()).add(vi.truth_of.get(c.key, ("unmatched", c.key)))
-            shared.extend(len(located.get(e.a.clip, set()) & located.get(e.b.clip, set())) for e in evs[len(shared) :])
             # every clip pair's best proposal, accepted or not (no false-alarm bound)
             proposals = layout.align_clips(instances, math.inf)
-            for e in evs[len(best_proposal) :]:
-                pr = proposals.get((min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip)))
-                right = (
-                    pr is not None
-                    and np.mean([vi.truth_of.get(a, -1) == vi.truth_of.get(b, -2) for a, b in pr.inliers]) > 0.5
+            for e in view_evs:
+                same.append(vi.truth_of[e.a.key] == vi.truth_of[e.b.key])
+                key = (min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip))
+                wrong_alignment.append(e.aligned and bad[key])
+                in_reach.append(_walked_to_inliers(by_key, alignments.get(key), walked, e))
+                shared.append(len(located.get(e.a.clip, set()) & located.get(e.b.clip, set())))
+                pr = proposals.get(key)
+                best_proposal.append(
+                    (math.inf, False) if pr is None else (pr.log10_nfa, _share_right(pr.inliers, vi.truth_of) > 0.5)
                 )
-                best_proposal.append((math.inf if pr is None else pr.log10_nfa, right))
     ev = asc.EvidenceArrays.of(evs)
     y, bad_al = np.array(same), np.array(wrong_alignment)
     has = np.isfinite(ev.d).all(axis=1)
