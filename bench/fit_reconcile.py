@@ -52,6 +52,7 @@ FITTED = (
     "prior_log_odds",
     "unplaced_log_odds",
     "chance_alignment_log10",
+    "aligned_drift_per_distance",
     "continuity_weight",
     "appearance_weight",
 )
@@ -62,6 +63,7 @@ BOUNDS = {
     "prior_log_odds": (-30.0, 30.0),
     "unplaced_log_odds": (-30.0, 30.0),
     "chance_alignment_log10": (-10.0, 10.0),
+    "aligned_drift_per_distance": (0.0, 2.0),
     "continuity_weight": (0.0, 50.0),
     "appearance_weight": (0.0, 100.0),
 }
@@ -113,7 +115,16 @@ def main() -> int:
     ap.add_argument(
         "--models", type=json.loads, default={}, help="models section settings (JSON), e.g. another open_clip_weights"
     )
+    ap.add_argument(
+        "--hold",
+        type=json.loads,
+        default={},
+        help="parameters held at these values instead of fitted (JSON), to compare forms of the model: "
+        "e.g. '{\"aligned_drift_per_distance\": 0}'",
+    )
     args = ap.parse_args()
+    if set(args.hold) - set(FITTED):
+        raise SystemExit(f"--hold: not a fitted parameter: {sorted(set(args.hold) - set(FITTED))}")
     if not set(args.seeds) <= set(br.TRAINING_SEEDS):
         raise SystemExit(
             f"fit on training seeds only ({br.TRAINING_SEEDS[0]}-{br.TRAINING_SEEDS[-1]}), "
@@ -127,7 +138,7 @@ def main() -> int:
     from vsi_wild.stages.reconcile import associate as asc
     from vsi_wild.tasks import metadata as tm
 
-    defaults = rc.ReconcileParams()
+    defaults = rc.ReconcileParams().model_copy(update=args.hold)
     data = []  # (level, seed, vi, config, instances, poses)
     evs, labels = [], []
     withheld_evs, withheld_labels = [], []  # the same pairs without positions
@@ -172,7 +183,9 @@ def main() -> int:
         return float(np.logaddexp(0.0, -(2 * labels - 1) * lo).sum())
 
     x0 = np.array([getattr(defaults, k) for k in FITTED])
-    placed = np.array([k != "unplaced_log_odds" for k in FITTED])  # stage 1 fits these; bu stays at its default
+    unplaced = np.array([k == "unplaced_log_odds" and k not in args.hold for k in FITTED])
+    # stage 1 fits these; bu (stage 2) and the held ones stay at their values
+    placed = np.array([k != "unplaced_log_odds" and k not in args.hold for k in FITTED])
 
     def with_placed(z) -> np.ndarray:
         x = x0.copy()
@@ -191,18 +204,20 @@ def main() -> int:
 
     def with_unplaced(z) -> np.ndarray:
         x = x1.copy()
-        x[~placed] = z
+        x[unplaced] = z
         return x
 
     def withheld_loss(z) -> float:
         return pair_loss(with_unplaced(z), withheld, y_withheld)
 
-    res_u = minimize(withheld_loss, x0[~placed], method="L-BFGS-B", bounds=[BOUNDS["unplaced_log_odds"]])
+    res_u = minimize(
+        withheld_loss, x0[unplaced], method="L-BFGS-B", bounds=[BOUNDS["unplaced_log_odds"]] * int(unplaced.sum())
+    )
     fitted = dict(zip(FITTED, (float(v) for v in with_unplaced(res_u.x)), strict=True))
     print(f"fit_unplaced_converged: {bool(res_u.success)} ({res_u.message})")
     print(
         f"fit_mean_log_loss_positions_withheld: {res_u.fun / len(y_withheld):.4f} "
-        f"(at the default bu {withheld_loss(x0[~placed]) / len(y_withheld):.4f}; "
+        f"(at the default bu {withheld_loss(x0[unplaced]) / len(y_withheld):.4f}; "
         f"at bu = b0 {withheld_loss([fitted['prior_log_odds']]) / len(y_withheld):.4f})"
     )
     print("# the log odds' parameters: " + ", ".join(f"{k} {v:.4g}" for k, v in fitted.items()), flush=True)
