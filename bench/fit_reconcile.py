@@ -122,9 +122,18 @@ def main() -> int:
         help="parameters held at these values instead of fitted (JSON), to compare forms of the model: "
         "e.g. '{\"aligned_drift_per_distance\": 0}'",
     )
+    ap.add_argument(
+        "--start",
+        type=json.loads,
+        default={},
+        help="start the fit from these values instead of the defaults (JSON): a drift rate's log-likelihood is "
+        "flat at 0, where a rate defaulting to 0 would stay",
+    )
     args = ap.parse_args()
-    if set(args.hold) - set(FITTED):
-        raise SystemExit(f"--hold: not a fitted parameter: {sorted(set(args.hold) - set(FITTED))}")
+    if set(args.hold) - set(FITTED) or set(args.start) - set(FITTED):
+        raise SystemExit(
+            f"--hold/--start: not fitted parameters: {sorted((set(args.hold) | set(args.start)) - set(FITTED))}"
+        )
     if not set(args.seeds) <= set(br.TRAINING_SEEDS):
         raise SystemExit(
             f"fit on training seeds only ({br.TRAINING_SEEDS[0]}-{br.TRAINING_SEEDS[-1]}), "
@@ -138,7 +147,7 @@ def main() -> int:
     from vsi_wild.stages.reconcile import associate as asc
     from vsi_wild.tasks import metadata as tm
 
-    defaults = rc.ReconcileParams().model_copy(update=args.hold)
+    defaults = rc.ReconcileParams().model_copy(update={**args.start, **args.hold})
     data = []  # (level, seed, vi, config, instances, poses)
     evs, labels = [], []
     withheld_evs, withheld_labels = [], []  # the same pairs without positions
