@@ -13,11 +13,9 @@ how many lie in an alignment whose correspondences are mostly wrong by the truth
 the alignments accepted are), and the alignments' false alarms (log10 NFA) for right and wrong
 ones. For the pairs of one object compared after a right alignment (not themselves one of its
 correspondences, whose residuals the fit absorbed): the median Mahalanobis distance under the
-positions' and the alignment's covariance (no drift) and the extra per-axis standard
+covariance they are scored with (positions and alignment, no drift) and the extra per-axis standard
 deviation it lacks, binned by the path walked inside the two clips from each sighting's placing
-camera to the nearest inlier's (``Evidence.reach``): the drift a rigid layout fit leaves; and the
-median Mahalanobis distance under the covariance the pair is scored with, that drift at
-``aligned_drift_per_distance`` included. Then, under the current
+camera to the nearest inlier's: the drift a rigid layout fit leaves. Then, under the current
 defaults (``ReconcileParams``), the pairs of two objects with log odds above 0 and 2 and the pairs
 of one object below 0, by how they were compared; for the latter compared as the poses give them,
 how many objects (by the truth, any concept) their two clips both located: what an alignment of
@@ -71,11 +69,22 @@ def _share_right(inliers, truth_of: dict) -> float:
     return float(np.mean([truth_of.get(a, -1) == truth_of.get(b, -2) for a, b in inliers]))
 
 
-def _is_inlier(al, e) -> bool:
-    """Whether an aligned pair is itself one of its alignment's correspondences (their residuals
-    the fit absorbed)."""
+def _walked_to_inliers(by_key: dict, al, walked, e) -> tuple[float, bool]:
+    """For a pair compared after the alignment ``al``: the path walked inside its first clip from
+    the first sighting's placing camera to the nearest inlier's, plus the same in the second clip;
+    and whether the pair is itself one of the alignment's correspondences. (nan, False) for a pair
+    not aligned. ``by_key``: the view's instances by key."""
+    from vsi_wild.stages.reconcile.associate import placed_at
+
+    if not e.aligned or walked is None:
+        return math.nan, False
     first, second = (e.a, e.b) if e.a.clip == al.clips[0] else (e.b, e.a)
-    return (first.key, second.key) in al.inliers
+    total = 0.0
+    for side, x in ((0, first), (1, second)):
+        s = placed_at(x, x.first_sample)
+        refs = [placed_at(by_key[pair[side]], by_key[pair[side]].first_sample) for pair in al.inliers]
+        total += min(walked(*sorted((s, r))) for r in refs)
+    return total, (first.key, second.key) in al.inliers
 
 
 def main() -> int:
@@ -108,7 +117,7 @@ def main() -> int:
     same: list[bool] = []
     wrong_alignment: list[bool] = []
     accepted = accepted_wrong = 0  # layout alignments accepted, and of them mostly wrong
-    inlier: list[bool] = []  # per pair: one of its alignment's correspondences
+    in_reach: list[tuple[float, bool]] = []  # per pair: walked within the clips to the alignment's inliers, an inlier
     shared: list[int] = []  # per pair: objects (by the truth) that both its clips located, any concept
     best_proposal: list[tuple[float, bool]] = []  # per pair: its clips' best layout proposal, log10 NFA and right
     for seed in args.seeds:
@@ -127,6 +136,7 @@ def main() -> int:
             accepted_wrong += sum(bad.values())
             view_evs = asc.evidence(instances, alignments, walked, tm.appearance_of(config))
             evs.extend(view_evs)
+            by_key = {c.key: c for c in instances}
             located: dict[int, set] = {}
             for c in instances:
                 if c.where is not None:
@@ -137,7 +147,7 @@ def main() -> int:
                 same.append(vi.truth_of[e.a.key] == vi.truth_of[e.b.key])
                 key = (min(e.a.clip, e.b.clip), max(e.a.clip, e.b.clip))
                 wrong_alignment.append(e.aligned and bad[key])
-                inlier.append(e.aligned and _is_inlier(alignments[key], e))
+                in_reach.append(_walked_to_inliers(by_key, alignments.get(key), walked, e))
                 shared.append(len(located.get(e.a.clip, set()) & located.get(e.b.clip, set())))
                 pr = proposals.get(key)
                 best_proposal.append(
@@ -169,17 +179,15 @@ def main() -> int:
             print(f"drift_alignment_log10_nfa_{name}: p10 {q[0]:.1f}, median {q[1]:.1f}, p90 {q[2]:.1f}")
     # the aligned comparison's residual against the covariance it is scored with (alignment and
     # positions, no drift), binned by the path walked inside the two clips from each sighting's placing
-    # camera to the nearest of the alignment's inliers (Evidence.reach): the drift a rigid layout fit
-    # does not remove; and the median m under the covariance the pair is scored with, that drift included
-    reach, is_inlier = ev.reach, np.array(inlier, dtype=bool)
-    reach_var = (params.aligned_drift_per_distance * np.nan_to_num(reach)) ** 2
-    scored_cov = ev.cov + reach_var[:, None, None] * np.eye(2)[None]
+    # camera to the nearest of the alignment's inliers: the drift a rigid layout fit does not remove
+    reach = np.array([w for w, _ in in_reach])
+    inlier = np.array([i for _, i in in_reach], dtype=bool)
     right = y & al & ~bad_al
-    m = right & is_inlier
+    m = right & inlier
     if m.sum() >= 5:
         print(f"drift_aligned_inlier_pairs: {int(m.sum())}, median m {_median_m(ev.d[m], ev.cov[m]):.2f}")
     for lo, hi in zip(BINS, BINS[1:], strict=False):
-        m = right & ~is_inlier & (reach >= lo) & (reach < hi)
+        m = right & ~inlier & (reach >= lo) & (reach < hi)
         if m.sum() < 5:
             continue
         v = _extra_variance(ev.d[m], ev.cov[m])
@@ -187,8 +195,7 @@ def main() -> int:
         print(
             f"drift_aligned_reach_{lo:g}_{hi:g}: pairs {int(m.sum())}, median walked to the inliers {w:.1f}, "
             f"median m (alignment's covariance) {_median_m(ev.d[m], ev.cov[m]):.2f}, extra sd {math.sqrt(v):.2f}, "
-            f"over walked {math.sqrt(v) / max(w, 1e-9):.4f}, median m as scored "
-            f"{_median_m(ev.d[m], scored_cov[m]):.2f}"
+            f"over walked {math.sqrt(v) / max(w, 1e-9):.4f}"
         )
     lo_ = asc.log_odds(asc.score(params, ev))
     for name, m in (("two_objects_above_0", ~y & (lo_ > 0)), ("two_objects_above_2", ~y & (lo_ > 2))):

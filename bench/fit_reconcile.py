@@ -31,6 +31,10 @@ open_clip``, the production default), not to the histogram's.
 Usage: python bench/fit_reconcile.py --v11 PATH [--noise none moderate] [--seeds 1 ... 16] [--n-per-category 6]
                                     [--root build/bench_reconcile] [--appearance histogram|open_clip]
                                     [--models '{"open_clip_weights": PATH}']
+                                    [--hold '{"NAME": VALUE}'] [--start '{"NAME": VALUE}']
+
+``--hold`` keeps parameters at given values (to compare forms of the model by their fitted log loss
+and answers); ``--start`` starts L-BFGS-B elsewhere than the defaults.
 """
 
 from __future__ import annotations
@@ -52,7 +56,6 @@ FITTED = (
     "prior_log_odds",
     "unplaced_log_odds",
     "chance_alignment_log10",
-    "aligned_drift_per_distance",
     "continuity_weight",
     "appearance_weight",
 )
@@ -63,7 +66,6 @@ BOUNDS = {
     "prior_log_odds": (-30.0, 30.0),
     "unplaced_log_odds": (-30.0, 30.0),
     "chance_alignment_log10": (-10.0, 10.0),
-    "aligned_drift_per_distance": (0.0, 2.0),
     "continuity_weight": (0.0, 50.0),
     "appearance_weight": (0.0, 100.0),
 }
@@ -120,7 +122,7 @@ def main() -> int:
         type=json.loads,
         default={},
         help="parameters held at these values instead of fitted (JSON), to compare forms of the model: "
-        "e.g. '{\"aligned_drift_per_distance\": 0}'",
+        "e.g. '{\"chance_alignment_log10\": 0}'",
     )
     ap.add_argument(
         "--start",

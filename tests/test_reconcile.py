@@ -369,33 +369,6 @@ def test_a_revisited_layout_is_aligned_and_an_unrelated_one_is_not():
     assert np.linalg.norm(a.apply(pts[0]) - np.array([moved[0].real, moved[0].imag])) < 0.3
 
 
-def test_an_aligned_pair_is_allowed_the_drift_over_the_walk_to_the_alignments_correspondences():
-    """Two clips aligned by one correspondence (a0, b0, placed from samples 2 and 50): a pair's
-    reach is the path walked inside each clip from its sightings' placing cameras to the
-    correspondence's, summed (a1 placed at 10, b1 at 70: 8 + 20); the correspondence's own is 0, a
-    pair inside one clip has none. With a drift rate over that reach, the same residual is less
-    surprising the further it lies from the correspondences, and unchanged on them."""
-    a0, a1 = _placed(0, 0, "cone", (0.0, 0.0)), _placed(0, 1, "cone", (6.0, 0.0))
-    b0, b1 = _placed(1, 0, "cone", (0.3, 0.0)), _placed(1, 1, "cone", (8.0, 0.0))
-    for ci, k in ((a0, 2), (a1, 10), (b0, 50), (b1, 70)):
-        assert ci.where is not None
-        ci.where = loc.Located(ci.where.xy, ci.where.cov, 8.0, 0.0, "ground", k)
-    al = lay.Alignment((0, 1), 1 + 0j, 0j, ((a0.key, b0.key),), -5.0, 0.01, 0j, 1.0)
-    evs = asc.evidence([a0, a1, b0, b1], {(0, 1): al}, lambda k0, k1: float(abs(k1 - k0)))
-    reach = {(e.a.key, e.b.key): e.reach for e in evs}
-    assert reach[(a0.key, b0.key)] == 0.0
-    assert reach[(a1.key, b1.key)] == 28.0
-    assert reach[(a0.key, b1.key)] == 20.0 and reach[(a1.key, b0.key)] == 8.0
-    assert math.isnan(reach[(a0.key, a1.key)]) and math.isnan(reach[(b0.key, b1.key)])
-    arrays = asc.EvidenceArrays.of(evs)
-    rigid = asc.score(rc.ReconcileParams(aligned_drift_per_distance=0.0), arrays)["llr_position"]
-    bent = asc.score(rc.ReconcileParams(aligned_drift_per_distance=0.1), arrays)["llr_position"]
-    pairs = [(e.a.key, e.b.key) for e in evs]
-    on, far = pairs.index((a0.key, b0.key)), pairs.index((a1.key, b1.key))
-    assert bent[on] == pytest.approx(rigid[on])
-    assert bent[far] > rigid[far] + 1.0
-
-
 def test_a_layout_shrunk_onto_a_crowd_of_look_alikes_is_not_aligned():
     """Clip 1 holds a crowd of look-alikes (five of each of three concepts within 4 m) in a layout
     100 m wide; clip 0's twelve objects, spread over 25 m and unrelated to it, can be laid onto the

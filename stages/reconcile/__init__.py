@@ -112,12 +112,6 @@ class ReconcileParams(BaseModel):
         description="g: a layout alignment is a chance one with probability F / (1 + F), F = 10^g x its number "
         "of false alarms (how many more chance alignments the scenes' layouts give than the a-contrario null expects)",
     )
-    aligned_drift_per_distance: float = Field(
-        0.0,
-        ge=0,
-        description="r: drift (standard deviation) per unit walked inside two aligned clips from each sighting's "
-        "placing camera to the nearest of the alignment's correspondences' (a rigid alignment is right near them)",
-    )
     continuity_weight: float = Field(4.555, ge=0, description="beta: log odds per unit of box overlap across a cut")
     appearance_weight: float = Field(
         0.2727,

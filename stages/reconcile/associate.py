@@ -69,7 +69,6 @@ ASSOCIATE_PARAMS = (
     "prior_log_odds",
     "unplaced_log_odds",
     "chance_alignment_log10",
-    "aligned_drift_per_distance",
     "continuity_weight",
     "appearance_weight",
     "review_expected_errors",
@@ -92,8 +91,6 @@ class AssociateParams(Protocol):
     def unplaced_log_odds(self) -> float: ...
     @property
     def chance_alignment_log10(self) -> float: ...
-    @property
-    def aligned_drift_per_distance(self) -> float: ...
     @property
     def continuity_weight(self) -> float: ...
     @property
@@ -132,8 +129,6 @@ class Evidence:
     d_poses: np.ndarray | None = None  # (2,) the difference as the poses give it (no alignment)
     cov_poses: np.ndarray | None = None  # (2, 2) both positions' covariance without the alignment's
     alignment_log10_nfa: float | None = None  # the alignment's number of false alarms (log10), if aligned
-    reach: float = math.nan  # if aligned: the path walked inside the two clips from each sighting's placing camera
-    # to the nearest of the alignment's correspondences' (0 for a correspondence itself)
 
 
 def _cut_iou(a: ClipInstance, b: ClipInstance) -> float:
@@ -186,21 +181,6 @@ def evidence(
         by_concept.setdefault(ci.concept, []).append(ci)
     located = [c.where.range for c in instances if c.where is not None and c.where.how != "ray"]
     radius = float(np.median(located)) if located else 0.0
-    by_key = {c.key: c for c in instances}
-    to_inliers: dict[tuple[tuple[int, int], int, tuple[int, int]], float] = {}
-
-    def reach_of(al: Alignment, side: int, x: ClipInstance) -> float:
-        """The path walked inside one clip from x's placing camera to the nearest of the
-        alignment's correspondences' on that side (``side``: 0 for clips[0])."""
-        assert walked is not None
-        got = to_inliers.get((al.clips, side, x.key))
-        if got is None:
-            s = placed_at(x, x.first_sample)
-            refs = (by_key[pair[side]] for pair in al.inliers)
-            got = min(walked(*sorted((s, placed_at(r, r.first_sample)))) for r in refs)
-            to_inliers[(al.clips, side, x.key)] = got
-        return got
-
     out = []
     for concept in sorted(by_concept):
         items = by_concept[concept]
@@ -233,7 +213,7 @@ def evidence(
                 boundary = b.first_sample == a.last_sample + 1
                 app = appearance_similarity(a, b, appearance)
                 d = cov = dist = d_poses = cov_poses = nfa = None
-                dist_walked, aligned, reach = 0.0, False, math.nan
+                dist_walked, aligned = 0.0, False
                 if a.where is not None and b.where is not None:
                     key = (min(a.clip, b.clip), max(a.clip, b.clip))
                     al = alignments.get(key)
@@ -247,9 +227,6 @@ def evidence(
                         d = al.apply(first.xy) - second.xy
                         cov = J @ first.cov @ J.T + second.cov + al.cov_at(first.xy)
                         aligned, nfa = True, float(al.log10_nfa)
-                        if walked is not None:
-                            x1, x2 = (a, b) if a.clip == key[0] else (b, a)
-                            reach = reach_of(al, 0, x1) + reach_of(al, 1, x2)
                     dist = float(np.linalg.norm(d)) / max((a.where.range + b.where.range) / 2.0, 1e-9)
                 alikes = max(1, crowd(a), crowd(b))
                 density = alikes / (math.pi * radius**2) if radius > 0 else 1.0
@@ -271,7 +248,6 @@ def evidence(
                         d_poses,
                         cov_poses,
                         nfa,
-                        reach,
                     )
                 )
     return out
@@ -293,7 +269,6 @@ class EvidenceArrays:
     d_poses: np.ndarray  # (n, 2)
     cov_poses: np.ndarray  # (n, 2, 2)
     alignment_log10_nfa: np.ndarray  # -inf where not aligned
-    reach: np.ndarray  # nan where not aligned (or no walked distances)
 
     @classmethod
     def of(cls, ev: Sequence[Evidence]) -> EvidenceArrays:
@@ -322,7 +297,6 @@ class EvidenceArrays:
             d_poses,
             cov_poses,
             np.array([-np.inf if e.alignment_log10_nfa is None else e.alignment_log10_nfa for e in ev], dtype=float),
-            np.array([e.reach for e in ev], dtype=float),
         )
 
 
@@ -351,9 +325,8 @@ def score(p: AssociateParams, ev: EvidenceArrays) -> dict[str, np.ndarray]:
     aligned = ev.aligned & has
     # as the poses give it: the drift over the distance walked between the cameras that placed them
     pos_poses, dens_poses = _match(p, ev.d_poses, ev.cov_poses, (p.drift_per_distance * ev.walked) ** 2, ev)
-    # after the alignment: its uncertainty, and the drift over the path from the sightings to its correspondences
-    reach_var = (p.aligned_drift_per_distance * np.nan_to_num(ev.reach)) ** 2
-    pos_aligned, dens_aligned = _match(p, ev.d, ev.cov, reach_var, ev)
+    # after the alignment: its uncertainty instead of the drift
+    pos_aligned, dens_aligned = _match(p, ev.d, ev.cov, np.zeros(len(has)), ev)
     # P(chance alignment) = F / (1 + F), F = 10^g x the alignment's false alarms
     ln_f = np.where(aligned, (p.chance_alignment_log10 + ev.alignment_log10_nfa) * math.log(10.0), -np.inf)
     log_chance, log_right = ln_f - np.logaddexp(0.0, ln_f), -np.logaddexp(0.0, ln_f)
