@@ -9,12 +9,14 @@ the token. Every page is saved as a screenshot (``screenshot_dir``).
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import math
 import re
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -113,12 +115,21 @@ def serve(app) -> tuple[str, uvicorn.Server, threading.Thread]:
     return f"http://127.0.0.1:{port}", srv, t
 
 
+@contextlib.contextmanager
+def serving(app) -> Iterator[str]:
+    """The app served on a free loopback port: its address inside the block, the server stopped after."""
+    base, srv, t = serve(app)
+    try:
+        yield base
+    finally:
+        srv.should_exit = True
+        t.join(5)
+
+
 @pytest.fixture(scope="module")
 def live(root, config):
-    base, srv, t = serve(create_app(config, Store(root), token=TOKEN))
-    yield base
-    srv.should_exit = True
-    t.join(5)
+    with serving(create_app(config, Store(root), token=TOKEN)) as base:
+        yield base
 
 
 def fix_file(root: Path) -> Path:
@@ -626,8 +637,7 @@ def test_traversal_ids_and_posts_without_the_token_are_refused(live, root):
 
 
 def test_beyond_loopback_every_request_needs_the_token(root, config, page: Page):
-    base, srv, t = serve(create_app(config, Store(root), token=TOKEN, require_token=True))
-    try:
+    with serving(create_app(config, Store(root), token=TOKEN, require_token=True)) as base:
         for path in ("/", f"/videos/{VID}", "/api/videos", f"/api/videos/{VID}/media", "/static/common.js"):
             assert raw(base, "GET", path)[0] == 401, path
             assert raw(base, "GET", path, {"X-Verify-Token": "nope"})[0] == 401, path
@@ -636,9 +646,6 @@ def test_beyond_loopback_every_request_needs_the_token(root, config, page: Page)
         expect(page.locator("#videos tbody tr")).to_have_count(4)
         page.goto(f"{base}/videos/{VID}")
         page.wait_for_function("window.pageReady === true")
-    finally:
-        srv.should_exit = True
-        t.join(5)
 
 
 def test_a_video_whose_metadata_failed_shows_the_state_and_its_error(page: Page, live, root, screenshot_dir):

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import REPO, copy_root
 from playwright.sync_api import Page, expect
-from test_verify import TOKEN, _current, serve
+from test_verify import TOKEN, _current, serving
 
 from vsi_wild.config import load_config
 from vsi_wild.stages.qa.common import question_id
@@ -33,12 +33,9 @@ def root(sample_root, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def live(root):
-    base, srv, t = serve(
-        create_app(load_config(REPO / "configs" / "sample.yaml"), Store(root), token=TOKEN, reviewer="ana")
-    )
-    yield base
-    srv.should_exit = True
-    t.join(5)
+    app = create_app(load_config(REPO / "configs" / "sample.yaml"), Store(root), token=TOKEN, reviewer="ana")
+    with serving(app) as base:
+        yield base
 
 
 def open_page(page: Page, live: str, path: str = "") -> None:

@@ -12,7 +12,7 @@ import pytest
 from conftest import REPO, copy_root
 from playwright.sync_api import Page, expect
 from ruamel.yaml import YAML
-from test_verify import TOKEN, _current, serve
+from test_verify import TOKEN, _current, serving
 
 from vsi_wild.config import load_config
 from vsi_wild.stages.qa.common import question_id
@@ -32,12 +32,9 @@ def root(sample_root, tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def live(root):
-    base, srv, t = serve(
-        create_app(load_config(REPO / "configs" / "sample.yaml"), Store(root), token=TOKEN, reviewer="ana")
-    )
-    yield base
-    srv.should_exit = True
-    t.join(5)
+    app = create_app(load_config(REPO / "configs" / "sample.yaml"), Store(root), token=TOKEN, reviewer="ana")
+    with serving(app) as base:
+        yield base
 
 
 def test_the_queue_is_walked_to_the_end_with_the_keyboard_only(page: Page, live, root, screenshot_dir):
