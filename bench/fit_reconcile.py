@@ -49,16 +49,10 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_reconcile as br  # noqa: E402  the bench folder goes on sys.path first
 
-FITTED = (
-    "position_scale",
-    "position_tail",
-    "drift_per_distance",
-    "prior_log_odds",
-    "unplaced_log_odds",
-    "chance_alignment_log10",
-    "continuity_weight",
-    "appearance_weight",
-)
+from vsi_wild.stages.reconcile.associate import ASSOCIATE_PARAMS  # noqa: E402
+
+# the log odds' parameters; the review threshold is chosen after them, by its review budget
+FITTED = tuple(k for k in ASSOCIATE_PARAMS if k != "review_expected_errors")
 BOUNDS = {
     "position_scale": (0.05, 50.0),
     "position_tail": (0.3, 200.0),
