@@ -188,7 +188,6 @@ def main() -> int:
         return float(np.logaddexp(0.0, -(2 * labels - 1) * lo).sum())
 
     x0 = np.array([getattr(defaults, k) for k in FITTED])
-    unplaced = np.array([k == "unplaced_log_odds" and k not in args.hold for k in FITTED])
     # stage 1 fits these; bu (stage 2) and the held ones stay at their values
     placed = np.array([k != "unplaced_log_odds" and k not in args.hold for k in FITTED])
 
@@ -207,23 +206,29 @@ def main() -> int:
     print(f"fit_converged: {bool(res.success)} ({res.message})")
     print(f"fit_mean_log_loss: {res.fun / len(y):.4f} (at the defaults {pair_loss(x0, arrays, y) / len(y):.4f})")
 
-    def with_unplaced(z) -> np.ndarray:
+    iu = FITTED.index("unplaced_log_odds")
+
+    def withheld_loss(bu: float) -> float:
         x = x1.copy()
-        x[unplaced] = z
-        return x
+        x[iu] = bu
+        return pair_loss(x, withheld, y_withheld)
 
-    def withheld_loss(z) -> float:
-        return pair_loss(with_unplaced(z), withheld, y_withheld)
-
-    res_u = minimize(
-        withheld_loss, x0[unplaced], method="L-BFGS-B", bounds=[BOUNDS["unplaced_log_odds"]] * int(unplaced.sum())
-    )
-    fitted = dict(zip(FITTED, (float(v) for v in with_unplaced(res_u.x)), strict=True))
-    print(f"fit_unplaced_converged: {bool(res_u.success)} ({res_u.message})")
+    if "unplaced_log_odds" in args.hold:
+        bu = float(x0[iu])
+        print(f"fit_unplaced_held: {bu:.4g}")
+    else:
+        res_u = minimize(
+            lambda z: withheld_loss(float(z[0])), x0[[iu]], method="L-BFGS-B", bounds=[BOUNDS["unplaced_log_odds"]]
+        )
+        bu = float(res_u.x[0])
+        print(f"fit_unplaced_converged: {bool(res_u.success)} ({res_u.message})")
+    x_fit = x1.copy()
+    x_fit[iu] = bu
+    fitted = dict(zip(FITTED, (float(v) for v in x_fit), strict=True))
     print(
-        f"fit_mean_log_loss_positions_withheld: {res_u.fun / len(y_withheld):.4f} "
-        f"(at the default bu {withheld_loss(x0[unplaced]) / len(y_withheld):.4f}; "
-        f"at bu = b0 {withheld_loss([fitted['prior_log_odds']]) / len(y_withheld):.4f})"
+        f"fit_mean_log_loss_positions_withheld: {withheld_loss(bu) / len(y_withheld):.4f} "
+        f"(at the default bu {withheld_loss(float(x0[iu])) / len(y_withheld):.4f}; "
+        f"at bu = b0 {withheld_loss(fitted['prior_log_odds']) / len(y_withheld):.4f})"
     )
     print("# the log odds' parameters: " + ", ".join(f"{k} {v:.4g}" for k, v in fitted.items()), flush=True)
 
