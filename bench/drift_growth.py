@@ -210,18 +210,24 @@ def main() -> int:
     # objects their two clips both located), and did the test see one between those clips at all
     n_shared = np.array(shared)
     m = m & ~ev.aligned & ~ev.same_clip
-    cuts = ((0, 2), (2, 3), (3, 5), (5, 10), (10, 10**9))
-    parts = ", ".join(f"{lo}-{hi - 1}: {int((m & (n_shared >= lo) & (n_shared < hi)).sum())}" for lo, hi in cuts)
-    print(f"drift_one_object_below_0_unaligned_by_shared_objects: {int(m.sum())} ({parts.replace('-999999999', '+')})")
+    cuts = ((0, 2), (2, 3), (3, 5), (5, 10), (10, None))
+    parts = ", ".join(
+        f"{lo}+: {int((m & (n_shared >= lo)).sum())}"
+        if hi is None
+        else f"{lo}-{hi - 1}: {int((m & (n_shared >= lo) & (n_shared < hi)).sum())}"
+        for lo, hi in cuts
+    )
+    print(f"drift_one_object_below_0_unaligned_by_shared_objects: {int(m.sum())} ({parts})")
     # of those whose clips share three or more: the best proposal the layout test rejected
     nfa = np.array([n for n, _ in best_proposal])
     right = np.array([r for _, r in best_proposal], dtype=bool)
     m = m & (n_shared >= 3)
     if m.any():
-        q = np.percentile(nfa[m & np.isfinite(nfa)], [10, 50, 90]) if (m & np.isfinite(nfa)).any() else [math.nan] * 3
+        found = m & np.isfinite(nfa)
+        q = np.percentile(nfa[found], [10, 50, 90]) if found.any() else [math.nan] * 3
         print(
             f"drift_one_object_below_0_unaligned_rejected: {int(m.sum())}, "
-            f"no proposal {int((m & ~np.isfinite(nfa)).sum())},"
+            f"no proposal {int((m & ~found).sum())},"
             f" best proposal mostly right {int((m & right).sum())}, its log10 NFA p10 {q[0]:.1f}, median {q[1]:.1f},"
             f" p90 {q[2]:.1f}"
         )
