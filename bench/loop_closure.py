@@ -41,6 +41,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import pose_track_error as pte  # noqa: E402  the bench folder goes on sys.path first
@@ -69,11 +70,20 @@ def main() -> int:
     if not folders:
         raise SystemExit(f"{args.root}: no projected views of {args.source} (run the pipeline first)")
     folder = max(folders, key=os.path.getmtime)
-    yaws = {"front": 0.0, "right": 90.0, "back": 180.0, "left": 270.0}
-    frames = {}
-    for view in yaws:
-        path = os.path.join(folder, f"{args.source}_{view}.mp4")
-        frames[view] = {k: rgb for k, _t, _i, rgb in video_io.sampled_frames(path, 2.0)}
+    views = pq.read_table(os.path.join(folder, "views.parquet")).to_pylist()
+    yaws = {r["view"]: float(r["yaw_deg"]) for r in views}
+    frames = {
+        r["view"]: {k: rgb for k, _t, _i, rgb in video_io.sampled_frames(os.path.join(folder, r["path"]), 2.0)}
+        for r in views
+    }
+    est = TwoViewPoseEstimator(hfov_deg=float(views[0]["hfov_deg"]))
+
+    def match(i: int, j: int) -> tuple[np.ndarray, int] | None:
+        """Every view at sample i against every view at sample j: the rig rotation and its inliers."""
+        return rig_rotation(
+            est, {v: f[i] for v, f in frames.items()}, {v: f[j] for v, f in frames.items()}, yaws, min_inliers=8
+        )
+
     truth = sorted(load_truth(Store(args.root), args.source)["poses"].to_pylist(), key=lambda p: p["time"])
     times = np.array([p["time"] for p in truth])
     n = min(len(f) for f in frames.values())
@@ -87,7 +97,6 @@ def main() -> int:
         [math.hypot(pose_at(i)["x"] - pose_at(j)["x"], pose_at(i)["y"] - pose_at(j)["y"]) for i, j in pairs]
     )
     rng = np.random.default_rng(args.seed)
-    est = TwoViewPoseEstimator(hfov_deg=90.0)
     for lo, hi in zip(BINS_M, BINS_M[1:], strict=False):
         idx = np.flatnonzero((dist >= lo) & (dist < hi))
         if not len(idx):
@@ -96,9 +105,7 @@ def main() -> int:
         inliers, yaw_err = [], []
         for x in idx:
             i, j = pairs[x]
-            got = rig_rotation(
-                est, {v: f[i] for v, f in frames.items()}, {v: f[j] for v, f in frames.items()}, yaws, min_inliers=8
-            )
+            got = match(i, j)
             inliers.append(0 if got is None else got[1])
             if got is not None and got[1] >= args.min_inliers:
                 R = got[0]  # x_after = R x_before in the rig's camera axes (y down): its yaw about y
@@ -114,7 +121,7 @@ def main() -> int:
         )
     if args.graph:
         fused = pte._read(os.path.join(args.root, "artifacts", "pose", args.source, "*", "poses.parquet"))
-        close_loops(args, fused, truth, frames, yaws, est, rig_rotation)
+        close_loops(args, fused, truth, match, n)
     return 0
 
 
@@ -125,14 +132,15 @@ def _ground(heading: float, v: np.ndarray) -> np.ndarray:
     return np.array([c * v[0] - s * v[1], s * v[0] + c * v[1]])
 
 
-def close_loops(args, fused, truth, frames, yaws, est, rig_rotation) -> None:
-    """``--graph``: the module docstring's what-if, printed."""
+def close_loops(args, fused, truth, match, n_samples: int) -> None:
+    """``--graph``: the module docstring's what-if, printed (``match``: ``main``'s rig matching of
+    two samples; ``n_samples``: the views' 2 FPS samples)."""
     from scipy.optimize import least_squares
 
     t, P, yaw = pte.ground_track(fused, f"{args.source}_front")
     P_true, _ = pte.truth_track(truth, t)
     heading = np.radians(yaw)
-    n = min(len(t), *(len(f) for f in frames.values()))
+    n = min(len(t), n_samples)
     walked = np.r_[0.0, np.cumsum(np.linalg.norm(np.diff(P, axis=0), axis=1))]
     gap = math.ceil(args.min_gap_s * 2)
     tried, loops = 0, []
@@ -141,9 +149,7 @@ def close_loops(args, fused, truth, frames, yaws, est, rig_rotation) -> None:
             if np.linalg.norm(P[i] - P[j]) > 2.0 + 0.1 * (walked[j] - walked[i]):
                 continue
             tried += 1
-            got = rig_rotation(
-                est, {v: f[i] for v, f in frames.items()}, {v: f[j] for v, f in frames.items()}, yaws, min_inliers=8
-            )
+            got = match(i, j)
             if got is not None and got[1] >= args.min_inliers:
                 R = got[0]  # x_after = R x_before: the camera turned by minus its yaw about y
                 loops.append((i, j, -math.atan2(R[0, 2], R[2, 2])))
