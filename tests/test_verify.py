@@ -102,7 +102,9 @@ def none_clip(root) -> int:
     return min(m["clip_index"] for m in motion if m["clip_index"] > FIXED_CLIP and m["state"] == "ok")
 
 
-def serve(app) -> tuple[str, uvicorn.Server, threading.Thread]:
+@contextlib.contextmanager
+def serving(app) -> Iterator[str]:
+    """The app served on a free loopback port: its address inside the block, the server stopped after."""
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     port = s.getsockname()[1]
@@ -112,15 +114,8 @@ def serve(app) -> tuple[str, uvicorn.Server, threading.Thread]:
     t.start()
     while not srv.started:
         time.sleep(0.05)
-    return f"http://127.0.0.1:{port}", srv, t
-
-
-@contextlib.contextmanager
-def serving(app) -> Iterator[str]:
-    """The app served on a free loopback port: its address inside the block, the server stopped after."""
-    base, srv, t = serve(app)
     try:
-        yield base
+        yield f"http://127.0.0.1:{port}"
     finally:
         srv.should_exit = True
         t.join(5)
