@@ -26,13 +26,36 @@ import math
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Literal, Protocol, cast, overload
+from typing import TYPE_CHECKING, Literal, Protocol, cast, overload
 
 import numpy as np
 import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages.backends.base import FrameBatch, PoseEstimator, PoseResult, PoseStageOptions
+
+if TYPE_CHECKING:
+    from vsi_wild.stages.backends.twoview import RigFeatures
+    from vsi_wild.stages.loops import LoopReport
+
+
+class LoopParams(BaseModel):
+    """``pose.loops``: closing the track's loops (``stages.loops``) and what counts as a revisit there
+    (the search and the pose graph's noise are ``stages.loops.LoopModel``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    enabled: bool = Field(
+        True,
+        description="close the track's loops (places the walk comes back to, recognised by matching the views); "
+        "needs pose.camera_height (the search is in metres)",
+    )
+    min_walk_m: float = Field(
+        10.0, gt=0, description="a revisit: the walk between the two moments is at least this long (metres)"
+    )
+    min_inliers: int = Field(
+        50, ge=8, description="a revisit: one rotation of the rig explains at least this many matches"
+    )
 
 
 class PoseParams(BaseModel):
@@ -56,6 +79,7 @@ class PoseParams(BaseModel):
         "reconcile and VPO locate objects where they meet the ground; null: not known (da3's unit is then "
         "that of its first window)",
     )
+    loops: LoopParams = Field(default_factory=LoopParams, description="loop closure of the fused track")
 
     def estimator_options(self, hfov_deg: float) -> PoseStageOptions:
         """What the pose stage passes to its pose estimator for a view of ``hfov_deg``."""
@@ -783,10 +807,12 @@ def estimate_source(
     params: PoseParams,
     progress: Callable[[int, int], None] | None = None,
     batch_views: bool = True,
+    on_loops: Callable[[LoopReport], None] | None = None,
 ) -> tuple[Track, dict[str, Track]]:
     """The pose stage's work for one source: each view estimated alone (``estimate_chunked``),
     steps that fewer than two views managed recovered across the rig (``recover_turns``), the
-    views fused (``fuse_views``). Returns the fused (source) track and the views' own tracks.
+    views fused (``fuse_views``), the fused track's loops closed (``stages.loops.close_loops``;
+    ``on_loops`` gets what it did). Returns the fused (source) track and the views' own tracks.
 
     Where the views' estimators can run together (``batches_views``: DA3) and ``batch_views``,
     the views' chunks go through it in lockstep, the i-th chunk of every view in one call
@@ -849,7 +875,36 @@ def estimate_source(
         (float(tr.K[0][0, 0]) * frame_w[v] / views[v].width for v, tr in tracks.items() if len(tr.K)), default=0.0
     )
     tol = 2.0 / focal if focal > 0 else 0.01
-    return fuse_views(tracks, yaws, params.outlier_deg, turns, tol, params.ground_height()), tracks
+    fused = fuse_views(tracks, yaws, params.outlier_deg, turns, tol, params.ground_height())
+    fused, report = close_source_loops(fused, views, params, tol)
+    if on_loops:
+        on_loops(report)
+    return fused, tracks
+
+
+def close_source_loops(
+    fused: Track, views: dict[str, ViewInput], params: PoseParams, tol: float
+) -> tuple[Track, LoopReport]:
+    """``stages.loops.close_loops`` of a source's fused track, the rig's features read in one more
+    pass over the views' frames (only at the moments the search asks about)."""
+    from vsi_wild.stages import loops
+    from vsi_wild.stages.backends.twoview import TwoViewPoseEstimator, rig_features
+
+    hfov = next(iter(views.values())).hfov_deg
+    est = TwoViewPoseEstimator(hfov_deg=hfov, features=params.twoview_features)
+    yaws = {v: vi.yaw_deg for v, vi in views.items()}
+
+    def features_of(rows: list[int]) -> dict[int, RigFeatures]:
+        row_of = {int(fused.sample_indices[r]): r for r in rows}
+        feats: dict[int, RigFeatures] = {}
+        for v, vi in views.items():
+            for k, _t, _i, rgb in vi.frames():
+                if k in row_of:  # features, not frames, are kept (rig_features: 256 KB a view)
+                    feats.setdefault(row_of[k], {}).update(rig_features(est, {v: rgb}))
+        # a moment some view has no frame of is left out (the views' streams end together)
+        return {r: f for r, f in feats.items() if len(f) == len(views)}
+
+    return loops.close_loops(fused, features_of, est, yaws, params.loops, tol, params.ground_height())
 
 
 def derive_view(source: Track, yaw_deg: float, K: np.ndarray | None = None) -> Track:

@@ -31,6 +31,7 @@ from vsi_wild.schema import VIEWS_FILE
 from vsi_wild.stages import candidates as cand
 from vsi_wild.stages import detect as det
 from vsi_wild.stages import fixes as fx
+from vsi_wild.stages import loops
 from vsi_wild.stages import metadata as meta
 from vsi_wild.stages import model_errors as me
 from vsi_wild.stages import pose as po
@@ -511,11 +512,13 @@ def run_pose(job: Job) -> None:
         )
         for v in wanted
     }
+    reports: list[loops.LoopReport] = []
     fused, tracks = po.estimate_source(
         inputs,
         lambda vi: job.backend("pose_estimator", **p.estimator_options(vi.hfov_deg).as_options()),
         p,
         lambda d, t: job.progress(d, t, "views"),
+        on_loops=reports.append,
     )
     pose_rows, indep_rows = [], []
     for v, row in sorted(views.items()):
@@ -525,12 +528,14 @@ def run_pose(job: Job) -> None:
         indep_rows += po.pose_rows(views[v]["video_id"], tr, f"{p.backend}:independent")
     job.out.write_table("poses.parquet", schema.table(schema.POSES, pose_rows))
     job.out.write_table("view_poses.parquet", schema.table(schema.POSES, indep_rows))
+    loop_rows = [row for r in reports for row in loops.loop_rows(job.unit, fused, r)]
+    job.out.write_table("loops.parquet", schema.table(schema.POSE_LOOPS, loop_rows))
 
 
 POSE = Stage(
     name="pose",
     outputs=schema.ARTIFACTS["pose"],
-    version="5",
+    version="6",
     unit_kind="source",
     run=run_pose,
     needs=("project",),
@@ -538,7 +543,7 @@ POSE = Stage(
     gpu=True,
     backends=(BackendUse("pose_estimator", "pose.backend"),),
     gpu_memory_gib=12,  # DA3-Large on 64-frame windows at 504 px (rough)
-    description="Camera poses per 2 FPS timestamp: views estimated, fused per source, derived per view",
+    description="Camera poses per 2 FPS timestamp: views estimated, fused per source, loops closed, derived per view",
 )
 
 

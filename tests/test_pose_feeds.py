@@ -38,7 +38,7 @@ def test_each_view_feed_decodes_and_is_named_for_its_own_view(monkeypatch) -> No
     monkeypatch.setattr(tm, "sampled_frames", lambda path, fps, max_width=None: iter([str(path)]))
     monkeypatch.setattr(tm, "prefetched", lambda items, depth, name: opened.append((next(items), name)) or iter(()))
 
-    def estimate_source(inputs, make_estimator, params, progress):
+    def estimate_source(inputs, make_estimator, params, progress, on_loops=None):
         for vi in inputs.values():
             vi.frames()  # opened after the comprehension that made them
         raise Opened

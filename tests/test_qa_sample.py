@@ -405,20 +405,12 @@ def test_every_exported_answer_holds_under_every_reading(built, sample_config):
     assert all(checked.values()), checked
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "the sample's loop ends where it began: by the truth, 6 of its 12 VPO questions hold a frame of the first "
-        "seconds whose place the walk's last seconds come back to (a viewer may date it first or last); the CPU pose "
-        "backend's track ends 5.1 m from its start (1.3 m by the truth), beyond the place radius, and no object the "
-        "metadata knows stands within that radius of the camera at both visits, so the qa stage does not see those "
-        "revisits (stages/qa/vpo.py other_visits, object_visits)"
-    ),
-)
 def test_vpo_orders_hold_when_a_frame_is_taken_for_another_visit(built, sample_config):
     """Each anchor dated at its moment or at any moment of another visit of its place (the camera
     back within qa.vpo_min_position_frac of the truth track's extent after leaving it): the order of
-    the 4 anchors is one answer."""
+    the 4 anchors is one answer. The sample's loop ends where it began, so frames of its first
+    seconds show a place its last seconds come back to: the qa stage sees that revisit on the pose
+    track once the pose stage has closed the loop (stages/loops.py)."""
     root, truths, _ = built
     (truth,) = truths.values()
     poses = sorted(truth["poses"].to_pylist(), key=lambda p: p["time"])

@@ -316,6 +316,21 @@ POSES = _schema(
     f("backend", pa.string()),
 )
 
+POSE_LOOPS = _schema(
+    "The revisits the pose stage recognised in one source's walk (stages/loops.py): two moments "
+    "whose rigs show one place, an edge of the pose graph that closed the track's loops.",
+    f("source_id", pa.string()),
+    f("sample_index_a", pa.int64(), doc="the earlier moment (2 FPS sample)"),
+    f("time_a", pa.float64()),
+    f("sample_index_b", pa.int64(), doc="the later moment"),
+    f("time_b", pa.float64()),
+    f("inliers", pa.int64(), doc="matches one rotation of the rig explains"),
+    f("turn_deg", pa.float64(), doc="heading at b minus heading at a (positive right)"),
+    f("offset_right_m", pa.float64(), True, doc="camera b's position in camera a's ground axes; null: not measured"),
+    f("offset_forward_m", pa.float64(), True),
+    f("kept", pa.bool_(), doc="false: the other edges and the walk contradict it, the graph left it out"),
+)
+
 INSTANCES = _schema(
     "Derived object instances of one video (after reconciliation and human fixes).",
     f("video_id", pa.string()),
@@ -1239,6 +1254,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
     "pose": (
         _parquet("poses.parquet", POSES),
         _parquet("view_poses.parquet", POSES),
+        _parquet("loops.parquet", POSE_LOOPS),
     ),
     "reconcile": (
         _parquet("clips.parquet", CLIP_SPANS),

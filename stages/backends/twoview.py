@@ -106,6 +106,8 @@ class TwoViewPoseEstimator:
         (p1, d1), (p2, d2) = f1, f2
         if d1 is None or d2 is None or len(p1) < 2 or len(p2) < 2:
             return np.zeros((0, 2)), np.zeros((0, 2))
+        if self._norm == cv2.NORM_L2:  # kept as bytes (rig_features); OpenCV's L2 matching is 3x faster on floats
+            d1, d2 = d1.astype(np.float32, copy=False), d2.astype(np.float32, copy=False)
         fwd = self._matcher.knnMatch(d1, d2, k=2)
         bwd = {m[0].queryIdx: m[0].trainIdx for m in self._matcher.knnMatch(d2, d1, k=2) if m}
         i1, i2 = [], []
@@ -290,6 +292,30 @@ def _create(ctx: BackendContext) -> TwoViewPoseEstimator:
     return TwoViewPoseEstimator(**ctx.options)
 
 
+# a rig's views at one instant: view -> (its features, the inverse of its intrinsics)
+RigFeatures = dict[str, tuple[Features, np.ndarray]]
+
+
+def rig_features(est: TwoViewPoseEstimator, images: dict[str, np.ndarray]) -> RigFeatures:
+    """Each view's features, computed once for every match it takes part in (``rig_rotation``,
+    ``stages.loops``). SIFT's descriptors are whole numbers up to 255 (OpenCV scales and rounds
+    them): they are kept as bytes, a quarter of the memory (a view's 2000 take 256 KB), and
+    matched as the same floats."""
+    out = {}
+    for v, img in images.items():
+        gray, _ = est._prepare(img)
+        K = geometry.view_intrinsics(gray.shape[1], gray.shape[0], est.hfov_deg)
+        pts, desc = est._features(gray)
+        if desc is not None and est.features == "sift":
+            desc = np.clip(np.rint(desc), 0, 255).astype(np.uint8)
+        out[v] = ((pts, desc), np.linalg.inv(K))
+    return out
+
+
+# matched bearings of a pair of views, each in its rig's (yaw-0 view's) axes: (b1 before, b2 after)
+RigMatches = dict[tuple[str, str], tuple[np.ndarray, np.ndarray]]
+
+
 def rig_rotation(
     est: TwoViewPoseEstimator,
     before: dict[str, np.ndarray],
@@ -303,33 +329,44 @@ def rig_rotation(
     and the rotation that maps the most bearings, expressed in the rig's (yaw-0 view's) axes, wins.
 
     Returns (R, inliers) with ``x_after = R x_before`` in the rig's camera axes, or None."""
+    got = rig_rotation_of(est, rig_features(est, before), rig_features(est, after), yaws, min_inliers)
+    return None if got is None else got[:2]
+
+
+def rig_rotation_of(
+    est: TwoViewPoseEstimator,
+    fb: RigFeatures,
+    fa: RigFeatures,
+    yaws: dict[str, float],
+    min_inliers: int = 20,
+    view_pairs: set[tuple[str, str]] | None = None,
+) -> tuple[np.ndarray, int, RigMatches] | None:
+    """``rig_rotation`` of features already computed (``rig_features``), matching only
+    ``view_pairs`` (before, after) when given; also returns every view pair's mutual matches as
+    bearings in the rig's axes (the rotation's inliers and the rest: a step's translation is in
+    the matches the rotation alone does not explain)."""
     from vsi_wild.stages.pose import yaw_matrix
 
-    def prep(images: dict[str, np.ndarray]) -> dict[str, tuple[Features, np.ndarray]]:
-        out = {}
-        for v, img in images.items():
-            gray, _ = est._prepare(img)
-            K = geometry.view_intrinsics(gray.shape[1], gray.shape[0], est.hfov_deg)
-            out[v] = (est._features(gray), np.linalg.inv(K))
-        return out
-
-    fb, fa = prep(before), prep(after)
     best = None
+    matches: RigMatches = {}
     for u, (f1, Kinv1) in sorted(fb.items()):
         for v, (f2, Kinv2) in sorted(fa.items()):
+            if view_pairs is not None and (u, v) not in view_pairs:
+                continue
             q1, q2 = est._match(f1, f2)
             if len(q1) < min_inliers:
                 continue
-            H, hmask = cv2.findHomography(q1, q2, cv2.RANSAC, 2.0 * est.ransac_px)
-            if H is None or hmask is None or hmask.sum() < min_inliers:
-                continue
-            inl = hmask.ravel().astype(bool)
             b1 = np.c_[q1, np.ones(len(q1))] @ Kinv1.T
             b2 = np.c_[q2, np.ones(len(q2))] @ Kinv2.T
             b1 = (b1 / np.linalg.norm(b1, axis=1, keepdims=True)) @ yaw_matrix(yaws[u]).T
             b2 = (b2 / np.linalg.norm(b2, axis=1, keepdims=True)) @ yaw_matrix(yaws[v]).T
+            matches[u, v] = (b1, b2)
+            H, hmask = cv2.findHomography(q1, q2, cv2.RANSAC, 2.0 * est.ransac_px)
+            if H is None or hmask is None or hmask.sum() < min_inliers:
+                continue
+            inl = hmask.ravel().astype(bool)
             R = _kabsch(b1[inl], b2[inl])
             good = int((_angles(b1 @ R.T, b2) < np.radians(0.5)).sum())
             if good >= min_inliers and (best is None or good > best[1]):
                 best = (R, good)
-    return best
+    return None if best is None else (best[0], best[1], matches)
