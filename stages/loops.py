@@ -43,18 +43,24 @@ from vsi_wild.stages.pose import LoopParams, Track, rig_ground_height, rig_motio
 
 @dataclass(frozen=True)
 class LoopModel:
-    """The search radius and the pose graph's noise model. The search allows ``base_m`` plus
-    ``drift_per_m`` of the walk between two moments (twoview drifts by 0.03-0.09 per metre,
-    docs/metadata.md), at most ``max_radius_m``; at most ``per_sample`` candidates per moment, one
-    moment in ``stride`` (2 FPS samples: one a second). The odometry's sd per step: ``step_sd_m``
-    plus ``step_sd_frac`` of its length, ``step_turn_sd_deg``; an unmeasured step (the pose left
-    as it was): ``lost_step_sd_m``, ``lost_turn_sd_deg``. A loop edge: ``same_place_sd_m`` where
-    its offset is not measured (revisits recognised lie within about 2 m), else ``offset_sd_m``
-    plus ``offset_sd_frac`` of it, its turn ``turn_sd_deg`` (``same_place_turn_sd_deg`` without
-    an offset: the rotation that maps most matches alone, off by up to 6 degrees on the sample);
-    ``max_turn_change_deg``: how far the joint solution of rotation and offset may move that
-    rotation (``pose.rig_motion``). These are stated guesses, not fitted;
-    ``reject_chi2`` is the chi-square of 3 degrees of freedom at 0.999."""
+    """The search radius and the pose graph's noise model.
+
+    - Search: ``base_m`` plus ``drift_per_m`` of the walk between two moments (twoview drifts by
+      0.03-0.09 per metre, docs/metadata.md), at most ``max_radius_m``; at most ``per_sample``
+      candidates per moment, one moment in ``stride`` (2 FPS samples: one a second).
+    - Odometry, measured on the training renders (``bench/odometry_noise.py``: root mean squares of
+      heavy-tailed errors): sd per step ``step_sd_m`` plus ``step_sd_frac`` of its length per axis,
+      ``step_turn_sd_deg``. An unmeasured step (the pose left as it was): ``lost_step_sd_m``,
+      ``lost_turn_sd_deg``.
+    - A loop edge (stated guesses, not fitted): ``same_place_sd_m`` where its offset is not
+      measured (revisits recognised lie within about 2 m), else ``offset_sd_m`` plus
+      ``offset_sd_frac`` of it; its turn ``turn_sd_deg``, or ``same_place_turn_sd_deg`` without an
+      offset (the rotation that maps most matches alone: off by up to 6 degrees on the sample).
+      ``max_turn_change_deg``: how far the joint solution of rotation and offset may move that
+      rotation (``pose.rig_motion``).
+    - Rejection: ``reject_chi2`` is the chi-square of 3 degrees of freedom at 0.999; after
+      ``max_single_rejections`` solves that each left out the worst edge, every edge beyond it goes.
+    """
 
     base_m: float = 2.0
     drift_per_m: float = 0.1
@@ -73,6 +79,7 @@ class LoopModel:
     same_place_turn_sd_deg: float = 6.0
     max_turn_change_deg: float = 10.0
     reject_chi2: float = 16.27
+    max_single_rejections: int = 20
     view_overlap_deg: float = 60.0
 
     def radius(self, walked_m: np.ndarray | float) -> np.ndarray:
@@ -253,6 +260,7 @@ def solve(
     sd_r = np.radians(np.where(step_ok, model.step_turn_sd_deg, model.lost_turn_sd_deg))
     odo = (step, heading[1:] - heading[:-1], sd_t, sd_r)
     kept = list(edges)
+    rounds = 0
     X = np.r_[P.ravel(), heading]
     while True:
         # which unknowns each residual reads: p_k is columns 2k, 2k+1, h_k column 2n + k
@@ -284,7 +292,11 @@ def solve(
         chi2 = [float(np.sum(_edge_residual(p, h, e, model) ** 2)) for e in kept]
         if not chi2 or max(chi2) <= model.reject_chi2:
             return p, h, kept
-        kept.pop(int(np.argmax(chi2)))
+        rounds += 1
+        if rounds <= model.max_single_rejections:
+            kept.pop(int(np.argmax(chi2)))
+        else:  # many contradicted edges (a long walk through look-alike places): the rest at once
+            kept = [e for e, c in zip(kept, chi2, strict=True) if c <= model.reject_chi2]
 
 
 def apply(

@@ -203,9 +203,10 @@ def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, Other
 
     Measured on the track as estimated, without ``compatible``'s drift allowance: with it every
     place of the sample's loop is one with every place walked 100 m later, and no anchor set is
-    left; so a revisit the track's drift moves beyond the radius is not seen here (the sample's loop
-    ends 5.1 m from its start by the CPU backend's track, 1.3 m by the truth): ``object_visits``
-    sees those by the objects."""
+    left; so a revisit the track's drift moves beyond the radius is not seen here unless the pose
+    stage closed that loop (``stages.loops``: the sample's loop ends 1.3 m from its start by the
+    closed track and by the truth, 4.7 m by the track before): ``object_visits`` sees such
+    revisits by the objects."""
     posed = sorted((c for c in cands if c.pos is not None), key=lambda c: c.time)
     if not posed or min_dist <= 0:
         return {}
@@ -243,8 +244,8 @@ def object_visits(
     frame's orientation), at a ground offset v from the camera. One object at X seen in two frames
     puts their cameras at X - v1 and X - v2: |v1 - v2| apart. That distance rests on the two
     frames' orientations and the object's ranges only, not on the track's positions, whose drift
-    grows with the distance walked (the sample's loop ends 5.1 m from its start by the CPU track,
-    1.3 m by the truth; its heading drifts by degrees). Two frames are at one place when
+    grows with the distance walked where no loop closed it (``stages.loops``: the sample's loop
+    ended 4.7 m from its start by the track before its loop was closed, 1.3 m by the truth). Two frames are at one place when
     |v1 - v2| < ``radius`` (the place radius of ``other_visits``), and on different visits when the
     camera stays at neither's place between them: each lies outside the other's own visit, the
     unbroken run of moments around it at its place by the track (over a few seconds its drift is
