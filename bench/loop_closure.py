@@ -2,13 +2,14 @@
 for the pose stage's loop closure, from a finished run of the embedded sample.
 
 The fused track drifts (``pose_track_error.py``): without its loops closed the sample's loop ends
-metres from where the track says it began, which hides the revisit from reconciliation and from
-the VPO visit reading. The pose stage matches moments far apart in time that show one place and
-closes the loops on them (``stages/loops.py``). Whether the matching tells a revisit from a place
-merely alike decides if that can work, and it is measured here: pairs of 2 FPS samples at least ``--min-gap-s`` apart, drawn
-per bin of the truth's distance between their cameras (``--per-bin`` each, seeded), every view of
-one matched against every view of the other as the pose stage recovers a fast turn
-(``twoview.rig_rotation``: the rotation that maps the most bearings). Prints, per bin:
+metres from where the track says it began, which hides the revisit from reconciliation and from the
+VPO visit reading. The pose stage matches moments far apart in time that show one place and closes
+the loops on them (``stages/loops.py``). Whether the matching tells a revisit from a place merely
+alike decides if that can work, and it is measured here: pairs of 2 FPS samples at least
+``--min-gap-s`` apart, drawn per bin of the truth's distance between their cameras (``--per-bin``
+each, seeded), every view of one matched against every view of the other as the pose stage
+recovers a fast turn (``twoview.rig_rotation``: the rotation that maps the most bearings).
+Prints, per bin:
 
     loop_pairs_<lo>_<hi>m: pairs N, inliers median (p10-p90), at least --min-inliers in K,
                            yaw error median (deg; the pairs found)

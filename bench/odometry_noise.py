@@ -84,9 +84,8 @@ def main() -> int:
     for lo, hi in zip(BINS_M, BINS_M[1:], strict=False):
         m = (length >= lo) & (length < hi)
         if m.any():
-            print(
-                f"odometry_step_error_m_{lo:g}_{hi:g}: steps {m.sum()}, rms per axis {np.sqrt(np.mean(err[m] ** 2)):.3f}"
-            )
+            rms = np.sqrt(np.mean(err[m] ** 2))
+            print(f"odometry_step_error_m_{lo:g}_{hi:g}: steps {m.sum()}, rms per axis {rms:.3f}")
 
     def nll(x: np.ndarray) -> float:
         sd = abs(x[0]) + abs(x[1]) * length

@@ -242,17 +242,17 @@ def object_visits(
     In each sighting the object stands where its box's bottom meets the ground
     (``Track.ground_point``: ``camera_height`` below that frame's camera, along the ray of that
     frame's orientation), at a ground offset v from the camera. One object at X seen in two frames
-    puts their cameras at X - v1 and X - v2: |v1 - v2| apart. That distance rests on the two
-    frames' orientations and the object's ranges only, not on the track's positions, whose drift
-    grows with the distance walked where no loop closed it (``stages.loops``: the sample's loop
-    ended 4.7 m from its start by the track before its loop was closed, 1.3 m by the truth). Two frames are at one place when
-    |v1 - v2| < ``radius`` (the place radius of ``other_visits``), and on different visits when the
-    camera stays at neither's place between them: each lies outside the other's own visit, the
-    unbroken run of moments around it at its place by the track (over a few seconds its drift is
-    small) or by an object (the two measures differ near the radius: a moment either keeps at the
-    place has not left it). Only objects within ``radius`` of the camera in both frames count:
-    objects at the place, whose offsets an error of the heading moves by at most ``radius`` times
-    that angle. A box cut off at the image's bottom does not show where the object meets the
+    puts their cameras at X - v1 and X - v2: |v1 - v2| apart. That distance rests on the two frames'
+    orientations and the object's ranges only, not on the track's positions, whose drift grows with
+    the distance walked where no loop closed it (``stages.loops``: the sample's loop ended 4.7 m
+    from its start by the track before its loop was closed, 1.3 m by the truth). Two frames are at
+    one place when |v1 - v2| < ``radius`` (the place radius of ``other_visits``), and on different
+    visits when the camera stays at neither's place between them: each lies outside the other's own
+    visit, the unbroken run of moments around it at its place by the track (over a few seconds its
+    drift is small) or by an object (the two measures differ near the radius: a moment either keeps
+    at the place has not left it). Only objects within ``radius`` of the camera in both frames
+    count: objects at the place, whose offsets an error of the heading moves by at most ``radius``
+    times that angle. A box cut off at the image's bottom does not show where the object meets the
     ground, and is left out (as ``reconcile.locate.ground_contact`` leaves it out).
     ``level``: the views are level (the ground is below each camera's own down axis); else below
     the cameras' mean down. Frames without a valid pose, and samples no object places twice, are
