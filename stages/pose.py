@@ -10,7 +10,9 @@ views of a source are one camera turned by fixed yaws, so:
    robust mean, step lengths by the median of each view's normalised step; where the backend
    gives its matches (twoview), a step is solved from all views' matches as one all-round camera
    (``rig_motion``) and measured against the ground they all see (``rig_ground_height``);
-3. each view's poses are derived from the fused source poses by its yaw (``derive_view``), so the
+3. the fused track's loops are closed where the walk comes back to a place (``stages.loops``:
+   revisits recognised by matching the rig's views, a pose graph on the ground plane);
+4. each view's poses are derived from the fused source poses by its yaw (``derive_view``), so the
    four views' motions agree by construction; the independent estimates are kept to flag clips
    where the views disagree (``view_agreement``).
 

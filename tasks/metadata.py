@@ -684,7 +684,7 @@ def run_reconcile(job: Job) -> None:
 RECONCILE = Stage(
     name="reconcile",
     outputs=schema.ARTIFACTS["reconcile"],
-    version="15",
+    version="16",
     unit_kind="video",
     run=run_reconcile,
     needs=("segment", "pose", "project"),

@@ -87,40 +87,40 @@ class ReconcileParams(BaseModel):
     )
     # associate: fitted (bench/fit_reconcile.py)
     position_scale: float = Field(
-        1.201, gt=0, description="kappa: the location errors' scale over the propagated covariances"
+        1.176, gt=0, description="kappa: the location errors' scale over the propagated covariances"
     )
     position_tail: float = Field(
-        5.492, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the location errors' tails are)"
+        5.9, gt=0, description="nu: the Student-t's degrees of freedom (how heavy the location errors' tails are)"
     )
     drift_per_distance: float = Field(
-        0.02434,
+        0.02024,
         ge=0,
         description="q: pose drift (standard deviation) per unit walked between the cameras that placed two positions",
     )
     prior_log_odds: float = Field(
-        0.8074,
+        0.8887,
         description="b0: log odds of one object when one look-alike is expected within the match's uncertainty ellipse "
         "(with the position term, whose normalisation it carries)",
     )
     unplaced_log_odds: float = Field(
-        -0.7306,
+        -0.7611,
         description="bu: log odds of one object for a pair with no position term (no poses, or an instance not "
         "located) when one look-alike is in the clip: the prior is bu - log N there",
     )
     chance_alignment_log10: float = Field(
-        3.09,
+        3.269,
         description="g: a layout alignment is a chance one with probability F / (1 + F), F = 10^g x its number "
         "of false alarms (how many more chance alignments the scenes' layouts give than the a-contrario null expects)",
     )
-    continuity_weight: float = Field(4.555, ge=0, description="beta: log odds per unit of box overlap across a cut")
+    continuity_weight: float = Field(4.15, ge=0, description="beta: log odds per unit of box overlap across a cut")
     appearance_weight: float = Field(
-        0.2727,
+        0.08053,
         ge=0,
         description="a: log odds per unit of appearance similarity (the colour histograms' Bhattacharyya "
         "coefficient, or the image embeddings' cosine: segment.appearance); fitted with the descriptor in use",
     )
     review_expected_errors: float = Field(
-        0.5031,
+        0.3996,
         gt=0,
         description="c: a decision is a review item when the answers the opposite decision would change, "
         "times the probability that the decision is wrong, reach this (the answers it is expected to get wrong)",
