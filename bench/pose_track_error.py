@@ -1,6 +1,6 @@
 """The fused pose track of the embedded sample against its truth, from a finished run's data root.
 
-Reads artifacts/pose/sample-walk/*/poses.parquet (the front view's track = the source's, yaw 0)
+Reads artifacts/pose/<source>/*/poses.parquet (the front view's track = the source's, yaw 0)
 and view_poses.parquet (each view's independent estimate), and the sample's truth_poses.parquet;
 the estimate's world is the first camera's axes, so it is put in the truth's world by the truth's
 first pose (no fitting: errors accumulate as they do for the reconciler). Prints, per 2 FPS step,
@@ -11,7 +11,9 @@ nothing by default; with --steps the steps whose length or turn is off by more t
     track_step_length_error_m: median / p90 (|estimated - true| per step)
     track_step_turn_error_deg: median / p90 (per step)
 
-Usage: python bench/pose_track_error.py DATA_ROOT [--steps] [--tol 0.3]
+With ``--sources`` several sample sources (e.g. bench_reconcile's training renders) are pooled.
+
+Usage: python bench/pose_track_error.py DATA_ROOT [--sources sample-walk ...] [--steps] [--tol 0.3]
 """
 
 from __future__ import annotations
@@ -67,33 +69,44 @@ def stats(a: np.ndarray) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("root")
-    ap.add_argument("--steps", action="store_true", help="list the steps off by more than --tol")
+    ap.add_argument(
+        "--sources",
+        nargs="+",
+        default=["sample-walk"],
+        help="the sample sources to measure, pooled (bench_reconcile's: sample-bench-s<seed>-n<count>-w640)",
+    )
+    ap.add_argument("--steps", action="store_true", help="list the steps off by more than --tol (one source)")
     ap.add_argument("--tol", type=float, default=0.3, help="metres (length) or degrees x 0.1 (turn)")
     a = ap.parse_args()
     A = f"{a.root}/artifacts"
-    truth = _read(f"{A}/sample/sample-walk/*/truth_poses.parquet")
-    fused = _read(f"{A}/pose/sample-walk/*/poses.parquet")
-    t, P, yaw = ground_track(fused, "sample-walk_front")
-    P_true, yaw_true = truth_track(truth, t)
-    pos_err = np.linalg.norm(P - P_true, axis=1)
-    yaw_err = np.abs((yaw - yaw_true + 180.0) % 360.0 - 180.0)
-    step = np.linalg.norm(np.diff(P, axis=0), axis=1)
-    step_true = np.linalg.norm(np.diff(P_true, axis=0), axis=1)
-    turn_err = np.abs(np.diff(yaw) - np.diff(yaw_true))
-    print(f"track_position_error_m: {stats(pos_err)}  (median / p90 / max)")
-    print(f"track_yaw_error_deg: {stats(yaw_err)}")
-    print(f"track_step_length_error_m: {stats(np.abs(step - step_true))}")
-    print(f"track_step_turn_error_deg: {stats(turn_err)}")
-    if a.steps:
-        views = _read(f"{A}/pose/sample-walk/*/view_poses.parquet")
-        per_view = {v: ground_track(views, f"sample-walk_{v}") for v in ("front", "right", "back", "left")}
-        for k in range(len(step)):
-            if abs(step[k] - step_true[k]) > a.tol or turn_err[k] > 10 * a.tol:
-                vs = " ".join(f"{v[0]}{np.linalg.norm(tr[1][k + 1] - tr[1][k]):.2f}" for v, tr in per_view.items())
-                print(
-                    f"  k{k}: step {step[k]:.2f} true {step_true[k]:.2f}  turn {np.diff(yaw)[k]:+.1f} true "
-                    f"{np.diff(yaw_true)[k]:+.1f}  views {vs}  pos err {pos_err[k + 1]:.2f}"
-                )
+    errors: dict[str, list[np.ndarray]] = {"position": [], "yaw": [], "length": [], "turn": []}
+    for source in a.sources:
+        truth = _read(f"{A}/sample/{source}/*/truth_poses.parquet")
+        t, P, yaw = ground_track(_read(f"{A}/pose/{source}/*/poses.parquet"), f"{source}_front")
+        P_true, yaw_true = truth_track(truth, t)
+        pos_err = np.linalg.norm(P - P_true, axis=1)
+        step = np.linalg.norm(np.diff(P, axis=0), axis=1)
+        step_true = np.linalg.norm(np.diff(P_true, axis=0), axis=1)
+        turn_err = np.abs(np.diff(yaw) - np.diff(yaw_true))
+        errors["position"].append(pos_err)
+        errors["yaw"].append(np.abs((yaw - yaw_true + 180.0) % 360.0 - 180.0))
+        errors["length"].append(np.abs(step - step_true))
+        errors["turn"].append(turn_err)
+        if a.steps and len(a.sources) == 1:
+            views = _read(f"{A}/pose/{source}/*/view_poses.parquet")
+            per_view = {v: ground_track(views, f"{source}_{v}") for v in ("front", "right", "back", "left")}
+            for k in range(len(step)):
+                if abs(step[k] - step_true[k]) > a.tol or turn_err[k] > 10 * a.tol:
+                    vs = " ".join(f"{v[0]}{np.linalg.norm(tr[1][k + 1] - tr[1][k]):.2f}" for v, tr in per_view.items())
+                    print(
+                        f"  k{k}: step {step[k]:.2f} true {step_true[k]:.2f}  turn {np.diff(yaw)[k]:+.1f} true "
+                        f"{np.diff(yaw_true)[k]:+.1f}  views {vs}  pos err {pos_err[k + 1]:.2f}"
+                    )
+    pooled = {k: np.concatenate(v) for k, v in errors.items()}
+    print(f"track_position_error_m: {stats(pooled['position'])}  (median / p90 / max)")
+    print(f"track_yaw_error_deg: {stats(pooled['yaw'])}")
+    print(f"track_step_length_error_m: {stats(pooled['length'])}")
+    print(f"track_step_turn_error_deg: {stats(pooled['turn'])}")
 
 
 if __name__ == "__main__":
