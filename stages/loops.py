@@ -319,17 +319,7 @@ def apply(
     R = np.einsum("nij,nkj->nik", track.R, W)  # camera axes turned with the world: R W^T
     shift = P_new - P
     C = track.C + np.outer(shift[:, 0], e_x) + np.outer(shift[:, 1], e_z)
-    return Track(
-        track.sample_indices.copy(),
-        track.times.copy(),
-        track.frames.copy(),
-        track.fps,
-        R,
-        C,
-        track.K.copy(),
-        track.valid.copy(),
-        chained=track.chained,
-    )
+    return track.moved(R, C)
 
 
 def close_loops(

@@ -127,6 +127,21 @@ class Track:
     # measured again). False: a step is as valid as both of its poses
     chained: bool = False
 
+    def moved(self, R: np.ndarray, C: np.ndarray, K: np.ndarray | None = None) -> Track:
+        """The same samples with other poses (and intrinsics, when given); what the backend said of
+        its steps (``metric``, ``bearings``) is not carried over."""
+        return Track(
+            self.sample_indices.copy(),
+            self.times.copy(),
+            self.frames.copy(),
+            self.fps,
+            R,
+            C,
+            self.K.copy() if K is None else K,
+            self.valid.copy(),
+            chained=self.chained,
+        )
+
     @property
     def extrinsics(self) -> np.ndarray:
         t = -np.einsum("nij,nj->ni", self.R, self.C)
@@ -913,17 +928,7 @@ def derive_view(source: Track, yaw_deg: float, K: np.ndarray | None = None) -> T
     """The track of the view of yaw ``yaw_deg`` of a source camera: same centres, axes turned."""
     Mt = yaw_matrix(yaw_deg).T
     R = np.einsum("ij,njk->nik", Mt, source.R)
-    Ks = source.K if K is None else np.broadcast_to(K, source.K.shape).copy()
-    return Track(
-        source.sample_indices.copy(),
-        source.times.copy(),
-        source.frames.copy(),
-        source.fps,
-        R,
-        source.C.copy(),
-        Ks,
-        source.valid.copy(),
-    )
+    return source.moved(R, source.C.copy(), None if K is None else np.broadcast_to(K, source.K.shape).copy())
 
 
 def pose_rows(video_id: str, track: Track, backend: str) -> list[dict]:
