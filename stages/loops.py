@@ -19,10 +19,14 @@ least-squares solution spreads each loop's gap over the steps that walked it.
    those matches as one all-round camera (``pose.rig_motion``), its length against the ground
    both see (``pose.rig_ground_height``); where the ground does not give it, the edge says only
    "the same place" (within ``LoopModel.same_place_sd_m``).
-3. ``solve``: the pose graph, by sparse least squares; a loop edge the others contradict (its
+3. ``agrees_with_walk``: an edge must agree with what the walk alone says of the two cameras
+   (the track's steps compounded with their noise, ``predicted``) at ``LoopModel.reject_chi2``:
+   a place merely alike, matched metres away or turned another way than the walk can have drifted,
+   must not fold the track.
+4. ``solve``: the pose graph, by sparse least squares; a loop edge the others contradict (its
    normalised residual beyond ``LoopModel.reject_chi2``) is dropped, the worst first, and the
-   graph solved again: a place merely alike must not fold the track.
-4. ``apply``: each moment's correction (a turn about the down axis and a shift on the ground)
+   graph solved again.
+5. ``apply``: each moment's correction (a turn about the down axis and a shift on the ground)
    applied to its pose; tilt and height stay as estimated.
 
 Ground axes: ``ground_frame`` (e_x, down, e_z), right-handed like the camera's (x right, y down,
@@ -58,7 +62,8 @@ class LoopModel:
       offset (the rotation that maps most matches alone: off by up to 6 degrees on the sample).
       ``max_turn_change_deg``: how far the joint solution of rotation and offset may move that
       rotation (``pose.rig_motion``).
-    - Rejection: ``reject_chi2`` is the chi-square of 3 degrees of freedom at 0.999; after
+    - Rejection, against the walk and in the graph: ``reject_chi2`` is the chi-square of 3 degrees
+      of freedom at 0.999; after
       ``max_single_rejections`` solves that each left out the worst edge, every edge beyond it goes.
     """
 
@@ -244,21 +249,67 @@ def _edge_residual(p: np.ndarray, h: np.ndarray, e: LoopEdge, model: LoopModel) 
     return np.r_[r, dh / math.radians(sd)]
 
 
+Odometry = tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]
+
+
+def odometry(P: np.ndarray, heading: np.ndarray, step_ok: np.ndarray, model: LoopModel) -> Odometry:
+    """The track's steps as the pose graph reads them: per step k -> k+1, the step in camera k's
+    ground axes (n - 1, 2), the turn (radians), and their sds (per axis; radians)."""
+    step = to_camera(heading[:-1], (P[1:] - P[:-1]).T).T
+    length = np.linalg.norm(step, axis=1)
+    sd_t = np.where(step_ok, model.step_sd_m + model.step_sd_frac * length, model.lost_step_sd_m)
+    sd_r = np.radians(np.where(step_ok, model.step_turn_sd_deg, model.lost_turn_sd_deg))
+    return step, heading[1:] - heading[:-1], sd_t, sd_r
+
+
+def predicted(odo: Odometry, i: int, j: int) -> tuple[np.ndarray, np.ndarray]:
+    """What the walk alone says of camera j seen from camera i: (offset right, offset forward,
+    turn) and its covariance, the steps i..j compounded with their noise (first order: each step's
+    sd, and each turn's sd carried over the distance walked after it)."""
+    step, turn, sd_t, sd_r = odo
+    p, phi, cov = np.zeros(2), 0.0, np.zeros((3, 3))
+    for k in range(i, j):
+        c, s = math.cos(phi), math.sin(phi)
+        M = np.array([[c, s], [-s, c]])  # camera k's (right, forward) in camera i's ground axes
+        dM = np.array([[-s, c], [-c, -s]])
+        F = np.eye(3)
+        F[:2, 2] = dM @ step[k]
+        G = np.zeros((3, 3))
+        G[:2, :2], G[2, 2] = M, 1.0
+        cov = F @ cov @ F.T + G @ np.diag([sd_t[k] ** 2, sd_t[k] ** 2, sd_r[k] ** 2]) @ G.T
+        p = p + M @ step[k]
+        phi += float(turn[k])
+    return np.r_[p, phi], cov
+
+
+def agrees_with_walk(odo: Odometry, e: LoopEdge, model: LoopModel) -> bool:
+    """Whether a loop edge agrees with what the walk alone says (``predicted``) within both
+    uncertainties, at ``model.reject_chi2``: a place merely alike, seen metres away or turned
+    another way than the walk can have drifted, does not. A consistent set of such edges (one
+    facade matched from several moments) would bend the graph to itself, where its residuals after
+    the solve look small: it is tested against the walk before."""
+    z, cov = predicted(odo, e.i, e.j)
+    if e.offset is None:
+        meas, sd_o, sd_r = np.zeros(2), model.same_place_sd_m, math.radians(model.same_place_turn_sd_deg)
+    else:
+        meas = np.array(e.offset)
+        sd_o = model.offset_sd_m + model.offset_sd_frac * float(np.linalg.norm(meas))
+        sd_r = math.radians(model.turn_sd_deg)
+    nu = np.r_[meas - z[:2], (e.turn - z[2] + math.pi) % (2 * math.pi) - math.pi]
+    S = cov + np.diag([sd_o**2, sd_o**2, sd_r**2])
+    return float(nu @ np.linalg.solve(S, nu)) <= model.reject_chi2
+
+
 def solve(
     P: np.ndarray, heading: np.ndarray, step_ok: np.ndarray, edges: Sequence[LoopEdge], model: LoopModel
 ) -> tuple[np.ndarray, np.ndarray, list[LoopEdge]]:
     """The pose graph's ground positions and headings, and the loop edges it kept (the module's
-    step 3). ``step_ok``: per step k -> k+1, whether it was measured."""
+    step 4). ``step_ok``: per step k -> k+1, whether it was measured."""
     from scipy.optimize import least_squares
     from scipy.sparse import lil_matrix
 
     n = len(P)
-    d = P[1:] - P[:-1]
-    step = to_camera(heading[:-1], d.T).T
-    length = np.linalg.norm(step, axis=1)
-    sd_t = np.where(step_ok, model.step_sd_m + model.step_sd_frac * length, model.lost_step_sd_m)
-    sd_r = np.radians(np.where(step_ok, model.step_turn_sd_deg, model.lost_turn_sd_deg))
-    odo = (step, heading[1:] - heading[:-1], sd_t, sd_r)
+    odo = odometry(P, heading, step_ok, model)
     kept = list(edges)
     rounds = 0
     X = np.r_[P.ravel(), heading]
@@ -308,7 +359,7 @@ def apply(
     heading_new: np.ndarray,
 ) -> Track:
     """``track`` with each row turned about the down axis by its heading's change and shifted on the
-    ground by its position's (the module's step 4)."""
+    ground by its position's (the module's step 5)."""
     e_x, down, e_z = frame
     B = np.c_[e_x, down, e_z]  # ground axes -> world
     delta = heading_new - heading
@@ -364,9 +415,11 @@ def close_loops(
         if got is not None:
             found.append(LoopEdge(i, j, got[0], got[1], got[2]))
     report.found = found
-    if not found:
+    odo = odometry(P, heading, track.step_ok(), model)
+    agreeing = [e for e in found if agrees_with_walk(odo, e, model)]
+    if not agreeing:
         return track, report
-    P_new, heading_new, kept = solve(P, heading, track.step_ok(), found, model)
+    P_new, heading_new, kept = solve(P, heading, track.step_ok(), agreeing, model)
     report.kept = kept
     if not kept:
         return track, report

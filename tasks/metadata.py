@@ -535,7 +535,7 @@ def run_pose(job: Job) -> None:
 POSE = Stage(
     name="pose",
     outputs=schema.ARTIFACTS["pose"],
-    version="6",
+    version="7",
     unit_kind="source",
     run=run_pose,
     needs=("project",),
