@@ -1,20 +1,27 @@
 """The pose track's error per 2 FPS step, on the training renders of bench_reconcile.py: the noise
 model of the loop closure's odometry (``stages.loops.LoopModel``: step_sd_m, step_sd_frac,
-step_turn_sd_deg) is read from here.
+step_turn_sd_deg) is read from here, and how often the walk check (``loops.agrees_with_walk``)
+would reject a true relative pose is measured.
 
-For every step k -> k+1 of each seed's front-view track (the source's, yaw 0) and of the truth at
-the same times, the step in camera k's ground axes (right, forward) and the turn; their
-differences are the step's error. Printed:
+The tracks read are open ones, which no loop closure moved (``open_track``: the newest pose
+output whose loops.parquet is absent, a pose stage before v6, or keeps no revisit,
+``pose.loops.enabled: false``). For every step k -> k+1 of each seed's front-view track (the
+source's, yaw 0) and of the truth at the same times, the step in camera k's ground axes (right,
+forward) and the turn; their differences are the step's error. Printed:
 
     odometry_steps: N (seeds S)
     odometry_turn_sd_deg: the turn error's root mean square (median |error| in brackets)
     odometry_step_error_m_<lo>_<hi>: per bin of the true step length: the error's rms per axis
     odometry_step_sd_fit: a, b of sd = a + b x length, by maximum likelihood (Gaussian per axis)
+    odometry_walk_check_lag_<n>: for pairs of moments n steps apart (one in 10), the true relative
+        pose's squared Mahalanobis distance from what the walk predicts (``loops.predicted``, the
+        noise above): its median (3 degrees of freedom: 2.37 if the model held) and the fraction
+        beyond ``LoopModel.reject_chi2`` (0.001 if it held): true revisits the check would reject
+        before the loop edge's own noise is added
 
 The errors are heavy-tailed (most steps are right to centimetres, a few are off by a metre): the
 fit's sd is a root mean square, the scale the pose graph spreads a loop's gap by, not a typical
-step's error. The tracks read are the pose stage's output, loops closed: a loop's correction per
-step (its gap over its hundreds of steps, about a centimetre) is far below these errors.
+step's error.
 
 Usage: python bench/odometry_noise.py [--root build/bench_reconcile] [--seeds 1 ... 16] [--n-per-category 6]
 """
@@ -23,35 +30,51 @@ from __future__ import annotations
 
 import argparse
 import glob
+import math
 import os
 import sys
 from pathlib import Path
 
 import numpy as np
+import pyarrow.parquet as pq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import bench_reconcile as br  # noqa: E402  the bench folder goes on sys.path first
 import pose_track_error as pte  # noqa: E402
 
+from vsi_wild.stages import loops  # noqa: E402
+
 BINS_M = (0.0, 0.05, 0.3, 0.6, 0.9, 2.0)
+LAGS = (20, 60, 120, 200)  # steps between the two moments of the walk check's pairs
 
 
-def step_errors(root: str, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
-    """(turn errors (radians), step errors (n, 2: right, forward), true step lengths) of a source."""
+def open_track(A: str, source: str) -> str | None:
+    """The newest pose output of a source whose track no loop closure moved: its loops.parquet is
+    absent (a pose stage before v6) or keeps no revisit (``pose.loops.enabled: false``)."""
+    for folder in sorted(glob.glob(f"{A}/pose/{source}/*/"), key=os.path.getmtime, reverse=True):
+        loops = os.path.join(folder, "loops.parquet")
+        if not os.path.exists(loops) or not any(pq.read_table(loops, columns=["kept"]).column("kept").to_pylist()):
+            return os.path.join(folder, "poses.parquet")
+    return None
+
+
+def tracks(root: str, source: str) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None:
+    """A source's open track (``open_track``) and the truth at its times: ground positions and
+    headings (radians) of both."""
     A = os.path.join(root, "artifacts")
-    if not glob.glob(f"{A}/pose/{source}/*/poses.parquet"):
+    path = open_track(A, source)
+    if path is None:
         return None
     truth = pte._read(f"{A}/sample/{source}/*/truth_poses.parquet")
-    t, P, yaw = pte.ground_track(pte._read(f"{A}/pose/{source}/*/poses.parquet"), f"{source}_front")
+    t, P, yaw = pte.ground_track(pq.read_table(path).to_pylist(), f"{source}_front")
     P_true, yaw_true = pte.truth_track(truth, t)
-    h, h_true = np.radians(yaw), np.radians(yaw_true)
+    return P, np.radians(yaw), P_true, np.radians(yaw_true)
 
-    def in_camera(heading: np.ndarray, d: np.ndarray) -> np.ndarray:
-        c, s = np.cos(heading), np.sin(heading)
-        return np.c_[c * d[:, 0] - s * d[:, 1], s * d[:, 0] + c * d[:, 1]]
 
-    est = in_camera(h[:-1], np.diff(P, axis=0))
-    true = in_camera(h_true[:-1], np.diff(P_true, axis=0))
+def step_errors(P: np.ndarray, h: np.ndarray, P_true: np.ndarray, h_true: np.ndarray) -> tuple:
+    """(turn errors (radians), step errors (n, 2: right, forward), true step lengths) of a track."""
+    est = loops.to_camera(h[:-1], np.diff(P, axis=0).T).T
+    true = loops.to_camera(h_true[:-1], np.diff(P_true, axis=0).T).T
     return np.diff(h) - np.diff(h_true), est - true, np.linalg.norm(true, axis=1)
 
 
@@ -64,15 +87,27 @@ def main() -> int:
     from scipy.optimize import minimize
 
     turns, errors, lengths, seeds = [], [], [], 0
+    model = loops.LoopModel()
+    gate: dict[int, list[float]] = {lag: [] for lag in LAGS}
     for seed in args.seeds:
-        got = step_errors(args.root, f"sample-bench-s{seed}-n{args.n_per_category}-w640")
+        got = tracks(args.root, f"sample-bench-s{seed}-n{args.n_per_category}-w640")
         if got is None:
-            print(f"# seed {seed}: no poses under {args.root} (run bench_reconcile.py first)", file=sys.stderr)
+            print(f"# seed {seed}: no open track under {args.root} (see the docstring)", file=sys.stderr)
             continue
         seeds += 1
-        turns.append(got[0])
-        errors.append(got[1])
-        lengths.append(got[2])
+        turn_e, err_e, length_e = step_errors(*got)
+        turns.append(turn_e)
+        errors.append(err_e)
+        lengths.append(length_e)
+        P, h, P_true, h_true = got
+        odo = loops.odometry(P, h, np.ones(len(P) - 1, dtype=bool), model)
+        for lag in LAGS:
+            for i in range(0, len(P) - lag, 10):
+                j = i + lag
+                z, cov = loops.predicted(odo, i, j)
+                nu = z - np.r_[loops.to_camera(h_true[i], P_true[j] - P_true[i]), h_true[j] - h_true[i]]
+                nu[2] = (nu[2] + math.pi) % (2 * math.pi) - math.pi
+                gate[lag].append(float(nu @ np.linalg.solve(cov, nu)))
     if not seeds:
         raise SystemExit(f"{args.root}: none of the seeds has poses")
     turn, err, length = np.concatenate(turns), np.concatenate(errors), np.concatenate(lengths)
@@ -93,6 +128,12 @@ def main() -> int:
 
     a, b = np.abs(minimize(nll, [0.02, 0.05], method="Nelder-Mead").x)
     print(f"odometry_step_sd_fit: a {a:.3f} m, b {b:.3f}")
+    for lag, d2 in gate.items():
+        if d2:
+            print(
+                f"odometry_walk_check_lag_{lag}: pairs {len(d2)}, d2 median {np.median(d2):.1f}, "
+                f"beyond reject_chi2 {np.mean(np.array(d2) > model.reject_chi2):.3f}"
+            )
     return 0
 
 
