@@ -153,7 +153,7 @@ def test_a_consistent_set_of_look_alike_places_is_checked_against_the_walk():
     walk itself predicts none agrees, while every true revisit does. (Look-alikes within the walk's
     own uncertainty, a few metres after a lap, cannot be told apart so: 7 m apart here, they agree.)"""
     P, H = rectangle_walk()
-    Q, G = drifted(P, H, 0.2, 1.04)
+    Q, G = drifted(P, H, 0.1, 1.04)  # a lap's drift the odometry noise explains (1.7 m)
     n = len(P)
     model = loops.LoopModel()
     good = [true_edge(P, H, i, j) for i, j in ((0, n - 1), (2, n - 2), (4, n - 3))]
