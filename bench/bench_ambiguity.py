@@ -43,33 +43,30 @@ An item is ambiguous when two readings give different answers. Prints, over the 
         reconciliation split over-counts; not ambiguity)
 and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
 
-Measured (this machine's render, the three samples together; unchecked -> checked):
-VOC 5/263 -> 2/291 counts ambiguous, 50 -> 56 questions: more with the readings than without, as the
-answer balance leaves out 11 of s908's 24 totals without them (the bound of a group of 20 or more)
-and none of its 19 with them (a group under qa.answer_balance_min_n is left alone); before the
-balance, 72 -> 67 (offered_ratio 0.93; the readings drop 5 of s908's totals). The 16 wrong VOC items
-(12 on the sample, 4 on s908) each count one instance too many: the metadata has two instances
-where the truth has one (the sample's left beach balls: three over two), reconciliation's splits,
-not a reading. VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the loop's
-steady moves lie on the 8 directions: the rule is exercised by tests/test_qa_readings.py); VPO 32/36
--> 6/24 by the visit reading (0.67 of the questions: s907 walks its loop again, every place of its
-first 30 s is visited at its end, and no anchor set exists in its metadata: of the 2,849,585 sets of
-4 of a view's 297 candidates that the gap and place conditions allow, none keeps every anchor's
-other visits on its side of the others, as an enumeration of them all shows, and so does the
-pipeline's own search (``vpo.search_set``: every pair checked once, 43,956 checks a view): the
-candidates no other visit reaches span 36.5-109 s, less than the 90 s that 4 anchors 30 s apart
-need; s908 keeps 12 of 12 where the random restarts alone found 10). By the view reading, every
-VPO question asked has a view no object dates (ambiguous_items_by_view_VPO 24/24; 22/22 before
-the search); with --qa-set vpo_min_landmarks=1 the pipeline asks 2 (sample 0, s907 0, s908 2), 1
-of them undatable by the truth. What is left: 2 VOC counts whose speck (1 and 4-10 px) is below what
-the segmenter keeps (segment.min_area), so the metadata never saw it; 6 VPO questions on the sample
-whose frame at 9-9.5 s the plaza's return (110-115 s) revisits by the truth. The CPU pose track puts
-the return beyond the place radius (the loop's end 5.1 m from its start, 1.3 m by the truth), and the
-objects (``vpo.object_visits``) cannot join the two visits either: no object the view's metadata
-knows stands within the radius (5.1 m) of the camera at 9-9.5 s (the nearest, a bench, 7.9-8.2 m
-away); the bench the right view sees at both visits is one instance in the metadata and changes
-none of these questions. The objects join only the loop's first second and its last, which the
-anchors' edge margin leaves out.
+Measured (this machine's render, the three samples together; unchecked -> checked; pose v7, its
+loops closed, and reconcile v17): VOC 5/269 -> 2/297 counts ambiguous, 51 -> 57 questions: more
+with the readings than without, as the answer balance leaves out 11 of s908's totals without them
+and none with them (a group under qa.answer_balance_min_n is left alone); it leaves out 10 of
+s907's either way; before the balance, 72 -> 67 (offered_ratio 0.93). The 5 wrong VOC items (3 on
+s907, 2 on s908, none on the sample) count instances the metadata split or joined, not a reading.
+VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the loop's steady moves lie on the 8 directions: the rule is
+exercised by tests/test_qa_readings.py); VPO 33/36 -> 2/24 by the visit reading (0.67 of the
+questions). s907 asks none: it walks its loop again, every place of its first 30 s is visited at
+its end, and no anchor set exists in its metadata (measured on the poses before the loop closure:
+of the 2,849,585 sets of 4 of a view's 297 candidates that the gap and place conditions allow,
+none keeps every anchor's other visits on its side of the others, as an enumeration of them all
+shows, and so does the pipeline's own search, ``vpo.search_set``: every pair checked once, 43,956
+checks a view; the candidates no other visit reaches span 36.5-109 s, less than the 90 s that 4
+anchors 30 s apart need). The sample's 6 questions whose frame at 9-9.5 s the plaza's return
+(110-115 s) revisits are re-drawn now that the pose stage closes its loop (its return 1.3 m from
+its start on the track as by the truth; 4.7 m before). The 2 left are s908's, a frame at 10 s whose
+place the walk passes again at 110-114 s 5.5-6.4 m away by the truth and by the closed track
+alike (within 0.1 m), dipping to the place radius (4.95 m: a tenth of the walk's extent) between
+the samples: the visit reading has no margin for a place at its radius's edge. By the view reading,
+every VPO question asked has a view no object dates (ambiguous_items_by_view_VPO 24/24); with
+--qa-set vpo_min_landmarks=1 (measured before the loop closure) the pipeline asked 2 (sample 0,
+s907 0, s908 2), 1 of them undatable by the truth. Also left: 2 VOC counts whose speck (1 and 4-10
+px) is below what the segmenter keeps (segment.min_area), so the metadata never saw it.
 
 Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908] [--qa-set KEY=VALUE]
 The first run renders the three samples (~10 CPU-minutes); later runs reuse them.
