@@ -51,7 +51,9 @@ class LoopModel:
 
     - Search: ``base_m`` plus ``drift_per_m`` of the walk between two moments (twoview drifts by
       0.03-0.09 per metre, docs/metadata.md), at most ``max_radius_m``; at most ``per_sample``
-      candidates per moment, one moment in ``stride`` (2 FPS samples: one a second).
+      candidates per moment, one moment in ``stride`` (2 FPS samples: one a second). The views
+      matched: those looking within ``view_overlap_deg`` of the same way by the track's turn (the
+      heading drifts by degrees, not tens of them).
     - Odometry, measured on the training renders (``bench/odometry_noise.py``: root mean squares of
       heavy-tailed errors): sd per step ``step_sd_m`` plus ``step_sd_frac`` of its length per axis,
       ``step_turn_sd_deg``. An unmeasured step (the pose left as it was): ``lost_step_sd_m``,
@@ -106,8 +108,8 @@ class LoopEdge:
 
 @dataclass
 class LoopReport:
-    """What ``close_loops`` did: the pairs tried, the edges found and those the graph kept, and
-    how far it moved the track."""
+    """What ``close_loops`` did: the pairs tried, the edges found, those kept (that agreed with
+    the walk and the graph kept), and how far the closure moved the track (metres, at most)."""
 
     tried: int = 0
     found: list[LoopEdge] | None = None
