@@ -109,12 +109,11 @@ class LoopEdge:
 @dataclass
 class LoopReport:
     """What ``close_loops`` did: the pairs tried, the edges found, those kept (that agreed with
-    the walk and the graph kept), and how far the closure moved the track (metres, at most)."""
+    the walk and the graph kept), or why it did nothing (``skipped``)."""
 
     tried: int = 0
     found: list[LoopEdge] | None = None
     kept: list[LoopEdge] | None = None
-    max_shift_m: float = 0.0
     skipped: str | None = None
 
 
@@ -425,7 +424,6 @@ def close_loops(
     report.kept = kept
     if not kept:
         return track, report
-    report.max_shift_m = float(np.max(np.linalg.norm(P_new - P, axis=1)))
     return apply(track, frame, P, heading, P_new, heading_new), report
 
 
