@@ -10,6 +10,12 @@ nothing by default; with --steps the steps whose length or turn is off by more t
     track_yaw_error_deg: median / p90 / max (absolute)
     track_step_length_error_m: median / p90 (|estimated - true| per step)
     track_step_turn_error_deg: median / p90 (per step)
+    place_distance_error_frac: median / p90 / p95 / max of |estimated - true| distance between two
+        moments at least --min-gap-s apart whose true distance lies within half to twice VPO's place
+        radius (qa.vpo_min_position_frac of the extent), each distance a fraction of its own track's
+        extent (the bounding-box diagonal of the ground positions, as stages/qa/vpo.py takes it):
+        the metadata's own error where VPO decides whether the walk came back to a place
+        (qa.vpo_visit_error_frac is sized from it on the training renders)
 
 With ``--sources`` several sample sources (e.g. bench_reconcile's training renders) are pooled.
 
@@ -25,6 +31,8 @@ import os
 
 import numpy as np
 import pyarrow.parquet as pq
+
+from vsi_wild.stages.qa.params import QAParams
 
 
 def _read(pattern: str) -> list[dict]:
@@ -62,6 +70,22 @@ def truth_track(rows: list[dict], times: np.ndarray) -> tuple[np.ndarray, np.nda
     return np.c_[d @ right, d @ fwd], np.interp(times, t, yaw) - yaw[0]
 
 
+def place_distance_error(
+    t: np.ndarray, P: np.ndarray, P_true: np.ndarray, radius_frac: float, min_gap_s: float
+) -> np.ndarray:
+    """|estimated - true| distance, each a fraction of its track's extent, of the pairs of moments at
+    least ``min_gap_s`` apart whose true distance is within half to twice the place radius."""
+
+    def extent(X: np.ndarray) -> float:
+        return float(np.linalg.norm(X.max(axis=0) - X.min(axis=0)))
+
+    i, j = np.triu_indices(len(t), 1)
+    d = np.linalg.norm(P[i] - P[j], axis=1) / extent(P)
+    d_true = np.linalg.norm(P_true[i] - P_true[j], axis=1) / extent(P_true)
+    near = (np.abs(t[i] - t[j]) >= min_gap_s) & (d_true >= radius_frac / 2) & (d_true <= 2 * radius_frac)
+    return np.abs(d - d_true)[near]
+
+
 def stats(a: np.ndarray) -> str:
     return f"{np.median(a):.3f} / {np.percentile(a, 90):.3f} / {a.max():.3f}"
 
@@ -77,9 +101,10 @@ def main() -> None:
     )
     ap.add_argument("--steps", action="store_true", help="list the steps off by more than --tol (one source)")
     ap.add_argument("--tol", type=float, default=0.3, help="metres (length) or degrees x 0.1 (turn)")
+    ap.add_argument("--min-gap-s", type=float, default=30.0, help="place pairs: at least this far apart in time")
     a = ap.parse_args()
     A = f"{a.root}/artifacts"
-    errors: dict[str, list[np.ndarray]] = {"position": [], "yaw": [], "length": [], "turn": []}
+    errors: dict[str, list[np.ndarray]] = {"position": [], "yaw": [], "length": [], "turn": [], "place": []}
     for source in a.sources:
         truth = _read(f"{A}/sample/{source}/*/truth_poses.parquet")
         t, P, yaw = ground_track(_read(f"{A}/pose/{source}/*/poses.parquet"), f"{source}_front")
@@ -92,6 +117,7 @@ def main() -> None:
         errors["yaw"].append(np.abs((yaw - yaw_true + 180.0) % 360.0 - 180.0))
         errors["length"].append(np.abs(step - step_true))
         errors["turn"].append(turn_err)
+        errors["place"].append(place_distance_error(t, P, P_true, QAParams().vpo_min_position_frac, a.min_gap_s))
         if a.steps and len(a.sources) == 1:
             views = _read(f"{A}/pose/{source}/*/view_poses.parquet")
             per_view = {v: ground_track(views, f"{source}_{v}") for v in ("front", "right", "back", "left")}
@@ -107,6 +133,11 @@ def main() -> None:
     print(f"track_yaw_error_deg: {stats(pooled['yaw'])}")
     print(f"track_step_length_error_m: {stats(pooled['length'])}")
     print(f"track_step_turn_error_deg: {stats(pooled['turn'])}")
+    place = pooled["place"]
+    print(
+        f"place_distance_error_frac: {np.median(place):.4f} / {np.percentile(place, 90):.4f} / "
+        f"{np.percentile(place, 95):.4f} / {place.max():.4f}  (median / p90 / p95 / max, {len(place)} pairs)"
+    )
 
 
 if __name__ == "__main__":

@@ -43,6 +43,7 @@ from vsi_wild.stages.qa.vpo import (
     choose_anchor_sets,
     compatible,
     object_visits,
+    other_visits,
     search_set,
     sightings_from_metadata,
     view_problem,
@@ -406,9 +407,9 @@ def _visits(w, t: float, radius: float) -> tuple[float, float]:
     return min(ts), max(ts)
 
 
-def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_visit():
-    """A loop: 60 m east, 40 m north, then straight back to the start. A frame of the first seconds
-    shows the place the walk ends at: a viewer may date it first or last."""
+def _loop_world(beside: float = 0.0):
+    """A loop: 60 m east, 40 m north, then back: to (30, ``beside``) at 170 s and west from there to
+    (0, ``beside``) at 200 s, alongside its first 30 m, ``beside`` m north of them."""
     w = make_world(7, duration=200.0)
     for p in w.poses:
         t = p["time"]
@@ -416,31 +417,81 @@ def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_v
             p["x"], p["y"] = t, 0.0
         elif t <= 100:
             p["x"], p["y"] = 60.0, t - 60.0
-        else:  # back to (0, 0) at 200 s
-            f = (t - 100.0) / 100.0
-            p["x"], p["y"] = 60.0 * (1 - f), 40.0 * (1 - f)
-    params = QAParams(clip_seconds=60.0, vpo_min_gap_s=30.0, vpo_per_video=3)
+        elif t <= 170:
+            f = (t - 100.0) / 70.0
+            p["x"], p["y"] = 60.0 - 30.0 * f, 40.0 + f * (beside - 40.0)
+        else:
+            p["x"], p["y"] = 200.0 - t, beside
+    return w
+
+
+def _loop_vpo(w, params: QAParams):
+    """The rotated VPO questions of the loop's front view, and what was skipped."""
     video = VideoInfo.from_row(next(r for r in views_table(w).to_pylist() if r["view"] == "front"))
-    extent = (60.0**2 + 40.0**2) ** 0.5
-    radius = params.vpo_min_position_frac * extent
+    res = plan_video(
+        video, instances_table(w, "front"), motion_table(w, "front", 60.0), poses_table(w, "front"), params, PROV
+    )
+    return [q for q in res.questions if q.task_type == "VPO" and q.subtype == "rotated"], res.skipped
 
-    def interleaved(q) -> bool:
-        spans = sorted(_visits(w, t, radius) for t in q.frame_times)
-        return any(a[1] >= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
-    def rotated(params: QAParams):
-        res = plan_video(
-            video, instances_table(w, "front"), motion_table(w, "front", 60.0), poses_table(w, "front"), params, PROV
-        )
-        return [q for q in res.questions if q.task_type == "VPO" and q.subtype == "rotated"], res.skipped
+def _interleaved(w, q, radius: float) -> bool:
+    """Some anchor's visits of its place (the walk within ``radius``) reach across another anchor."""
+    spans = sorted(_visits(w, t, radius) for t in q.frame_times)
+    return any(a[1] >= b[0] for a, b in zip(spans, spans[1:], strict=False))
 
-    before, _ = rotated(params.model_copy(update={"stable_answers": False}))
-    after, skipped = rotated(params)
-    assert any(interleaved(q) for q in before)  # what the place rule alone asked
-    assert after and not any(interleaved(q) for q in after)
+
+def test_a_frame_whose_place_is_visited_again_is_not_anchored_across_the_other_visit():
+    """The loop ends at its start, along its first 30 m. A frame of the first seconds shows a place
+    the walk passes again at its end: a viewer may date it first or last."""
+    w = _loop_world()
+    params = QAParams(clip_seconds=60.0, vpo_min_gap_s=30.0, vpo_per_video=3)
+    radius = params.vpo_min_position_frac * (60.0**2 + 40.0**2) ** 0.5
+    before, _ = _loop_vpo(w, params.model_copy(update={"stable_answers": False}))
+    after, skipped = _loop_vpo(w, params)
+    assert any(_interleaved(w, q, radius) for q in before)  # what the place rule alone asked
+    assert after and not any(_interleaved(w, q, radius) for q in after)
     assert [s["reading"] for s in skipped if s["task_type"] == "VPO" and s.get("reading")] == [
         "another visit of the place"
-    ] * sum(interleaved(q) for q in before)
+    ] * sum(_interleaved(w, q, radius) for q in before)
+
+
+def test_a_return_just_beyond_the_place_radius_is_another_visit_within_the_metadatas_error():
+    """The loop's last 30 m pass its first 30 m 1.05 place radii away: outside the radius by the
+    track, inside it by a truth the track is off from by less than ``vpo_visit_error_frac`` of the
+    extent (0.2 radii here). No question may put a frame of the first 30 m across that return; with
+    no margin for the error, the radius alone sees no return and such questions are asked."""
+    params = QAParams(clip_seconds=60.0, vpo_min_gap_s=30.0, vpo_per_video=3, vpo_visit_error_frac=0.02)
+    radius = params.vpo_min_position_frac * (60.0**2 + 40.0**2) ** 0.5
+    near = _loop_world(1.05 * radius)
+    no_margin, _ = _loop_vpo(near, params.model_copy(update={"vpo_visit_error_frac": 0.0}))
+    assert not any(_interleaved(near, q, radius) for q in no_margin)
+    assert any(_interleaved(near, q, 1.1 * radius) for q in no_margin)
+    with_margin, skipped = _loop_vpo(near, params)
+    assert with_margin and not any(_interleaved(near, q, 1.1 * radius) for q in with_margin)
+    assert any(s.get("reading") == "another visit of the place" for s in skipped)
+    far = _loop_world(1.5 * radius)  # beyond radius + error: nothing to re-pick
+    assert [q.frame_times for q in _loop_vpo(far, params)[0]] == [
+        q.frame_times for q in _loop_vpo(far, params.model_copy(update={"vpo_visit_error_frac": 0.0}))[0]
+    ]
+
+
+def test_other_visits_maybe_within_the_radius_plus_the_error_and_surely_within_it_minus():
+    """A camera walks 1 m/s east from the place, turns and comes back to pass it ``d`` m north:
+    another visit when ``d`` is under the radius (5) plus the error (1). Its own visit is the stretch
+    surely at the place (under 4 m out); the moments maybe still there on the way out are seconds
+    away, and a return between 4 and 6 m is not taken for the own stretch."""
+
+    def walk(d: float) -> list[Candidate]:
+        out = [Candidate(float(t), t, (float(t), 0.0, 0.0)) for t in range(40)]
+        out += [Candidate(float(t), t, (float(79 - t), d, 0.0)) for t in range(40, 80)]
+        return out
+
+    # the own stretch is 0-3 m; 4 and 5 m out on the way the camera is maybe still there (4-5 s)
+    assert other_visits(walk(20.0), 5.0, 1.0)[0] == OtherVisits(4.0, 5.0)
+    assert other_visits(walk(6.5), 5.0, 1.0)[0] == OtherVisits(4.0, 5.0)
+    assert other_visits(walk(5.5), 5.0, 1.0)[0] == OtherVisits(4.0, 79.0)  # back at 77-79 s, 5.5-6 m away
+    assert 0 not in other_visits(walk(5.5), 5.0, 0.0)
+    assert other_visits(walk(4.5), 5.0, 0.0)[0] == OtherVisits(77.0, 79.0)
 
 
 # ----------------------------------------------------------------------------- the report
@@ -834,7 +885,9 @@ def test_vpo_revisit_the_track_misses_is_seen_by_the_objects():
     assert rotated(LOOP_H, far)[0] == rotated(None, far)[0]
 
 
-def _side_by_side(centres: list[list[float]], times: list[float], truth: tuple[float, float]) -> dict:
+def _side_by_side(
+    centres: list[list[float]], times: list[float], truth: tuple[float, float], error: float = 0.0
+) -> dict:
     """``object_visits`` (radius 5 m) of cameras facing +z at ``centres`` (the track) and ``times``,
     the first and the last of them seeing a post midway between their true places ``truth`` (x, on
     the ground line z = 0) 3.5 m ahead."""
@@ -854,7 +907,7 @@ def _side_by_side(centres: list[list[float]], times: list[float], truth: tuple[f
         GroundSighting("post #1", k, _F * (post - x) / 3.5 + (W - 1) / 2, _F * LOOP_H / 3.5 + (H - 1) / 2)
         for k, x in ((0, truth[0]), (n - 1, truth[1]))
     ]
-    return object_visits(track, seen, LOOP_H, 5.0)
+    return object_visits(track, seen, LOOP_H, 5.0, error=error)
 
 
 @pytest.mark.parametrize(("apart", "again"), [(4.5, True), (5.5, False)])
@@ -865,6 +918,14 @@ def test_object_visits_measure_the_cameras_apart_by_the_object(apart: float, aga
     found = _side_by_side([[0.0, 0.0, 0.0], [50.0, 0.0, 0.0], [apart, 0.0, 0.0]], [0.0, 50.0, 100.0], (0.0, apart))
     expected = {0: OtherVisits(100.0, 100.0, "post #1", "post #1"), 4: OtherVisits(0.0, 0.0, "post #1", "post #1")}
     assert found == (expected if again else {})
+
+
+def test_object_visits_within_the_radius_plus_the_error():
+    """Cameras 5.5 m apart by the post are another visit when the metadata may be 1 m off."""
+    found = _side_by_side(
+        [[0.0, 0.0, 0.0], [50.0, 0.0, 0.0], [5.5, 0.0, 0.0]], [0.0, 50.0, 100.0], (0.0, 5.5), error=1.0
+    )
+    assert found == {0: OtherVisits(100.0, 100.0, "post #1", "post #1"), 4: OtherVisits(0.0, 0.0, "post #1", "post #1")}
 
 
 def test_object_visits_one_visit_where_the_track_and_the_object_differ_near_the_radius():

@@ -89,6 +89,15 @@ class QAParams(BaseModel):
         description="... plus this fraction of the path walked between them (pose drift grows with "
         "it: a loop's end can seem metres from its start); 0: the place condition as it is",
     )
+    vpo_visit_error_frac: float = Field(
+        0.02,
+        ge=0,
+        description="with stable_answers, how far the metadata's distance between two moments may be off, a "
+        "fraction of the trajectory's extent: the walk is maybe back at a place within the place radius plus "
+        "this, surely still there within the radius minus this (stages/qa/vpo.py other_visits). 0.02: the p95 "
+        "of the error on the training renders' closed tracks, 0.0205 (bench/pose_track_error.py "
+        "place_distance_error_frac, pairs half to twice the radius apart)",
+    )
     vpo_edge_margin_s: float = Field(1.0, ge=0, description="no anchor closer than this to either end")
     vpo_offset_min_deg: float = Field(30.0, ge=0, le=180)
     vpo_offset_max_deg: float = Field(60.0, ge=0, le=180)

@@ -193,13 +193,19 @@ def union_visits(*found: Mapping[int, OtherVisits]) -> dict[int, OtherVisits]:
     return out
 
 
-def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, OtherVisits]:
+def other_visits(cands: Sequence[Candidate], min_dist: float, error: float = 0.0) -> dict[int, OtherVisits]:
     """frame -> the first and last moment the camera came back to that candidate's place on another
     visit: the candidates closer than ``min_dist`` to it on the ground (the place radius of
     ``compatible``), outside the unbroken stretch of such candidates around its own moment. A viewer
     who recognises the place a frame shows but not the visit may date the frame in another visit (a
     loop that ends where it started puts its first and last frames in one place). Frames whose place
     is visited once, and candidates without a pose, are left out.
+
+    ``error``: how far the track's distance between two moments may be off (``qa.vpo_visit_error_frac``
+    of the extent). A moment is at the place *maybe* within ``min_dist + error`` and *surely* within
+    ``min_dist - error``: the own visit is the stretch surely there (the camera may have left where it
+    ends), another visit any moment maybe there outside it, so a return at the radius's edge counts
+    whichever side of the edge the truth puts it.
 
     Measured on the track as estimated, without ``compatible``'s drift allowance: with it every
     place of the sample's loop is one with every place walked 100 m later, and no anchor set is
@@ -214,11 +220,12 @@ def other_visits(cands: Sequence[Candidate], min_dist: float) -> dict[int, Other
     times = np.array([c.time for c in posed])
     out = {}
     for i, c in enumerate(posed):  # one row at a time: a long video has many thousands of candidates
-        same = np.linalg.norm(pts - pts[i], axis=1) < min_dist
-        lo, hi = run_around(i, len(posed), same.__getitem__)
-        same[lo : hi + 1] = False  # its own visit
-        if same.any():
-            out[c.frame] = OtherVisits(float(times[same].min()), float(times[same].max()))
+        dist = np.linalg.norm(pts - pts[i], axis=1)
+        lo, hi = run_around(i, len(posed), (dist < min_dist - error).__getitem__)
+        again = dist < min_dist + error
+        again[lo : hi + 1] = False  # its own visit
+        if again.any():
+            out[c.frame] = OtherVisits(float(times[again].min()), float(times[again].max()))
     return out
 
 
@@ -234,7 +241,12 @@ class GroundSighting:
 
 
 def object_visits(
-    track: Track, sightings: Iterable[GroundSighting], camera_height: float, radius: float, level: bool = True
+    track: Track,
+    sightings: Iterable[GroundSighting],
+    camera_height: float,
+    radius: float,
+    level: bool = True,
+    error: float = 0.0,
 ) -> dict[int, OtherVisits]:
     """frame -> the other visits of the place the camera stands at in that frame, as the objects
     show them, independently of where the track puts the camera.
@@ -255,8 +267,9 @@ def object_visits(
     times that angle. A box cut off at the image's bottom does not show where the object meets the
     ground, and is left out (as ``reconcile.locate.ground_contact`` leaves it out).
     ``level``: the views are level (the ground is below each camera's own down axis); else below
-    the cameras' mean down. Frames without a valid pose, and samples no object places twice, are
-    left out."""
+    the cameras' mean down. ``error``: as ``other_visits``' (another visit maybe within ``radius +
+    error``, the own visit surely within ``radius - error``, by the object or by the track). Frames
+    without a valid pose, and samples no object places twice, are left out."""
     rows = track.valid_rows()
     if not rows or not camera_height or radius <= 0:
         return {}
@@ -274,20 +287,23 @@ def object_visits(
         offset = offset - (offset @ down) * down
         if float(np.linalg.norm(offset)) < radius:
             near.setdefault(s.name, []).append((n, offset))
-    # row n -> {row j: the object that puts the camera at j within the radius of the camera at n}
+    # row n -> {row j: the object that puts the camera at j maybe within the radius of the camera at n}
     placed: dict[int, dict[int, str]] = {}
+    surely: dict[int, set[int]] = {}  # row n -> the rows an object puts surely within the radius
     for name, seen in sorted(near.items()):
         where = np.array([n for n, _ in seen])
         offsets = np.array([o for _, o in seen])
         for n, o in seen:
+            apart = np.linalg.norm(offsets - o, axis=1)
             by = placed.setdefault(n, {})
-            for j in where[np.linalg.norm(offsets - o, axis=1) < radius].tolist():
+            for j in where[apart < radius + error].tolist():
                 by.setdefault(int(j), name)
+            surely.setdefault(n, set()).update(where[apart < radius - error].tolist())
     own: dict[int, tuple[int, int]] = {}  # row n -> its own visit (first and last row)
-    for n, by in placed.items():
+    for n in placed:
 
-        def here(j: int, n: int = n, by: dict[int, str] = by) -> bool:  # at row n's place, by the track or an object
-            return j in by or bool(np.linalg.norm(ground[j] - ground[n]) < radius)
+        def here(j: int, n: int = n) -> bool:  # surely at row n's place, by the track or an object
+            return j in surely[n] or bool(np.linalg.norm(ground[j] - ground[n]) < radius - error)
 
         own[n] = run_around(n, len(rows), here)
     times = track.times[rows]
@@ -780,11 +796,12 @@ def vpo_plan(
     skipped = []
     rotations: dict[int, list[float]] = {}  # question index -> offsets by time rank, where settled
     if params.stable_answers:
-        radius = params.vpo_min_position_frac * trajectory_extent(cands)
-        visits = other_visits(cands, radius)
+        extent = trajectory_extent(cands)
+        radius, error = params.vpo_min_position_frac * extent, params.vpo_visit_error_frac * extent
+        visits = other_visits(cands, radius, error)
         if camera_height and posed.rows:
             sightings = sightings_from_metadata(visibility, video)
-            seen = object_visits(posed.track, sightings, camera_height, radius, level_views)
+            seen = object_visits(posed.track, sightings, camera_height, radius, level_views, error)
             visits = union_visits(visits, {c.frame: seen[c.frame] for c in cands if c.frame in seen})
         content = (
             ViewContent.from_metadata(posed, instances, visibility, video, params)
