@@ -219,8 +219,8 @@ class Truth:
         return math.degrees(math.atan2(dx, dy)) - (self.pose_at(t)["yaw_deg"] + VIEW_YAW[view])
 
     def extent(self) -> float:
-        xs, ys = [p["x"] for p in self.poses], [p["y"] for p in self.poses]
-        return math.hypot(max(xs) - min(xs), max(ys) - min(ys))
+        """The truth track's diameter on the ground (qa.vpo_min_position_frac's extent)."""
+        return max(math.hypot(a["x"] - b["x"], a["y"] - b["y"]) for a in self.poses for b in self.poses)
 
 
 def label(angle: float) -> str:

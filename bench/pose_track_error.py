@@ -13,7 +13,7 @@ nothing by default; with --steps the steps whose length or turn is off by more t
     place_distance_error_frac: median / p90 / p95 / max of |estimated - true| distance between two
         moments at least --min-gap-s apart whose true distance lies within half to twice VPO's place
         radius (qa.vpo_min_position_frac of the extent), each distance a fraction of its own track's
-        extent (the bounding-box diagonal of the ground positions, as stages/qa/vpo.py takes it):
+        extent (the largest distance between two ground positions, as stages/qa/vpo.py takes it):
         the metadata's own error where VPO decides whether the walk came back to a place
         (qa.vpo_visit_error_frac is sized from it on the training renders)
 
@@ -76,8 +76,8 @@ def place_distance_error(
     """|estimated - true| distance, each a fraction of its track's extent, of the pairs of moments at
     least ``min_gap_s`` apart whose true distance is within half to twice the place radius."""
 
-    def extent(X: np.ndarray) -> float:
-        return float(np.linalg.norm(X.max(axis=0) - X.min(axis=0)))
+    def extent(X: np.ndarray) -> float:  # the track's diameter
+        return float(np.linalg.norm(X[:, None] - X[None], axis=2).max())
 
     i, j = np.triu_indices(len(t), 1)
     d = np.linalg.norm(P[i] - P[j], axis=1) / extent(P)

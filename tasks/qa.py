@@ -162,7 +162,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="12",
+    version="13",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

@@ -15,6 +15,7 @@ Constructed metadata, the answers worked out here by hand:
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import replace
 
@@ -46,6 +47,7 @@ from vsi_wild.stages.qa.vpo import (
     other_visits,
     search_set,
     sightings_from_metadata,
+    trajectory_extent,
     view_problem,
     vpo_plan,
 )
@@ -726,6 +728,7 @@ def test_the_anchor_search_checks_each_pair_once():
 # see the second lap come back.
 LOOP_R, LOOP_S, LOOP_H, LOOP_DRIFT = 16.0, 130.0, 1.6, (0.08, 0.0, 0.04)
 LOOP_POSTS = [3.0 + 2.0 * j for j in range(22)]  # arc length (m) from the start
+LOOP_PLACE_FRAC = 0.14  # qa.vpo_min_position_frac: a place radius of 5.0 m on the drifting loop, 36 m across
 
 
 def _loop_camera(t: float) -> tuple[np.ndarray, np.ndarray]:
@@ -754,7 +757,7 @@ def _loop_foot(t: float, s: float) -> tuple[float, float] | None:
 
 def _loop(far_on_second_lap: bool = False) -> tuple[VideoInfo, pa.Table, pa.Table, pa.Table, float]:
     """The video, its POSES (the drifting track), INSTANCES, VISIBILITY (from the true camera) and
-    the place radius (qa.vpo_min_position_frac of the track's extent over the anchor candidates).
+    the place radius (``LOOP_PLACE_FRAC`` of the track's extent over the anchor candidates).
     ``far_on_second_lap``: the detector misses every post the second lap passes within the radius
     (it sees them only farther away)."""
     K = [_F, 0.0, (W - 1) / 2, 0.0, _F, (H - 1) / 2, 0.0, 0.0, 1.0]
@@ -775,7 +778,7 @@ def _loop(far_on_second_lap: bool = False) -> tuple[VideoInfo, pa.Table, pa.Tabl
             }
         )
     track = np.array([[p["x"], p["z"]] for p in poses if 1.0 <= p["time"] <= LOOP_S - 1.0])
-    radius = 0.1 * float(np.linalg.norm(track.max(axis=0) - track.min(axis=0)))
+    radius = LOOP_PLACE_FRAC * float(np.linalg.norm(track[:, None] - track[None], axis=2).max())  # its diameter
     inst, vis = [], []
     for iid, s in enumerate(LOOP_POSTS, start=1):
         times = []
@@ -867,7 +870,7 @@ def test_vpo_revisit_the_track_misses_is_seen_by_the_objects():
     video, poses, instances, visibility, radius = _loop()
     # anchors 20 s apart: sets fit between the first lap's revisited 30 s and the second lap (at 30 s,
     # every set of a 130 s video would hold a revisited anchor, and none would be asked)
-    params = QAParams(vpo_per_video=3, vpo_min_gap_s=20.0)
+    params = QAParams(vpo_per_video=3, vpo_min_gap_s=20.0, vpo_min_position_frac=LOOP_PLACE_FRAC)
 
     def rotated(height: float | None, vis: pa.Table = visibility):
         qs, _, skipped = vpo_plan(poses, video, params, PROV, instances, vis, camera_height=height)
@@ -932,3 +935,23 @@ def test_object_visits_one_visit_where_the_track_and_the_object_differ_near_the_
     """A camera steps 4.5 m sideways in a second; the track makes it 5.2 m, beyond the radius. The
     post seen at both ends keeps the camera at its place all along: one visit, not two."""
     assert _side_by_side([[0.0, 0.0, 0.0], [2.6, 0.0, 0.0], [5.2, 0.0, 0.0]], [0.0, 0.5, 1.0], (0.0, 4.5)) == {}
+
+
+def test_the_place_radius_does_not_turn_with_the_worlds_axes():
+    """The extent is the track's diameter (all pairs, worked out here pair by pair), the same for a
+    walk turned by any angle; a bounding box's diagonal would grow 1.4 times for a square turned 45°.
+    Over 64 positions the hull's vertices are searched; collinear and single positions work too."""
+    rng = np.random.default_rng(3)
+    walk = np.cumsum(rng.normal(size=(400, 2)), axis=0)
+    brute = max(math.dist(a, b) for a, b in itertools.combinations(walk.tolist(), 2))
+    for angle in (0.0, 0.3, 1.1, 2.9):
+        c, s = math.cos(angle), math.sin(angle)
+        turned = walk @ np.array([[c, -s], [s, c]])
+        cands = [Candidate(float(t), t, (float(x), 0.0, float(z))) for t, (x, z) in enumerate(turned)]
+        assert trajectory_extent(cands) == pytest.approx(brute, rel=1e-9)
+    square = [Candidate(float(t), t, p) for t, p in enumerate([(0, 0, 0), (10, 0, 0), (10, 0, 10), (0, 0, 10)])]
+    assert trajectory_extent(square) == pytest.approx(math.sqrt(200))
+    line = [Candidate(float(t), t, (3.0 * t, 0.0, 4.0 * t)) for t in range(100)]
+    assert trajectory_extent(line) == pytest.approx(5.0 * 99)
+    assert trajectory_extent(line[:1]) == 0.0
+    assert trajectory_extent([Candidate(float(t), t, (1.0, 0.0, 1.0)) for t in range(80)]) == 0.0

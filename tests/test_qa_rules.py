@@ -256,8 +256,8 @@ def test_voo_gap_is_enforced_when_concepts_crowd():
 
 # ----------------------------------------------------------------------------- VPO
 def _extent(points):
-    xs, ys, zs = zip(*points, strict=True)
-    return math.dist((min(xs), min(ys), min(zs)), (max(xs), max(ys), max(zs)))
+    """The walk's diameter, pair by pair (qa.vpo_min_position_frac's extent)."""
+    return max(math.dist(a, b) for a, b in itertools.combinations(points, 2))
 
 
 def test_vpo_gaps_order_and_offsets(worlds):

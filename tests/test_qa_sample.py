@@ -19,6 +19,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from conftest import REPO
@@ -414,8 +415,9 @@ def test_vpo_orders_hold_when_a_frame_is_taken_for_another_visit(built, sample_c
     root, truths, _ = built
     (truth,) = truths.values()
     poses = sorted(truth["poses"].to_pylist(), key=lambda p: p["time"])
-    xs, ys = [p["x"] for p in poses], [p["y"] for p in poses]
-    radius = sample_config.qa.vpo_min_position_frac * math.hypot(max(xs) - min(xs), max(ys) - min(ys))
+    xy = np.array([(p["x"], p["y"]) for p in poses])
+    diameter = float(np.linalg.norm(xy[:, None] - xy[None], axis=2).max())
+    radius = sample_config.qa.vpo_min_position_frac * diameter
     bad = []
     for r in pq.read_table(Path(root) / "exports" / "qa.parquet").to_pylist():
         if r["task_type"] != "VPO" or r["split"] != "release":

@@ -196,7 +196,7 @@ def _revisits(oracle):
         video = VideoInfo.from_row(views[view])
         cands = candidates(VideoPoses(est_poses, video), video, qa)
         xy = np.array([at_frame[c.frame] for c in cands])
-        near = qa.vpo_min_position_frac * float(np.linalg.norm(xy.max(axis=0) - xy.min(axis=0))) / 2
+        near = qa.vpo_min_position_frac * float(np.linalg.norm(xy[:, None] - xy[None], axis=2).max()) / 2
 
         def revisit(fa: int, fb: int, video=video, near=near) -> bool:
             return (

@@ -80,7 +80,8 @@ class QAParams(BaseModel):
         0.1,
         ge=0,
         description="where poses exist, any two anchors at least this fraction of the "
-        "trajectory's extent (bounding-box diagonal) apart on the ground plane (heights drift); scale-free, "
+        "trajectory's extent (its diameter: the largest distance between two of its ground positions) apart on the "
+        "ground plane (heights drift); scale-free, "
         "as pose scale is arbitrary",
     )
     vpo_drift_per_distance: float = Field(
@@ -95,7 +96,7 @@ class QAParams(BaseModel):
         description="with stable_answers, how far the metadata's distance between two moments may be off, a "
         "fraction of the trajectory's extent: the walk is maybe back at a place within the place radius plus "
         "this, surely still there within the radius minus this (stages/qa/vpo.py other_visits). 0.02: the p95 "
-        "of the error on the training renders' closed tracks, 0.0205 (bench/pose_track_error.py "
+        "of the error on the training renders' closed tracks, 0.0188 (bench/pose_track_error.py "
         "place_distance_error_frac, pairs half to twice the radius apart)",
     )
     vpo_edge_margin_s: float = Field(1.0, ge=0, description="no anchor closer than this to either end")

@@ -36,6 +36,8 @@ import cv2
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from scipy.spatial import ConvexHull
+from scipy.spatial.distance import pdist
 
 from vsi_wild.errors import UnitError
 from vsi_wild.stages import geometry
@@ -138,10 +140,28 @@ def ground_positions(posed: VideoPoses) -> dict[int, tuple[float, float, float]]
 
 
 def trajectory_extent(cands: Sequence[Candidate]) -> float:
+    """The largest distance between two candidates' ground positions (the track's diameter): the same
+    whatever the world's axes, which are the first camera's (a bounding box's diagonal turns with
+    them, up to 1.4 times, so the same walk would get another place radius for another first heading)."""
     pts = np.array([c.pos for c in cands if c.pos is not None], dtype=np.float64)
-    if len(pts) < 2:
+    return diameter(pts) if len(pts) >= 2 else 0.0
+
+
+def diameter(pts: np.ndarray) -> float:
+    """The largest distance between two of ``pts`` (n x d): over the convex hull's vertices, in the
+    subspace the points span (ground positions lie in a plane), as all pairs of a long video's
+    positions would not fit in memory."""
+    centred = pts - pts.mean(axis=0)
+    _, sv, vt = np.linalg.svd(centred, full_matrices=False)
+    rank = int((sv > sv[0] * 1e-9).sum()) if sv[0] > 0 else 0
+    if rank == 0:
         return 0.0
-    return float(np.linalg.norm(pts.max(axis=0) - pts.min(axis=0)))
+    coords = centred @ vt[:rank].T
+    if rank == 1:
+        return float(np.ptp(coords))
+    if len(pts) > 64:
+        pts = pts[ConvexHull(coords, qhull_options="QJ").vertices]
+    return float(pdist(pts).max())
 
 
 def compatible(a: Candidate, b: Candidate, min_gap_s: float, min_dist: float, drift_per_distance: float = 0.0) -> bool:
