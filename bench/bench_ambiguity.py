@@ -44,7 +44,7 @@ An item is ambiguous when two readings give different answers. Prints, over the 
 and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
 
 Measured (this machine's render, the three samples together; unchecked -> checked; pose v7, its
-loops closed, reconcile v17, qa v12): VOC 5/269 -> 2/297 counts ambiguous, 51 -> 57 questions: more
+loops closed, reconcile v17, qa v13): VOC 5/269 -> 2/297 counts ambiguous, 51 -> 57 questions: more
 with the readings than without, as the answer balance leaves out 11 of s908's totals without them
 and none with them (a group under qa.answer_balance_min_n is left alone); it leaves out 10 of
 s907's either way; before the balance, 72 -> 67 (offered_ratio 0.93). The 5 wrong VOC items (3 on
@@ -59,11 +59,11 @@ shows, and so does the pipeline's own search, ``vpo.search_set``: every pair che
 checks a view; the candidates no other visit reaches span 36.5-109 s, less than the 90 s that 4
 anchors 30 s apart need). The sample's 6 questions whose frame at 9-9.5 s the plaza's return
 (110-115 s) revisits are re-drawn now that the pose stage closes its loop (its return 1.3 m from
-its start on the track as by the truth; 4.7 m before). s908's 2 questions with a frame at 9.5 s,
-whose place the walk passes again at 111.5-113 s 4.94 m away by the truth (the radius: 4.95 m, a
-tenth of the walk's extent), and just beyond the radius by the closed track, are re-drawn now that
-the visit reading allows for the metadata's own distance error (qa.vpo_visit_error_frac, sized on
-the training renders). By the view reading,
+its start on the track as by the truth; 4.7 m before). s908's 2 questions with a frame at 9.5 s
+(its place passed again at 111.5-113 s, 4.94 m away by the truth: the edge of the 4.95 m radius
+that a tenth of the bounding box's diagonal gave) are re-drawn since the reading allows for the
+metadata's own distance error (qa.vpo_visit_error_frac, sized on the training renders; 0/24 with
+it alone, qa v12, as with the radius a tenth of the diameter too, 4.64 m here, qa v13). By the view reading,
 every VPO question asked has a view no object dates (ambiguous_items_by_view_VPO 24/24); with
 --qa-set vpo_min_landmarks=1 (measured before the loop closure) the pipeline asked 2 (sample 0,
 s907 0, s908 2), 1 of them undatable by the truth. Also left: 2 VOC counts whose speck (1 and 4-10
