@@ -955,3 +955,9 @@ def test_the_place_radius_does_not_turn_with_the_worlds_axes():
     assert trajectory_extent(line) == pytest.approx(5.0 * 99)
     assert trajectory_extent(line[:1]) == 0.0
     assert trajectory_extent([Candidate(float(t), t, (1.0, 0.0, 1.0)) for t in range(80)]) == 0.0
+
+
+def test_a_visit_error_as_large_as_the_place_radius_is_refused():
+    with pytest.raises(ValueError, match="vpo_visit_error_frac .0.1. must be below vpo_min_position_frac"):
+        QAParams(vpo_visit_error_frac=0.1)
+    QAParams(vpo_visit_error_frac=0.1, vpo_min_position_frac=0.0)  # no place condition: nothing to be surely in

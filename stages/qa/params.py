@@ -249,6 +249,12 @@ class QAParams(BaseModel):
     def _check(self) -> QAParams:
         if self.vpo_offset_min_deg > self.vpo_offset_max_deg:
             raise ValueError("vpo_offset_min_deg must not exceed vpo_offset_max_deg")
+        if 0 < self.vpo_min_position_frac <= self.vpo_visit_error_frac:
+            raise ValueError(
+                f"vpo_visit_error_frac ({self.vpo_visit_error_frac:g}) must be below vpo_min_position_frac "
+                f"({self.vpo_min_position_frac:g}): a camera is surely at its place within the radius less the "
+                "error, and with nothing left its own visit is its one moment"
+            )
         if (self.image_width is None) != (self.image_height is None):
             raise ValueError("set both image_width and image_height, or neither")
         for name in (
