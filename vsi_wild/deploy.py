@@ -370,7 +370,11 @@ class DeployError(RuntimeError):
 
 
 def project_dir() -> Path:
-    """The project folder (prefect.yaml, configs/): VSI_WILD_HOME, else the working directory."""
+    """The project folder (prefect.yaml, configs/): VSI_WILD_HOME, else the working directory.
+
+    Not ``stages.crawl.params.project_home``, whose fallback is an editable install's checkout: a
+    deployment serves the project it is started from (a copy of the project with its own configs, as
+    tests/test_deploy_e2e.py deploys, or the image's /opt/vsi-wild), and its workers start there."""
     return Path(os.environ.get("VSI_WILD_HOME") or Path.cwd()).resolve()
 
 
