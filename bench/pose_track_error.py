@@ -16,6 +16,12 @@ nothing by default; with --steps the steps whose length or turn is off by more t
         extent (the largest distance between two ground positions, as stages/qa/vpo.py takes it):
         the metadata's own error where VPO decides whether the walk came back to a place
         (qa.vpo_visit_error_frac is sized from it on the training renders)
+    view_spread_step_error_spearman: over the steps, the rank correlation between the fused step
+        length's error and the views' disagreement on that step (the sd of the four views' own
+        lengths of it, each view scaled to the fused median step: view_poses.parquet), and the share
+        of all length error in the tenth of steps the views disagree on most: whether the views'
+        disagreement could tell the loop closure's pose graph which steps to trust less (its
+        odometry noise is one model for every step, stages/loops.py LoopModel)
 
 With ``--sources`` several sample sources (e.g. bench_reconcile's training renders) are pooled.
 
@@ -31,6 +37,7 @@ import os
 
 import numpy as np
 import pyarrow.parquet as pq
+from scipy.stats import spearmanr
 
 from vsi_wild.stages.qa.params import QAParams
 
@@ -86,6 +93,21 @@ def place_distance_error(
     return np.abs(d - d_true)[near]
 
 
+def view_spread(views: list[dict], source: str, t: np.ndarray, step: np.ndarray) -> np.ndarray:
+    """Per step of the fused track (``step``: its lengths at times ``t``), the sd of the views' own
+    lengths of it, each view's scaled so that its median moving step is the fused track's."""
+    target = float(np.median(step[step > 1e-9]))
+    lengths = []
+    for v in ("front", "right", "back", "left"):
+        if not any(r["video_id"] == f"{source}_{v}" for r in views):
+            continue
+        tv, Pv, _ = ground_track(views, f"{source}_{v}")
+        own = np.linalg.norm(np.diff(Pv, axis=0), axis=1)
+        if len(tv) == len(t) and (own > 1e-9).any():
+            lengths.append(own * target / float(np.median(own[own > 1e-9])))
+    return np.std(np.array(lengths), axis=0) if len(lengths) >= 2 else np.zeros(len(step))
+
+
 def stats(a: np.ndarray) -> str:
     return f"{np.median(a):.3f} / {np.percentile(a, 90):.3f} / {a.max():.3f}"
 
@@ -104,7 +126,14 @@ def main() -> None:
     ap.add_argument("--min-gap-s", type=float, default=30.0, help="place pairs: at least this far apart in time")
     a = ap.parse_args()
     A = f"{a.root}/artifacts"
-    errors: dict[str, list[np.ndarray]] = {"position": [], "yaw": [], "length": [], "turn": [], "place": []}
+    errors: dict[str, list[np.ndarray]] = {
+        "position": [],
+        "yaw": [],
+        "length": [],
+        "turn": [],
+        "place": [],
+        "spread": [],
+    }
     for source in a.sources:
         truth = _read(f"{A}/sample/{source}/*/truth_poses.parquet")
         t, P, yaw = ground_track(_read(f"{A}/pose/{source}/*/poses.parquet"), f"{source}_front")
@@ -118,8 +147,9 @@ def main() -> None:
         errors["length"].append(np.abs(step - step_true))
         errors["turn"].append(turn_err)
         errors["place"].append(place_distance_error(t, P, P_true, QAParams().vpo_min_position_frac, a.min_gap_s))
+        views = _read(f"{A}/pose/{source}/*/view_poses.parquet")
+        errors["spread"].append(view_spread(views, source, t, step))
         if a.steps and len(a.sources) == 1:
-            views = _read(f"{A}/pose/{source}/*/view_poses.parquet")
             per_view = {v: ground_track(views, f"{source}_{v}") for v in ("front", "right", "back", "left")}
             for k in range(len(step)):
                 if abs(step[k] - step_true[k]) > a.tol or turn_err[k] > 10 * a.tol:
@@ -133,6 +163,12 @@ def main() -> None:
     print(f"track_yaw_error_deg: {stats(pooled['yaw'])}")
     print(f"track_step_length_error_m: {stats(pooled['length'])}")
     print(f"track_step_turn_error_deg: {stats(pooled['turn'])}")
+    spread, length = pooled["spread"], pooled["length"]
+    top = spread >= np.percentile(spread, 90)
+    print(
+        f"view_spread_step_error_spearman: {spearmanr(length, spread).statistic:.3f}  "
+        f"(the top tenth by spread holds {length[top].sum() / max(length.sum(), 1e-12):.3f} of the length error)"
+    )
     place = pooled["place"]
     print(
         f"place_distance_error_frac: {np.median(place):.4f} / {np.percentile(place, 90):.4f} / "

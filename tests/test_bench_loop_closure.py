@@ -47,3 +47,6 @@ def test_the_pose_stage_closes_the_samples_loop(sample_root):
     assert err and float(err[2]) < 2.0 and float(err[3]) < 2.5, out
     yaw = re.search(r"^track_yaw_error_deg: ([\d.]+) / ([\d.]+) / ([\d.]+)", out, re.M)
     assert yaw and float(yaw[3]) < 3.0, out
+    # the views' disagreement on a step's length ranks the fused steps' errors (0.60 on the sample)
+    spread = re.search(r"^view_spread_step_error_spearman: (-?[\d.]+)", out, re.M)
+    assert spread and float(spread[1]) > 0.3, out
