@@ -93,15 +93,25 @@ def place_distance_error(
     return np.abs(d - d_true)[near]
 
 
-def view_spread(views: list[dict], source: str, t: np.ndarray, step: np.ndarray) -> np.ndarray:
+def view_tracks(views: list[dict], source: str) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each view's own track (``ground_track``) of ``source``, for the views view_poses.parquet holds."""
+    present = {r["video_id"] for r in views}
+    return {
+        v: ground_track(views, f"{source}_{v}")
+        for v in ("front", "right", "back", "left")
+        if f"{source}_{v}" in present
+    }
+
+
+def view_spread(
+    per_view: dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]], t: np.ndarray, step: np.ndarray
+) -> np.ndarray:
     """Per step of the fused track (``step``: its lengths at times ``t``), the sd of the views' own
-    lengths of it, each view's scaled so that its median moving step is the fused track's."""
+    lengths of it (``per_view``: ``view_tracks``), each view's scaled so that its median moving step
+    is the fused track's."""
     target = float(np.median(step[step > 1e-9]))
     lengths = []
-    for v in ("front", "right", "back", "left"):
-        if not any(r["video_id"] == f"{source}_{v}" for r in views):
-            continue
-        tv, Pv, _ = ground_track(views, f"{source}_{v}")
+    for tv, Pv, _ in per_view.values():
         own = np.linalg.norm(np.diff(Pv, axis=0), axis=1)
         if len(tv) == len(t) and (own > 1e-9).any():
             lengths.append(own * target / float(np.median(own[own > 1e-9])))
@@ -147,10 +157,9 @@ def main() -> None:
         errors["length"].append(np.abs(step - step_true))
         errors["turn"].append(turn_err)
         errors["place"].append(place_distance_error(t, P, P_true, QAParams().vpo_min_position_frac, a.min_gap_s))
-        views = _read(f"{A}/pose/{source}/*/view_poses.parquet")
-        errors["spread"].append(view_spread(views, source, t, step))
+        per_view = view_tracks(_read(f"{A}/pose/{source}/*/view_poses.parquet"), source)
+        errors["spread"].append(view_spread(per_view, t, step))
         if a.steps and len(a.sources) == 1:
-            per_view = {v: ground_track(views, f"{source}_{v}") for v in ("front", "right", "back", "left")}
             for k in range(len(step)):
                 if abs(step[k] - step_true[k]) > a.tol or turn_err[k] > 10 * a.tol:
                     vs = " ".join(f"{v[0]}{np.linalg.norm(tr[1][k + 1] - tr[1][k]):.2f}" for v, tr in per_view.items())
