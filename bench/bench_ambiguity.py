@@ -83,6 +83,7 @@ import shutil
 import subprocess
 import sys
 from collections import defaultdict
+from functools import cached_property
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -218,8 +219,10 @@ class Truth:
             return None
         return math.degrees(math.atan2(dx, dy)) - (self.pose_at(t)["yaw_deg"] + VIEW_YAW[view])
 
+    @cached_property
     def extent(self) -> float:
-        """The truth track's diameter on the ground (qa.vpo_min_position_frac's extent)."""
+        """The truth track's diameter on the ground (qa.vpo_min_position_frac's extent); every VPO
+        question reads it, all pairs of poses once."""
         return max(math.hypot(a["x"] - b["x"], a["y"] - b["y"]) for a in self.poses for b in self.poses)
 
 
@@ -309,7 +312,7 @@ def vpo_item(r: dict, truth: Truth) -> tuple[bool, bool]:
     """Each anchor read as its own moment or as any moment of another visit of its place (the
     camera back within the place radius after leaving it): ambiguous when such a moment of one
     anchor lies on the other side of another anchor."""
-    radius = truth.params.vpo_min_position_frac * truth.extent()
+    radius = truth.params.vpo_min_position_frac * truth.extent
     times = r["frame_times"]
     readings = []
     for t in times:
