@@ -153,7 +153,26 @@ def segment_flow(
     return _run("segment", config, data_root, videos, force, overrides)
 
 
-@flow(name="stage-pose", description="Camera poses per 2 FPS timestamp of each source, and each view's motion.")
+@flow(
+    name="stage-view_pose",
+    description="Each view's own camera poses per 2 FPS timestamp (the pose backend, DA3: the GPU half of the poses).",
+)
+@with_doc(STAGE_DOC)
+def view_pose_flow(
+    config: str = "configs/sample.yaml",
+    data_root: str | None = None,
+    videos: list[str] | None = None,
+    force: bool = False,
+    overrides: dict[str, Any] | None = None,
+) -> Any:
+    return _run("view_pose", config, data_root, videos, force, overrides)
+
+
+@flow(
+    name="stage-pose",
+    description="Camera poses per 2 FPS timestamp of each source: the views' estimates fused, loops closed, "
+    "each view's motion (CPU).",
+)
 @with_doc(STAGE_DOC)
 def pose_flow(
     config: str = "configs/sample.yaml",
@@ -243,6 +262,7 @@ FLOWS = {
     "candidates": candidates_flow,
     "detect": detect_flow,
     "segment": segment_flow,
+    "view_pose": view_pose_flow,
     "pose": pose_flow,
     "reconcile": reconcile_flow,
     "metadata": metadata_flow,

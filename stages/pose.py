@@ -807,8 +807,9 @@ def recover_turns(
 
 @dataclass
 class ViewInput:
-    """One view of a source for ``estimate_source``: ``frames()`` opens a fresh stream of
-    (k, t_k, frame index, rgb) at 2 FPS (the estimate reads it once, the turn recovery maybe again)."""
+    """One view of a source for ``estimate_views`` and ``fuse_source``: ``frames()`` opens a fresh
+    stream of (k, t_k, frame index, rgb) at 2 FPS (the estimate reads it once; the turn recovery
+    and the loop closure maybe again)."""
 
     video_id: str
     yaw_deg: float
@@ -818,26 +819,29 @@ class ViewInput:
     frames: Callable[[], Iterable[tuple[int, float, int, np.ndarray]]]
 
 
-def estimate_source(
+@dataclass
+class ViewEstimate:
+    """One view's own estimate (the GPU half of the pose stage): its stitched track, intrinsics in
+    the view's own pixels, and the width of the frames the estimator saw (``frame_max_width``)."""
+
+    track: Track
+    frame_width: int
+
+
+def estimate_views(
     views: dict[str, ViewInput],
     make_estimator: Callable[[ViewInput], PoseEstimator],
     params: PoseParams,
     progress: Callable[[int, int], None] | None = None,
     batch_views: bool = True,
-    on_loops: Callable[[LoopReport], None] | None = None,
-) -> tuple[Track, dict[str, Track]]:
-    """The pose stage's work for one source: each view estimated alone (``estimate_chunked``),
-    steps that fewer than two views managed recovered across the rig (``recover_turns``), the
-    views fused (``fuse_views``), the fused track's loops closed (``stages.loops.close_loops``;
-    ``on_loops`` gets what it did). Returns the fused (source) track and the views' own tracks.
+) -> dict[str, ViewEstimate]:
+    """Each view of a source estimated alone (``estimate_chunked``): the view_pose stage's work.
 
     Where the views' estimators can run together (``batches_views``: DA3) and ``batch_views``,
     the views' chunks go through it in lockstep, the i-th chunk of every view in one call
     (``estimate_chunked_together``; DA3 batches their windows); each view's track is the one it
     gets alone, within the backend's batching tolerance (DA3: 1e-4, tests/test_backends_pose.py).
     Else (twoview) one view after the other."""
-    tracks: dict[str, Track] = {}
-    frame_w: dict[str, int] = {}
     first_ws: dict[str, list[int]] = {}
     streams: dict[str, Iterator[FrameItem]] = {}
     for v, vi in views.items():
@@ -872,13 +876,27 @@ def estimate_source(
         for v, vi in views.items():
             found[v] = estimate_chunked(estimators[v], streams[v], vi.video_id, vi.fps, params.chunk_frames)
             view_done(v)
+    out = {}
     for v, vi in views.items():
         tr, first_w = found[v], first_ws[v]
         if len(tr.sample_indices) and first_w and first_w[0] != vi.width:
             s = vi.width / first_w[0]  # intrinsics back to the view's own pixels
             tr.K = np.einsum("ij,njk->nik", np.diag([s, s, 1.0]), tr.K)
-        tracks[v] = tr
-        frame_w[v] = first_w[0] if first_w else vi.width
+        out[v] = ViewEstimate(tr, first_w[0] if first_w else vi.width)
+    return out
+
+
+def fuse_source(
+    views: dict[str, ViewInput],
+    estimates: dict[str, ViewEstimate],
+    params: PoseParams,
+    on_loops: Callable[[LoopReport], None] | None = None,
+) -> Track:
+    """The source's track from its views' own estimates (the CPU half of the pose stage): steps
+    that fewer than two views managed recovered across the rig (``recover_turns``, reading the
+    frames around them), the views fused (``fuse_views``), the fused track's loops closed
+    (``stages.loops.close_loops``; ``on_loops`` gets what it did)."""
+    tracks = {v: e.track for v, e in estimates.items()}
     yaws = {v: vi.yaw_deg for v, vi in views.items()}
     turns: dict[int, np.ndarray] = {}
     weak = weak_steps(tracks) if len(tracks) > 1 else []
@@ -889,14 +907,31 @@ def estimate_source(
         turns = recover_turns(weak, frames, yaws, next(iter(views.values())).hfov_deg)
     # a match agrees with a step's translation within about two pixels of the frames matched
     focal = min(
-        (float(tr.K[0][0, 0]) * frame_w[v] / views[v].width for v, tr in tracks.items() if len(tr.K)), default=0.0
+        (float(e.track.K[0][0, 0]) * e.frame_width / views[v].width for v, e in estimates.items() if len(e.track.K)),
+        default=0.0,
     )
     tol = 2.0 / focal if focal > 0 else 0.01
     fused = fuse_views(tracks, yaws, params.outlier_deg, turns, tol, params.ground_height())
     fused, report = close_source_loops(fused, views, params, tol)
     if on_loops:
         on_loops(report)
-    return fused, tracks
+    return fused
+
+
+def estimate_source(
+    views: dict[str, ViewInput],
+    make_estimator: Callable[[ViewInput], PoseEstimator],
+    params: PoseParams,
+    progress: Callable[[int, int], None] | None = None,
+    batch_views: bool = True,
+    on_loops: Callable[[LoopReport], None] | None = None,
+) -> tuple[Track, dict[str, Track]]:
+    """Both halves of the pose work for one source in one pass (``estimate_views``, then
+    ``fuse_source``), as the view_pose and pose stages do it through the store. Returns the fused
+    (source) track and the views' own tracks."""
+    estimates = estimate_views(views, make_estimator, params, progress, batch_views)
+    fused = fuse_source(views, estimates, params, on_loops)
+    return fused, {v: e.track for v, e in estimates.items()}
 
 
 def close_source_loops(
@@ -970,6 +1005,79 @@ def track_from_rows(rows: Sequence[dict]) -> Track:
         np.array([r["intrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 3),
         np.array([r["valid"] for r in rows], dtype=bool),
     )
+
+
+def view_pose_rows(video_id: str, estimate: ViewEstimate, backend: str) -> list[dict]:
+    """schema.VIEW_POSES rows of a view's own estimate: every value ``fuse_source`` reads of it
+    but the matches (``view_match_rows``), exactly (``view_estimate_from_rows`` reads them back)."""
+    tr = estimate.track
+    rows = pose_rows(video_id, tr, backend)
+    for i, r in enumerate(rows):
+        r["metric"] = bool(tr.metric[i]) if tr.metric is not None else None
+        r["chained"] = tr.chained
+        r["frame_width"] = int(estimate.frame_width)
+    return rows
+
+
+def view_match_rows(video_id: str, track: Track) -> list[dict]:
+    """schema.VIEW_MATCHES rows: per step the backend matched (twoview), its inlier bearings."""
+    if track.bearings is None:
+        return []
+    return [
+        {
+            "video_id": video_id,
+            "sample_index": int(track.sample_indices[i]),
+            "n_matches": int(len(b[0])),
+            "before": np.asarray(b[0], dtype=np.float32).ravel().tolist(),
+            "after": np.asarray(b[1], dtype=np.float32).ravel().tolist(),
+        }
+        for i, b in enumerate(track.bearings)
+        if b is not None
+    ]
+
+
+def view_estimate_from_rows(
+    rows: Sequence[dict], matches: Sequence[dict], fps: float, frame_width: int
+) -> ViewEstimate:
+    """The estimate ``view_pose_rows`` and ``view_match_rows`` wrote (one view's rows), equal to
+    the one in memory: rotations from the extrinsics and centres from x, y, z, as computed (not
+    re-derived from the translation). ``fps`` and ``frame_width``: the view's, for a view without
+    rows."""
+    rows = sorted(rows, key=lambda r: r["sample_index"])
+    n = len(rows)
+    E = np.array([r["extrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 4)
+    metric = [r["metric"] for r in rows]
+    track = Track(
+        np.array([r["sample_index"] for r in rows], dtype=np.int64),
+        np.array([r["time"] for r in rows], dtype=float),
+        np.array([r["frame"] for r in rows], dtype=np.int64),
+        float(rows[0]["fps"]) if rows else float(fps),
+        np.ascontiguousarray(E[:, :, :3]),
+        np.array([[r["x"], r["y"], r["z"]] for r in rows], dtype=np.float64).reshape(n, 3),
+        np.array([r["intrinsics"] for r in rows], dtype=np.float64).reshape(n, 3, 3),
+        np.array([r["valid"] for r in rows], dtype=bool),
+        None if all(m is None for m in metric) else np.array([bool(m) for m in metric], dtype=bool),
+        chained=bool(rows[0]["chained"]) if rows else False,
+    )
+    if matches:
+        row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+        bearings: list = [None] * n
+        for m in matches:
+            i = row_of.get(int(m["sample_index"]))
+            if i is None:
+                raise ValueError(
+                    f"view_matches: sample {m['sample_index']} of {m['video_id']} has no pose row in view_poses"
+                )
+            b1 = np.asarray(m["before"], dtype=np.float32).reshape(-1, 3)
+            b2 = np.asarray(m["after"], dtype=np.float32).reshape(-1, 3)
+            if len(b1) != m["n_matches"] or len(b2) != m["n_matches"]:
+                raise ValueError(
+                    f"view_matches: sample {m['sample_index']} of {m['video_id']}: {m['n_matches']} matches "
+                    f"but {len(b1)} and {len(b2)} bearings"
+                )
+            bearings[i] = (b1, b2)
+        track.bearings = bearings
+    return ViewEstimate(track, int(rows[0]["frame_width"]) if rows else int(frame_width))
 
 
 # ------------------------------------------------------------------------------ motion

@@ -495,13 +495,13 @@ def _view_feed(path: Path, view: str, p: po.PoseParams) -> Callable[[], Iterator
     )
 
 
-def run_pose(job: Job) -> None:
-    p: po.PoseParams = job.config.pose
+def _view_inputs(job: Job, p: po.PoseParams) -> dict[str, po.ViewInput]:
+    """The configured views of the unit's source (``pose.views``), in that order."""
     views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
     wanted = [v for v in p.views if v in views]
     if not wanted:
         raise UnitError(f"pose.views {p.views} names none of the projected views {sorted(views)}")
-    inputs = {
+    return {
         v: po.ViewInput(
             views[v]["video_id"],
             float(views[v]["yaw_deg"]),
@@ -512,22 +512,76 @@ def run_pose(job: Job) -> None:
         )
         for v in wanted
     }
-    reports: list[loops.LoopReport] = []
-    fused, tracks = po.estimate_source(
+
+
+def run_view_pose(job: Job) -> None:
+    p: po.PoseParams = job.config.pose
+    inputs = _view_inputs(job, p)
+    estimates = po.estimate_views(
         inputs,
         lambda vi: job.backend("pose_estimator", **p.estimator_options(vi.hfov_deg).as_options()),
         p,
         lambda d, t: job.progress(d, t, "views"),
-        on_loops=reports.append,
     )
-    pose_rows, indep_rows = [], []
+    pose_rows, match_rows = [], []
+    for v, est in estimates.items():
+        vid = inputs[v].video_id
+        pose_rows += po.view_pose_rows(vid, est, f"{p.backend}:independent")
+        match_rows += po.view_match_rows(vid, est.track)
+    job.out.write_table("view_poses.parquet", schema.table(schema.VIEW_POSES, pose_rows))
+    job.out.write_table("view_matches.parquet", schema.table(schema.VIEW_MATCHES, match_rows))
+
+
+# What the view_pose stage's estimates depend on: the backend and its input. The fusion's and the
+# loop closure's fields (outlier_deg, loops) are the pose stage's alone, so changing them re-runs
+# only the CPU half, not the GPU pass over every view.
+VIEW_POSE_SECTIONS = (
+    "pose.backend",
+    "pose.views",
+    "pose.chunk_frames",
+    "pose.frame_max_width",
+    "pose.twoview_features",
+    "pose.camera_height",
+)
+
+VIEW_POSE = Stage(
+    name="view_pose",
+    outputs=schema.ARTIFACTS["view_pose"],
+    version="1",
+    unit_kind="source",
+    run=run_view_pose,
+    needs=("project",),
+    sections=VIEW_POSE_SECTIONS,
+    gpu=True,
+    backends=(BackendUse("pose_estimator", "pose.backend"),),
+    gpu_memory_gib=12,  # DA3-Large on 64-frame windows at 504 px (rough)
+    description="Each view's own camera poses per 2 FPS timestamp (the pose backend: DA3 in production)",
+)
+
+
+def run_pose(job: Job) -> None:
+    p: po.PoseParams = job.config.pose
+    inputs = _view_inputs(job, p)
+    pose_rows = job.read("view_pose", "view_poses.parquet").to_pylist()
+    match_rows = job.read("view_pose", "view_matches.parquet").to_pylist()
+    estimates = {
+        v: po.view_estimate_from_rows(
+            [r for r in pose_rows if r["video_id"] == vi.video_id],
+            [r for r in match_rows if r["video_id"] == vi.video_id],
+            vi.fps,
+            vi.width,
+        )
+        for v, vi in inputs.items()
+    }
+    reports: list[loops.LoopReport] = []
+    fused = po.fuse_source(inputs, estimates, p, on_loops=reports.append)
+    views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
+    rows = []
     for v, row in sorted(views.items()):
-        K = tracks[v].K[0] if v in tracks and len(tracks[v].K) else fused.K[0] if len(fused.K) else np.eye(3)
-        pose_rows += po.pose_rows(row["video_id"], po.derive_view(fused, float(row["yaw_deg"]), K), p.backend)
-    for v, tr in sorted(tracks.items()):
-        indep_rows += po.pose_rows(views[v]["video_id"], tr, f"{p.backend}:independent")
-    job.out.write_table("poses.parquet", schema.table(schema.POSES, pose_rows))
-    job.out.write_table("view_poses.parquet", schema.table(schema.POSES, indep_rows))
+        own = estimates[v].track.K if v in estimates else fused.K[:0]
+        K = own[0] if len(own) else fused.K[0] if len(fused.K) else np.eye(3)
+        rows += po.pose_rows(row["video_id"], po.derive_view(fused, float(row["yaw_deg"]), K), p.backend)
+    job.out.write_table("poses.parquet", schema.table(schema.POSES, rows))
     loop_rows = [row for r in reports for row in loops.loop_rows(job.unit, fused, r)]
     job.out.write_table("loops.parquet", schema.table(schema.POSE_LOOPS, loop_rows))
 
@@ -535,15 +589,13 @@ def run_pose(job: Job) -> None:
 POSE = Stage(
     name="pose",
     outputs=schema.ARTIFACTS["pose"],
-    version="7",
+    version="8",
     unit_kind="source",
     run=run_pose,
-    needs=("project",),
+    needs=("view_pose", "project"),
     sections=("pose",),
-    gpu=True,
-    backends=(BackendUse("pose_estimator", "pose.backend"),),
-    gpu_memory_gib=12,  # DA3-Large on 64-frame windows at 504 px (rough)
-    description="Camera poses per 2 FPS timestamp: views estimated, fused per source, loops closed, derived per view",
+    description="Camera poses per 2 FPS timestamp: the views' own estimates fused per source, loops closed, "
+    "derived per view",
 )
 
 
@@ -727,7 +779,7 @@ def auto_metadata(job: Job) -> tuple[meta.FixInputs, list[dict]]:
     track = po.track_from_rows([r for r in pose_rows if r["video_id"] == vid])
     clips = meta.motion_clips(duration, p.motion_clip_seconds)
     samples = meta.motion_samples(vid, track, p)
-    indep_rows = job.read("pose", "view_poses.parquet").to_pylist()
+    indep_rows = job.read("view_pose", "view_poses.parquet").to_pylist()
     independent = {}
     for v, row in views.items():
         rows = [r for r in indep_rows if r["video_id"] == row["video_id"]]
@@ -803,10 +855,10 @@ METADATA = Stage(
     version="7",
     unit_kind="video",
     run=run_metadata,
-    needs=("reconcile", "pose", "project"),
+    needs=("reconcile", "pose", "view_pose", "project"),
     sections=("metadata", "segment", "pose", "reconcile"),
     raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",
 )
 
-STAGES = [CANDIDATES, DETECT, SEGMENT, POSE, RECONCILE, METADATA]
+STAGES = [CANDIDATES, DETECT, SEGMENT, VIEW_POSE, POSE, RECONCILE, METADATA]

@@ -22,7 +22,7 @@ from vsi_wild.stages.candidates import CandidatesParams
 from vsi_wild.stages.detect import DetectParams
 from vsi_wild.stages.faces import FaceParams
 from vsi_wild.stages.metadata import MetadataParams
-from vsi_wild.stages.pose import PoseParams
+from vsi_wild.stages.pose import LoopParams, PoseParams
 from vsi_wild.stages.project import ProjectParams
 from vsi_wild.stages.reconcile import ReconcileParams
 from vsi_wild.stages.sample import SampleParams
@@ -226,6 +226,28 @@ def test_segment_writes_the_next_clips_frames_while_the_model_works(built, monke
     for u in clips:
         before, after = plan.outcomes["segment"][u], again.outcomes["segment"][u]
         assert after.state == "computed" and (after.key, after.fingerprint) == (before.key, before.fingerprint)
+
+
+def test_a_loop_closure_setting_reruns_the_fusion_not_the_views_estimates(built):
+    """The views' estimates (view_pose: the GPU pass in production) are keyed on the pose backend and
+    its input only; the fusion and the loop closure (pose, CPU) on the whole pose section. So a
+    change to pose.loops re-runs pose from the stored estimates and leaves view_pose cached; a
+    change to what the backend sees (pose.chunk_frames) re-runs both."""
+    store, config, plan = built
+    upto = STAGES[: STAGES.index(tm.POSE) + 1]
+
+    def rerun(pose: PoseParams) -> dict[str, engine.Outcome]:
+        new = Plan.load(config.model_copy(update={"pose": pose}), store, upto)
+        engine.run_stages(new, upto, engine.run_inline(new))
+        return {s: new.outcomes[s][SID] for s in ("view_pose", "pose")}
+
+    was = {s: plan.outcomes[s][SID] for s in ("view_pose", "pose")}
+    loops = rerun(config.pose.model_copy(update={"loops": LoopParams(min_inliers=60)}))
+    assert loops["view_pose"].state == "cached" and loops["view_pose"].key == was["view_pose"].key
+    assert loops["pose"].state == "computed" and loops["pose"].key != was["pose"].key
+    chunks = rerun(config.pose.model_copy(update={"chunk_frames": 48}))
+    assert chunks["view_pose"].state == "computed" and chunks["view_pose"].key != was["view_pose"].key
+    assert chunks["pose"].state == "computed"
 
 
 def test_fix_file_changes_metadata_and_recomputes_only_that_video(built, tmp_path):

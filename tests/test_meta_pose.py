@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 from cameras import OPENCV_AXES, level_extrinsics
 from synthetic_world import Room, walk
 
+from vsi_wild import schema
 from vsi_wild.stages import geometry
 from vsi_wild.stages import pose as po
 from vsi_wild.stages.backends import (
@@ -142,6 +144,80 @@ def test_twoview_motion_directions_and_scale(rendered):
     est_steps = np.linalg.norm(np.diff(fused.C, axis=0), axis=1)
     m = true_steps > 0.1
     assert np.median(est_steps[m] / true_steps[m]) == pytest.approx(1.0, abs=0.1)
+
+
+def _read_back(estimates: dict[str, po.ViewEstimate], backend: str, tmp_path) -> dict[str, po.ViewEstimate]:
+    """The estimates through the view_pose stage's files (parquet written and read) and back."""
+    tables = {}
+    for name, sch, make in (
+        ("view_poses", schema.VIEW_POSES, lambda v, e: po.view_pose_rows(f"s_{v}", e, backend)),
+        ("view_matches", schema.VIEW_MATCHES, lambda v, e: po.view_match_rows(f"s_{v}", e.track)),
+    ):
+        path = tmp_path / f"{name}.parquet"
+        pq.write_table(schema.table(sch, [r for v, e in estimates.items() for r in make(v, e)]), path)
+        tables[name] = pq.read_table(path).to_pylist()
+    return {
+        v: po.view_estimate_from_rows(
+            [r for r in tables["view_poses"] if r["video_id"] == f"s_{v}"],
+            [r for r in tables["view_matches"] if r["video_id"] == f"s_{v}"],
+            8.0,
+            1,
+        )
+        for v in estimates
+    }
+
+
+def _assert_same_estimate(a: po.ViewEstimate, b: po.ViewEstimate) -> None:
+    assert a.frame_width == b.frame_width and a.track.chained == b.track.chained and a.track.fps == b.track.fps
+    for name in ("sample_indices", "times", "frames", "R", "C", "K", "valid"):
+        x, y = getattr(a.track, name), getattr(b.track, name)
+        assert x.dtype == y.dtype and np.array_equal(x, y), name
+    assert (a.track.metric is None) == (b.track.metric is None)
+    if a.track.metric is not None:
+        assert np.array_equal(a.track.metric, b.track.metric)
+    if a.track.bearings is None or all(p is None for p in a.track.bearings):
+        assert b.track.bearings is None
+        return
+    assert b.track.bearings is not None and len(a.track.bearings) == len(b.track.bearings)
+    for p, q in zip(a.track.bearings, b.track.bearings, strict=True):
+        assert (p is None) == (q is None)
+        if p is not None:
+            assert all(u.dtype == w.dtype and np.array_equal(u, w) for u, w in zip(p, q, strict=True))
+
+
+@pytest.mark.slow
+def test_the_views_estimates_read_back_exactly_and_fuse_to_the_same_track(rendered, tmp_path):
+    """The pose stage fuses the estimates the view_pose stage wrote, not the ones in memory: what it
+    reads back must be them to the bit (rotations, centres as computed, not re-derived from the
+    translation; which steps were metric; twoview's matches), so the fused track is the one-pass
+    track to the bit too. twoview's estimate has all of it, with a blank frame in one view (steps
+    without matches); a DA3-like one (ExactPoses) has neither metric steps nor matches."""
+    _, frames = rendered
+    estimates = {}
+    for v in VIEWS:
+        est = base.create("pose_estimator", "twoview", hfov_deg=90.0, camera_height=1.6)
+        items = [
+            (k, k * 0.5, 4 * k, np.full_like(frames[v][k], 128) if v == "front" and k == 20 else frames[v][k])
+            for k in range(40)
+        ]
+        estimates[v] = po.ViewEstimate(po.estimate_chunked(est, iter(items), f"s_{v}", 8.0, chunk=16), 256)
+    front = estimates["front"].track
+    assert front.metric is not None and front.bearings is not None and any(b is None for b in front.bearings[1:])
+    back = _read_back(estimates, "twoview:independent", tmp_path)
+    for v in VIEWS:
+        _assert_same_estimate(estimates[v], back[v])
+
+    def fused(es: dict[str, po.ViewEstimate]) -> po.Track:
+        return po.fuse_views({v: e.track for v, e in es.items()}, VIEWS, camera_height=1.6)
+
+    one_pass, read = fused(estimates), fused(back)
+    assert np.array_equal(one_pass.R, read.R) and np.array_equal(one_pass.C, read.C)
+
+    path = walk(20)
+    items = [(k, k * 0.5, 4 * k, np.zeros((4, 4, 3), np.uint8)) for k in range(len(path))]
+    exact = {"front": po.ViewEstimate(po.estimate_chunked(ExactPoses(path), iter(items), "s_front", 8.0, chunk=7), 4)}
+    assert exact["front"].track.metric is None and exact["front"].track.bearings is None
+    _assert_same_estimate(exact["front"], _read_back(exact, "da3:independent", tmp_path)["front"])
 
 
 @pytest.mark.slow

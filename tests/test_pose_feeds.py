@@ -1,6 +1,7 @@
-"""The pose stage opens one decoding feed per view, each named after its own view (the threads show in
-a stack dump or a profile as ``feed-<view>``). The feeds are made in a comprehension and opened later,
-inside ``estimate_source``: each must hold its own view, not the comprehension's last one."""
+"""The view_pose stage opens one decoding feed per view, each named after its own view (the threads
+show in a stack dump or a profile as ``feed-<view>``). The feeds are made in a comprehension
+(``_view_inputs``, the pose stage's too) and opened later, inside ``estimate_views``: each must hold its
+own view, not the comprehension's last one."""
 
 from __future__ import annotations
 
@@ -38,18 +39,18 @@ def test_each_view_feed_decodes_and_is_named_for_its_own_view(monkeypatch) -> No
     monkeypatch.setattr(tm, "sampled_frames", lambda path, fps, max_width=None: iter([str(path)]))
     monkeypatch.setattr(tm, "prefetched", lambda items, depth, name: opened.append((next(items), name)) or iter(()))
 
-    def estimate_source(inputs, make_estimator, params, progress, on_loops=None):
+    def estimate_views(inputs, make_estimator, params, progress):
         for vi in inputs.values():
             vi.frames()  # opened after the comprehension that made them
         raise Opened
 
-    monkeypatch.setattr(po, "estimate_source", estimate_source)
+    monkeypatch.setattr(po, "estimate_views", estimate_views)
     job = SimpleNamespace(
         config=SimpleNamespace(pose=po.PoseParams()),
         read=lambda stage, name: table if (stage, name) == ("project", VIEWS_FILE) else None,
         file=lambda stage, path: f"/root/{stage}/{path}",
     )
     with pytest.raises(Opened):
-        tm.run_pose(job)
+        tm.run_view_pose(job)
     wanted = [v for v in po.PoseParams().views if v in views]
     assert opened == [(f"/root/project/src/{v}.mp4", f"feed-{v}") for v in wanted]

@@ -61,13 +61,27 @@ def test_the_production_backends_run_the_whole_pipeline(tmp_path) -> None:
 
     result = vsi_wild("run", "-c", str(config), "--quiet")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    for stage in ("candidates", "detect", "segment", "pose", "reconcile", "metadata", "qa", "export", "report"):
+    for stage in (
+        "candidates",
+        "detect",
+        "segment",
+        "view_pose",
+        "pose",
+        "reconcile",
+        "metadata",
+        "qa",
+        "export",
+        "report",
+    ):
         assert (root / "artifacts" / stage).is_dir(), f"{stage} wrote nothing"
     # each production backend did the work its stage records
     assert _column(root, "candidates", "candidates.parquet", "embedder") == {"open_clip"}
     assert _column(root, "detect", "detections.parquet", "backend") == {"yolo_world"}
-    for name, backend in (("poses.parquet", "da3"), ("view_poses.parquet", "da3:independent")):
-        (path,) = (root / "artifacts" / "pose").rglob(name)
+    for stage, name, backend in (
+        ("pose", "poses.parquet", "da3"),
+        ("view_pose", "view_poses.parquet", "da3:independent"),
+    ):
+        (path,) = (root / "artifacts" / stage).rglob(name)
         poses = pq.read_table(path).to_pylist()
         assert {r["backend"] for r in poses} == {backend}  # every view, fused and on its own
         assert len({r["video_id"] for r in poses}) == 4 and len(poses) == 4 * 32  # 16 s at 2 FPS

@@ -316,6 +316,44 @@ POSES = _schema(
     f("backend", pa.string()),
 )
 
+VIEW_POSES = _schema(
+    "Each view's own pose estimate per 2 FPS timestamp (the view_pose stage, before the views are "
+    "fused): everything the pose stage's fusion reads of it but its matches (VIEW_MATCHES).",
+    *POSES,
+    f(
+        "metric",
+        pa.bool_(),
+        True,
+        doc="the backend measured step i-1 -> i's length in the track's unit "
+        "(twoview: against the ground); null where the backend says nothing of its steps (DA3)",
+    ),
+    f(
+        "chained",
+        pa.bool_(),
+        doc="the backend chains pairwise steps: valid says whether step i-1 -> i "
+        "was measured (twoview), not whether both of its poses are",
+    ),
+    f(
+        "frame_width",
+        pa.int64(),
+        doc="the width of the frames the backend saw (pose.frame_max_width); intrinsics are in the view's own pixels",
+    ),
+)
+
+VIEW_MATCHES = _schema(
+    "Per step a view's pose backend matched (twoview; none for DA3), the inlier bearings it was "
+    "solved from, for the fusion's all-round solve (stages/pose.py rig_motion).",
+    f("video_id", pa.string()),
+    f("sample_index", pa.int64(), doc="the step's later sample (step i-1 -> i)"),
+    f("n_matches", pa.int64()),
+    f(
+        "before",
+        pa.list_(pa.float32()),
+        doc="n_matches x 3 unit rays in the view's camera axes at sample i-1, row-major",
+    ),
+    f("after", pa.list_(pa.float32()), doc="the same matches' rays at sample i"),
+)
+
 POSE_LOOPS = _schema(
     "The revisits the pose stage recognised in one source's walk (stages/loops.py): two moments "
     "whose rigs show one place, an edge of the pose graph that closed the track's loops.",
@@ -1251,9 +1289,12 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("prompted.parquet", PROMPTED_MASKS, optional=True),
         _parquet("embeddings.parquet", CLIP_EMBEDDINGS, optional=True),
     ),
+    "view_pose": (
+        _parquet("view_poses.parquet", VIEW_POSES),
+        _parquet("view_matches.parquet", VIEW_MATCHES),
+    ),
     "pose": (
         _parquet("poses.parquet", POSES),
-        _parquet("view_poses.parquet", POSES),
         _parquet("loops.parquet", POSE_LOOPS),
     ),
     "reconcile": (
