@@ -85,6 +85,8 @@ def test_the_production_backends_run_the_whole_pipeline(tmp_path) -> None:
         poses = pq.read_table(path).to_pylist()
         assert {r["backend"] for r in poses} == {backend}  # every view, fused and on its own
         assert len({r["video_id"] for r in poses}) == 4 and len(poses) == 4 * 32  # 16 s at 2 FPS
+    (matches,) = (root / "artifacts" / "view_pose").rglob("view_matches.parquet")
+    assert pq.read_metadata(matches).num_rows == 0  # DA3 gives no matches: the fusion reads its poses alone
     embedded = [p for p in (root / "artifacts" / "segment").rglob("embeddings.parquet") if pq.read_metadata(p).num_rows]
     assert embedded, "no clip instance was embedded"
     rows = pq.read_table(embedded[0]).to_pylist()
