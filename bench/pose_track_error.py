@@ -1,7 +1,7 @@
 """The fused pose track of the embedded sample against its truth, from a finished run's data root.
 
 Reads artifacts/pose/<source>/*/poses.parquet (the front view's track = the source's, yaw 0)
-and view_poses.parquet (each view's independent estimate), and the sample's truth_poses.parquet;
+and view_pose/view_poses.parquet (each view's independent estimate), and the sample's truth_poses.parquet;
 the estimate's world is the first camera's axes, so it is put in the truth's world by the truth's
 first pose (no fitting: errors accumulate as they do for the reconciler). Prints, per 2 FPS step,
 nothing by default; with --steps the steps whose length or turn is off by more than --tol:
@@ -157,7 +157,8 @@ def main() -> None:
         errors["length"].append(np.abs(step - step_true))
         errors["turn"].append(turn_err)
         errors["place"].append(place_distance_error(t, P, P_true, QAParams().vpo_min_position_frac, a.min_gap_s))
-        per_view = view_tracks(_read(f"{A}/pose/{source}/*/view_poses.parquet"), source)
+        # the view_pose stage's (a root built before the pose stage was split keeps them under pose/)
+        per_view = view_tracks(_read(f"{A}/*pose/{source}/*/view_poses.parquet"), source)
         errors["spread"].append(view_spread(per_view, t, step))
         if a.steps and len(a.sources) == 1:
             for k in range(len(step)):
