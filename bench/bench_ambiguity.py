@@ -22,8 +22,10 @@ counts, TRUTH_POSES), independently of the QA code, under each reading of the qu
   extent after leaving), as a viewer who recognises the place but not the visit would
   (``ambiguous_items_by_visit_VPO``); and each rotated view dated by what it shows
   (``ambiguous_items_by_view_VPO``, ``vpo_views``): it must show clearly an object (by the truth's fixed
-  views: its box centre inside the rotated view's field, 50 px of a 640x360 view) that the question's
-  video showed (any pixel) only between the anchors before and after it and no other view shows.
+  views: its box centre inside the rotated view's field, 50 px of a 640x360 view) or a poster (each
+  poster's texture is its own; rendered from the sample's world with the posters labelled, ``Posters``)
+  that the question's video showed (any pixel) only between the anchors before and after it and no
+  other view shows (``ambiguous_items_by_objects_VPO``: the same with objects alone).
 
 An item is ambiguous when two readings give different answers. Prints, over the three samples:
 
@@ -39,6 +41,8 @@ An item is ambiguous when two readings give different answers. Prints, over the 
         group of fewer than qa.answer_balance_min_n questions is left alone, so the readings can take
         a group under that floor and more questions are asked with them than without
     ambiguous_items_by_visit_VPO, ambiguous_items_by_view_VPO: VPO's ambiguous items per reading
+        (ambiguous_items_by_objects_VPO: the view reading with the truth's objects alone; not in
+        ambiguous_items_VPO, which counts the visit and the view reading)
     wrong_items_<task>: items whose graded answer no reading gives (metadata errors: e.g. a
         reconciliation split over-counts; not ambiguity)
 and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
@@ -64,7 +68,10 @@ its start on the track as by the truth; 4.7 m before). s908's 2 questions with a
 that a tenth of the bounding box's diagonal gave) are re-drawn since the reading allows for the
 metadata's own distance error (qa.vpo_visit_error_frac, sized on the training renders; 0/24 with
 it alone, qa v12, as with the radius a tenth of the diameter too, 4.64 m here, qa v13). By the view reading,
-every VPO question asked has a view no object dates (ambiguous_items_by_view_VPO 24/24); with
+20 of the 24 VPO questions asked have a view that neither an object nor a poster dates
+(ambiguous_items_by_view_VPO 20/24, 32/36 unchecked; by objects alone 24/24, measured again with pose
+v8: the views' estimates stored apart, the same poses): the rotated views turned to a street's asphalt
+and bricks, a hall's bare wall, or a plaza the loop crosses at both ends show nothing of their own; with
 --qa-set vpo_min_landmarks=1 (measured before the loop closure) the pipeline asked 2 (sample 0,
 s907 0, s908 2), 1 of them undatable by the truth. Also left: 2 VOC counts whose speck (1 and 4-10
 px) is below what the segmenter keeps (segment.min_area), so the metadata never saw it.
@@ -85,6 +92,8 @@ import sys
 from collections import defaultdict
 from functools import cached_property
 from pathlib import Path
+
+import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -226,13 +235,64 @@ class Truth:
         return max(math.hypot(a["x"] - b["x"], a["y"] - b["y"]) for a in self.poses for b in self.poses)
 
 
+class Posters:
+    """The scene's posters, what dates a rotated view besides the truth's objects: each has a texture
+    of its own (stages/sample/world.py POSTER_SLOTS), the one thing on a wall a viewer can tell apart.
+    The truth tables hold objects only, so the sample's world is built again (``build_world``, the
+    sample's own parameters) with each poster's quad labelled, and its label buffers rendered: each
+    fixed view's at every 2 FPS pose of the truth (when the video showed each poster) and each
+    rotated view's at its anchor (what the view shows)."""
+
+    LABEL = 1 << 22  # a poster's label here: LABEL + its slot (objects: their ids; faces: 1 << 20 + id)
+
+    def __init__(self, sample, truth: Truth):
+        from dataclasses import replace
+
+        from vsi_wild.stages.sample.render import Camera, Renderer
+        from vsi_wild.stages.sample.world import QUAD, build_world
+
+        world = build_world(sample.seed, sample.route, sample.n_per_category, sample.faces)
+        slot = {world.atlas.index(n): int(n[len("poster") :]) for n in world.atlas.names if n.startswith("poster")}
+        labels = world.plabel.copy()
+        for k in range(len(labels)):
+            tex = int(world.mtex[world.pmat[k, 0]])
+            if world.ptype[k] == QUAD and tex in slot:
+                labels[k] = self.LABEL + slot[tex]
+        self.renderer = Renderer(replace(world, plabel=labels))
+        self.camera = Camera
+        self.size = truth.size
+        self.clear = CLEAR_FRAC * truth.size[0] * truth.size[1]
+        self.truth = truth
+        # (view, poster) -> the 2 FPS times the fixed view shows it (any pixel)
+        self.seen: dict[str, dict[int, list[float]]] = {v: defaultdict(list) for v in VIEW_YAW}
+        cams = {v: Camera.view(*truth.size, 90.0, yaw) for v, yaw in VIEW_YAW.items()}
+        for pose in truth.poses:
+            if abs(pose["time"] * 2 - round(pose["time"] * 2)) > 1e-6:
+                continue  # the 2 FPS moments only
+            for v, cam in cams.items():
+                for lab, _n in self._labels(cam, pose).items():
+                    self.seen[v][lab].append(pose["time"])
+
+    def _labels(self, cam, pose: dict) -> dict[int, int]:
+        _, ids = self.renderer.render(cam, pose["x"], pose["y"], pose["z"], pose["yaw_deg"], want_rgb=False)
+        labs, counts = np.unique(ids[ids >= self.LABEL], return_counts=True)
+        return {int(a): int(c) for a, c in zip(labs, counts, strict=True)}
+
+    def shown(self, t: float, yaw_deg: float, hfov_deg: float) -> set[int]:
+        """The posters the view of the panorama at ``t`` turned to ``yaw_deg`` shows clearly."""
+        cam = self.camera.view(*self.size, hfov_deg, yaw_deg)
+        return {lab for lab, n in self._labels(cam, self.truth.pose_at(t)).items() if n >= self.clear}
+
+
 def label(angle: float) -> str:
     """The nearest of the 8 directions (largest cosine)."""
     return max(DIRECTIONS, key=lambda k: math.cos(math.radians(angle - DIRECTIONS[k])))
 
 
 # ----------------------------------------------------------------------------- items
-def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool, tuple[str, ...]]]:
+def items(
+    rows: list[dict], truth: Truth, posters: Posters | None = None
+) -> list[tuple[str, bool, bool, tuple[str, ...]]]:
     """(task, ambiguous, wrong, the readings that make it ambiguous where a task tells them apart)
     per item of the release rows and the VOC stream rows."""
     p = truth.params
@@ -266,17 +326,21 @@ def items(rows: list[dict], truth: Truth) -> list[tuple[str, bool, bool, tuple[s
             out.append((task, len(labels) > 1, r["answer_text"] not in labels, ()))
         elif task == "VPO":
             by_visit, wrong = vpo_item(r, truth)
-            by_view = vpo_views(r, truth)
-            why = (("visit",) if by_visit else ()) + (("view",) if by_view else ())
-            out.append((task, bool(why), wrong, why))
+            by_objects = vpo_views(r, truth)
+            by_view = by_objects and (posters is None or vpo_views(r, truth, posters))
+            why = (
+                (("visit",) if by_visit else ()) + (("view",) if by_view else ()) + (("objects",) if by_objects else ())
+            )
+            out.append((task, by_visit or by_view, wrong, why))
     return out
 
 
-def vpo_views(r: dict, truth: Truth) -> bool:
+def vpo_views(r: dict, truth: Truth, posters: Posters | None = None) -> bool:
     """A rotated view that does not show its place: ambiguous unless every view shows clearly (the
     readings' 50 px of a 640x360 view, its box centre inside the view's field) an object that the
     question's video showed (any pixel) only between the anchors before and after it, and that no
-    other view of the question shows. Read from the truth's fixed views, not the metadata."""
+    other view of the question shows. Read from the truth's fixed views, not the metadata. With
+    ``posters``, a poster so shown (rendered: ``Posters``) dates a view as an object does."""
     times, view = r["frame_times"], r["view"]
     half_w = r["render_hfov_deg"] / 2
     w, h = truth.size
@@ -297,6 +361,10 @@ def vpo_views(r: dict, truth: Truth) -> bool:
             for iid, at in per.items():
                 seen[iid] = [t for t, _px in at]
     views = [shown(t, o) for t, o in zip(times, r["render_offset_deg"], strict=True)]
+    if posters is not None:
+        for i, (t, yaw) in enumerate(zip(times, r["render_yaw_deg"], strict=True)):
+            views[i] |= posters.shown(t, yaw, r["render_hfov_deg"])
+        seen.update(posters.seen[view])
     ranked = sorted(times)
     for i, t in enumerate(times):
         k = ranked.index(t)
@@ -371,14 +439,16 @@ def main() -> int:
         store = Store(root)
         (source,) = store.registry()["source_id"].to_pylist()
         truth = Truth(load_truth(store, source), params)
+        sample = load_config(REPO / "configs" / "sample.yaml", {f"sample.{k}": v for k, v in overrides.items()}).sample
+        posters = Posters(sample, truth)
         figures: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
         for label_, rows, balanced in (("", after, balanced_after), ("_unchecked", before, balanced_before)):
             for task in TASKS:
                 figures[task][f"balanced_out{label_}"] += balanced.get(task, 0)
-            for task, ambiguous, wrong, why in items(rows, truth):
+            for task, ambiguous, wrong, why in items(rows, truth, posters):
                 figures[task][f"ambiguous_items{label_}"] += ambiguous
                 if task == "VPO":  # each reading apart (an item may fall under both)
-                    for kind in ("visit", "view"):
+                    for kind in ("visit", "view", "objects"):
                         figures[task][f"ambiguous_items_by_{kind}{label_}"] += kind in why
                 figures[task][f"items{label_}"] += 1
                 figures[task][f"wrong_items{label_}"] += wrong
