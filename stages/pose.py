@@ -32,6 +32,8 @@ from typing import TYPE_CHECKING, Literal, Protocol, cast, overload
 
 import numpy as np
 import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, ConfigDict, Field
 
 from vsi_wild.stages.backends.base import FrameBatch, PoseEstimator, PoseResult, PoseStageOptions
@@ -1028,12 +1030,26 @@ def view_match_rows(video_id: str, track: Track) -> list[dict]:
             "video_id": video_id,
             "sample_index": int(track.sample_indices[i]),
             "n_matches": int(len(b[0])),
-            "before": np.asarray(b[0], dtype=np.float32).ravel().tolist(),
-            "after": np.asarray(b[1], dtype=np.float32).ravel().tolist(),
+            "before": np.asarray(b[0], dtype=np.float32).ravel(),  # arrays, not lists: pyarrow reads them whole
+            "after": np.asarray(b[1], dtype=np.float32).ravel(),
         }
         for i, b in enumerate(track.bearings)
         if b is not None
     ]
+
+
+def view_match_rows_of(table: pa.Table) -> list[dict]:
+    """schema.VIEW_MATCHES rows of a table, their bearings as float32 arrays: an hour of twoview's
+    matches as Python floats (``to_pylist``) would take gigabytes."""
+    rows = table.select(["video_id", "sample_index", "n_matches"]).to_pylist()
+    for name in ("before", "after"):
+        col = table.column(name).combine_chunks()
+        values = pc.list_flatten(col).to_numpy(zero_copy_only=False)
+        lengths = pc.list_value_length(col).to_numpy(zero_copy_only=False)
+        ends = np.cumsum(lengths)
+        for r, lo, hi in zip(rows, ends - lengths, ends, strict=True):
+            r[name] = values[lo:hi]
+    return rows
 
 
 def view_estimate_from_rows(

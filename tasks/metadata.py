@@ -563,7 +563,7 @@ def run_pose(job: Job) -> None:
     p: po.PoseParams = job.config.pose
     inputs = _view_inputs(job, p)
     pose_rows = job.read("view_pose", "view_poses.parquet").to_pylist()
-    match_rows = job.read("view_pose", "view_matches.parquet").to_pylist()
+    match_rows = po.view_match_rows_of(job.read("view_pose", "view_matches.parquet"))
     estimates = {
         v: po.view_estimate_from_rows(
             [r for r in pose_rows if r["video_id"] == vi.video_id],

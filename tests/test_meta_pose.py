@@ -155,7 +155,8 @@ def _read_back(estimates: dict[str, po.ViewEstimate], backend: str, tmp_path) ->
     ):
         path = tmp_path / f"{name}.parquet"
         pq.write_table(schema.table(sch, [r for v, e in estimates.items() for r in make(v, e)]), path)
-        tables[name] = pq.read_table(path).to_pylist()
+        read = pq.read_table(path)
+        tables[name] = po.view_match_rows_of(read) if name == "view_matches" else read.to_pylist()
     return {
         v: po.view_estimate_from_rows(
             [r for r in tables["view_poses"] if r["video_id"] == f"s_{v}"],
