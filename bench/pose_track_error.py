@@ -43,11 +43,25 @@ from vsi_wild.stages.qa.params import QAParams
 
 
 def _read(pattern: str) -> list[dict]:
+    """The file matching ``pattern`` (<root>/artifacts/<stage>/<unit>/*/<name>; <stage> may be a glob)
+    whose key the unit's status row names current. A data root keeps the outputs of every version and
+    config that ran, and the newest file need not be the last run's (a run that finds an older
+    config's output cached writes nothing). Without a status row (a copied folder), the newest file."""
+    from vsi_wild.store import Store
+
     paths = glob.glob(pattern)
     if not paths:
         raise SystemExit(f"no file matches {pattern}")
-    # a data root keeps the outputs of earlier versions of a stage too: the newest is the run's
-    return pq.read_table(max(paths, key=os.path.getmtime)).to_pylist()
+    current = []
+    for path in paths:
+        key_dir = os.path.dirname(path)
+        unit_dir = os.path.dirname(key_dir)
+        stage_dir = os.path.dirname(unit_dir)
+        root = os.path.dirname(os.path.dirname(stage_dir))
+        status = Store(root).read_status(os.path.basename(stage_dir), os.path.basename(unit_dir))
+        if status is not None and status["state"] == "done" and status["key"] == os.path.basename(key_dir):
+            current.append(path)
+    return pq.read_table(max(current or paths, key=os.path.getmtime)).to_pylist()
 
 
 def ground_track(rows: list[dict], video_id: str) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
