@@ -1084,14 +1084,13 @@ def view_estimate_from_rows(
                 raise ValueError(
                     f"view_matches: sample {m['sample_index']} of {m['video_id']} has no pose row in view_poses"
                 )
-            b1 = np.asarray(m["before"], dtype=np.float32).reshape(-1, 3)
-            b2 = np.asarray(m["after"], dtype=np.float32).reshape(-1, 3)
-            if len(b1) != m["n_matches"] or len(b2) != m["n_matches"]:
+            b1, b2 = (np.asarray(m[k], dtype=np.float32) for k in ("before", "after"))
+            if len(b1) != 3 * m["n_matches"] or len(b2) != 3 * m["n_matches"]:
                 raise ValueError(
                     f"view_matches: sample {m['sample_index']} of {m['video_id']}: {m['n_matches']} matches "
-                    f"but {len(b1)} and {len(b2)} bearings"
+                    f"but {len(b1)} and {len(b2)} bearing coordinates (3 per match)"
                 )
-            bearings[i] = (b1, b2)
+            bearings[i] = (b1.reshape(-1, 3), b2.reshape(-1, 3))
         track.bearings = bearings
     return ViewEstimate(track, int(rows[0]["frame_width"]) if rows else int(frame_width))
 
