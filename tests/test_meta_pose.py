@@ -540,3 +540,20 @@ def test_a_valid_pose_without_a_camera_is_named_where_a_ray_is_cast():
     np.testing.assert_allclose(d, [0.0, 0.0, 1.0], atol=1e-12)
     with pytest.raises(ValueError, match=r"sample 1: .*intrinsics"):
         track.ray(1, 10.0, 10.0)
+
+
+def test_a_match_row_that_disagrees_with_its_poses_is_named():
+    """view_matches rows the poses do not hold, or whose bearings do not make their match count, are
+    refused naming the sample and the view video, not reshaped into something else."""
+    path = walk(6)
+    items = [(k, k * 0.5, 4 * k, np.zeros((4, 4, 3), np.uint8)) for k in range(len(path))]
+    est = po.ViewEstimate(po.estimate_chunked(ExactPoses(path), iter(items), "s_front", 8.0, chunk=7), 4)
+    rows = po.view_pose_rows("s_front", est, "da3:independent")
+    ray = [0.0, 0.0, 1.0]
+    good = {"video_id": "s_front", "sample_index": 2, "n_matches": 2, "before": ray * 2, "after": ray * 2}
+    back = po.view_estimate_from_rows(rows, [good], 8.0, 4)
+    assert back.track.bearings is not None and back.track.bearings[2][0].shape == (2, 3)
+    with pytest.raises(ValueError, match="sample 2 of s_front: 3 matches but 6 and 6 bearing coordinates"):
+        po.view_estimate_from_rows(rows, [{**good, "n_matches": 3}], 8.0, 4)
+    with pytest.raises(ValueError, match="sample 99 of s_front has no pose row"):
+        po.view_estimate_from_rows(rows, [{**good, "sample_index": 99}], 8.0, 4)
