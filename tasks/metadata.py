@@ -495,9 +495,9 @@ def _view_feed(path: Path, view: str, p: po.PoseParams) -> Callable[[], Iterator
     )
 
 
-def _view_inputs(job: Job, p: po.PoseParams) -> dict[str, po.ViewInput]:
-    """The configured views of the unit's source (``pose.views``), in that order."""
-    views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
+def _view_inputs(job: Job, p: po.PoseParams, views: dict[str, dict]) -> dict[str, po.ViewInput]:
+    """The configured views (``pose.views``) of the unit's source, in that order; ``views``: its
+    ``views.parquet`` rows by view."""
     wanted = [v for v in p.views if v in views]
     if not wanted:
         raise UnitError(f"pose.views {p.views} names none of the projected views {sorted(views)}")
@@ -516,7 +516,8 @@ def _view_inputs(job: Job, p: po.PoseParams) -> dict[str, po.ViewInput]:
 
 def run_view_pose(job: Job) -> None:
     p: po.PoseParams = job.config.pose
-    inputs = _view_inputs(job, p)
+    views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
+    inputs = _view_inputs(job, p, views)
     estimates = po.estimate_views(
         inputs,
         lambda vi: job.backend("pose_estimator", **p.estimator_options(vi.hfov_deg).as_options()),
@@ -561,7 +562,8 @@ VIEW_POSE = Stage(
 
 def run_pose(job: Job) -> None:
     p: po.PoseParams = job.config.pose
-    inputs = _view_inputs(job, p)
+    views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
+    inputs = _view_inputs(job, p, views)
     pose_rows = job.read("view_pose", "view_poses.parquet").to_pylist()
     match_rows = po.view_match_rows_of(job.read("view_pose", "view_matches.parquet"))
     estimates = {
@@ -575,7 +577,6 @@ def run_pose(job: Job) -> None:
     }
     reports: list[loops.LoopReport] = []
     fused = po.fuse_source(inputs, estimates, p, on_loops=reports.append)
-    views = {r["view"]: r for r in job.read("project", VIEWS_FILE).to_pylist()}
     rows = []
     for v, row in sorted(views.items()):
         own = estimates[v].track.K if v in estimates else fused.K[:0]
