@@ -13,7 +13,7 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, overload
+from typing import TYPE_CHECKING, NamedTuple, overload
 
 import cv2
 import numpy as np
@@ -33,7 +33,12 @@ class SegmentParams(BaseModel):
     backend: str = Field("sam3", description="segmenter backend: sam3 | groundtruth")
     clip_seconds: float = Field(300.0, gt=0, description="length of the independently segmented clips")
     min_score: float = Field(0.3, ge=0, le=1, description="instance masks below this score are ignored")
-    min_area: int = Field(16, ge=0, description="masks with fewer pixels are ignored")
+    min_area: int = Field(
+        16,
+        ge=0,
+        description="masks with fewer pixels are not tracked; they are kept as specks (specks.parquet), which the "
+        "qa readings that count an object seen at all read",
+    )
     frame_max_width: int = Field(
         1920, ge=64, description="frames are downscaled to at most this width before segmentation"
     )
@@ -227,6 +232,12 @@ class JpegFrames(Sequence[np.ndarray]):
 
 
 # --------------------------------------------------------------------------------- one clip
+class ClipTables(NamedTuple):
+    segments: list[dict]  # schema.CLIP_SEGMENTS rows: masks of segment.min_area pixels or more
+    instances: list[dict]  # schema.CLIP_INSTANCES rows: the clip-local ids those masks have
+    specks: list[dict]  # schema.CLIP_SPECKS rows: smaller masks (at least a pixel), not tracked
+
+
 def clip_tables(
     video_id: str,
     clip_index: int,
@@ -234,9 +245,11 @@ def clip_tables(
     records: Iterable[SegmentRecord],
     backend: str,
     params: SegmentParams,
-) -> tuple[list[dict], list[dict]]:
-    """Rows of schema.CLIP_SEGMENTS and schema.CLIP_INSTANCES from a segmenter's records."""
+) -> ClipTables:
+    """Rows of schema.CLIP_SEGMENTS, schema.CLIP_INSTANCES and schema.CLIP_SPECKS from a segmenter's
+    records (those under ``min_score`` are dropped: the segmenter's own doubt)."""
     seg_rows: list[dict] = []
+    speck_rows: list[dict] = []
     acc: dict[tuple[str, int], dict] = {}
     by_frame: dict[int, list[SegmentRecord]] = {}
     for r in records:
@@ -251,10 +264,28 @@ def clip_tables(
             if mask.shape != (h, w):
                 mask = cv2.resize(mask.astype(np.uint8), (w, h), interpolation=cv2.INTER_NEAREST) > 0
             area = int(mask.sum())
-            if r.score < params.min_score or area < max(params.min_area, 1):
+            if r.score < params.min_score or area == 0:
                 continue
             ys, xs = np.nonzero(mask)
             box = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
+            if area < params.min_area:
+                speck_rows.append(
+                    {
+                        "video_id": video_id,
+                        "clip_index": clip_index,
+                        "sample_index": int(batch.sample_indices[pos]),
+                        "time": float(batch.times[pos]),
+                        "concept": r.concept,
+                        "local_id": int(r.local_id),
+                        "x0": box[0],
+                        "y0": box[1],
+                        "x1": box[2],
+                        "y1": box[3],
+                        "area": area,
+                        "score": float(r.score),
+                    }
+                )
+                continue
             seg_rows.append(
                 {
                     "video_id": video_id,
@@ -302,4 +333,4 @@ def clip_tables(
                 "appearance": hist.astype(np.float32).tolist(),
             }
         )
-    return seg_rows, inst_rows
+    return ClipTables(seg_rows, inst_rows, speck_rows)

@@ -76,16 +76,25 @@ def box_model(
     )
 
 
-def in_frustum(
-    model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track, image_size: tuple[int, int]
-) -> np.ndarray:
-    """Per track row: the predicted box overlaps the image (and the point is in front)."""
-    w, h = image_size
+def predicted_boxes(
+    model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per track row: the predicted box's centre (cx, cy) and half size (hw, hh) in pixels, and
+    whether there is one (a valid pose, the point in front)."""
     ok = track.valid & (depth > _MIN_DEPTH) & np.isfinite(pixels).all(axis=1)
     z = np.where(ok, depth, 1.0)
     fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
     cx, cy = pixels[:, 0] + model.dx * fx / z, pixels[:, 1] + model.dy * fy / z
     hw, hh = model.width * fx / z / 2, model.height * fy / z / 2
+    return cx, cy, hw, hh, ok
+
+
+def in_frustum(
+    model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track, image_size: tuple[int, int]
+) -> np.ndarray:
+    """Per track row: the predicted box overlaps the image (and the point is in front)."""
+    w, h = image_size
+    cx, cy, hw, hh, ok = predicted_boxes(model, pixels, depth, track)
     with np.errstate(invalid="ignore"):
         overlaps = (cx + hw > 0) & (cx - hw < w) & (cy + hh > 0) & (cy - hh < h)
     return ok & overlaps
@@ -157,11 +166,24 @@ def visibility_columns(
     return cols
 
 
-def _frustum_track(
+@dataclass(frozen=True)
+class Located:
+    """An instance whose position explains its own sightings: its box model, and its position
+    projected into every camera of the track."""
+
+    model: BoxModel
+    pixels: np.ndarray  # (n, 2)
+    depth: np.ndarray  # (n,)
+    inside: np.ndarray  # (n,) the predicted box overlaps the image
+    boxes: dict[int, tuple[float, float, float, float]]  # track row -> its observed box
+
+
+def locate_in_track(
     ins: dict, obs: dict[int, dict], track: Track, image_size: tuple[int, int], min_consistency: float
-) -> np.ndarray | None:
-    """Per track row, whether the instance is in the frustum; None when its position is unknown
-    or does not explain its own sightings."""
+) -> Located | None:
+    """The instance (``INSTANCES`` row) in the view's cameras, from its observations (track row ->
+    ``OBSERVATIONS`` row); None when its position is unknown or does not explain its own sightings
+    (the predicted box in the frustum at fewer than ``min_consistency`` of them)."""
     if ins["x"] is None or not track.valid.any():
         return None
     pixels, depth = _project(track, np.array([ins["x"], ins["y"], ins["z"]], dtype=np.float64))
@@ -172,4 +194,97 @@ def _frustum_track(
     inside = in_frustum(model, pixels, depth, track, image_size)
     if float(np.mean([inside[i] for i in boxes])) < min_consistency:
         return None
-    return inside
+    return Located(model, pixels, depth, inside, boxes)
+
+
+def _frustum_track(
+    ins: dict, obs: dict[int, dict], track: Track, image_size: tuple[int, int], min_consistency: float
+) -> np.ndarray | None:
+    """Per track row, whether the instance is in the frustum; None when its position is unknown
+    or does not explain its own sightings."""
+    located = locate_in_track(ins, obs, track, image_size, min_consistency)
+    return None if located is None else located.inside
+
+
+# ----------------------------------------------------------------------------- specks
+def speck_rows(
+    video_id: str,
+    specks: Sequence[dict],
+    members: Sequence[dict],
+    instances: Sequence[dict],
+    observations: Sequence[dict],
+    track: Track,
+    image_size: tuple[int, int],
+    min_consistency: float,
+) -> list[dict]:
+    """``schema.SPECKS`` rows: each of the segmenter's masks under ``segment.min_area`` (``specks``:
+    ``schema.CLIP_SPECKS`` rows of the video) with the instance it shows after the fixes.
+
+    By its clip track first: a speck whose clip-local id is a member of an instance (``members``:
+    ``Derived.members`` rows, instance None where a person removed it; a removed one's specks are
+    left out) shows that instance. Else by position: an instance of its concept whose position
+    explains its sightings (``locate_in_track``) and whose predicted box at the speck's timestamp,
+    grown by the box model's largest miss on the instance's own sightings (in world units, so it
+    scales with the depth as the box does), overlaps the speck's box. One such instance: it; none
+    or several: the speck is left unattributed (instance null)."""
+    member = {(int(m["clip_index"]), int(m["local_id"])): m for m in members}
+    row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+    obs_by: dict[int, dict[int, dict]] = {}
+    for o in observations:
+        k = int(o["sample_index"])
+        if k in row_of:
+            obs_by.setdefault(int(o["instance_id"]), {})[row_of[k]] = o
+    boxes_of: dict[str, list[tuple[int, tuple[np.ndarray, ...]]]] = {}  # concept -> (instance, predicted boxes)
+    fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
+    for ins in sorted(instances, key=lambda r: r["instance_id"]):
+        iid = int(ins["instance_id"])
+        located = locate_in_track(ins, obs_by.get(iid, {}), track, image_size, min_consistency)
+        if located is None:
+            continue
+        cx, cy, hw, hh, ok = predicted_boxes(located.model, located.pixels, located.depth, track)
+        rows = sorted(located.boxes)
+        b = np.array([located.boxes[i] for i in rows])
+        z = located.depth[rows]
+        miss_x = float(np.max(np.abs((b[:, 0] + b[:, 2]) / 2 - cx[rows]) * z / fx[rows]))
+        miss_y = float(np.max(np.abs((b[:, 1] + b[:, 3]) / 2 - cy[rows]) * z / fy[rows]))
+        zz = np.where(ok, located.depth, 1.0)
+        grown = (cx, cy, hw + miss_x * fx / zz, hh + miss_y * fy / zz, ok)
+        boxes_of.setdefault(ins["concept"], []).append((iid, grown))
+    out = []
+    for s in sorted(specks, key=lambda r: (r["clip_index"], r["local_id"], r["sample_index"])):
+        key = (int(s["clip_index"]), int(s["local_id"]))
+        iid: int | None = None
+        by: str | None = None
+        concept = s["concept"]
+        if key in member:
+            if member[key]["instance_id"] is None:
+                continue  # a person removed the instance its track is part of
+            iid, by, concept = int(member[key]["instance_id"]), "track", member[key]["concept"]
+        elif int(s["sample_index"]) in row_of:
+            j = row_of[int(s["sample_index"])]
+            hits = [
+                i
+                for i, (cx, cy, hw, hh, ok) in boxes_of.get(concept, [])
+                if ok[j]
+                and cx[j] - hw[j] < s["x1"]
+                and cx[j] + hw[j] > s["x0"]
+                and cy[j] - hh[j] < s["y1"]
+                and cy[j] + hh[j] > s["y0"]
+            ]
+            if len(hits) == 1:
+                iid, by = hits[0], "position"
+        out.append(
+            {
+                "video_id": video_id,
+                "instance_id": iid,
+                "attributed_by": by,
+                "concept": concept,
+                "clip_index": key[0],
+                "local_id": key[1],
+                "sample_index": int(s["sample_index"]),
+                "time": float(s["time"]),
+                **{c: float(s[c]) for c in ("x0", "y0", "x1", "y1")},
+                "area": int(s["area"]),
+            }
+        )
+    return out

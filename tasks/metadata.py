@@ -377,6 +377,7 @@ def run_segment(job: Job) -> None:
     embeds = appearance_of(job.config) == "embedding"  # embeddings.parquet is written: reconcile reads it
     inst_rows: list[dict] = []
     seg_rows: list[dict] = []
+    speck_rows: list[dict] = []
     emb_rows: list[dict] = []
     prompted_rows: list[dict] | None = None
     try:
@@ -396,7 +397,7 @@ def run_segment(job: Job) -> None:
                         seg.SAMPLE_STEP,
                         concepts,
                     )
-                seg_rows, inst_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
+                seg_rows, inst_rows, speck_rows = seg.clip_tables(vid, index, batch, records, p.backend, p)
                 if embeds:
                     emb_rows = seg.embedding_rows(
                         vid, index, batch, seg_rows, job.backend("image_embedder"), p.embed_crops
@@ -409,6 +410,7 @@ def run_segment(job: Job) -> None:
         clip.close()
     job.out.write_table("segments.parquet", schema.table(schema.CLIP_SEGMENTS, seg_rows))
     job.out.write_table("instances.parquet", schema.table(schema.CLIP_INSTANCES, inst_rows))
+    job.out.write_table("specks.parquet", schema.table(schema.CLIP_SPECKS, speck_rows))
     if embeds:
         job.out.write_table("embeddings.parquet", schema.table(schema.CLIP_EMBEDDINGS, emb_rows))
     if prompted_rows is not None:
@@ -466,7 +468,7 @@ def _prompted_rows(
 SEGMENT = Stage(
     name="segment",
     outputs=schema.ARTIFACTS["segment"],
-    version="1",
+    version="2",
     unit_kind="clip",
     run=run_segment,
     feed=feed_segment,  # the clip's JPEG folder, written ahead on a worker running a video's clips
@@ -838,6 +840,25 @@ def run_metadata(job: Job) -> None:
             ),
         ),
     )
+    specks: list[dict] = []
+    for unit in sorted(job.refs("segment")):
+        specks += job.read("segment", "specks.parquet", unit).to_pylist()
+    job.out.write_table(
+        "specks.parquet",
+        schema.table(
+            schema.SPECKS,
+            vis.speck_rows(
+                vid,
+                specks,
+                derived.members,
+                derived.instances,
+                derived.observations,
+                inputs.poses,
+                inputs.image_size,
+                inputs.params.visibility_min_consistency,
+            ),
+        ),
+    )
     if derived.reviews:  # the qa stage drops the rejected questions (only then: no file, same bytes)
         job.out.write_table("question_reviews.parquet", schema.table(schema.QUESTION_REVIEWS, derived.reviews))
     decisions = job.read("reconcile", "merge_decisions.parquet").to_pylist()
@@ -853,10 +874,10 @@ def run_metadata(job: Job) -> None:
 METADATA = Stage(
     name="metadata",
     outputs=schema.ARTIFACTS["metadata"],
-    version="7",
+    version="8",
     unit_kind="video",
     run=run_metadata,
-    needs=("reconcile", "pose", "view_pose", "project"),
+    needs=("reconcile", "pose", "view_pose", "project", "segment"),
     sections=("metadata", "segment", "pose", "reconcile"),
     raw_inputs=_metadata_raw,
     description="Derived instances and motion of one video, with its human fixes applied",

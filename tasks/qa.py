@@ -71,13 +71,19 @@ def _unreviewed(job: Job) -> list[dict]:
 
 
 def _at_risk(
-    unreviewed: list[dict], instances: pa.Table, visibility: pa.Table, video: VideoInfo, params: QAParams
+    unreviewed: list[dict],
+    instances: pa.Table,
+    visibility: pa.Table,
+    video: VideoInfo,
+    params: QAParams,
+    specks: pa.Table | None,
 ) -> list[provisional.AtRisk]:
     """The video's unreviewed reconciliation decisions as its VOC counts read them: by the sightings
-    of the reading that gives the answers (``qa.voc_readings``' first)."""
+    of the reading that gives the answers (``qa.voc_readings``' first; the specks too where the
+    answers read them)."""
     if not unreviewed:
         return []
-    seen = seen_under(instances, visibility, video.video_id, video.width * video.height, params.voc_readings[0])
+    seen = seen_under(instances, visibility, video.video_id, video.width * video.height, params.voc_readings[0], specks)
     return provisional.at_risk(unreviewed, seen)
 
 
@@ -117,6 +123,8 @@ def run(job: Job) -> None:
     prov = Provenance(params.seed, job.store.fingerprint(job.ref("metadata")), __version__)
     visibility = job.read("metadata", "visibility.parquet")  # sightings under each reading (VOC, VOO)
     motion_samples = job.read("metadata", "motion_samples.parquet")  # VMR's evidence window and other pivots
+    # the masks too small to track, which the readings that count an object seen at all read
+    specks = job.read("metadata", "specks.parquet") if params.stable_answers else None
     # VPO's revisits by the objects: where they meet the ground, the camera's height below it (the
     # poses' unit: known for the metric pose backends), in views as level as reconcile takes them
     result = plan_video(
@@ -130,13 +138,14 @@ def run(job: Job) -> None:
         motion_samples,
         job.config.pose.ground_height(),
         job.config.reconcile.level_views,
+        specks,
     )
     if result.renders:  # the face model and the panorama only for a video with images to render
         blur = image_blurrer(*face_setup(job.config))
         render_video(result, video, params, _panorama(job), job.out.path, blur)
     questions, skipped = result.tables()
     unreviewed = _unreviewed(job)
-    risks = _at_risk(unreviewed, instances, visibility, video, params)
+    risks = _at_risk(unreviewed, instances, visibility, video, params, specks)
     reviews = _question_reviews(job)
     accepted = provisional.accepts(reviews)  # checked against the video by a person: not provisional
     track = provisional.Track.from_metadata(
@@ -147,6 +156,7 @@ def run(job: Job) -> None:
         job.config.segment.clip_seconds,
         video.width * video.height,
         params.voo_readings,
+        specks,
     )
     questions = provisional.mark(questions, _pending_reviews(job), risks, params.provisional_risk, accepted, track)
     if reviews:
@@ -162,7 +172,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="13",
+    version="14",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

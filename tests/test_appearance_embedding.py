@@ -100,7 +100,7 @@ def _clip_batch() -> tuple[FrameBatch, list[SegmentRecord]]:
 
 def test_each_clip_instance_is_embedded_from_its_largest_whole_sightings(embedder):
     batch, records = _clip_batch()
-    seg_rows, inst_rows = seg.clip_tables("sample-x_front", 0, batch, records, "test", seg.SegmentParams())
+    seg_rows, inst_rows, _ = seg.clip_tables("sample-x_front", 0, batch, records, "test", seg.SegmentParams())
     chosen = seg.best_sightings(seg_rows, 2)
     assert [r["sample_index"] for r in chosen[("bin", 1)]] == [2, 1]  # the border cuts sample 3's box
     rows = seg.embedding_rows("sample-x_front", 0, batch, seg_rows, embedder, 2)

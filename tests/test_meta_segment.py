@@ -9,6 +9,7 @@ import pycocotools.mask as mask_utils
 import pytest
 from cameras import OPENCV_AXES
 
+from vsi_wild import schema
 from vsi_wild.stages import metadata as md
 from vsi_wild.stages import pose as po
 from vsi_wild.stages import segment as seg
@@ -53,13 +54,21 @@ def test_clip_tables_from_segmenter_records():
     batch = FrameBatch("sample-x_front", [img, img], [10.0, 10.5], [80, 84], [20, 21], 8.0)
     m = np.zeros((40, 60), bool)
     m[5:15, 10:30] = True
+    speck = np.zeros((40, 60), bool)
+    speck[30:32, 50:53] = True  # 6 px, under min_area 16
     recs = [
         SegmentRecord(0, "cup", 7, (10, 5, 30, 15), 0.9, m),
         SegmentRecord(1, "cup", 7, (10, 5, 30, 15), 0.8, m),
-        SegmentRecord(1, "cup", 8, (0, 0, 1, 1), 0.1, m),
-    ]  # below min_score: dropped
-    segs, insts = seg.clip_tables("sample-x_front", 3, batch, recs, "test", seg.SegmentParams(min_score=0.3))
+        SegmentRecord(1, "cup", 8, (0, 0, 1, 1), 0.1, m),  # below min_score: dropped
+        SegmentRecord(0, "cup", 9, (50, 30, 53, 32), 0.5, speck),  # a speck: kept apart, not tracked
+        SegmentRecord(1, "cup", 9, (50, 30, 53, 32), 0.2, speck),  # a speck below min_score: dropped
+        SegmentRecord(1, "cup", 10, (0, 0, 0, 0), 0.9, np.zeros((40, 60), bool)),  # an empty mask: dropped
+    ]
+    segs, insts, specks = seg.clip_tables("sample-x_front", 3, batch, recs, "test", seg.SegmentParams(min_score=0.3))
     assert len(segs) == 2 and len(insts) == 1
+    assert [(r["sample_index"], r["time"], r["local_id"], r["area"]) for r in specks] == [(20, 10.0, 9, 6)]
+    assert (specks[0]["x0"], specks[0]["y0"], specks[0]["x1"], specks[0]["y1"]) == (50.0, 30.0, 53.0, 32.0)
+    schema.table(schema.CLIP_SPECKS, specks)  # the rows conform
     s = segs[0]
     assert (s["x0"], s["y0"], s["x1"], s["y1"], s["area"]) == (10.0, 5.0, 30.0, 15.0, 200)
     assert np.array_equal(seg.decode_rle(s["mask_rle"], 40, 60), m)

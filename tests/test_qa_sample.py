@@ -355,9 +355,8 @@ def test_voo_asks_every_valid_concept_set(built, sample_config):
 def test_every_exported_answer_holds_under_every_reading(built, sample_config):
     """The sample's exported VOC, VOO and VMR answers, derived from the truth tables under each
     reading of the question (qa.voc_readings, qa.voo_readings; a viewer misjudging the direction by
-    qa.vmr_judgement_deg at any moment of the evidence window), are one answer. A sighting needs at
-    least the pixels the segment stage keeps: smaller specks are beyond what any metadata holds
-    (bench/bench_ambiguity.py counts them too)."""
+    qa.vmr_judgement_deg at any moment of the evidence window), are one answer. Seen at all is any
+    pixel of the truth: the specks under segment.min_area reach the readings too."""
     root, truths, _ = built
     (truth,) = truths.values()
     qa = sample_config.qa

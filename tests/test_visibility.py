@@ -275,3 +275,69 @@ def test_report_section_per_concept():
     }
     text = render_markdown(rep)
     assert "| cone | 2 | 1.0 | 1.5 | 88% · 12% · 0% |" in text
+
+
+# ------------------------------------------------------------------ specks
+def _speck(clip: int, local: int, concept: str, k: int, box: tuple[float, float, float, float]) -> dict:
+    return {
+        "video_id": VID,
+        "clip_index": clip,
+        "sample_index": k,
+        "time": k * 0.5,
+        "concept": concept,
+        "local_id": local,
+        "x0": box[0],
+        "y0": box[1],
+        "x1": box[2],
+        "y1": box[3],
+        "area": 4,
+        "score": 0.9,
+    }
+
+
+def test_a_speck_shows_the_instance_its_track_or_its_position_tells():
+    """The segmenter's masks under segment.min_area, each with the instance it shows: by its clip
+    track where the same clip-local id is a member; else the one instance of its concept whose
+    predicted box at that moment overlaps it; none where no instance or several do."""
+    track = _walk(24)
+    cone, balls = (0.0, 0.5, 20.0), ((-2.0, 0.5, 20.0), (-2.05, 0.5, 20.5))
+    obs = [_obs(1, "cone", k, _box(cone, 0.2, k)) for k in range(12, 16)]
+    obs += [_obs(2, "cone", k, _box((3.0, 0.0, 22.0), 0.2, k)) for k in range(14, 17)]
+    obs += [_obs(3 + j, "ball", k, _box(b, 0.2, k)) for j, b in enumerate(balls) for k in range(10, 13)]
+    instances = [
+        _instance(1, "cone", cone),
+        _instance(2, "cone", (3.0, 0.0, 22.0)),
+        _instance(3, "ball", balls[0]),
+        _instance(4, "ball", balls[1]),
+    ]
+    members = [
+        {"clip_index": 1, "local_id": 3, "instance_id": 2, "concept": "cone"},
+        {"clip_index": 1, "local_id": 4, "instance_id": None, "concept": None},  # a person removed it
+    ]
+    far_cone = _box(cone, 0.2, 2)  # 18 units away: a 2 px box
+    assert far_cone is not None and far_cone[2] - far_cone[0] < 3
+    aside = (far_cone[0] - 40, far_cone[1], far_cone[2] - 40, far_cone[3])  # where no cone is
+    far_ball = _box(balls[0], 0.2, 2)
+    assert far_ball is not None
+    specks = [
+        _speck(0, 5, "cone", 2, far_cone),
+        _speck(0, 6, "cone", 2, aside),
+        _speck(0, 7, "ball", 2, far_ball),  # both balls' predicted boxes overlap it
+        _speck(0, 8, "ball", 2, far_cone),  # a ball where only a cone is
+        _speck(1, 3, "cone", 30, (0.0, 0.0, 2.0, 2.0)),  # its track is instance 2's: wherever it is
+        _speck(1, 4, "cone", 30, (0.0, 0.0, 2.0, 2.0)),
+    ]
+    rows = vz.speck_rows(VID, specks, members, instances, obs, track, (W, H), 0.8)
+    schema.table(schema.SPECKS, rows)  # the declared schema holds
+    got = {(r["clip_index"], r["local_id"]): (r["instance_id"], r["attributed_by"]) for r in rows}
+    assert got == {
+        (0, 5): (1, "position"),
+        (0, 6): (None, None),
+        (0, 7): (None, None),
+        (0, 8): (None, None),
+        (1, 3): (2, "track"),
+    }
+    # an instance whose position does not explain its sightings tells nothing by position
+    lost = [{**i, "z": -5.0} if i["instance_id"] == 1 else i for i in instances]
+    rows = vz.speck_rows(VID, specks[:1], members, lost, obs, track, (W, H), 0.8)
+    assert [(r["instance_id"], r["attributed_by"]) for r in rows] == [(None, None)]

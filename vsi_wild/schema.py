@@ -494,6 +494,25 @@ CLIP_SEGMENTS = _schema(
     f("backend", pa.string()),
 )
 
+CLIP_SPECKS = _schema(
+    "Masks of one clip the segmenter returned (score at least segment.min_score) that are smaller than "
+    "segment.min_area: too small to track or reconcile, kept as evidence that something of the concept was "
+    "in view (the qa readings that count an object seen at all read them). One row per mask; ids clip-local, "
+    "shared with segments.parquet where the same object is also masked larger in the clip.",
+    f("video_id", pa.string()),
+    f("clip_index", pa.int64()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("concept", pa.string()),
+    f("local_id", pa.int64(), doc="the segmenter's id in the clip (segments.parquet's where it is there too)"),
+    f("x0", pa.float64()),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("area", pa.int64(), doc="mask pixels, under segment.min_area"),
+    f("score", pa.float64()),
+)
+
 PROMPTED_MASKS = _schema(
     "Masks of the boxes reviewers drew (fix files' add_instance / set_box keyframes, interpolated at "
     "every 2 FPS timestamp) in one clip, from a segmenter that takes box prompts; written only when the "
@@ -634,6 +653,28 @@ OBSERVATIONS = _schema(
     f("y1", pa.float64(), True),
     f("area", pa.int64(), True, doc="mask pixels"),
     f("origin", pa.string(), doc="auto | fix"),
+)
+
+SPECKS = _schema(
+    "The segmenter's masks under segment.min_area in one video (segment's specks.parquet), each with the "
+    "instance it shows after the fixes: by its clip track (the same clip-local id masked larger: the "
+    "instance that track is a member of), else by position (the one instance of its concept whose predicted "
+    "box, stages/visibility.py's, overlaps the speck's at that timestamp). Null where neither tells one "
+    "instance: an object of the concept the metadata may not count. A speck of an instance a person "
+    "removed is left out.",
+    f("video_id", pa.string()),
+    f("instance_id", pa.int64(), True, doc="the instance it shows; null when none can be told"),
+    f("attributed_by", pa.string(), True, doc="track | position; null with instance_id"),
+    f("concept", pa.string(), doc="the instance's concept after the fixes (the segmenter's where unattributed)"),
+    f("clip_index", pa.int64()),
+    f("local_id", pa.int64()),
+    f("sample_index", pa.int64()),
+    f("time", pa.float64()),
+    f("x0", pa.float64()),
+    f("y0", pa.float64()),
+    f("x1", pa.float64()),
+    f("y1", pa.float64()),
+    f("area", pa.int64(), doc="mask pixels"),
 )
 
 VISIBILITY = _schema(
@@ -1286,6 +1327,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
     "segment": (
         _parquet("segments.parquet", CLIP_SEGMENTS),
         _parquet("instances.parquet", CLIP_INSTANCES),
+        _parquet("specks.parquet", CLIP_SPECKS),
         _parquet("prompted.parquet", PROMPTED_MASKS, optional=True),
         _parquet("embeddings.parquet", CLIP_EMBEDDINGS, optional=True),
     ),
@@ -1313,6 +1355,7 @@ ARTIFACTS: dict[str, tuple[Artifact, ...]] = {
         _parquet("view_agreement.parquet", VIEW_AGREEMENT),
         _parquet("fixes_applied.parquet", FIXES_APPLIED),
         _parquet("visibility.parquet", VISIBILITY),
+        _parquet("specks.parquet", SPECKS),
         _parquet("question_reviews.parquet", QUESTION_REVIEWS, optional=True),
         _parquet("review_pending.parquet", REVIEW_PENDING, optional=True),
         _parquet("unreviewed_decisions.parquet", UNREVIEWED_DECISIONS, optional=True),

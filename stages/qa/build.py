@@ -69,11 +69,16 @@ def plan_video(
     motion_samples: pa.Table | None = None,
     camera_height: float | None = None,
     level_views: bool = True,
+    specks: pa.Table | None = None,
 ) -> VideoQA:
     """Every question of one video (pure: no pixels); the images to render are listed.
     ``camera_height``: the camera's height above the ground in the poses' unit (None: not known);
-    ``level_views``: the views are level (VPO's revisits by the objects, ``vpo.object_visits``)."""
-    inputs = VideoInputs(video, instances, motion, poses, visibility, motion_samples, camera_height, level_views)
+    ``level_views``: the views are level (VPO's revisits by the objects, ``vpo.object_visits``);
+    ``specks``: the segmenter's masks too small to track (``schema.SPECKS``), which the readings
+    that count an object seen at all read (VOC, VOO with ``qa.stable_answers``)."""
+    inputs = VideoInputs(
+        video, instances, motion, poses, visibility, motion_samples, camera_height, level_views, specks
+    )
     qs: list[Question] = []
     jobs: list[RenderJob] = []
     skipped: list[dict] = []

@@ -109,9 +109,11 @@ class Track:
         clip_seconds: float,
         view_pixels: int,
         readings: Sequence[Sighting],
+        specks: pa.Table | None = None,
     ) -> Track:
         """From one video's ``schema.INSTANCES``, ``schema.VISIBILITY`` and
-        ``schema.UNREVIEWED_DECISIONS`` rows (the last give each side's instance after the fixes)."""
+        ``schema.UNREVIEWED_DECISIONS`` rows (the last give each side's instance after the fixes),
+        and the ``schema.SPECKS`` rows that show an instance (None: none read)."""
         rows = instances.select(
             ["video_id", "instance_id", "concept", "times_given", "first_time", "last_time"]
         ).to_pylist()
@@ -122,7 +124,7 @@ class Track:
                 i = d[f"instance_{side}"]
                 now[(int(d[f"clip_{side}"]), int(d[f"local_{side}"]))] = None if i is None else int(i)
         return cls(
-            visible_samples(visibility, video_id),
+            visible_samples(visibility, video_id, specks),
             {int(r["instance_id"]): r["concept"] for r in rows},
             now,
             {int(r["instance_id"]): (float(r["first_time"]), float(r["last_time"])) for r in rows if r["times_given"]},

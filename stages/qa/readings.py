@@ -69,13 +69,45 @@ def _runs(times: Sequence[float]) -> list[list[float]]:
 Sample = tuple[float, int | None]  # a visible 2 FPS timestamp: its time and mask area (None: a person's box)
 
 
-def visible_samples(visibility: pa.Table, video_id: str) -> dict[int, dict[int, Sample]]:
-    """instance id -> sample index -> its visible timestamp, from ``schema.VISIBILITY`` rows."""
+def visible_samples(
+    visibility: pa.Table, video_id: str, specks: pa.Table | None = None
+) -> dict[int, dict[int, Sample]]:
+    """instance id -> sample index -> its visible timestamp, from ``schema.VISIBILITY`` rows, and
+    from the ``schema.SPECKS`` rows that show an instance at a timestamp its track has no mask at
+    (a speck of two merged clip tracks beside a larger mask of the other: the larger stands)."""
     out: dict[int, dict[int, Sample]] = {}
     v = visibility.filter(pc.and_(pc.equal(visibility["video_id"], video_id), pc.equal(visibility["state"], VISIBLE)))
     for r in v.select(["instance_id", "sample_index", "time", "area"]).to_pylist():
         out.setdefault(int(r["instance_id"]), {})[int(r["sample_index"])] = (float(r["time"]), r["area"])
+    for r in _specks_of(specks, video_id):
+        if r["instance_id"] is not None:
+            samples = out.setdefault(int(r["instance_id"]), {})
+            k = int(r["sample_index"])
+            if k not in samples or _area(samples[k]) < r["area"]:
+                samples[k] = (float(r["time"]), int(r["area"]))
     return out
+
+
+def _area(sample: Sample) -> float:
+    return math.inf if sample[1] is None else sample[1]
+
+
+def _specks_of(specks: pa.Table | None, video_id: str) -> list[dict]:
+    if specks is None or not specks.num_rows:
+        return []
+    mine = specks.filter(pc.equal(specks["video_id"], video_id))
+    return mine.select(["instance_id", "concept", "clip_index", "local_id", "sample_index", "time", "area"]).to_pylist()
+
+
+def unattributed_specks(specks: pa.Table | None, video_id: str) -> dict[int, tuple[str, dict[int, Sample]]]:
+    """The ``schema.SPECKS`` rows no instance is told for, as objects the metadata may not count:
+    one per clip track (a negative id, in the tracks' order) -> its concept and its timestamps."""
+    tracks: dict[tuple[int, int], tuple[str, dict[int, Sample]]] = {}
+    for r in _specks_of(specks, video_id):
+        if r["instance_id"] is None:
+            _, samples = tracks.setdefault((int(r["clip_index"]), int(r["local_id"])), (r["concept"], {}))
+            samples[int(r["sample_index"])] = (float(r["time"]), int(r["area"]))
+    return {-(n + 1): tracks[key] for n, key in enumerate(sorted(tracks))}
 
 
 def sighting_times(samples: Iterable[Sample], reading: Sighting, view_pixels: int) -> list[float]:
@@ -87,12 +119,20 @@ def sighting_times(samples: Iterable[Sample], reading: Sighting, view_pixels: in
 
 
 def seen_under(
-    instances: pa.Table, visibility: pa.Table | None, video_id: str, view_pixels: int, reading: Sighting
+    instances: pa.Table,
+    visibility: pa.Table | None,
+    video_id: str,
+    view_pixels: int,
+    reading: Sighting,
+    specks: pa.Table | None = None,
 ) -> dict[int, Seen]:
     """instance id -> its sightings under ``reading``; instances never seen under it are left out.
 
     ``instances``: schema.INSTANCES rows; ``visibility``: schema.VISIBILITY rows (None: unknown);
-    ``view_pixels``: the view's width x height (the masks' areas are in its pixels)."""
+    ``view_pixels``: the view's width x height (the masks' areas are in its pixels); ``specks``:
+    schema.SPECKS rows (None: none read), the segmenter's masks too small to track: a speck adds
+    its timestamp to the instance it shows, and the specks no instance is told for are objects of
+    their own (negative ids, ``unattributed_specks``), seen under a reading their areas meet."""
     rows = [
         r
         for r in instances.select(
@@ -101,7 +141,7 @@ def seen_under(
         if r["video_id"] == video_id
     ]
     out: dict[int, Seen] = {}
-    visible = visible_samples(visibility, video_id) if visibility is not None else {}
+    visible = visible_samples(visibility, video_id, specks) if visibility is not None else {}
     for r in rows:
         iid = int(r["instance_id"])
         if visibility is None or r["times_given"]:  # as given: unknown sizes, or a person's times
@@ -110,6 +150,10 @@ def seen_under(
             times = sighting_times(visible.get(iid, {}).values(), reading, view_pixels)
         if times:
             out[iid] = Seen(iid, r["concept"], tuple(times))
+    for iid, (concept, samples) in unattributed_specks(specks, video_id).items():
+        times = sighting_times(samples.values(), reading, view_pixels)
+        if times:
+            out[iid] = Seen(iid, concept, tuple(times))
     return out
 
 

@@ -45,6 +45,7 @@ class VideoInputs:
     motion_samples: pa.Table | None = None  # schema.MOTION_SAMPLES (metadata), None when unknown
     camera_height: float | None = None  # the camera's height above the ground in the poses' unit, None when unknown
     level_views: bool = True  # the views are level (reconcile.level_views): the ground is below each camera
+    specks: pa.Table | None = None  # schema.SPECKS (metadata): masks too small to track, None when not read
 
 
 @dataclass

@@ -95,8 +95,16 @@ def stable_checkpoints(
 
 
 def voc_questions(
-    instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance, visibility: pa.Table | None = None
+    instances: pa.Table,
+    video: VideoInfo,
+    params: QAParams,
+    prov: Provenance,
+    visibility: pa.Table | None = None,
+    specks: pa.Table | None = None,
 ) -> tuple[list[Question], list[dict]]:
+    """The VOC questions of one video and what it did not ask (QA_SKIPPED rows). With
+    ``qa.stable_answers`` a count is asked only where every reading gives it, the specks
+    (``schema.SPECKS``) read too; without, the first reading's count of the tracked instances."""
     seen = first_seen(instances, video.video_id)
     concepts = sorted(c for c, ids in seen.items() if ids)
     skipped: list[dict] = []
@@ -114,8 +122,11 @@ def voc_questions(
         ]
         concepts = [c for c in concepts if c in keep]
     readings = params.voc_readings if params.stable_answers else params.voc_readings[:1]
+    specks = specks if params.stable_answers else None
     pixels = video.width * video.height
-    under = [(r.name, by_concept(seen_under(instances, visibility, video.video_id, pixels, r))) for r in readings]
+    under = [
+        (r.name, by_concept(seen_under(instances, visibility, video.video_id, pixels, r, specks))) for r in readings
+    ]
     cps = checkpoints(video.duration_s, params.checkpoint_s)
     questions: list[Question] = []
     for i, concept in enumerate(concepts):
@@ -210,7 +221,7 @@ def _unstable(video: VideoInfo, concept: str, form: str, t: float, d: Disagreeme
 
 
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
-    return TaskQuestions(*voc_questions(inputs.instances, inputs.video, params, prov, inputs.visibility))
+    return TaskQuestions(*voc_questions(inputs.instances, inputs.video, params, prov, inputs.visibility, inputs.specks))
 
 
 def repeat_video_name(video_name: str, k: int) -> str:

@@ -122,13 +122,21 @@ def disagreement(
 
 
 def voo_questions(
-    instances: pa.Table, video: VideoInfo, params: QAParams, prov: Provenance, visibility: pa.Table | None = None
+    instances: pa.Table,
+    video: VideoInfo,
+    params: QAParams,
+    prov: Provenance,
+    visibility: pa.Table | None = None,
+    specks: pa.Table | None = None,
 ) -> tuple[list[Question], list[dict]]:
+    """The VOO questions of one video and what it did not ask (QA_SKIPPED rows); with
+    ``qa.stable_answers`` the specks (``schema.SPECKS``) are read too (as VOC's)."""
     questions: list[Question] = []
     skipped: list[dict] = []
     readings = params.voo_readings if params.stable_answers else params.voo_readings[:1]
+    specks = specks if params.stable_answers else None
     pixels = video.width * video.height
-    seen = [(r.name, seen_under(instances, visibility, video.video_id, pixels, r)) for r in readings]
+    seen = [(r.name, seen_under(instances, visibility, video.video_id, pixels, r, specks)) for r in readings]
     for which, count in (("first", params.voo_first), ("last", params.voo_last)):
         per_reading = [(name, concept_times(s, which)) for name, s in seen]
         times = per_reading[0][1]
@@ -214,7 +222,7 @@ def _query_time(ordered_times: list[float], which: str, video: VideoInfo) -> flo
 
 
 def _build(inputs: VideoInputs, params: QAParams, prov: Provenance) -> TaskQuestions:
-    return TaskQuestions(*voo_questions(inputs.instances, inputs.video, params, prov, inputs.visibility))
+    return TaskQuestions(*voo_questions(inputs.instances, inputs.video, params, prov, inputs.visibility, inputs.specks))
 
 
 TASK = QATask(
