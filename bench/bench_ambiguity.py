@@ -47,12 +47,13 @@ An item is ambiguous when two readings give different answers. Prints, over the 
         reconciliation split over-counts; not ambiguity)
 and per sample the same with a ``_<sample>`` suffix. Exits 1 when a run fails.
 
-Measured (this machine's render, the three samples together; unchecked -> checked; pose v7, its
-loops closed, reconcile v17, qa v13): VOC 5/269 -> 2/297 counts ambiguous, 51 -> 57 questions: more
-with the readings than without, as the answer balance leaves out 11 of s908's totals without them
-and none with them (a group under qa.answer_balance_min_n is left alone); it leaves out 10 of
-s907's either way; before the balance, 72 -> 67 (offered_ratio 0.93). The 5 wrong VOC items (3 on
-s907, 2 on s908, none on the sample) count instances the metadata split or joined, not a reading.
+Measured (this machine's render, the three samples together; unchecked -> checked; pose v8, its
+loops closed, reconcile v16, metadata v8, qa v14): VOC 5/269 -> 0/287 counts ambiguous (the readings
+read the segmenter's specks, the masks under segment.min_area: README "one right answer"), 51 -> 55
+questions: more with the readings than without, as the answer balance leaves out 11 of s908's totals
+without them and none with them (a group under qa.answer_balance_min_n is left alone); it leaves out
+10 of s907's either way; before the balance, 72 -> 65 (offered_ratio 0.90). The 5 wrong VOC items (3
+on s907, 2 on s908, none on the sample) count instances the metadata split or joined, not a reading.
 VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the loop's steady moves lie on the 8 directions: the rule is
 exercised by tests/test_qa_readings.py); VPO 33/36 -> 0/24 by the visit reading (0.67 of the
 questions). s907 asks none: it walks its loop again, every place of its first 30 s is visited at
@@ -73,8 +74,7 @@ it alone, qa v12, as with the radius a tenth of the diameter too, 4.64 m here, q
 v8: the views' estimates stored apart, the same poses): the rotated views turned to a street's asphalt
 and bricks, a hall's bare wall, or a plaza the loop crosses at both ends show nothing of their own; with
 --qa-set vpo_min_landmarks=1 (measured before the loop closure) the pipeline asked 2 (sample 0,
-s907 0, s908 2), 1 of them undatable by the truth. Also left: 2 VOC counts whose speck (1 and 4-10
-px) is below what the segmenter keeps (segment.min_area), so the metadata never saw it.
+s907 0, s908 2), 1 of them undatable by the truth.
 
 Usage: python bench/bench_ambiguity.py [--root build/bench_ambiguity] [--only sample s907 s908] [--qa-set KEY=VALUE]
 The first run renders the three samples (~10 CPU-minutes); later runs reuse them.

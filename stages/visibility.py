@@ -237,8 +237,7 @@ def speck_rows(
     boxes_of: dict[str, list[tuple[int, tuple[np.ndarray, ...]]]] = {}  # concept -> (instance, predicted boxes)
     fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
     for ins in sorted(instances, key=lambda r: r["instance_id"]):
-        iid = int(ins["instance_id"])
-        located = locate_in_track(ins, obs_by.get(iid, {}), track, image_size, min_consistency)
+        located = locate_in_track(ins, obs_by.get(int(ins["instance_id"]), {}), track, image_size, min_consistency)
         if located is None:
             continue
         cx, cy, hw, hh, ok = predicted_boxes(located.model, located.pixels, located.depth, track)
@@ -249,7 +248,7 @@ def speck_rows(
         miss_y = float(np.max(np.abs((b[:, 1] + b[:, 3]) / 2 - cy[rows]) * z / fy[rows]))
         zz = np.where(ok, located.depth, 1.0)
         grown = (cx, cy, hw + miss_x * fx / zz, hh + miss_y * fy / zz, ok)
-        boxes_of.setdefault(ins["concept"], []).append((iid, grown))
+        boxes_of.setdefault(ins["concept"], []).append((int(ins["instance_id"]), grown))
     out = []
     for s in sorted(specks, key=lambda r: (r["clip_index"], r["local_id"], r["sample_index"])):
         key = (int(s["clip_index"]), int(s["local_id"]))

@@ -61,12 +61,16 @@ def _truth_counts(truth, config) -> dict[tuple[str, str], list[int]]:
     }
 
 
-def test_voc_totals_spread_over_one_to_eight(oracle):
+def test_voc_totals_spread_over_one_to_eight(oracle, sample_root):
     """A VOC total is the number of truth instances of the category seen in that view video: on the
-    sample they spread over 1..8, no value holding more than a third (a constant guess scores little)."""
+    sample they spread over 1..8, no value holding more than a third (a constant guess scores little).
+    One question per (view, kept concept), but where a reading of "seen" may change the total by
+    the metadata (exports/skipped.parquet, with the reading)."""
     truth, config, rows, _, _ = oracle
     totals = [counts[-1] for counts in _truth_counts(truth, config).values()]
-    assert len(_rows(rows, "VOC")) == len(totals)  # one question per (view, kept concept)
+    skipped = pq.read_table(sample_root[0] / "exports" / "skipped.parquet").to_pylist()
+    unstable = [s for s in skipped if s["task_type"] == "VOC" and s["reading"] and s["reason"].startswith("total")]
+    assert len(_rows(rows, "VOC")) + len(unstable) == len(totals)
     hist = Counter(totals)
     assert min(hist) == 1 and max(hist) >= 8, sorted(hist.items())
     assert max(hist.values()) <= len(totals) / 3, sorted(hist.items())

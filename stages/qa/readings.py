@@ -9,7 +9,10 @@ holds on real footage as on the sample. The readings:
 - **sightings** (VOC, VOO; ``Sighting``): when a viewer counts an object as seen. VOC counts an
   instance seen *at all* or *clearly*; VOO dates an appearance by a *sustained* sighting or a clear
   *glimpse*. An instance is seen under a reading at the 2 FPS timestamps of its runs of masks at
-  least ``min_area_frac`` of the view, each run at least ``min_visible_s`` long.
+  least ``min_area_frac`` of the view, each run at least ``min_visible_s`` long. Its masks include
+  the segmenter's specks (``schema.SPECKS``: under ``segment.min_area``, not tracked) that the
+  metadata stage tells it by; a speck that tells no instance is an object of its own, which the
+  metadata may not count.
 - **direction** (VMR): a viewer may judge the direction of motion ``vmr_judgement_deg`` off, at any
   moment of the evidence window; the metadata's direction itself may be ``vmr_angle_error_deg`` off.
 
