@@ -268,40 +268,28 @@ def clip_tables(
                 continue
             ys, xs = np.nonzero(mask)
             box = (float(xs.min()), float(ys.min()), float(xs.max() + 1), float(ys.max() + 1))
+            row = {
+                "video_id": video_id,
+                "clip_index": clip_index,
+                "sample_index": int(batch.sample_indices[pos]),
+                "time": float(batch.times[pos]),
+                "concept": r.concept,
+                "local_id": int(r.local_id),
+                "x0": box[0],
+                "y0": box[1],
+                "x1": box[2],
+                "y1": box[3],
+                "area": area,
+                "score": float(r.score),
+            }
             if area < params.min_area:
-                speck_rows.append(
-                    {
-                        "video_id": video_id,
-                        "clip_index": clip_index,
-                        "sample_index": int(batch.sample_indices[pos]),
-                        "time": float(batch.times[pos]),
-                        "concept": r.concept,
-                        "local_id": int(r.local_id),
-                        "x0": box[0],
-                        "y0": box[1],
-                        "x1": box[2],
-                        "y1": box[3],
-                        "area": area,
-                        "score": float(r.score),
-                    }
-                )
+                speck_rows.append(row)
                 continue
             seg_rows.append(
                 {
-                    "video_id": video_id,
-                    "clip_index": clip_index,
-                    "sample_index": int(batch.sample_indices[pos]),
-                    "time": float(batch.times[pos]),
+                    **row,
                     "frame": int(batch.frame_indices[pos]),
                     "fps": float(batch.fps),
-                    "concept": r.concept,
-                    "local_id": int(r.local_id),
-                    "x0": box[0],
-                    "y0": box[1],
-                    "x1": box[2],
-                    "y1": box[3],
-                    "area": area,
-                    "score": float(r.score),
                     "image_width": int(w),
                     "image_height": int(h),
                     "mask_rle": encode_rle(mask),
