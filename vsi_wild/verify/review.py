@@ -234,6 +234,8 @@ class Review:
         stage = registry.stage("metadata")
         inputs = {}
         for name in stage.needs:  # the current output of each upstream unit (the status rows')
+            if registry.stage(name).unit_kind == "clip":
+                continue  # the segment's specks: the stage adds them after the fixes, auto_metadata reads no clip
             unit = unit_ancestor(video_id, "video", registry.stage(name).unit_kind)
             ref = self.catalog.current(name, unit)
             if ref is None:
