@@ -172,7 +172,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="14",
+    version="15",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

@@ -145,12 +145,12 @@ def voc_questions(
             continue
         total_d = count_disagreement(per_reading, video.duration_s)
         if total_d is not None:
-            skipped.append(_unstable(video, concept, "total", video.duration_s, total_d))
+            skipped.append(_unstable(video, concept, "total", video.duration_s, total_d, per_reading))
             continue
         stream, dropped = stable_checkpoints(
             cps, per_reading, video.duration_s, params.voc_checkpoint_shift * params.checkpoint_s
         )
-        skipped += [_unstable(video, concept, "stream", c, d) for c, d in dropped]
+        skipped += [_unstable(video, concept, "stream", c, d, per_reading) for c, d in dropped]
         counts = [count_at(per_reading[0][1], c) for c in stream]
         total = counts[-1]
         if total == 0:
@@ -207,15 +207,25 @@ def voc_questions(
     return questions, skipped
 
 
-def _unstable(video: VideoInfo, concept: str, form: str, t: float, d: Disagreement) -> dict:
+def _unstable(
+    video: VideoInfo, concept: str, form: str, t: float, d: Disagreement, per_reading: list[tuple[str, list[Seen]]]
+) -> dict:
     """The QA_SKIPPED row of a count the readings disagree on: the total (the concept's questions
-    are not asked) or a streaming checkpoint with no agreed moment near it."""
+    are not asked) or a streaming checkpoint with no agreed moment near it. Where the count takes
+    in specks no instance is told for (``readings.unattributed_specks``), the reason says when they
+    were seen, for a reviewer to look."""
     what = "total" if form == "total" else f"checkpoint {t:g} s"
+    specks = sorted({s.first for _, seen in per_reading for s in seen if s.instance_id < 0 and s.first <= t + 1e-9})
+    at = (
+        f" (with specks no instance is told for, first seen at {', '.join(f'{x:g}' for x in specks)} s)"
+        if specks
+        else ""
+    )
     return {
         "video_id": video.video_id,
         "task_type": "VOC",
         "item": concept,
-        "reason": f"{what} not asked: {d.answer} seen {d.base}, {d.other} seen {d.reading}",
+        "reason": f"{what} not asked: {d.answer} seen {d.base}, {d.other} seen {d.reading}{at}",
         "reading": d.reading,
     }
 
