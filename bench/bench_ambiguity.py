@@ -51,9 +51,10 @@ Measured (this machine's render, the three samples together; unchecked -> checke
 loops closed, reconcile v16, metadata v8, qa v14; v15 only words the skipped rows): VOC 5/269 ->
 0/287 counts ambiguous (the readings read the segmenter's specks, the masks under segment.min_area:
 README "one right answer"), 51 -> 55 questions: more with the readings than without, as the answer
-balance leaves out 11 of s908's totals without them and none with them (a group under qa.answer_balance_min_n is left alone); it leaves out
-10 of s907's either way; before the balance, 72 -> 65 (offered_ratio 0.90). The 5 wrong VOC items (3
-on s907, 2 on s908, none on the sample) count instances the metadata split or joined, not a reading.
+balance leaves out 11 of s908's totals without them and none with them (a group under
+qa.answer_balance_min_n is left alone); it leaves out 10 of s907's either way; before the balance,
+72 -> 65 (offered_ratio 0.90). The 5 wrong VOC items (3 on s907, 2 on s908, none on the sample) count
+instances the metadata split or joined, not a reading.
 VOO 3/45 -> 0/39; VMR 0/92 -> 0/92 (the loop's steady moves lie on the 8 directions: the rule is
 exercised by tests/test_qa_readings.py); VPO 33/36 -> 0/24 by the visit reading (0.67 of the
 questions). s907 asks none: it walks its loop again, every place of its first 30 s is visited at
