@@ -265,15 +265,15 @@ def test_a_custom_rejection_reason_is_shown_and_reviewed_counts_only_asked_quest
     page: Page, live, root, screenshot_dir
 ):
     open_page(page, live, "/questions")
-    card = page.locator(".card", has_text="VOC · total · release · beach ball ·")
+    card = page.locator(".card", has_text="VOC · total · release · bench ·")
     qid = card.get_attribute("data-question")
     card.locator("select.reason").select_option("other…")
-    card.locator("input.reason-text").fill("the balls are hidden by glare")
+    card.locator("input.reason-text").fill("the benches are hidden by glare")
     card.locator("button.reject").click()
     card = page.locator(f'.card[data-question="{qid}"]')
     expect(card).to_have_class(re.compile("rejected"))
     expect(card.locator("select.reason")).to_have_value("other…")  # it said "ambiguous"
-    expect(card.locator("input.reason-text")).to_have_value("the balls are hidden by glare")
+    expect(card.locator("input.reason-text")).to_have_value("the benches are hidden by glare")
     # a provisional question says why on its card; once a person accepts it, it is no longer provisional
     before = {question_id(q): q for q in _current(root, "qa", VID, "questions.parquet")}
     notes = page.locator(".card .provisional")
