@@ -76,28 +76,35 @@ def box_model(
     )
 
 
-def predicted_boxes(
-    model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per track row: the predicted box's centre (cx, cy) and half size (hw, hh) in pixels, and
-    whether there is one (a valid pose, the point in front)."""
+@dataclass(frozen=True)
+class PredictedBoxes:
+    """Per track row: an instance's predicted box, its centre (cx, cy) and half size (hw, hh) in
+    pixels, and whether there is one (``ok``: a valid pose, the point in front)."""
+
+    cx: np.ndarray
+    cy: np.ndarray
+    hw: np.ndarray
+    hh: np.ndarray
+    ok: np.ndarray
+
+    def in_frustum(self, image_size: tuple[int, int]) -> np.ndarray:
+        """Per track row: the predicted box overlaps the image (and the point is in front)."""
+        w, h = image_size
+        with np.errstate(invalid="ignore"):
+            overlaps = (
+                (self.cx + self.hw > 0) & (self.cx - self.hw < w) & (self.cy + self.hh > 0) & (self.cy - self.hh < h)
+            )
+        return self.ok & overlaps
+
+
+def predicted_boxes(model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track) -> PredictedBoxes:
+    """The box model at every camera of the track, the instance's position at ``pixels`` and ``depth``."""
     ok = track.valid & (depth > _MIN_DEPTH) & np.isfinite(pixels).all(axis=1)
     z = np.where(ok, depth, 1.0)
     fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
     cx, cy = pixels[:, 0] + model.dx * fx / z, pixels[:, 1] + model.dy * fy / z
     hw, hh = model.width * fx / z / 2, model.height * fy / z / 2
-    return cx, cy, hw, hh, ok
-
-
-def in_frustum(
-    model: BoxModel, pixels: np.ndarray, depth: np.ndarray, track: Track, image_size: tuple[int, int]
-) -> np.ndarray:
-    """Per track row: the predicted box overlaps the image (and the point is in front)."""
-    w, h = image_size
-    cx, cy, hw, hh, ok = predicted_boxes(model, pixels, depth, track)
-    with np.errstate(invalid="ignore"):
-        overlaps = (cx + hw > 0) & (cx - hw < w) & (cy + hh > 0) & (cy - hh < h)
-    return ok & overlaps
+    return PredictedBoxes(cx, cy, hw, hh, ok)
 
 
 def visibility_columns(
@@ -167,20 +174,18 @@ def visibility_columns(
 
 
 @dataclass(frozen=True)
-class Located:
-    """An instance whose position explains its own sightings: its box model, and its position
-    projected into every camera of the track."""
+class ProjectedInstance:
+    """An instance whose position explains its own sightings, in every camera of the track."""
 
-    model: BoxModel
-    pixels: np.ndarray  # (n, 2)
-    depth: np.ndarray  # (n,)
+    depth: np.ndarray  # (n,) its position's depth
+    boxes: PredictedBoxes  # its box model there
     inside: np.ndarray  # (n,) the predicted box overlaps the image
-    boxes: dict[int, tuple[float, float, float, float]]  # track row -> its observed box
+    observed: dict[int, tuple[float, float, float, float]]  # track row -> its observed box
 
 
-def locate_in_track(
+def project_instance(
     ins: dict, obs: dict[int, dict], track: Track, image_size: tuple[int, int], min_consistency: float
-) -> Located | None:
+) -> ProjectedInstance | None:
     """The instance (``INSTANCES`` row) in the view's cameras, from its observations (track row ->
     ``OBSERVATIONS`` row); None when its position is unknown or does not explain its own sightings
     (the predicted box in the frustum at fewer than ``min_consistency`` of them)."""
@@ -191,10 +196,11 @@ def locate_in_track(
     model = box_model(boxes, pixels, depth, track) if boxes else None
     if model is None:
         return None
-    inside = in_frustum(model, pixels, depth, track, image_size)
+    predicted = predicted_boxes(model, pixels, depth, track)
+    inside = predicted.in_frustum(image_size)
     if float(np.mean([inside[i] for i in boxes])) < min_consistency:
         return None
-    return Located(model, pixels, depth, inside, boxes)
+    return ProjectedInstance(depth, predicted, inside, boxes)
 
 
 def _frustum_track(
@@ -202,8 +208,8 @@ def _frustum_track(
 ) -> np.ndarray | None:
     """Per track row, whether the instance is in the frustum; None when its position is unknown
     or does not explain its own sightings."""
-    located = locate_in_track(ins, obs, track, image_size, min_consistency)
-    return None if located is None else located.inside
+    projected = project_instance(ins, obs, track, image_size, min_consistency)
+    return None if projected is None else projected.inside
 
 
 # ----------------------------------------------------------------------------- specks
@@ -223,7 +229,7 @@ def speck_rows(
     By its clip track first: a speck whose clip-local id is a member of an instance (``members``:
     ``Derived.members`` rows, instance None where a person removed it; a removed one's specks are
     left out) shows that instance. Else by position: an instance of its concept whose position
-    explains its sightings (``locate_in_track``) and whose predicted box at the speck's timestamp,
+    explains its sightings (``project_instance``) and whose predicted box at the speck's timestamp,
     grown by the box model's largest miss on the instance's own sightings (in world units, so it
     scales with the depth as the box does), overlaps the speck's box. One such instance: it; none
     or several: the speck is left unattributed (instance null)."""
@@ -234,20 +240,19 @@ def speck_rows(
         k = int(o["sample_index"])
         if k in row_of:
             obs_by.setdefault(int(o["instance_id"]), {})[row_of[k]] = o
-    boxes_of: dict[str, list[tuple[int, tuple[np.ndarray, ...]]]] = {}  # concept -> (instance, predicted boxes)
+    boxes_of: dict[str, list[tuple[int, PredictedBoxes]]] = {}  # concept -> (instance, its grown boxes)
     fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
     for ins in sorted(instances, key=lambda r: r["instance_id"]):
-        located = locate_in_track(ins, obs_by.get(int(ins["instance_id"]), {}), track, image_size, min_consistency)
-        if located is None:
+        p = project_instance(ins, obs_by.get(int(ins["instance_id"]), {}), track, image_size, min_consistency)
+        if p is None:
             continue
-        cx, cy, hw, hh, ok = predicted_boxes(located.model, located.pixels, located.depth, track)
-        rows = sorted(located.boxes)
-        b = np.array([located.boxes[i] for i in rows])
-        z = located.depth[rows]
-        miss_x = float(np.max(np.abs((b[:, 0] + b[:, 2]) / 2 - cx[rows]) * z / fx[rows]))
-        miss_y = float(np.max(np.abs((b[:, 1] + b[:, 3]) / 2 - cy[rows]) * z / fy[rows]))
-        zz = np.where(ok, located.depth, 1.0)
-        grown = (cx, cy, hw + miss_x * fx / zz, hh + miss_y * fy / zz, ok)
+        b, at = p.boxes, sorted(p.observed)
+        seen = np.array([p.observed[i] for i in at])
+        z = p.depth[at]
+        miss_x = float(np.max(np.abs((seen[:, 0] + seen[:, 2]) / 2 - b.cx[at]) * z / fx[at]))
+        miss_y = float(np.max(np.abs((seen[:, 1] + seen[:, 3]) / 2 - b.cy[at]) * z / fy[at]))
+        zz = np.where(b.ok, p.depth, 1.0)
+        grown = PredictedBoxes(b.cx, b.cy, b.hw + miss_x * fx / zz, b.hh + miss_y * fy / zz, b.ok)
         boxes_of.setdefault(ins["concept"], []).append((int(ins["instance_id"]), grown))
     out = []
     for s in sorted(specks, key=lambda r: (r["clip_index"], r["local_id"], r["sample_index"])):
@@ -263,12 +268,12 @@ def speck_rows(
             j = row_of[int(s["sample_index"])]
             hits = [
                 i
-                for i, (cx, cy, hw, hh, ok) in boxes_of.get(concept, [])
-                if ok[j]
-                and cx[j] - hw[j] < s["x1"]
-                and cx[j] + hw[j] > s["x0"]
-                and cy[j] - hh[j] < s["y1"]
-                and cy[j] + hh[j] > s["y0"]
+                for i, g in boxes_of.get(concept, [])
+                if g.ok[j]
+                and g.cx[j] - g.hw[j] < s["x1"]
+                and g.cx[j] + g.hw[j] > s["x0"]
+                and g.cy[j] - g.hh[j] < s["y1"]
+                and g.cy[j] + g.hh[j] > s["y0"]
             ]
             if len(hits) == 1:
                 iid, by = hits[0], "position"
