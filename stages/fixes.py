@@ -197,6 +197,24 @@ class ReviewPair(_Op):
         return []
 
 
+class Speck(_Op):
+    """What a speck shows (a mask under ``segment.min_area``, not tracked: the segment stage's
+    ``specks.parquet``, named by its clip and clip-local id): ``instance``, or ``none`` when it is
+    no object of its concept (a false mask). Every timestamp of the speck track follows."""
+
+    op: Literal["speck"]
+    clip: int = Field(ge=0)
+    local_id: int = Field(ge=0)
+    instance: int | Literal["none"]
+
+    @field_validator("instance", mode="before")
+    @classmethod
+    def _instance_or_none(cls, v: Any) -> Any:
+        if v == "none" or (isinstance(v, int) and not isinstance(v, bool)):
+            return v
+        raise ValueError(f"{v!r} is neither an instance id nor 'none'")
+
+
 class RemoveInstance(_Op):
     """A false detection: the instance is not an object of its concept."""
 
@@ -277,7 +295,8 @@ FixOp = Annotated[
     | ReviewQuestion
     | SetBox
     | SplitAt
-    | ReviewPair,
+    | ReviewPair
+    | Speck,
     Field(discriminator="op"),
 ]
 _ADAPTER: TypeAdapter[FixOp] = TypeAdapter(FixOp)
@@ -293,12 +312,13 @@ OPS = (
     "set_box",
     "split_at",
     "review_pair",
+    "speck",
 )
 
 
 def op_key(fix: dict[str, Any]) -> tuple | None:
     """What a fix decides, for the fixes that decide one thing once (a later decision replaces
-    the earlier one when a draft is rebased): a question's verdict, a motion clip, a pair."""
+    the earlier one when a draft is rebased): a question's verdict, a motion clip, a pair, a speck."""
     kind = fix.get("op")
     if kind == "review_question":
         return (kind, fix.get("question"))
@@ -306,6 +326,8 @@ def op_key(fix: dict[str, Any]) -> tuple | None:
         return (kind, fix.get("clip"))
     if kind == "review_pair":
         return (kind, fix.get("clip_a"), fix.get("local_a"), fix.get("clip_b"), fix.get("local_b"))
+    if kind == "speck":
+        return (kind, fix.get("clip"), fix.get("local_id"))
     return None
 
 

@@ -377,6 +377,9 @@ class Derived:
     # items the fixes resolved, and what the verification app shows review pairs and mask labels with
     # (not written by the stage)
     members: list[dict] = field(default_factory=list)
+    # the specks a person told (``speck``): (clip, local id) -> the instance it shows after the
+    # fixes, None where it shows no object or its instance was removed (``visibility.speck_rows``)
+    specks_told: dict[tuple[int, int], int | None] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -397,6 +400,7 @@ class FixInputs:
     camera_height: float | None = None
     image_size: tuple[int, int] | None = None  # the view's (w, h), the pixels of the observation boxes
     level: bool = True
+    specks: Sequence[dict] | None = None  # schema.CLIP_SPECKS rows of the video's clips (None: not read, not checked)
 
 
 class _Fixing:
@@ -415,6 +419,10 @@ class _Fixing:
         self.reviews: dict[str, dict] = {}  # question id -> its review row
         self.reviewed_by: dict[str, str | None] = {}  # question id -> who gave the verdict that counts
         self.member_now = dict(self.member_of)  # (clip, local) -> the instance its observations are in
+        self.speck_tracks = (
+            None if inputs.specks is None else {(int(s["clip_index"]), int(s["local_id"])) for s in inputs.specks}
+        )
+        self.specks_told: dict[tuple[int, int], int | None] = {}  # (clip, local) -> instance (None: no object)
 
     def member_instance(self, key: tuple[int, int]) -> int | None:
         """The instance a clip-local member is part of now (after merges and splits); None if removed."""
@@ -742,6 +750,31 @@ def _review_pair(st: _Fixing, f: fx.Fix) -> str:
     return f"pair {pair}: " + _split_member(st, f, (op.clip_b, op.local_b), a, "decision")
 
 
+def _speck(st: _Fixing, f: fx.Fix) -> str:
+    op = f.op
+    key = (op.clip, op.local_id)
+    if st.speck_tracks is not None and key not in st.speck_tracks:
+        in_clip = sorted(lo for c, lo in st.speck_tracks if c == op.clip)
+        raise st.error(
+            f,
+            "local_id",
+            f"no speck {op.local_id} in clip {op.clip} (its specks: {in_clip[:12]}{' ...' if len(in_clip) > 12 else ''})",
+        )
+    if key in st.member_of:
+        raise st.error(
+            f,
+            "local_id",
+            f"clip {op.clip} local {op.local_id} is tracked (instance {st.member_instance(key)}): its specks show "
+            "its instance; split or merge it instead",
+        )
+    if op.instance == "none":
+        st.specks_told[key] = None
+        return f"speck clip {op.clip} local {op.local_id}: no object"
+    i = st.resolve(op.instance, f, "instance")
+    st.specks_told[key] = i
+    return f"speck clip {op.clip} local {op.local_id}: instance {i}"
+
+
 def _remove_instance(st: _Fixing, f: fx.Fix) -> str:
     i = st.resolve(f.op.instance, f, "instance")
     del st.insts[i]
@@ -869,6 +902,7 @@ FIX_HANDLERS: dict[str, Callable[[_Fixing, fx.Fix], str]] = {
     "set_box": _set_box,
     "split_at": _split_at,
     "review_pair": _review_pair,
+    "speck": _speck,
 }
 
 
@@ -1058,4 +1092,9 @@ def apply_fixes(fixset: fx.FixSet, inputs: FixInputs, vocabulary: fx.Vocabulary 
         members.append(
             {"clip_index": c, "local_id": lo, "instance_id": i, "concept": None if i is None else st.insts[i].concept}
         )
-    return Derived(inst_rows, obs_rows, motion_out, applied, list(st.reviews.values()), members)
+    told = {}
+    for key, i in sorted(st.specks_told.items()):
+        while i is not None and i in st.alias:  # merged since: the instance it was merged into
+            i = st.alias[i]
+        told[key] = i if i in st.insts else None
+    return Derived(inst_rows, obs_rows, motion_out, applied, list(st.reviews.values()), members, told)

@@ -24,7 +24,7 @@ timestamp is ``not_seen``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -222,11 +222,13 @@ def speck_rows(
     track: Track,
     image_size: tuple[int, int],
     min_consistency: float,
+    told: Mapping[tuple[int, int], int | None] | None = None,
 ) -> list[dict]:
     """``schema.SPECKS`` rows: each of the segmenter's masks under ``segment.min_area`` (``specks``:
     ``schema.CLIP_SPECKS`` rows of the video) with the instance it shows after the fixes.
 
-    By its clip track first: a speck whose clip-local id is a member of an instance (``members``:
+    As a person told it first (``told``: (clip, local id) -> instance, ``Derived.specks_told``;
+    None: no object, the speck is left out). Else by its clip track: a speck whose clip-local id is a member of an instance (``members``:
     ``Derived.members`` rows, instance None where a person removed it; a removed one's specks are
     left out) shows that instance. Else by position: an instance of its concept whose position
     explains its sightings (``project_instance``) and whose predicted box at the speck's timestamp,
@@ -234,6 +236,8 @@ def speck_rows(
     scales with the depth as the box does), overlaps the speck's box. One such instance: it; none
     or several: the speck is left unattributed (instance null)."""
     member = {(int(m["clip_index"]), int(m["local_id"])): m for m in members}
+    told = told or {}
+    concept_of = {int(r["instance_id"]): r["concept"] for r in instances}
     row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
     obs_by: dict[int, dict[int, dict]] = {}
     for o in observations:
@@ -260,7 +264,12 @@ def speck_rows(
         iid: int | None = None
         by: str | None = None
         concept = s["concept"]
-        if key in member:
+        if key in told:
+            told_id = told[key]
+            if told_id is None:
+                continue  # a person said it shows no object (or its instance was removed)
+            iid, by, concept = told_id, "fix", concept_of[told_id]
+        elif key in member:
             if member[key]["instance_id"] is None:
                 continue  # a person removed the instance its track is part of
             iid, by, concept = int(member[key]["instance_id"]), "track", member[key]["concept"]

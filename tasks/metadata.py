@@ -793,6 +793,9 @@ def auto_metadata(job: Job) -> tuple[meta.FixInputs, list[dict]]:
         source_id, fused, independent, {v: float(r["yaw_deg"]) for v, r in views.items()}, clips, p
     )
     motion = meta.motion_rows(vid, samples, clips, p, agreement)
+    specks: list[dict] = []  # the segment stage's masks too small to track, which a speck fix tells
+    for unit in sorted(job.refs("segment")):
+        specks += job.read("segment", "specks.parquet", unit).to_pylist()
     inputs = meta.FixInputs(
         video_id=vid,
         observations=job.read("reconcile", "observations_auto.parquet").to_pylist(),
@@ -807,6 +810,7 @@ def auto_metadata(job: Job) -> tuple[meta.FixInputs, list[dict]]:
         camera_height=job.config.pose.ground_height(),
         image_size=(int(view["width"]), int(view["height"])),
         level=job.config.reconcile.level_views,
+        specks=specks,
     )
     return inputs, agreement_rows
 
@@ -840,22 +844,20 @@ def run_metadata(job: Job) -> None:
             ),
         ),
     )
-    specks: list[dict] = []
-    for unit in sorted(job.refs("segment")):
-        specks += job.read("segment", "specks.parquet", unit).to_pylist()
     job.out.write_table(
         "specks.parquet",
         schema.table(
             schema.SPECKS,
             vis.speck_rows(
                 vid,
-                specks,
+                inputs.specks or [],
                 derived.members,
                 derived.instances,
                 derived.observations,
                 inputs.poses,
                 inputs.image_size,
                 inputs.params.visibility_min_consistency,
+                derived.specks_told,
             ),
         ),
     )
@@ -874,7 +876,7 @@ def run_metadata(job: Job) -> None:
 METADATA = Stage(
     name="metadata",
     outputs=schema.ARTIFACTS["metadata"],
-    version="8",
+    version="9",
     unit_kind="video",
     run=run_metadata,
     needs=("reconcile", "pose", "view_pose", "project", "segment"),

@@ -172,7 +172,7 @@ def run(job: Job) -> None:
 QA = Stage(
     name="qa",
     outputs=schema.ARTIFACTS["qa"],
-    version="15",
+    version="16",
     unit_kind="video",
     run=run,
     needs=("project", "metadata", "pose", "probe"),

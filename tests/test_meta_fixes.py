@@ -119,8 +119,9 @@ def auto():
     return observations, members, motion, samples
 
 
-def inputs(observations, members, motion, samples, params):
+def inputs(observations, members, motion, samples, params, specks=None):
     return meta.FixInputs(
+        specks=specks,
         video_id=VID,
         observations=observations,
         members=members,
@@ -431,3 +432,55 @@ def test_a_question_verdict_keeps_the_answers_seen_and_a_verdict_on_new_answers_
         apply(f"video_id: {VID}\nfixes:\n" + verdict("[3]") + verdict("['3']"))
     with pytest.raises(fx.FixError, match="field 'answers'"):
         apply(f"video_id: {VID}\nfixes:\n" + verdict("[]"))
+
+
+def _speck_inputs():
+    o, m, mo, s = auto()
+    specks = [{"clip_index": c, "local_id": lo, "concept": "chair"} for c, lo in ((0, 11), (1, 12), (2, 13), (0, 5))]
+    return inputs(o, m, mo, s, meta.MetadataParams(), specks)
+
+
+def test_a_speck_is_told_its_instance_or_no_object():
+    """A person tells what a speck shows: an instance (followed through a later merge into the
+    instance it became) or none; one whose instance a later fix removes shows nothing."""
+    text = (
+        f"video_id: {VID}\nfixes:\n"
+        "  - op: speck\n    clip: 0\n    local_id: 11\n    instance: 2\n"
+        "  - op: merge\n    instances: [1, 2]\n"
+        "  - op: speck\n    clip: 1\n    local_id: 12\n    instance: none\n"
+        "  - op: speck\n    clip: 2\n    local_id: 13\n    instance: 3\n"
+        "  - op: remove_instance\n    instance: 3\n"
+    )
+    d = meta.apply_fixes(fx.parse_fix_text(text, f"fixes/{VID}.yaml", VID), _speck_inputs())
+    assert d.specks_told == {(0, 11): 1, (1, 12): None, (2, 13): None}
+    assert [a["summary"] for a in d.applied if a["op"] == "speck"] == [
+        "speck clip 0 local 11: instance 2",
+        "speck clip 1 local 12: no object",
+        "speck clip 2 local 13: instance 3",
+    ]
+    assert sorted(by_id(d)) == [1]  # the speck fixes change no instance
+
+
+@pytest.mark.parametrize(
+    "body,field,why",
+    [
+        ("clip: 0\n    local_id: 99\n    instance: 1\n", "local_id", "no speck 99 in clip 0 (its specks: [5, 11])"),
+        ("clip: 0\n    local_id: 5\n    instance: 2\n", "local_id", "clip 0 local 5 is tracked (instance 1)"),
+        ("clip: 0\n    local_id: 11\n    instance: 99\n", "instance", "no instance 99"),
+    ],
+)
+def test_a_speck_fix_names_a_speck_and_an_instance(body, field, why):
+    text = f"video_id: {VID}\nfixes:\n  - op: speck\n    " + body
+    with pytest.raises(fx.FixError) as e:
+        meta.apply_fixes(fx.parse_fix_text(text, f"fixes/{VID}.yaml", VID), _speck_inputs())
+    assert str(e.value).startswith(f"fixes/{VID}.yaml:") and e.value.field == field and why in str(e.value), str(e.value)
+
+
+def test_a_speck_fix_is_checked_against_the_specks_only_where_they_were_read():
+    text = f"video_id: {VID}\nfixes:\n  - op: speck\n    clip: 0\n    local_id: 99\n    instance: 1\n"
+    o, m, mo, s = auto()
+    d = meta.apply_fixes(fx.parse_fix_text(text, "f.yaml", VID), inputs(o, m, mo, s, meta.MetadataParams()))
+    assert d.specks_told == {(0, 99): 1}
+    with pytest.raises(fx.FixError) as e:
+        fx.parse_fix_text(text.replace("instance: 1", "instance: some"), "f.yaml", VID)
+    assert (e.value.line, e.value.field) == (6, "instance") and "neither an instance id nor 'none'" in str(e.value)

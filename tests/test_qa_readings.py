@@ -229,7 +229,8 @@ def test_a_speck_too_small_to_track_moves_a_checkpoint_or_drops_a_total():
     (row,) = skipped
     assert row["reading"] == "clearly"
     assert row["reason"] == (
-        "total not asked: 3 seen at all, 2 seen clearly (with specks no instance is told for, first seen at 50 s)"
+        "total not asked: 3 seen at all, 2 seen clearly (with specks no instance is told for: "
+        "clip 0 speck 4 first seen at 50 s)"
     )
     # the check off: the tracked instances' count, the specks not read
     qs, skipped = _voc(seen, QAParams(clip_seconds=20.0, stable_answers=False), _specks([(None, "bench", 4, 50.0, 6)]))

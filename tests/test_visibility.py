@@ -341,3 +341,14 @@ def test_a_speck_shows_the_instance_its_track_or_its_position_tells():
     lost = [{**i, "z": -5.0} if i["instance_id"] == 1 else i for i in instances]
     rows = vz.speck_rows(VID, specks[:1], members, lost, obs, track, (W, H), 0.8)
     assert [(r["instance_id"], r["attributed_by"]) for r in rows] == [(None, None)]
+    # a person's word stands over both: the ball speck both balls overlap is ball 4, the cone
+    # speck the position tells is no object, and the concept follows the instance told
+    told = {(0, 7): 4, (0, 5): None, (0, 6): 3}
+    rows = vz.speck_rows(VID, specks, members, instances, obs, track, (W, H), 0.8, told)
+    got = {(r["clip_index"], r["local_id"]): (r["instance_id"], r["attributed_by"], r["concept"]) for r in rows}
+    assert got == {
+        (0, 6): (3, "fix", "ball"),
+        (0, 7): (4, "fix", "ball"),
+        (0, 8): (None, None, "ball"),
+        (1, 3): (2, "track", "cone"),
+    }

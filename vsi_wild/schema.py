@@ -657,14 +657,15 @@ OBSERVATIONS = _schema(
 
 SPECKS = _schema(
     "The segmenter's masks under segment.min_area in one video (segment's specks.parquet), each with the "
-    "instance it shows after the fixes: by its clip track (the same clip-local id masked larger: the "
+    "instance it shows after the fixes: as a person told it (a speck fix), else by its clip track (the same "
+    "clip-local id masked larger: the "
     "instance that track is a member of), else by position (the one instance of its concept whose predicted "
     "box, stages/visibility.py's, overlaps the speck's at that timestamp). Null where neither tells one "
-    "instance: an object of the concept the metadata may not count. A speck of an instance a person "
-    "removed is left out.",
+    "instance: an object of the concept the metadata may not count. A speck a person said shows no object, "
+    "or of an instance a person removed, is left out.",
     f("video_id", pa.string()),
     f("instance_id", pa.int64(), True, doc="the instance it shows; null when none can be told"),
-    f("attributed_by", pa.string(), True, doc="track | position; null with instance_id"),
+    f("attributed_by", pa.string(), True, doc="fix | track | position; null with instance_id"),
     f("concept", pa.string(), doc="the instance's concept after the fixes (the segmenter's where unattributed)"),
     f("clip_index", pa.int64()),
     f("local_id", pa.int64()),

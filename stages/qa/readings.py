@@ -43,11 +43,13 @@ _EPS = 1e-9
 # ----------------------------------------------------------------------------- sightings
 @dataclass(frozen=True)
 class Seen:
-    """One instance's sightings under one reading: the 2 FPS times it counts as seen, in order."""
+    """One instance's sightings under one reading: the 2 FPS times it counts as seen, in order.
+    ``speck``: the (clip, local id) of the speck track it is, for one no instance is told for."""
 
     instance_id: int
     concept: str
     times: tuple[float, ...]
+    speck: tuple[int, int] | None = None
 
     @property
     def first(self) -> float:
@@ -102,15 +104,18 @@ def _specks_of(specks: pa.Table | None, video_id: str) -> list[dict]:
     return mine.select(["instance_id", "concept", "clip_index", "local_id", "sample_index", "time", "area"]).to_pylist()
 
 
-def unattributed_specks(specks: pa.Table | None, video_id: str) -> dict[int, tuple[str, dict[int, Sample]]]:
+def unattributed_specks(
+    specks: pa.Table | None, video_id: str
+) -> dict[int, tuple[str, dict[int, Sample], tuple[int, int]]]:
     """The ``schema.SPECKS`` rows no instance is told for, as objects the metadata may not count:
-    one per clip track (a negative id, in the tracks' order) -> its concept and its timestamps."""
+    one per clip track (a negative id, in the tracks' order) -> its concept, its timestamps and
+    its (clip, local id)."""
     tracks: dict[tuple[int, int], tuple[str, dict[int, Sample]]] = {}
     for r in _specks_of(specks, video_id):
         if r["instance_id"] is None:
             _, samples = tracks.setdefault((int(r["clip_index"]), int(r["local_id"])), (r["concept"], {}))
             samples[int(r["sample_index"])] = (float(r["time"]), int(r["area"]))
-    return {-(n + 1): tracks[key] for n, key in enumerate(sorted(tracks))}
+    return {-(n + 1): (*tracks[key], key) for n, key in enumerate(sorted(tracks))}
 
 
 def sighting_times(samples: Iterable[Sample], reading: Sighting, view_pixels: int) -> list[float]:
@@ -153,10 +158,10 @@ def seen_under(
             times = sighting_times(visible.get(iid, {}).values(), reading, view_pixels)
         if times:
             out[iid] = Seen(iid, r["concept"], tuple(times))
-    for iid, (concept, samples) in unattributed_specks(specks, video_id).items():
+    for iid, (concept, samples, key) in unattributed_specks(specks, video_id).items():
         times = sighting_times(samples.values(), reading, view_pixels)
         if times:
-            out[iid] = Seen(iid, concept, tuple(times))
+            out[iid] = Seen(iid, concept, tuple(times), key)
     return out
 
 

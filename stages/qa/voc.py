@@ -212,13 +212,22 @@ def _unstable(
 ) -> dict:
     """The QA_SKIPPED row of a count the readings disagree on: the total (the concept's questions
     are not asked) or a streaming checkpoint with no agreed moment near it. Where the count takes
-    in specks no instance is told for (``readings.unattributed_specks``), the reason says when they
-    were seen, for a reviewer to look."""
+    in specks no instance is told for (``readings.unattributed_specks``), the reason names them (clip
+    and clip-local id, what a ``speck`` fix names) and when each was first seen, for a reviewer to look."""
     what = "total" if form == "total" else f"checkpoint {t:g} s"
-    specks = sorted({s.first for _, seen in per_reading for s in seen if s.instance_id < 0 and s.first <= t + 1e-9})
+    firsts: dict[tuple[int, int], float] = {}
+    for _, seen in per_reading:
+        for s in seen:
+            if s.speck is not None and s.first <= t + 1e-9:
+                firsts[s.speck] = min(s.first, firsts.get(s.speck, math.inf))
     at = (
-        f" (with specks no instance is told for, first seen at {', '.join(f'{x:g}' for x in specks)} s)"
-        if specks
+        " (with specks no instance is told for: "
+        + ", ".join(
+            f"clip {c} speck {lo} first seen at {firsts[c, lo]:g} s"
+            for c, lo in sorted(firsts, key=lambda k: (firsts[k], k))
+        )
+        + ")"
+        if firsts
         else ""
     )
     return {

@@ -20,17 +20,18 @@ from typing import Any
 import pyarrow as pa
 from ruamel.yaml import YAML
 
-from vsi_wild import schema
+from vsi_wild import ids, schema
 from vsi_wild.config import Config
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
+from vsi_wild.stages import segment as seg
 from vsi_wild.stages.qa.common import Provenance, VideoInfo
 from vsi_wild.stages.qa.params import Sighting
 from vsi_wild.stages.qa.provisional import verdict_holds
 from vsi_wild.stages.qa.readings import seen_under
 from vsi_wild.stages.qa.voc import voc_questions
 from vsi_wild.stages.qa.voo import concept_times
-from vsi_wild.store import Store
+from vsi_wild.store import Store, UnitRef
 from vsi_wild.tasks import registry
 from vsi_wild.tasks.engine import Job, unit_ancestor
 from vsi_wild.tasks.metadata import _raw_path, auto_metadata
@@ -230,20 +231,23 @@ class Review:
     # ------------------------------------------------------------------ the pipeline's check
     def auto_inputs(self, video_id: str) -> meta.FixInputs:
         """The automatic metadata the video's fixes apply to (cached per upstream outputs)."""
-        self.catalog.video(video_id)
+        view = self.catalog.video(video_id)
         stage = registry.stage("metadata")
-        inputs = {}
+        inputs: dict[str, dict[str, UnitRef]] = {}
         for name in stage.needs:  # the current output of each upstream unit (the status rows')
-            if registry.stage(name).unit_kind == "clip":
-                continue  # the segment's specks: the stage adds them after the fixes, auto_metadata reads no clip
-            unit = unit_ancestor(video_id, "video", registry.stage(name).unit_kind)
-            ref = self.catalog.current(name, unit)
-            if ref is None:
-                raise NotReady(
-                    f"the fixes of {video_id} cannot be checked: {name}:{unit} is "
-                    f"{self.catalog.status(name, unit)['state']}"
-                )
-            inputs[name] = {unit: ref}
+            if registry.stage(name).unit_kind == "clip":  # the video's clips (the segment's specks)
+                spans = seg.clip_spans(float(view["duration_s"]), self.config.segment.clip_seconds)
+                units = [ids.clip_id(video_id, c.index) for c in spans]
+            else:
+                units = [unit_ancestor(video_id, "video", registry.stage(name).unit_kind)]
+            for unit in units:
+                ref = self.catalog.current(name, unit)
+                if ref is None:
+                    raise NotReady(
+                        f"the fixes of {video_id} cannot be checked: {name}:{unit} is "
+                        f"{self.catalog.status(name, unit)['state']}"
+                    )
+                inputs.setdefault(name, {})[unit] = ref
         key = tuple(sorted((s, u, r.key) for s, us in inputs.items() for u, r in us.items()))
         with self._lock:
             held = self._auto.get(video_id)
