@@ -755,11 +755,8 @@ def _speck(st: _Fixing, f: fx.Fix) -> str:
     key = (op.clip, op.local_id)
     if st.speck_tracks is not None and key not in st.speck_tracks:
         in_clip = sorted(lo for c, lo in st.speck_tracks if c == op.clip)
-        raise st.error(
-            f,
-            "local_id",
-            f"no speck {op.local_id} in clip {op.clip} (its specks: {in_clip[:12]}{' ...' if len(in_clip) > 12 else ''})",
-        )
+        more = " ..." if len(in_clip) > 12 else ""
+        raise st.error(f, "local_id", f"no speck {op.local_id} in clip {op.clip} (its specks: {in_clip[:12]}{more})")
     if key in st.member_of:
         raise st.error(
             f,

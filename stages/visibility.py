@@ -228,13 +228,14 @@ def speck_rows(
     ``schema.CLIP_SPECKS`` rows of the video) with the instance it shows after the fixes.
 
     As a person told it first (``told``: (clip, local id) -> instance, ``Derived.specks_told``;
-    None: no object, the speck is left out). Else by its clip track: a speck whose clip-local id is a member of an instance (``members``:
-    ``Derived.members`` rows, instance None where a person removed it; a removed one's specks are
-    left out) shows that instance. Else by position: an instance of its concept whose position
-    explains its sightings (``project_instance``) and whose predicted box at the speck's timestamp,
-    grown by the box model's largest miss on the instance's own sightings (in world units, so it
-    scales with the depth as the box does), overlaps the speck's box. One such instance: it; none
-    or several: the speck is left unattributed (instance null)."""
+    None: no object, the speck is left out). Else by its clip track: a speck whose clip-local id
+    is a member of an instance (``members``: ``Derived.members`` rows, instance None where a
+    person removed it; a removed one's specks are left out) shows that instance. Else by position:
+    an instance of its concept whose position explains its sightings (``project_instance``) and
+    whose predicted box at the speck's timestamp, grown by the box model's largest miss on the
+    instance's own sightings (in world units, so it scales with the depth as the box does),
+    overlaps the speck's box. One such instance: it; none or several: the speck is left
+    unattributed (instance null)."""
     member = {(int(m["clip_index"]), int(m["local_id"])): m for m in members}
     told = told or {}
     concept_of = {int(r["instance_id"]): r["concept"] for r in instances}

@@ -473,7 +473,8 @@ def test_a_speck_fix_names_a_speck_and_an_instance(body, field, why):
     text = f"video_id: {VID}\nfixes:\n  - op: speck\n    " + body
     with pytest.raises(fx.FixError) as e:
         meta.apply_fixes(fx.parse_fix_text(text, f"fixes/{VID}.yaml", VID), _speck_inputs())
-    assert str(e.value).startswith(f"fixes/{VID}.yaml:") and e.value.field == field and why in str(e.value), str(e.value)
+    msg = str(e.value)
+    assert msg.startswith(f"fixes/{VID}.yaml:") and e.value.field == field and why in msg, msg
 
 
 def test_a_speck_fix_is_checked_against_the_specks_only_where_they_were_read():

@@ -232,6 +232,7 @@ def test_a_speck_too_small_to_track_moves_a_checkpoint_or_drops_a_total():
         "total not asked: 3 seen at all, 2 seen clearly (with specks no instance is told for: "
         "clip 0 speck 4 first seen at 50 s)"
     )
+    assert row["specks"] == [{"clip_index": 0, "local_id": 4, "first_time": 50.0}]  # what a speck fix names
     # the check off: the tracked instances' count, the specks not read
     qs, skipped = _voc(seen, QAParams(clip_seconds=20.0, stable_answers=False), _specks([(None, "bench", 4, 50.0, 6)]))
     assert qs[("bench", "total")].answers == ["2"] and not skipped

@@ -6,6 +6,7 @@ import json
 
 import pytest
 from conftest import REPO, copy_root
+from test_verify import _current
 from typer.testing import CliRunner
 
 from vsi_wild.store import Store
@@ -40,7 +41,16 @@ def test_kappa_and_sectors_against_hand_counts():
 
 def test_the_cli_reports_agreement_per_category_and_each_disagreement(sample_root, tmp_path):
     root = copy_root(sample_root[0], tmp_path / "data")
+    (skipped,) = [r for r in _current(root, "qa", VID, "skipped.parquet") if r["specks"]]  # the view's untold speck
+    speck = {"op": "speck", "clip": skipped["specks"][0]["clip_index"], "local_id": skipped["specks"][0]["local_id"]}
+    ball = min(
+        r["instance_id"]
+        for r in _current(root, "metadata", VID, "instances.parquet")
+        if r["concept"] == skipped["item"]
+    )
     fixes = [
+        {**speck, "instance": ball, "by": "ana"},
+        {**speck, "instance": "none", "by": "ben"},
         pair("merge", "ana"),
         pair("merge", "ben"),
         pair("apart", "ana", 8),
@@ -79,8 +89,10 @@ def test_the_cli_reports_agreement_per_category_and_each_disagreement(sample_roo
     report = json.loads(out.output)
     assert report["reviewers"] == ["ana", "ben"]
     got = {c: (v["pairs"][0]["both"], v["pairs"][0]["agree"]) for c, v in report["categories"].items()}
-    assert got == {"merges": (2, 1), "vmr": (2, 1), "questions": (2, 1)}  # clip 4: verified as automatic vs none
+    # clip 4: verified as automatic vs none
+    assert got == {"merges": (2, 1), "vmr": (2, 1), "questions": (2, 1), "specks": (1, 0)}
     text = CliRunner().invoke(app, args).output
     assert "merges (review pairs): ana and ben both decided 2, agree on 1 (50.0%)" in text
     assert f"{VID} pair clip 0 #0 · clip 3 #8: ana apart, ben merge" in text
     assert f"{VID} question 0123456789ab: ana accept, ben reject" in text
+    assert f"{VID} speck clip {speck['clip']} #{speck['local_id']}: ana {ball}, ben none" in text

@@ -1109,6 +1109,21 @@ QA_SKIPPED = _schema(
         doc="not asked because its answer differs under this reading of the question "
         "(stages/qa/readings.py); null for the other reasons",
     ),
+    f(
+        "specks",
+        pa.list_(
+            pa.struct(
+                [
+                    pa.field("clip_index", pa.int64(), nullable=False),
+                    pa.field("local_id", pa.int64(), nullable=False),
+                    pa.field("first_time", pa.float64(), nullable=False),
+                ]
+            )
+        ),
+        True,
+        doc="the specks no instance is told for (metadata's specks.parquet) that the count takes in, by clip and "
+        "clip-local id (what a speck fix names), with when each was first seen; null when none",
+    ),
 )
 
 QA_EXPORT = _export_schema()

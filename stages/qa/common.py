@@ -267,9 +267,10 @@ def questions_table(questions: Sequence[Question]) -> pa.Table:
     return schema.table(schema.QA_QUESTIONS, rows)
 
 
-def skipped_table(rows: Sequence[Mapping[str, str | None]]) -> pa.Table:
-    """QA_SKIPPED rows; a row without ``reading`` was not asked for another reason (null)."""
-    return schema.table(schema.QA_SKIPPED, [{"reading": None, **r} for r in rows])
+def skipped_table(rows: Sequence[Mapping[str, Any]]) -> pa.Table:
+    """QA_SKIPPED rows; a row without ``reading`` was not asked for another reason (null), one
+    without ``specks`` names none."""
+    return schema.table(schema.QA_SKIPPED, [{"reading": None, "specks": None, **r} for r in rows])
 
 
 # ------------------------------------------------------------------------- options

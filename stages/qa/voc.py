@@ -236,6 +236,7 @@ def _unstable(
         "item": concept,
         "reason": f"{what} not asked: {d.answer} seen {d.base}, {d.other} seen {d.reading}{at}",
         "reading": d.reading,
+        "specks": [{"clip_index": c, "local_id": lo, "first_time": firsts[c, lo]} for c, lo in sorted(firsts)] or None,
     }
 
 

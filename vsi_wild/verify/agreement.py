@@ -27,6 +27,7 @@ CATEGORIES = {
     "merges": "merges (review pairs)",
     "vmr": "VMR directions (answer sector)",
     "questions": "question verdicts",
+    "specks": "specks (the instance each shows)",
 }
 
 
@@ -48,6 +49,8 @@ def decisions(
         elif op == "review_question":
             seen = ", ".join(f.get("answers") or [])  # "" when the fix recorded none
             out["questions"][(video_id, "question", f["question"], seen)][who] = f["verdict"]
+        elif op == "speck":
+            out["specks"][(video_id, "speck", f["clip"], f["local_id"])][who] = str(f["instance"])
         elif op == "motion":
             value = (
                 "none"
@@ -138,6 +141,7 @@ def lines(report: dict[str, Any]) -> list[str]:
                 "pair": lambda i: f"pair clip {i[2]} #{i[3]} · clip {i[4]} #{i[5]}",
                 "clip": lambda i: f"VMR clip {i[2]}",
                 "question": lambda i: f"question {i[2]}" + (f" (answer {i[3]})" if i[3] else ""),
+                "speck": lambda i: f"speck clip {i[2]} #{i[3]}",
             }[item[1]](item)
             votes = ", ".join(f"{k} {v}" for k, v in d.items() if k not in ("category", "item"))
             out.append(f"  {item[0]} {what}: {votes}")

@@ -8,10 +8,14 @@ Items, in this order:
    metadata stage, as it last derived the video, lists it no longer pending (``resolved``: other
    fixes decided it, ``Review.resolved_pairs``: a merge or split of its sides, a side removed, the
    sides renamed apart);
-2. **unit**: every unit of a video's stages whose status is ``failed`` (gone when it is mended);
-3. **clip**: every VMR motion clip, those whose views disagree (state ``failed``, low confidence)
+2. **speck**: every speck (a mask too small to track) that keeps a VOC count unasked because no
+   instance is told for it (the qa stage's ``skipped.parquet`` names it), the earliest first in each
+   video; done when the video's fix file tells what it shows (``speck``), and gone once the video is
+   re-derived and no count waits on it;
+3. **unit**: every unit of a video's stages whose status is ``failed`` (gone when it is mended);
+4. **clip**: every VMR motion clip, those whose views disagree (state ``failed``, low confidence)
    first; done when marked verified or fixed by a ``motion`` fix;
-4. **question**: every question asked now, the provisional ones first (their answer rests on
+5. **question**: every question asked now, the provisional ones first (their answer rests on
    reconciliation decisions no person has reviewed, and may be wrong: ``stages/qa/provisional.py``),
    the likeliest wrong first (VOC's bound on P(wrong answer)), then by video and task; done when it
    has a verdict that holds (a rejection, or an accept of the answers the question gives now: an
@@ -31,13 +35,15 @@ from typing import Any
 
 from vsi_wild import ids
 from vsi_wild.stages import fixes as fx
+from vsi_wild.stages import metadata as meta
 from vsi_wild.stages.qa.provisional import verdict_holds
 from vsi_wild.tasks import registry
 from vsi_wild.verify import fixfile, progress
 from vsi_wild.verify.review import Review, pair_key, pair_rank, review_pairs
 
 SEGMENT_S = 300.0  # progress per 5-minute segment of each video
-KINDS = ("pair", "unit", "clip", "question")
+CONTEXT_PX = 96.0  # the least side of the view around a speck its picture shows (view pixels)
+KINDS = ("pair", "speck", "unit", "clip", "question")
 TASK_ORDER = {"VOC": 0, "VOO": 1, "VMR": 2, "VPO": 3}
 
 
@@ -73,7 +79,7 @@ class Queue:
         """Every item of the benchmark (or of ``videos``), in queue order (done ones included, marked).
         ``second``: a second review by this reviewer: an item is done when *they* decided it (and
         the others' decisions are not shown), so two reviewers' decisions can be compared."""
-        pairs, units, clips, questions = [], [], [], []
+        pairs, specks, units, clips, questions = [], [], [], [], []
         failed = self.failed_units()
         for vid in sorted(videos if videos is not None else self.catalog.views()):
             data, _ = fixfile.read(self.review.fix_path(vid))
@@ -143,6 +149,7 @@ class Queue:
                         }
                     )
             if self.catalog.current("qa", vid) is not None:
+                specks += self.speck_items(vid, by_key)
                 for q in self.catalog.questions(vid):
                     f = by_key.get(("review_question", q["question_id"]))
                     # an accept is of the answers the person saw: once a fix changes them, it is to do again
@@ -172,7 +179,34 @@ class Queue:
         questions.sort(key=lambda i: i["rank"])
         for i in pairs + questions:
             del i["rank"]
-        return pairs + units + clips + questions
+        return pairs + specks + units + clips + questions
+
+    def speck_items(self, video_id: str, by_key: dict) -> list[dict[str, Any]]:
+        """The video's specks that keep a VOC count unasked (its qa ``skipped.parquet`` rows'
+        ``specks``), one item each, the earliest first; ``by_key``: its fix file's decisions."""
+        waiting: dict[tuple[int, int], dict[str, Any]] = {}
+        for r in self.catalog.table("qa", video_id, "skipped.parquet").to_pylist():
+            for sp in r.get("specks") or []:
+                key = (int(sp["clip_index"]), int(sp["local_id"]))
+                w = waiting.setdefault(key, {"concept": r["item"], "first_time": sp["first_time"], "counts": []})
+                w["counts"].append(r["reason"])
+        out = []
+        for (clip, local), w in sorted(waiting.items(), key=lambda kv: (kv[1]["first_time"], kv[0])):
+            f = by_key.get(("speck", clip, local))
+            out.append(
+                {
+                    "id": f"speck:{video_id}:{clip}:{local}",
+                    "kind": "speck",
+                    "video_id": video_id,
+                    "time": float(w["first_time"]),
+                    "title": f"{w['concept']}: what does the speck at clip {clip} #{local} show?",
+                    "done": f is not None,
+                    "by": f.get("by") if f else None,
+                    "decision": None if f is None else speck_decision(f["instance"]),
+                    "link": f"/videos/{video_id}?t={w['first_time']:g}",
+                }
+            )
+        return out
 
     def summary(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         """Progress: overall and per kind, per video, per 5-minute segment of each video, per reviewer."""
@@ -288,9 +322,60 @@ class Queue:
                         for c in sorted(concepts)
                         if (then := sighting_groups(asked, c)) != (now := sighting_groups(derived.observations, c))
                     ]
+        elif kind == "speck":
+            clip, local = (int(x) for x in rest.split(":"))
+            out.update(self.speck_detail(vid, clip, local, derived, best))
         else:
             raise LookupError(f"no queue item {item_id!r}")
         return out
+
+    def speck_detail(self, video_id: str, clip: int, local: int, derived: meta.Derived, best: dict) -> dict[str, Any]:
+        """What the queue shows of one speck: its sightings (time, box, area), the largest with a
+        box around it to show where it is (``context``), what the saved fixes tell it now
+        (``told``: an instance, None for no object; absent while untold), the counts waiting on it
+        and the instances of its concept as the saved fixes make them (the candidates)."""
+        rows = [
+            r
+            for r in self.catalog.table("metadata", video_id, "specks.parquet").to_pylist()
+            if (r["clip_index"], r["local_id"]) == (clip, local)
+        ]
+        if not rows:
+            raise LookupError(f"no speck clip {clip} #{local} in {video_id}")
+        view = self.catalog.video(video_id)
+        big = max(rows, key=lambda r: (r["area"], -r["time"]))
+        box = [big["x0"], big["y0"], big["x1"], big["y1"]]
+        side = max(CONTEXT_PX, 6 * max(box[2] - box[0], box[3] - box[1]))
+        cx = min(max((box[0] + box[2]) / 2, side / 2), float(view["width"]) - side / 2)
+        cy = min(max((box[1] + box[3]) / 2, side / 2), float(view["height"]) - side / 2)
+        concept = rows[0]["concept"]
+        counts = [
+            r["reason"]
+            for r in self.catalog.table("qa", video_id, "skipped.parquet").to_pylist()
+            if any((s["clip_index"], s["local_id"]) == (clip, local) for s in r.get("specks") or [])
+        ]
+        speck: dict[str, Any] = {
+            "clip": clip,
+            "local_id": local,
+            "concept": concept,
+            "sightings": [
+                {"time": r["time"], "box": [r["x0"], r["y0"], r["x1"], r["y1"]], "area": r["area"]}
+                for r in sorted(rows, key=lambda r: r["time"])
+            ],
+            "best": {"time": big["time"], "box": box},
+            "context": {"time": big["time"], "box": [cx - side / 2, cy - side / 2, cx + side / 2, cy + side / 2]},
+            "counts": counts,
+        }
+        if (clip, local) in derived.specks_told:
+            speck["told"] = derived.specks_told[(clip, local)]
+        candidates = [
+            {
+                **{k: r[k] for k in ("instance_id", "concept", "first_time", "last_time", "origin")},
+                "best": best.get(r["instance_id"]),
+            }
+            for r in sorted(derived.instances, key=lambda r: (r["first_time"], r["instance_id"]))
+            if r["concept"] == concept
+        ]
+        return {"speck": speck, "instances": candidates}
 
     def member_views(self, video_id: str) -> dict[tuple[int, int], dict[str, Any]]:
         """(clip, local id) -> what the queue shows of that clip-local instance: its clip, local id,
@@ -311,6 +396,11 @@ class Queue:
             }
             for m in members
         }
+
+
+def speck_decision(instance: int | str) -> str:
+    """A speck fix's ``instance`` as the queue says it: "#4", or "no object"."""
+    return "no object" if instance == "none" else f"#{instance}"
 
 
 def question_rank(question: dict[str, Any]) -> tuple:

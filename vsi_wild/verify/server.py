@@ -298,8 +298,18 @@ def create_app(
         return Response(cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg")
 
     @app.get("/api/videos/{video_id}/crop")
-    def api_crop(video_id: str, t: float, x0: float, y0: float, x1: float, y1: float, h: int = 120) -> Response:
-        """The frame at time ``t`` around a box (view pixels), as a JPEG ``h`` px high: a thumbnail."""
+    def api_crop(
+        video_id: str,
+        t: float,
+        x0: float,
+        y0: float,
+        x1: float,
+        y1: float,
+        h: int = 120,
+        mark: str | None = None,
+    ) -> Response:
+        """The frame at time ``t`` around a box (view pixels), as a JPEG ``h`` px high: a thumbnail.
+        ``mark``: "x0,y0,x1,y1", a box (view pixels) to ring in the picture (a speck a few pixels wide)."""
         row = review.catalog.video(video_id)
         cap = cv2.VideoCapture(review.catalog.video_file(video_id))
         try:
@@ -319,6 +329,17 @@ def create_app(
         crop = bgr[b:d, a:c]
         scale = max(16, min(h, 400)) / crop.shape[0]
         crop = cv2.resize(crop, (max(1, int(crop.shape[1] * scale)), max(1, int(crop.shape[0] * scale))))
+        if mark is not None:
+            try:
+                m = [float(v) for v in mark.split(",")]
+            except ValueError:
+                m = []
+            if len(m) != 4:
+                raise BadRequest(f"mark {mark!r}: expected x0,y0,x1,y1 (view pixels)")
+            # the box in the picture's pixels, ringed 3 px outside so the speck itself stays visible
+            p0 = (int((m[0] * sx - a) * scale) - 3, int((m[1] * sy - b) * scale) - 3)
+            p1 = (int((m[2] * sx - a) * scale) + 3, int((m[3] * sy - b) * scale) + 3)
+            cv2.rectangle(crop, p0, p1, (255, 0, 255), 2)
         return Response(
             cv2.imencode(".jpg", crop, [cv2.IMWRITE_JPEG_QUALITY, 85])[1].tobytes(), media_type="image/jpeg"
         )

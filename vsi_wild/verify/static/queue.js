@@ -1,5 +1,5 @@
-// The review queue: every item of the benchmark that needs a person (review pairs, failed units,
-// VMR clips, questions), one at a time, decided from the keyboard and saved at once (rebased onto
+// The review queue: every item of the benchmark that needs a person (review pairs, specks that keep
+// a count unasked, failed units, VMR clips, questions), one at a time, decided from the keyboard and saved at once (rebased onto
 // the fix file as it is then); progress per kind, per video and 5-minute segment, per reviewer.
 "use strict";
 const Z = {items: [], progress: null, current: null, detail: null, selected: new Set(), member: null, player: null, busy: false};
@@ -25,7 +25,7 @@ function renderProgress() {
   const p = Z.progress;
   $("progress-all").textContent = `${p.all.done} / ${p.all.total} done`;
   $("progress-bar").max = Math.max(1, p.all.total); $("progress-bar").value = p.all.done;
-  const names = {pair: "pairs", unit: "failed units", clip: "VMR clips", question: "questions"};
+  const names = {pair: "pairs", speck: "specks", unit: "failed units", clip: "VMR clips", question: "questions"};
   $("progress-kinds").textContent = Object.entries(p.kinds).filter(([, t]) => t.total)
     .map(([k, t]) => `${names[k]} ${t.done}/${t.total}`).join(" · ");
   const who = Object.entries(p.reviewers);
@@ -88,6 +88,7 @@ function keysFor(kind, d) {
     question: [...k("y", "accept"), " · ", ...k("r", "reject (reason below)"), " · ", ...k("1–3", "reject: ambiguous / not answerable / wrong answer"), " · ",
                ...(d && d.instances ? [...k("click", "select instances"), " · ", ...k("m", "merge the selected"), " · ", ...k("d", "remove the selected"), " · "] : []),
                ...(d && d.instances && d.instances.some(i => (i.members || []).length > 1) ? [...k("a", "split the selected clip member out"), " · "] : [])],
+    speck: [...k("click", "choose the instance it shows"), " · ", ...k("t", "it shows the chosen one"), " · ", ...k("x", "no object"), " · "],
     clip: [...k("y", "the direction is right: verified"), " · ", ...k("1–8", "set the direction to that sector"), " · ", ...k("x", "no meaningful motion"), " · "],
     unit: [],
   }[kind] || [];
@@ -170,6 +171,18 @@ function renderItem(item, d) {
       el("p", {class: "muted"}, m.reason || ""),
       el("p", {}, ...SECTORS.map((s, k) => [el("button", {class: "sector", onclick: () => { ACTIONS++; setSector(k); }}, `${k + 1} ${s}`), " "]).flat()))),
       playerFor(item.video_id, d.video, m.pivot_time !== null ? m.pivot_time : m.clip_start, []));
+  } else if (d.kind === "speck") {
+    const s = d.speck, seen = s.sightings, last = seen[seen.length - 1];
+    const told = !("told" in s) ? "" : s.told === null ? " · the saved fixes say: no object" : ` · the saved fixes say: #${s.told}`;
+    body.push(el("p", {}, `a ${s.concept} mask too small to track: clip ${s.clip} #${s.local_id}, seen ${seen.length} time(s), ` +
+        `${fmtTime(seen[0].time)}–${fmtTime(last.time)}, at most ${Math.max(...seen.map(x => x.area))} px${told}`),
+      ...s.counts.map(c => el("p", {class: "muted speck-count"}, c)),
+      el("figure", {class: "speck-fig"}, speckCrop(item.video_id, s),
+        el("figcaption", {}, `ringed: the speck at ${fmtTime(s.best.time)} `,
+           el("button", {onclick: () => Z.player && Z.player.seek(s.best.time)}, "show"))),
+      el("p", {class: "muted"}, `which ${s.concept} does it show? click its picture, then t; x when it is no ${s.concept} at all`),
+      el("div", {class: "instance-strip"}, ...d.instances.map(i => candidateFigure(item.video_id, i))),
+      playerFor(item.video_id, d.video, s.best.time, []));
   } else if (d.kind === "unit") {
     body.push(el("p", {class: "error"}, item.error || ""), el("p", {class: "muted"}, "Mend its cause (e.g. the fix file it names), then re-derive; the item goes when the unit succeeds."));
   }
@@ -178,6 +191,23 @@ function renderItem(item, d) {
 }
 
 function memberId(m) { return `${m.clip}:${m.local_id}`; }
+
+function speckCrop(vid, s) {
+  // the view around the speck (a few pixels wide), the speck itself ringed
+  const [x0, y0, x1, y1] = s.context.box, m = s.best.box.join(",");
+  return el("img", {class: "crop speck", src: `/api/videos/${encodeURIComponent(vid)}/crop?t=${s.context.time}&x0=${x0}&y0=${y0}&x1=${x1}&y1=${y1}&h=240&mark=${m}`,
+                    title: `at ${fmtTime(s.context.time)}`});
+}
+
+function candidateFigure(vid, i) {
+  // one instance the speck may show: one chosen at a time
+  return el("figure", {
+    class: "inst" + (Z.selected.has(i.instance_id) ? " selected" : ""), "data-instance": i.instance_id,
+    onclick: () => { ACTIONS++; Z.selected = new Set([i.instance_id]);
+                     document.querySelectorAll("#item figure.inst").forEach(f => f.classList.toggle("selected", Number(f.dataset.instance) === i.instance_id)); }},
+    crop(vid, i.best, 90),
+    el("figcaption", {}, `#${i.instance_id} ${i.concept} · ${fmtTime(i.first_time)}–${fmtTime(i.last_time)}`));
+}
 
 function instanceFigure(vid, i) {
   // one instance a question counts or orders: its picture, and when reconciliation joined clip
@@ -272,6 +302,16 @@ function splitMember(id) {
   return decide(() => saveFix(d.video_id, {op: "split", clip, local_id}), false);
 }
 
+function tellSpeck(instance) {
+  const d = Z.detail, s = d.speck;
+  if (instance === undefined) {
+    if (Z.selected.size !== 1) { $("item-error").textContent = "choose the instance it shows (click its picture), or x for no object"; return; }
+    instance = [...Z.selected][0];
+  }
+  return decide(() => saveFix(d.video_id, {op: "speck", clip: s.clip, local_id: s.local_id, instance}), true,
+                {decision: instance === "none" ? "no object" : `#${instance}`});
+}
+
 function clipVerified() {
   const d = Z.detail;
   return decide(() => saveProgress({clip: d.motion.clip_index, clip_verified: true}, d.video_id), true);
@@ -320,6 +360,8 @@ document.addEventListener("keydown", e => {
   else if (kind === "question" && key === "m" && Z.detail.instances) { acted(); instanceFix("merge"); }
   else if (kind === "question" && key === "d" && Z.detail.instances) { acted(); instanceFix("remove"); }
   else if (kind === "question" && key === "a" && Z.detail.instances) { acted(); splitMember(Z.member); }
+  else if (kind === "speck" && key === "t") { acted(); tellSpeck(); }
+  else if (kind === "speck" && key === "x") { acted(); tellSpeck("none"); }
   else if (kind === "clip" && key === "y") { acted(); clipVerified(); }
   else if (kind === "clip" && key === "x") { acted(); clipNone(); }
   else if (kind === "clip" && /^[1-8]$/.test(key)) { acted(); setSector(Number(key) - 1); }

@@ -501,6 +501,8 @@ async function load(again) {
     setupTimeline(); setupOps();
     const focus = new URLSearchParams(location.search).get("pair");
     if (focus) S.focus = focus;
+    const at = Number(new URLSearchParams(location.search).get("t"));  // a moment to open at (a speck's)
+    if (at > 0) S.player.seek(at);
   } else { S.player.info = info; S.player.cache.clear(); S.player.redraw(); S.player.draw(S.player.video.currentTime); }
   renderHistory(); renderAll();
   window.pageReady = true;
