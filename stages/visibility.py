@@ -112,13 +112,13 @@ def visibility_columns(
     instances: Sequence[dict],
     observations: Sequence[dict],
     track: Track,
-    image_size: tuple[int, int],
-    min_consistency: float,
+    projected: Mapping[int, ProjectedInstance],
 ) -> dict[str, np.ndarray]:
     """``schema.VISIBILITY`` columns: every instance (``INSTANCES`` rows) at every timestamp of
     ``track`` (the view's 2 FPS poses, valid or not) and of its observations (``OBSERVATIONS``
-    rows; one a fix added may lie past the last pose), from the observations and, where
-    consistent, its position. Built as arrays: a long video has instances x timestamps rows."""
+    rows; one a fix added may lie past the last pose), from the observations and, where its
+    position explains its sightings (``projected``: ``project_instances``), the position. Built
+    as arrays: a long video has instances x timestamps rows."""
     row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
     timeline = {int(k): (float(track.times[i]), int(track.frames[i])) for k, i in row_of.items()}
     seen: dict[int, dict[int, dict]] = {}
@@ -142,13 +142,13 @@ def visibility_columns(
     has_box = {c: np.zeros((m, n), dtype=bool) for c in box}
     for j, ins in enumerate(ordered):
         obs = seen.get(int(ins["instance_id"]), {})
-        frustum = _frustum_track(
-            ins, {row_of[k]: o for k, o in obs.items() if k in row_of}, track, image_size, min_consistency
-        )
-        if frustum is not None:
+        where = projected.get(int(ins["instance_id"]))
+        if where is not None:
             geometric[j] = True
             posed = track_row >= 0
-            state[j, posed] = np.where(frustum[track_row[posed]], STATES.index(OCCLUDED), STATES.index(OUT_OF_VIEW))
+            state[j, posed] = np.where(
+                where.inside[track_row[posed]], STATES.index(OCCLUDED), STATES.index(OUT_OF_VIEW)
+            )
         for k, o in obs.items():
             at = position_of[k]
             state[j, at] = STATES.index(VISIBLE)
@@ -203,13 +203,29 @@ def project_instance(
     return ProjectedInstance(depth, predicted, inside, boxes)
 
 
-def _frustum_track(
-    ins: dict, obs: dict[int, dict], track: Track, image_size: tuple[int, int], min_consistency: float
-) -> np.ndarray | None:
-    """Per track row, whether the instance is in the frustum; None when its position is unknown
-    or does not explain its own sightings."""
-    projected = project_instance(ins, obs, track, image_size, min_consistency)
-    return None if projected is None else projected.inside
+def project_instances(
+    instances: Sequence[dict],
+    observations: Sequence[dict],
+    track: Track,
+    image_size: tuple[int, int],
+    min_consistency: float,
+) -> dict[int, ProjectedInstance]:
+    """Instance id -> the instance in the view's cameras (``project_instance``), for every instance
+    (``INSTANCES`` rows) whose position explains its own sightings (``OBSERVATIONS`` rows at the
+    track's timestamps): what the visibility track and the specks' attribution both read."""
+    row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+    obs_by: dict[int, dict[int, dict]] = {}
+    for o in observations:
+        k = int(o["sample_index"])
+        if k in row_of:
+            obs_by.setdefault(int(o["instance_id"]), {})[row_of[k]] = o
+    out = {}
+    for ins in sorted(instances, key=lambda r: r["instance_id"]):
+        iid = int(ins["instance_id"])
+        p = project_instance(ins, obs_by.get(iid, {}), track, image_size, min_consistency)
+        if p is not None:
+            out[iid] = p
+    return out
 
 
 # ----------------------------------------------------------------------------- specks
@@ -218,10 +234,8 @@ def speck_rows(
     specks: Sequence[dict],
     members: Sequence[dict],
     instances: Sequence[dict],
-    observations: Sequence[dict],
     track: Track,
-    image_size: tuple[int, int],
-    min_consistency: float,
+    projected: Mapping[int, ProjectedInstance],
     told: Mapping[tuple[int, int], int | None] | None = None,
 ) -> list[dict]:
     """``schema.SPECKS`` rows: each of the segmenter's masks under ``segment.min_area`` (``specks``:
@@ -231,7 +245,8 @@ def speck_rows(
     None: no object, the speck is left out). Else by its clip track: a speck whose clip-local id
     is a member of an instance (``members``: ``Derived.members`` rows, instance None where a
     person removed it; a removed one's specks are left out) shows that instance. Else by position:
-    an instance of its concept whose position explains its sightings (``project_instance``) and
+    an instance of its concept whose position explains its sightings (``projected``:
+    ``project_instances``) and
     whose predicted box at the speck's timestamp, grown by the box model's largest miss on the
     instance's own sightings (in world units, so it scales with the depth as the box does),
     overlaps the speck's box. One such instance: it; none or several: the speck is left
@@ -240,15 +255,10 @@ def speck_rows(
     told = told or {}
     concept_of = {int(r["instance_id"]): r["concept"] for r in instances}
     row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
-    obs_by: dict[int, dict[int, dict]] = {}
-    for o in observations:
-        k = int(o["sample_index"])
-        if k in row_of:
-            obs_by.setdefault(int(o["instance_id"]), {})[row_of[k]] = o
     boxes_of: dict[str, list[tuple[int, PredictedBoxes]]] = {}  # concept -> (instance, its grown boxes)
     fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
     for ins in sorted(instances, key=lambda r: r["instance_id"]):
-        p = project_instance(ins, obs_by.get(int(ins["instance_id"]), {}), track, image_size, min_consistency)
+        p = projected.get(int(ins["instance_id"]))
         if p is None:
             continue
         b, at = p.boxes, sorted(p.observed)

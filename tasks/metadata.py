@@ -830,18 +830,19 @@ def run_metadata(job: Job) -> None:
     job.out.write_table("view_agreement.parquet", schema.table(schema.VIEW_AGREEMENT, agreement_rows))
     job.out.write_table("fixes_applied.parquet", schema.table(schema.FIXES_APPLIED, derived.applied))
     assert inputs.poses is not None and inputs.image_size is not None  # auto_metadata sets both
+    # each instance in the view's cameras, once: the visibility track and the specks both read it
+    projected = vis.project_instances(
+        derived.instances,
+        derived.observations,
+        inputs.poses,
+        inputs.image_size,
+        inputs.params.visibility_min_consistency,
+    )
     job.out.write_table(
         "visibility.parquet",
         schema.table(
             schema.VISIBILITY,
-            vis.visibility_columns(
-                vid,
-                derived.instances,
-                derived.observations,
-                inputs.poses,
-                inputs.image_size,
-                inputs.params.visibility_min_consistency,
-            ),
+            vis.visibility_columns(vid, derived.instances, derived.observations, inputs.poses, projected),
         ),
     )
     job.out.write_table(
@@ -853,10 +854,8 @@ def run_metadata(job: Job) -> None:
                 inputs.specks or [],
                 derived.members,
                 derived.instances,
-                derived.observations,
                 inputs.poses,
-                inputs.image_size,
-                inputs.params.visibility_min_consistency,
+                projected,
                 derived.specks_told,
             ),
         ),

@@ -106,7 +106,7 @@ def test_states_follow_the_walk():
         _instance(3, "bench", None),
         _instance(4, "sign", (0.0, 0.0, -5.0)),
     ]
-    cols = vz.visibility_columns(VID, instances, obs, track, (W, H), min_consistency=0.8)
+    cols = vz.visibility_columns(VID, instances, obs, track, vz.project_instances(instances, obs, track, (W, H), 0.8))
     table = schema.table(schema.VISIBILITY, cols)  # the declared schema holds
     assert table.num_rows == 4 * n
 
@@ -131,7 +131,8 @@ def test_a_fixed_instance_past_the_last_pose_is_kept():
     """An instance a person added may end at the video's end, one timestamp past the last pose."""
     track = _walk(4)
     obs = [_obs(1, "cone", k, None) for k in (3, 4)]
-    cols = vz.visibility_columns(VID, [_instance(1, "cone", None, "fix")], obs, track, (W, H), 0.8)
+    added = [_instance(1, "cone", None, "fix")]
+    cols = vz.visibility_columns(VID, added, obs, track, vz.project_instances(added, obs, track, (W, H), 0.8))
     assert list(cols["sample_index"]) == [0, 1, 2, 3, 4]
     assert list(cols["state"]) == [vz.NOT_SEEN] * 3 + [vz.VISIBLE] * 2
 
@@ -327,7 +328,8 @@ def test_a_speck_shows_the_instance_its_track_or_its_position_tells():
         _speck(1, 3, "cone", 30, (0.0, 0.0, 2.0, 2.0)),  # its track is instance 2's: wherever it is
         _speck(1, 4, "cone", 30, (0.0, 0.0, 2.0, 2.0)),
     ]
-    rows = vz.speck_rows(VID, specks, members, instances, obs, track, (W, H), 0.8)
+    projected = vz.project_instances(instances, obs, track, (W, H), 0.8)
+    rows = vz.speck_rows(VID, specks, members, instances, track, projected)
     schema.table(schema.SPECKS, rows)  # the declared schema holds
     got = {(r["clip_index"], r["local_id"]): (r["instance_id"], r["attributed_by"]) for r in rows}
     assert got == {
@@ -339,12 +341,12 @@ def test_a_speck_shows_the_instance_its_track_or_its_position_tells():
     }
     # an instance whose position does not explain its sightings tells nothing by position
     lost = [{**i, "z": -5.0} if i["instance_id"] == 1 else i for i in instances]
-    rows = vz.speck_rows(VID, specks[:1], members, lost, obs, track, (W, H), 0.8)
+    rows = vz.speck_rows(VID, specks[:1], members, lost, track, vz.project_instances(lost, obs, track, (W, H), 0.8))
     assert [(r["instance_id"], r["attributed_by"]) for r in rows] == [(None, None)]
     # a person's word stands over both: the ball speck both balls overlap is ball 4, the cone
     # speck the position tells is no object, and the concept follows the instance told
     told = {(0, 7): 4, (0, 5): None, (0, 6): 3}
-    rows = vz.speck_rows(VID, specks, members, instances, obs, track, (W, H), 0.8, told)
+    rows = vz.speck_rows(VID, specks, members, instances, track, projected, told)
     got = {(r["clip_index"], r["local_id"]): (r["instance_id"], r["attributed_by"], r["concept"]) for r in rows}
     assert got == {
         (0, 6): (3, "fix", "ball"),
