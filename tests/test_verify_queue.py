@@ -292,7 +292,8 @@ def test_a_speck_that_keeps_a_count_unasked_is_told_its_instance_and_the_count_i
         page.wait_for_function("(i => i && i.complete && i.naturalWidth > 0)(document.querySelector('img.speck'))")
         ring = page.evaluate(
             """() => { const i = document.querySelector('img.speck'), c = document.createElement('canvas');
-                c.width = i.naturalWidth; c.height = i.naturalHeight; const g = c.getContext('2d'); g.drawImage(i, 0, 0);
+                c.width = i.naturalWidth; c.height = i.naturalHeight;
+                const g = c.getContext('2d'); g.drawImage(i, 0, 0);
                 const d = g.getImageData(0, 0, c.width, c.height).data; let n = 0;
                 for (let k = 0; k < d.length; k += 4) if (d[k] > 200 && d[k + 1] < 90 && d[k + 2] > 200) n++;
                 return [n, c.width, c.height]; }"""
