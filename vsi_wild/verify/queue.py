@@ -10,8 +10,9 @@ Items, in this order:
    sides renamed apart);
 2. **speck**: every speck (a mask too small to track) that keeps a VOC count unasked because no
    instance is told for it (the qa stage's ``skipped.parquet`` names it), ranked by the fewest
-   specks a count it keeps waits on (one: a single decision gives the count back); done when the video's fix file tells what it shows (``speck``), and gone once the video is
-   re-derived and no count waits on it;
+   specks a count it keeps waits on (one: a single decision gives the count back); done when the
+   video's fix file tells what it shows (``speck``), and gone once the video is re-derived and no
+   count waits on it;
 3. **unit**: every unit of a video's stages whose status is ``failed`` (gone when it is mended);
 4. **clip**: every VMR motion clip, those whose views disagree (state ``failed``, low confidence)
    first; done when marked verified or fixed by a ``motion`` fix;
