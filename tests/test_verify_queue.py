@@ -288,11 +288,15 @@ def test_a_speck_that_keeps_a_count_unasked_is_told_its_instance_and_the_count_i
         expect(page.locator("#item")).to_contain_text(f"a {concept} mask too small to track: clip {clip} #{local}")
         expect(page.locator("#item p.speck-count").first).to_have_text(waiting[0]["reason"])
         expect(page.locator("#item figure.inst")).to_have_count(len(balls))
+        expect(page.locator("#item")).to_contain_text("1 count(s) wait on it, on it alone")
+        gaps = [i["gap_s"] for i in page.evaluate("Z.detail.instances")]  # the ball seen nearest it first
+        assert gaps == sorted(gaps) and gaps[0] > 0, gaps
         # the picture of the view around the speck, with the speck ringed in magenta
         page.wait_for_function("(i => i && i.complete && i.naturalWidth > 0)(document.querySelector('img.speck'))")
         ring = page.evaluate(
             """() => { const i = document.querySelector('img.speck'), c = document.createElement('canvas');
-                c.width = i.naturalWidth; c.height = i.naturalHeight; const g = c.getContext('2d'); g.drawImage(i, 0, 0);
+                c.width = i.naturalWidth; c.height = i.naturalHeight;
+                const g = c.getContext('2d'); g.drawImage(i, 0, 0);
                 const d = g.getImageData(0, 0, c.width, c.height).data; let n = 0;
                 for (let k = 0; k < d.length; k += 4) if (d[k] > 200 && d[k + 1] < 90 && d[k + 2] > 200) n++;
                 return [n, c.width, c.height]; }"""

@@ -20,8 +20,9 @@ What a person fixed stands as they set it: an instance whose first or last time 
 gave (``times_given``) is seen at its first and its last time under every reading, and a box a
 person added or drew (no mask area) is seen under every reading. An instance a person merged, split
 or renamed, or told a speck of (a ``speck`` fix), is read like any other: they decided which object
-its masks show, not when it is seen clearly. Without a visibility track (a caller that has none) every instance is seen from its first
-to its last time under every reading: the readings cannot be told apart, and nothing is dropped.
+its masks show, not when it is seen clearly. Without a visibility track (a caller that has none)
+every instance is seen from its first to its last time under every reading: the readings cannot be
+told apart, and nothing is dropped.
 """
 
 from __future__ import annotations

@@ -9,9 +9,10 @@ Items, in this order:
    fixes decided it, ``Review.resolved_pairs``: a merge or split of its sides, a side removed, the
    sides renamed apart);
 2. **speck**: every speck (a mask too small to track) that keeps a VOC count unasked because no
-   instance is told for it (the qa stage's ``skipped.parquet`` names it), the earliest first in each
-   video; done when the video's fix file tells what it shows (``speck``), and gone once the video is
-   re-derived and no count waits on it;
+   instance is told for it (the qa stage's ``skipped.parquet`` names it), ranked by the fewest
+   specks a count it keeps waits on (one: a single decision gives the count back); done when the
+   video's fix file tells what it shows (``speck``), and gone once the video is re-derived and no
+   count waits on it;
 3. **unit**: every unit of a video's stages whose status is ``failed`` (gone when it is mended);
 4. **clip**: every VMR motion clip, those whose views disagree (state ``failed``, low confidence)
    first; done when marked verified or fixed by a ``motion`` fix;
@@ -175,26 +176,36 @@ class Queue:
                         }
                     )
         pairs.sort(key=lambda i: i["rank"])
+        specks.sort(key=lambda i: i["rank"])
         clips.sort(key=lambda i: (not i["low_confidence"], i["video_id"], i["time"]))
         questions.sort(key=lambda i: i["rank"])
-        for i in pairs + questions:
+        for i in pairs + specks + questions:
             del i["rank"]
         return pairs + specks + units + clips + questions
 
     def speck_items(self, video_id: str, by_key: dict) -> list[dict[str, Any]]:
         """The video's specks that keep a VOC count unasked (its qa ``skipped.parquet`` rows'
-        ``specks``), one item each, the earliest first; ``by_key``: its fix file's decisions."""
+        ``specks``), one item each; ``by_key``: its fix file's decisions. Each is ranked by the
+        fewest specks a count it keeps unasked waits on (``waits_on``: the decisions that give that
+        count back), then by how many counts wait on it (``counts_kept``), then by time."""
         waiting: dict[tuple[int, int], dict[str, Any]] = {}
         for r in self.catalog.table("qa", video_id, "skipped.parquet").to_pylist():
-            for sp in r.get("specks") or []:
+            specks = r.get("specks") or []
+            for sp in specks:
                 key = (int(sp["clip_index"]), int(sp["local_id"]))
-                w = waiting.setdefault(key, {"concept": r["item"], "first_time": sp["first_time"], "counts": []})
-                w["counts"].append(r["reason"])
+                w = waiting.setdefault(
+                    key, {"concept": r["item"], "first_time": sp["first_time"], "counts": 0, "waits_on": len(specks)}
+                )
+                w["counts"] += 1
+                w["waits_on"] = min(w["waits_on"], len(specks))
         out = []
         for (clip, local), w in sorted(waiting.items(), key=lambda kv: (kv[1]["first_time"], kv[0])):
             f = by_key.get(("speck", clip, local))
             out.append(
                 {
+                    "rank": (w["waits_on"], -w["counts"], video_id, w["first_time"]),
+                    "waits_on": w["waits_on"],
+                    "counts_kept": w["counts"],
                     "id": f"speck:{video_id}:{clip}:{local}",
                     "kind": "speck",
                     "video_id": video_id,
@@ -206,7 +217,7 @@ class Queue:
                     "link": f"/videos/{video_id}?t={w['first_time']:g}",
                 }
             )
-        return out
+        return sorted(out, key=lambda i: i["rank"])
 
     def summary(self, items: list[dict[str, Any]]) -> dict[str, Any]:
         """Progress: overall and per kind, per video, per 5-minute segment of each video, per reviewer."""
@@ -367,14 +378,26 @@ class Queue:
         }
         if (clip, local) in derived.specks_told:
             speck["told"] = derived.specks_told[(clip, local)]
-        candidates = [
-            {
-                **{k: r[k] for k in ("instance_id", "concept", "first_time", "last_time", "origin")},
-                "best": best.get(r["instance_id"]),
-            }
-            for r in sorted(derived.instances, key=lambda r: (r["first_time"], r["instance_id"]))
-            if r["concept"] == concept
-        ]
+        # the candidates, the one seen nearest the speck's moments first (``gap_s``: how far)
+        seen_at: dict[int, list[float]] = defaultdict(list)
+        for o in derived.observations:
+            if o["concept"] == concept:
+                seen_at[o["instance_id"]].append(o["time"])
+        moments = [r["time"] for r in rows]
+        candidates = sorted(
+            (
+                {
+                    **{k: r[k] for k in ("instance_id", "concept", "first_time", "last_time", "origin")},
+                    "best": best.get(r["instance_id"]),
+                    "gap_s": min(
+                        (abs(t - m) for t in seen_at.get(r["instance_id"], []) for m in moments), default=None
+                    ),
+                }
+                for r in derived.instances
+                if r["concept"] == concept
+            ),
+            key=lambda c: (c["gap_s"] is None, c["gap_s"] or 0.0, c["instance_id"]),
+        )
         return {"speck": speck, "instances": candidates}
 
     def member_views(self, video_id: str) -> dict[tuple[int, int], dict[str, Any]]:

@@ -176,6 +176,7 @@ function renderItem(item, d) {
     const told = !("told" in s) ? "" : s.told === null ? " · the saved fixes say: no object" : ` · the saved fixes say: #${s.told}`;
     body.push(el("p", {}, `a ${s.concept} mask too small to track: clip ${s.clip} #${s.local_id}, seen ${seen.length} time(s), ` +
         `${fmtTime(seen[0].time)}–${fmtTime(last.time)}, at most ${Math.max(...seen.map(x => x.area))} px${told}`),
+      el("p", {}, `${item.counts_kept} count(s) wait on it` + (item.waits_on > 1 ? `, each on ${item.waits_on} or more specks` : ", on it alone")),
       ...s.counts.map(c => el("p", {class: "muted speck-count"}, c)),
       el("figure", {class: "speck-fig"}, speckCrop(item.video_id, s),
         el("figcaption", {}, `ringed: the speck at ${fmtTime(s.best.time)} `,
@@ -206,7 +207,8 @@ function candidateFigure(vid, i) {
     onclick: () => { ACTIONS++; Z.selected = new Set([i.instance_id]);
                      document.querySelectorAll("#item figure.inst").forEach(f => f.classList.toggle("selected", Number(f.dataset.instance) === i.instance_id)); }},
     crop(vid, i.best, 90),
-    el("figcaption", {}, `#${i.instance_id} ${i.concept} · ${fmtTime(i.first_time)}–${fmtTime(i.last_time)}`));
+    el("figcaption", {}, `#${i.instance_id} ${i.concept} · ${fmtTime(i.first_time)}–${fmtTime(i.last_time)}`,
+       i.gap_s !== null ? el("br") : null, i.gap_s !== null ? el("span", {class: "muted"}, `seen ${i.gap_s.toFixed(1)} s from it`) : null));
 }
 
 function instanceFigure(vid, i) {
