@@ -301,6 +301,19 @@ def test_a_speck_that_keeps_a_count_unasked_is_told_its_instance_and_the_count_i
                 return [n, c.width, c.height]; }"""
         )
         assert ring[0] > 40 and ring[2] == 240, ring
+        # the video at the speck's largest moment, the speck outlined there (dashed, magenta)
+        best = page.evaluate("Z.detail.speck.best")
+        page.wait_for_function(
+            f"document.querySelector('#item canvas.overlay').dataset.sample == {round(best['time'] * 2)}"
+        )
+        x0, y0, x1, y1 = best["box"]
+        outline = page.evaluate(
+            f"""() => {{ const c = document.querySelector('#item canvas.overlay'), g = c.getContext('2d');
+                const d = g.getImageData({int(x0) - 8}, {int(y0) - 8}, {int(x1 - x0) + 17}, {int(y1 - y0) + 17}).data;
+                let n = 0; for (let k = 0; k < d.length; k += 4) if (d[k] > 200 && d[k + 1] < 60 && d[k + 2] > 200) n++;
+                return n; }}"""
+        )
+        assert outline > 10, outline
         page.wait_for_function("[...document.querySelectorAll('#item img.crop')].every(i => i.complete)")
         page.screenshot(path=str(screenshot_dir / "verify_queue_speck.png"), full_page=True)
         page.keyboard.press("t")  # nothing chosen yet: it says what to do, and saves nothing

@@ -20,7 +20,7 @@ function placeLabels(items, W, H, g) {
     const ys = [y0 - lh - 1, y0 + 1, y1 + 1, y1 - lh - 1];
     let spot = null;
     for (const y of ys) { for (const x of xs) { const r = {x: Math.max(0, Math.min(W - w, x)), y, w, h: lh}; if (free(r)) { spot = r; break; } } if (spot) break; }
-    if (spot) placed.push({...spot, text: it.text, id: it.id});
+    if (spot) placed.push({...spot, text: it.text, id: it.id, colour: it.colour});
   }
   return placed;
 }
@@ -30,7 +30,7 @@ class MaskPlayer {
     this.video = video; this.canvas = canvas; this.info = info; this.opts = opts || {};
     this.step = info.sample_step; this.cache = new Map(); this.pending = new Map(); this.drawn = null;
     this.hidden = new Set(); this.showMasks = true; this.showBoxes = true; this.labels = [];
-    this.highlight = new Set(); this.extra = [];  // instances to outline; drawn boxes (id, box, colour)
+    this.highlight = new Set(); this.extra = [];  // instances to outline; drawn boxes (id, time, box, text, dashed, colour)
     canvas.width = info.video.width; canvas.height = info.video.height;
     video.src = `/api/videos/${encodeURIComponent(info.video.video_id)}/media`;
     video.removeAttribute("controls");
@@ -101,13 +101,13 @@ class MaskPlayer {
         const [x0, y0, x1, y1] = x.box;
         g.lineWidth = this.highlight.has(x.id) ? 4 : 2;
         g.setLineDash(x.dashed ? [6, 4] : []);
-        g.strokeStyle = colour(x.id); g.strokeRect(x0, y0, x1 - x0, y1 - y0);
+        g.strokeStyle = x.colour || colour(x.id); g.strokeRect(x0, y0, x1 - x0, y1 - y0);
       }
       g.setLineDash([]);
       this.labels = placeLabels(boxes, W, H, g);
       for (const l of this.labels) {
         g.fillStyle = "rgba(255,255,255,0.85)"; g.fillRect(l.x, l.y, l.w, l.h);
-        g.fillStyle = colour(l.id); g.fillText(l.text, l.x + 3, l.y + 1);
+        g.fillStyle = l.colour || colour(l.id); g.fillText(l.text, l.x + 3, l.y + 1);
       }
     }
     if (this.rubber) { const [x0, y0, x1, y1] = this.rubber; g.lineWidth = 2; g.setLineDash([5, 3]); g.strokeStyle = "#fff"; g.strokeRect(x0, y0, x1 - x0, y1 - y0); g.setLineDash([]); }

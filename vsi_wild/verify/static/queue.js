@@ -115,14 +115,16 @@ function header2(item) {
     item.done ? el("span", {class: "ok"}, ` · done${item.by ? " by " + item.by : ""}${item.decision ? ": " + item.decision : item.verdict ? ": " + item.verdict : item.resolved ? ": resolved by the fixes" : ""}`) : null);
 }
 
-function playerFor(vid, video, t, highlight) {
-  // the view video with its masks at the item's time, the item's instances outlined
+function playerFor(vid, video, t, highlight, extra) {
+  // the view video with its masks at the item's time, the item's instances outlined (and boxes
+  // that are no mask's, ``MaskPlayer.extra``: a speck's)
   const wrap = el("div", {class: "player"}, el("video", {preload: "auto", muted: true, playsinline: true}), el("canvas", {class: "overlay"}));
   const box = el("div", {class: "q-item-player"}, wrap);
   const info = {video: {video_id: vid, ...video}, sample_step: 0.5};
   setTimeout(() => {
     Z.player = new MaskPlayer(wrap.querySelector("video"), wrap.querySelector("canvas"), info, {});
     Z.player.highlight = new Set(highlight);
+    Z.player.extra = extra || [];
     Z.player.seek(t);
   });
   return box;
@@ -183,7 +185,9 @@ function renderItem(item, d) {
            el("button", {onclick: () => Z.player && Z.player.seek(s.best.time)}, "show"))),
       el("p", {class: "muted"}, `which ${s.concept} does it show? click its picture, then t; x when it is no ${s.concept} at all`),
       el("div", {class: "instance-strip"}, ...d.instances.map(i => candidateFigure(item.video_id, i))),
-      playerFor(item.video_id, d.video, s.best.time, []));
+      playerFor(item.video_id, d.video, s.best.time, [], seen.map(x => ({
+        id: "speck", time: x.time, box: [x.box[0] - 4, x.box[1] - 4, x.box[2] + 4, x.box[3] + 4],
+        text: `speck #${s.local_id}`, dashed: true, colour: "#ff00ff"}))));
   } else if (d.kind === "unit") {
     body.push(el("p", {class: "error"}, item.error || ""), el("p", {class: "muted"}, "Mend its cause (e.g. the fix file it names), then re-derive; the item goes when the unit succeeds."));
   }
