@@ -229,6 +229,42 @@ def project_instances(
 
 
 # ----------------------------------------------------------------------------- specks
+class SpeckFits:
+    """Which instances a speck's box may show by their positions: per concept, each projected
+    instance's predicted box (``project_instances``), grown by the box model's largest miss on the
+    instance's own sightings (in world units, so it scales with the depth as the box does)."""
+
+    def __init__(self, instances: Sequence[dict], track: Track, projected: Mapping[int, ProjectedInstance]):
+        self.boxes_of: dict[str, list[tuple[int, PredictedBoxes]]] = {}  # concept -> (instance, grown boxes)
+        fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
+        for ins in sorted(instances, key=lambda r: r["instance_id"]):
+            p = projected.get(int(ins["instance_id"]))
+            if p is None:
+                continue
+            b, at = p.boxes, sorted(p.observed)
+            seen = np.array([p.observed[i] for i in at])
+            z = p.depth[at]
+            miss_x = float(np.max(np.abs((seen[:, 0] + seen[:, 2]) / 2 - b.cx[at]) * z / fx[at]))
+            miss_y = float(np.max(np.abs((seen[:, 1] + seen[:, 3]) / 2 - b.cy[at]) * z / fy[at]))
+            zz = np.where(b.ok, p.depth, 1.0)
+            grown = PredictedBoxes(b.cx, b.cy, b.hw + miss_x * fx / zz, b.hh + miss_y * fy / zz, b.ok)
+            self.boxes_of.setdefault(ins["concept"], []).append((int(ins["instance_id"]), grown))
+
+    def at(self, concept: str, row: int, box: Sequence[float]) -> list[int]:
+        """The instances of ``concept`` whose grown predicted box at track row ``row`` overlaps
+        ``box`` (x0, y0, x1, y1: view pixels), in id order."""
+        x0, y0, x1, y1 = box
+        return [
+            i
+            for i, g in self.boxes_of.get(concept, [])
+            if g.ok[row]
+            and g.cx[row] - g.hw[row] < x1
+            and g.cx[row] + g.hw[row] > x0
+            and g.cy[row] - g.hh[row] < y1
+            and g.cy[row] + g.hh[row] > y0
+        ]
+
+
 def speck_rows(
     video_id: str,
     specks: Sequence[dict],
@@ -245,30 +281,15 @@ def speck_rows(
     None: no object, the speck is left out). Else by its clip track: a speck whose clip-local id
     is a member of an instance (``members``: ``Derived.members`` rows, instance None where a
     person removed it; a removed one's specks are left out) shows that instance. Else by position:
-    an instance of its concept whose position explains its sightings (``projected``:
-    ``project_instances``) and
-    whose predicted box at the speck's timestamp, grown by the box model's largest miss on the
-    instance's own sightings (in world units, so it scales with the depth as the box does),
-    overlaps the speck's box. One such instance: it; none or several: the speck is left
+    the instances of its concept whose position explains its sightings (``projected``:
+    ``project_instances``) and whose grown predicted box at the speck's timestamp overlaps the
+    speck's box (``SpeckFits``). One such instance: it; none or several: the speck is left
     unattributed (instance null)."""
     member = {(int(m["clip_index"]), int(m["local_id"])): m for m in members}
     told = told or {}
     concept_of = {int(r["instance_id"]): r["concept"] for r in instances}
     row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
-    boxes_of: dict[str, list[tuple[int, PredictedBoxes]]] = {}  # concept -> (instance, its grown boxes)
-    fx, fy = track.K[:, 0, 0], track.K[:, 1, 1]
-    for ins in sorted(instances, key=lambda r: r["instance_id"]):
-        p = projected.get(int(ins["instance_id"]))
-        if p is None:
-            continue
-        b, at = p.boxes, sorted(p.observed)
-        seen = np.array([p.observed[i] for i in at])
-        z = p.depth[at]
-        miss_x = float(np.max(np.abs((seen[:, 0] + seen[:, 2]) / 2 - b.cx[at]) * z / fx[at]))
-        miss_y = float(np.max(np.abs((seen[:, 1] + seen[:, 3]) / 2 - b.cy[at]) * z / fy[at]))
-        zz = np.where(b.ok, p.depth, 1.0)
-        grown = PredictedBoxes(b.cx, b.cy, b.hw + miss_x * fx / zz, b.hh + miss_y * fy / zz, b.ok)
-        boxes_of.setdefault(ins["concept"], []).append((int(ins["instance_id"]), grown))
+    fits = SpeckFits(instances, track, projected)
     out = []
     for s in sorted(specks, key=lambda r: (r["clip_index"], r["local_id"], r["sample_index"])):
         key = (int(s["clip_index"]), int(s["local_id"]))
@@ -285,16 +306,7 @@ def speck_rows(
                 continue  # a person removed the instance its track is part of
             iid, by, concept = int(member[key]["instance_id"]), "track", member[key]["concept"]
         elif int(s["sample_index"]) in row_of:
-            j = row_of[int(s["sample_index"])]
-            hits = [
-                i
-                for i, g in boxes_of.get(concept, [])
-                if g.ok[j]
-                and g.cx[j] - g.hw[j] < s["x1"]
-                and g.cx[j] + g.hw[j] > s["x0"]
-                and g.cy[j] - g.hh[j] < s["y1"]
-                and g.cy[j] + g.hh[j] > s["y0"]
-            ]
+            hits = fits.at(concept, row_of[int(s["sample_index"])], (s["x0"], s["y0"], s["x1"], s["y1"]))
             if len(hits) == 1:
                 iid, by = hits[0], "position"
         out.append(

@@ -288,8 +288,9 @@ def test_a_speck_that_keeps_a_count_unasked_is_told_its_instance_and_the_count_i
         expect(page.locator("#item p.speck-count").first).to_have_text(waiting[0]["reason"])
         expect(page.locator("#item figure.inst")).to_have_count(len(balls))
         expect(page.locator("#item")).to_contain_text("1 count(s) wait on it, on it alone")
-        gaps = [i["gap_s"] for i in page.evaluate("Z.detail.instances")]  # the ball seen nearest it first
-        assert gaps == sorted(gaps) and gaps[0] > 0, gaps
+        # those whose positions fit it first, then the ball seen nearest it
+        order = [(not i["fits"], i["gap_s"]) for i in page.evaluate("Z.detail.instances")]
+        assert order == sorted(order) and all(gap > 0 for _, gap in order), order
         # the picture of the view around the speck, with the speck ringed in magenta
         page.wait_for_function("(i => i && i.complete && i.naturalWidth > 0)(document.querySelector('img.speck'))")
         ring = page.evaluate(

@@ -37,6 +37,7 @@ from typing import Any
 from vsi_wild import ids
 from vsi_wild.stages import fixes as fx
 from vsi_wild.stages import metadata as meta
+from vsi_wild.stages import visibility as vis
 from vsi_wild.stages.qa.provisional import verdict_holds
 from vsi_wild.tasks import registry
 from vsi_wild.verify import fixfile, progress
@@ -378,7 +379,22 @@ class Queue:
         }
         if (clip, local) in derived.specks_told:
             speck["told"] = derived.specks_told[(clip, local)]
-        # the candidates, the one seen nearest the speck's moments first (``gap_s``: how far)
+        # the candidates: those whose positions fit the speck (``fits``: as the metadata stage tells
+        # a speck by position, where several fit or where the saved fixes moved things since) first,
+        # then the one seen nearest the speck's moments (``gap_s``: how far)
+        mine = [r for r in derived.instances if r["concept"] == concept]
+        inputs = self.review.auto_inputs(video_id)
+        fitting: set[int] = set()
+        if inputs.poses is not None and inputs.image_size is not None:
+            track = inputs.poses
+            projected = vis.project_instances(
+                mine, derived.observations, track, inputs.image_size, inputs.params.visibility_min_consistency
+            )
+            fits = vis.SpeckFits(mine, track, projected)
+            row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+            for r in rows:
+                if r["sample_index"] in row_of:
+                    fitting.update(fits.at(concept, row_of[r["sample_index"]], (r["x0"], r["y0"], r["x1"], r["y1"])))
         seen_at: dict[int, list[float]] = defaultdict(list)
         for o in derived.observations:
             if o["concept"] == concept:
@@ -392,11 +408,11 @@ class Queue:
                     "gap_s": min(
                         (abs(t - m) for t in seen_at.get(r["instance_id"], []) for m in moments), default=None
                     ),
+                    "fits": r["instance_id"] in fitting,
                 }
-                for r in derived.instances
-                if r["concept"] == concept
+                for r in mine
             ),
-            key=lambda c: (c["gap_s"] is None, c["gap_s"] or 0.0, c["instance_id"]),
+            key=lambda c: (not c["fits"], c["gap_s"] is None, c["gap_s"] or 0.0, c["instance_id"]),
         )
         return {"speck": speck, "instances": candidates}
 

@@ -212,6 +212,7 @@ function candidateFigure(vid, i) {
                      document.querySelectorAll("#item figure.inst").forEach(f => f.classList.toggle("selected", Number(f.dataset.instance) === i.instance_id)); }},
     crop(vid, i.best, 90),
     el("figcaption", {}, `#${i.instance_id} ${i.concept} · ${fmtTime(i.first_time)}–${fmtTime(i.last_time)}`,
+       i.fits ? el("br") : null, i.fits ? el("b", {class: "fits"}, "its position fits") : null,
        i.gap_s !== null ? el("br") : null, i.gap_s !== null ? el("span", {class: "muted"}, `seen ${i.gap_s.toFixed(1)} s from it`) : null));
 }
 
