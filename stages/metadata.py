@@ -426,7 +426,10 @@ class _Fixing:
 
     def member_instance(self, key: tuple[int, int]) -> int | None:
         """The instance a clip-local member is part of now (after merges and splits); None if removed."""
-        i = self.member_now[key]
+        return self.current(self.member_now[key])
+
+    def current(self, i: int) -> int | None:
+        """The instance ``i`` is now (following merges); None if it was removed."""
         seen = set()
         while i in self.alias and i not in seen:
             seen.add(i)
@@ -1089,9 +1092,5 @@ def apply_fixes(fixset: fx.FixSet, inputs: FixInputs, vocabulary: fx.Vocabulary 
         members.append(
             {"clip_index": c, "local_id": lo, "instance_id": i, "concept": None if i is None else st.insts[i].concept}
         )
-    told = {}
-    for key, i in sorted(st.specks_told.items()):
-        while i is not None and i in st.alias:  # merged since: the instance it was merged into
-            i = st.alias[i]
-        told[key] = i if i in st.insts else None
+    told = {key: None if i is None else st.current(i) for key, i in sorted(st.specks_told.items())}
     return Derived(inst_rows, obs_rows, motion_out, applied, list(st.reviews.values()), members, told)
