@@ -160,6 +160,11 @@ class Track:
         return self.valid[1:].copy() if self.chained else self.valid[1:] & self.valid[:-1]
 
     @cached_property
+    def sample_rows(self) -> dict[int, int]:
+        """Sample index -> the array row of its pose, valid or not (read only: it is shared)."""
+        return {int(k): i for i, k in enumerate(self.sample_indices)}
+
+    @cached_property
     def _valid_rows(self) -> dict[int, int]:
         return {int(k): i for i, k in enumerate(self.sample_indices) if self.valid[i]}
 
@@ -1076,7 +1081,7 @@ def view_estimate_from_rows(
         chained=bool(rows[0]["chained"]) if rows else False,
     )
     if matches:
-        row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+        row_of = track.sample_rows
         bearings: list = [None] * n
         for m in matches:
             i = row_of.get(int(m["sample_index"]))

@@ -119,7 +119,7 @@ def visibility_columns(
     rows; one a fix added may lie past the last pose), from the observations and, where its
     position explains its sightings (``projected``: ``project_instances``), the position. Built
     as arrays: a long video has instances x timestamps rows."""
-    row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+    row_of = track.sample_rows
     timeline = {int(k): (float(track.times[i]), int(track.frames[i])) for k, i in row_of.items()}
     seen: dict[int, dict[int, dict]] = {}
     for o in observations:
@@ -213,7 +213,7 @@ def project_instances(
     """Instance id -> the instance in the view's cameras (``project_instance``), for every instance
     (``INSTANCES`` rows) whose position explains its own sightings (``OBSERVATIONS`` rows at the
     track's timestamps): what the visibility track and the specks' attribution both read."""
-    row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+    row_of = track.sample_rows
     obs_by: dict[int, dict[int, dict]] = {}
     for o in observations:
         k = int(o["sample_index"])
@@ -288,7 +288,7 @@ def speck_rows(
     member = {(int(m["clip_index"]), int(m["local_id"])): m for m in members}
     told = told or {}
     concept_of = {int(r["instance_id"]): r["concept"] for r in instances}
-    row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+    row_of = track.sample_rows
     fits = SpeckFits(instances, track, projected)
     out = []
     for s in sorted(specks, key=lambda r: (r["clip_index"], r["local_id"], r["sample_index"])):

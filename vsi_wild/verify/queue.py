@@ -391,7 +391,7 @@ class Queue:
                 mine, derived.observations, track, inputs.image_size, inputs.params.visibility_min_consistency
             )
             fits = vis.SpeckFits(mine, track, projected)
-            row_of = {int(k): i for i, k in enumerate(track.sample_indices)}
+            row_of = track.sample_rows
             for r in rows:
                 if r["sample_index"] in row_of:
                     fitting.update(fits.at(concept, row_of[r["sample_index"]], (r["x0"], r["y0"], r["x1"], r["y1"])))
