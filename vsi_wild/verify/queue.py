@@ -200,11 +200,11 @@ class Queue:
                 w["counts"] += 1
                 w["waits_on"] = min(w["waits_on"], len(specks))
         out = []
-        for (clip, local), w in sorted(waiting.items(), key=lambda kv: (kv[1]["first_time"], kv[0])):
+        for (clip, local), w in waiting.items():
             f = by_key.get(("speck", clip, local))
             out.append(
                 {
-                    "rank": (w["waits_on"], -w["counts"], video_id, w["first_time"]),
+                    "rank": (w["waits_on"], -w["counts"], video_id, w["first_time"], clip, local),
                     "waits_on": w["waits_on"],
                     "counts_kept": w["counts"],
                     "id": f"speck:{video_id}:{clip}:{local}",
